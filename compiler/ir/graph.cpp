@@ -1,0 +1,81 @@
+#include "compiler/ir/graph.h"
+
+#include "compiler/ir/infer.h"
+
+#include <fmt/format.h>
+
+namespace kfuse::ir {
+
+std::string_view mode_name(Mode m) { return m == Mode::Train ? "train" : "eval"; }
+
+ValueId Graph::find(const std::string &declared_name) const {
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!values[i].is_op() && values[i].name == declared_name)
+      return static_cast<ValueId>(i);
+  return -1;
+}
+
+std::vector<ValueId> Graph::declared(ValueKind kind) const {
+  std::vector<ValueId> ids;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].kind == kind)
+      ids.push_back(static_cast<ValueId>(i));
+  return ids;
+}
+
+std::vector<std::vector<ValueId>> Graph::users() const {
+  std::vector<std::vector<ValueId>> u(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    for (ValueId a : values[i].args)
+      u.at(static_cast<size_t>(a)).push_back(static_cast<ValueId>(i));
+  return u;
+}
+
+GraphBuilder::GraphBuilder(std::string name, std::vector<std::string> dims) {
+  g_.name = std::move(name);
+  g_.dims = std::move(dims);
+}
+
+ValueId GraphBuilder::declare(ValueKind kind, std::string name, TensorType type, SourceLoc loc) {
+  Value v;
+  v.name = std::move(name);
+  v.kind = kind;
+  v.type = std::move(type);
+  v.loc = loc;
+  g_.values.push_back(std::move(v));
+  return static_cast<ValueId>(g_.values.size() - 1);
+}
+
+ValueId GraphBuilder::op(OpKind op, std::vector<ValueId> args, std::map<std::string, AttrValue> attrs,
+                         std::string name, SourceLoc loc) {
+  const OpInfo &info = op_info(op);
+  for (const auto &[key, value] : attrs) {
+    bool known = false;
+    for (const AttrSpec &spec : info.attrs)
+      known |= spec.name == key;
+    if (!known)
+      throw TypeError(-1, fmt::format("{} has no attribute '{}'", info.name, key));
+  }
+  for (const AttrSpec &spec : info.attrs) {
+    if (attrs.count(std::string(spec.name)))
+      continue;
+    if (!spec.default_value)
+      throw TypeError(-1, fmt::format("{} requires the attribute '{}'", info.name, spec.name));
+    attrs[std::string(spec.name)] = AttrValue{*spec.default_value, {}};
+  }
+  std::vector<TensorType> types;
+  for (ValueId a : args)
+    types.push_back(g_.values.at(static_cast<size_t>(a)).type);
+  Value v;
+  v.type = infer_type(op, types, attrs);
+  v.name = std::move(name);
+  v.kind = ValueKind::Op;
+  v.op = op;
+  v.args = std::move(args);
+  v.attrs = std::move(attrs);
+  v.loc = loc;
+  g_.values.push_back(std::move(v));
+  return static_cast<ValueId>(g_.values.size() - 1);
+}
+
+} // namespace kfuse::ir

@@ -1,0 +1,83 @@
+// The typed op graph: a pipeline's declarations and op applications in SSA form.
+//
+// Values are stored in definition order, which is a topological order: an op's
+// arguments always precede it. Passes never mutate a graph in place; they build a
+// new one with GraphBuilder, so every stage of the pipeline can be printed and
+// interpreted on its own.
+#pragma once
+
+#include "compiler/ir/ops.h"
+#include "compiler/ir/types.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kfuse::ir {
+
+using ValueId = int;
+
+enum class ValueKind : uint8_t { Input, Param, State, Op };
+
+enum class Mode : uint8_t { Train, Eval };
+std::string_view mode_name(Mode m);
+
+// An attribute value: a number (`eps=1e-5`, `dim=1`) or an identifier: a dim name
+// (`count=N`) or a type name (`dtype=f32`).
+struct AttrValue {
+  double number = 0;
+  std::string dim; // the identifier; empty when the value is the number
+  bool operator==(const AttrValue &o) const { return number == o.number && dim == o.dim; }
+};
+
+struct Value {
+  std::string name; // the name it was written with; unique names are made by the printer
+  ValueKind kind = ValueKind::Op;
+  OpKind op = OpKind::Add;     // meaningful when kind == Op
+  std::vector<ValueId> args;   // when kind == Op
+  std::map<std::string, AttrValue> attrs; // every attribute of op_info(op), defaults filled in
+  TensorType type;             // rank 0 for effects (bn_update)
+  SourceLoc loc;
+  // Provenance, for `kfuse plan`: the user op statements this value computes part of
+  // ("batchnorm@9" = the batchnorm on line 9), and the passes that rewrote it.
+  std::vector<std::string> origins;
+  std::vector<std::string> rewrites;
+
+  bool is_op() const { return kind == ValueKind::Op; }
+  bool is_effect() const { return kind == ValueKind::Op && type.rank() == 0; }
+  double attr(const std::string &key) const { return attrs.at(key).number; }
+};
+
+struct Graph {
+  std::string name;
+  std::vector<std::string> dims; // symbolic dims in declaration order
+  std::vector<Value> values;
+  std::vector<ValueId> outputs;
+  SourceLoc loc; // of the `pipeline` keyword
+
+  const Value &operator[](ValueId id) const { return values.at(static_cast<size_t>(id)); }
+  ValueId find(const std::string &declared_name) const; // -1 if none (declarations only)
+  std::vector<ValueId> declared(ValueKind kind) const;
+  // For each value, the ops that read it.
+  std::vector<std::vector<ValueId>> users() const;
+};
+
+// Appends values to a graph under construction, keeping definition order.
+class GraphBuilder {
+public:
+  explicit GraphBuilder(std::string name, std::vector<std::string> dims = {});
+  ValueId declare(ValueKind kind, std::string name, TensorType type, SourceLoc loc = {});
+  // Adds an op. Missing attributes get their defaults; the type is inferred from the args
+  // (throws kfuse::ir::TypeError on a mismatch; callers with source locations report it).
+  ValueId op(OpKind op, std::vector<ValueId> args, std::map<std::string, AttrValue> attrs = {},
+             std::string name = {}, SourceLoc loc = {});
+  Value &at(ValueId id) { return g_.values.at(static_cast<size_t>(id)); }
+  const Graph &graph() const { return g_; }
+  void add_output(ValueId id) { g_.outputs.push_back(id); }
+  Graph finish() { return std::move(g_); }
+
+private:
+  Graph g_;
+};
+
+} // namespace kfuse::ir

@@ -1,0 +1,147 @@
+#include "compiler/ir/infer.h"
+
+#include <fmt/format.h>
+
+namespace kfuse::ir {
+namespace {
+
+void expect_rank(const OpInfo &op, const std::vector<TensorType> &args, int i, int rank,
+                 std::string_view what) {
+  if (args[i].rank() != rank)
+    throw TypeError(i, fmt::format("{} expects {} of rank {}, got {}", op.name, what, rank,
+                                   args[i].str()));
+}
+
+void expect_dtype(const OpInfo &op, const std::vector<TensorType> &args) {
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i].dtype != args[0].dtype)
+      throw TypeError(static_cast<int>(i),
+                      fmt::format("type mismatch in {}: {} and {}", op.name, args[0].str(),
+                                  args[i].str()));
+}
+
+// Both extents must be the same constant or the same symbolic dim.
+void unify(const OpInfo &op, const std::vector<TensorType> &args, int i, const Dim &a,
+           const Dim &b, std::string_view what) {
+  if (a != b)
+    throw TypeError(i, fmt::format("dims cannot unify in {}: {} is {} but {} ({} vs {})",
+                                   op.name, what, a.str(), b.str(), args[0].str(),
+                                   args[i].str()));
+}
+
+// A per-feature vector of a [rows, C] tensor: shape [C].
+void expect_feature_vector(const OpInfo &op, const std::vector<TensorType> &args, int i,
+                           const Dim &c, std::string_view what) {
+  if (args[i].rank() != 1 || args[i].shape[0] != c)
+    throw TypeError(i, fmt::format("shape mismatch in {}: {} must be [{}] to match {}, got {}",
+                                   op.name, what, c.str(), args[0].str(), args[i].str()));
+}
+
+} // namespace
+
+std::optional<std::vector<Dim>> broadcast(const std::vector<Dim> &a, const std::vector<Dim> &b) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<Dim> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Dim one = Dim::constant(1);
+    const Dim &x = i + a.size() >= n ? a[i + a.size() - n] : one;
+    const Dim &y = i + b.size() >= n ? b[i + b.size() - n] : one;
+    if (x == y || y == one)
+      out[i] = x;
+    else if (x == one)
+      out[i] = y;
+    else
+      return std::nullopt;
+  }
+  return out;
+}
+
+TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
+                      const std::map<std::string, AttrValue> &attrs) {
+  const OpInfo &op = op_info(kind);
+  int n = static_cast<int>(args.size());
+  if (n < op.min_args || n > op.max_args)
+    throw TypeError(-1, op.min_args == op.max_args
+                            ? fmt::format("{} takes {} arguments, got {}", op.name, op.min_args, n)
+                            : fmt::format("{} takes {} to {} arguments, got {}", op.name,
+                                          op.min_args, op.max_args, n));
+  for (int i = 0; i < n; ++i)
+    if (args[i].rank() == 0)
+      throw TypeError(i, fmt::format("{} cannot take an effect as argument {}", op.name, i + 1));
+  if (op.cls == OpClass::Constant) {
+    auto dt = parse_dtype(attrs.at("dtype").dim);
+    if (!dt)
+      throw TypeError(-1, fmt::format("constant: '{}' is not a type", attrs.at("dtype").dim));
+    return {*dt, {Dim::constant(1)}};
+  }
+  expect_dtype(op, args);
+  DType dt = args[0].dtype;
+
+  switch (op.cls) {
+  case OpClass::Gemm: {
+    expect_rank(op, args, 0, 2, "its input");
+    expect_rank(op, args, 1, 2, "its weight");
+    bool linear = kind == OpKind::Linear;
+    // linear: weight is [out, in]; matmul: b is [in, out].
+    const Dim &k = linear ? args[1].shape[1] : args[1].shape[0];
+    const Dim &m = linear ? args[1].shape[0] : args[1].shape[1];
+    unify(op, args, 1, args[0].shape[1], k, "the inner dim");
+    if (n == 3)
+      expect_feature_vector(op, args, 2, m, "the bias");
+    return {dt, {args[0].shape[0], m}};
+  }
+  case OpClass::Norm: {
+    if (n == 4)
+      throw TypeError(-1, "batchnorm takes (x, running_mean, running_var) or (x, weight, bias, "
+                          "running_mean, running_var), got 4 arguments");
+    expect_rank(op, args, 0, 2, "its input");
+    const Dim &c = args[0].shape[1];
+    static const char *names3[] = {"", "running_mean", "running_var"};
+    static const char *names5[] = {"", "weight", "bias", "running_mean", "running_var"};
+    for (int i = 1; i < n; ++i)
+      expect_feature_vector(op, args, i, c, n == 3 ? names3[i] : names5[i]);
+    return args[0];
+  }
+  case OpClass::Binary: {
+    auto shape = broadcast(args[0].shape, args[1].shape);
+    if (!shape)
+      throw TypeError(1, fmt::format("shape mismatch in {}: {} and {} do not broadcast", op.name,
+                                     args[0].str(), args[1].str()));
+    return {dt, *shape};
+  }
+  case OpClass::Unary:
+    return args[0];
+  case OpClass::Row: {
+    double d = attrs.at("dim").number;
+    int rank = args[0].rank();
+    if (d < -rank || d >= rank)
+      throw TypeError(-1, fmt::format("{}: dim={} is out of range for {} (rank {})", op.name, d,
+                                      args[0].str(), rank));
+    return args[0];
+  }
+  case OpClass::ColReduce:
+    expect_rank(op, args, 0, 2, "its input");
+    return {dt, {args[0].shape[1]}};
+  case OpClass::ColAffine: {
+    expect_rank(op, args, 0, 2, "its input");
+    for (int i = 1; i < 3; ++i)
+      if (!(args[i].rank() == 1 &&
+            (args[i].shape[0] == args[0].shape[1] || args[i].shape[0] == Dim::constant(1))))
+        throw TypeError(i, fmt::format("shape mismatch in col_affine: {} must be [{}] or [1], got {}",
+                                       i == 1 ? "alpha" : "beta", args[0].shape[1].str(),
+                                       args[i].str()));
+    return args[0];
+  }
+  case OpClass::Effect: {
+    expect_rank(op, args, 0, 1, "running_mean");
+    for (int i = 1; i < n; ++i)
+      expect_feature_vector(op, args, i, args[0].shape[0], i == 1 ? "running_var" : "a statistic");
+    return {dt, {}};
+  }
+  case OpClass::Constant:
+    break;
+  }
+  throw TypeError(-1, "unknown op");
+}
+
+} // namespace kfuse::ir
