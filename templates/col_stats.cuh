@@ -1,0 +1,155 @@
+// Column statistics (mean, biased variance) of an [m, n] row-major matrix, in two steps:
+//
+// 1. col_partials: block (bx, by) summarizes rows [by * tile_rows, min((by+1) * tile_rows, m))
+//    of the columns [bx * COL_STATS_COLS, ...) as a per-column (mean, M2) pair, M2 being the sum
+//    of squared deviations from that tile's mean, of the values pre(col, in[row, col]):
+//      partial_mean[by * n + col], partial_m2[by * n + col]
+//    This is the layout gemm_simt's statistics epilogue writes (there tile_rows = GEMM_BM), so
+//    one merge serves both producers.
+//    Launch: block = dim3(COL_STATS_THREADS), grid = dim3(col_stats_grid_x(n),
+//    col_stats_grid_y(m, tile_rows)), no dynamic shared memory. Any tile_rows >= 1;
+//    COL_STATS_TILE_ROWS is a good default.
+// 2. merge_column: merges the tiles of one column in tile order with Chan et al.'s pairwise
+//    formula in double, giving the mean and the biased variance M2 / m (the unbiased one, for
+//    running_var, is var * m / (m - 1)). The generated finalize kernel loops over columns.
+//
+// Deterministic: every sum has a fixed order (per-thread Welford over its rows in row order,
+// then the row groups of a tile merged in order by one thread per column, then the tiles in
+// order); no atomics. No E[x^2] - E[x]^2 cancellation anywhere.
+//
+// float4 loads where the base pointer is 16-byte aligned, ld % 4 == 0 and the four columns are
+// in bounds; guarded scalar loads otherwise. Addresses are computed in 64-bit.
+//
+// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
+// host-side launcher can take the geometry constants from the same source.
+#pragma once
+
+#ifndef KF_HOST_DEVICE
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KF_HOST_DEVICE __host__ __device__
+#else
+#define KF_HOST_DEVICE
+#endif
+#endif
+
+namespace kf {
+
+constexpr int COL_STATS_THREADS = 256;
+constexpr int COL_STATS_COLS = 128;     // columns per block: 32 threads x 4 columns (a float4)
+constexpr int COL_STATS_ROW_GROUPS = 8; // COL_STATS_THREADS / 32: one warp per row group
+constexpr int COL_STATS_TILE_ROWS = 128;
+
+KF_HOST_DEVICE constexpr int col_stats_grid_x(int n) {
+  return (n + COL_STATS_COLS - 1) / COL_STATS_COLS;
+}
+KF_HOST_DEVICE constexpr int col_stats_grid_y(int m, int tile_rows) {
+  return (m + tile_rows - 1) / tile_rows;
+}
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+// Pre concept: __device__ float operator()(int col, float x) const.
+template <class Pre>
+__device__ void col_partials(int m, int n, const float *__restrict__ in, int ld, const Pre &pre,
+                             int tile_rows, float *__restrict__ partial_mean,
+                             float *__restrict__ partial_m2) {
+  static_assert(COL_STATS_THREADS == 32 * COL_STATS_ROW_GROUPS && COL_STATS_COLS == 32 * 4,
+                "one warp spans the block's columns, one float4 per thread");
+  __shared__ float sm_mean[COL_STATS_ROW_GROUPS][COL_STATS_COLS];
+  __shared__ float sm_m2[COL_STATS_ROW_GROUPS][COL_STATS_COLS];
+
+  const int t = threadIdx.x;
+  const int rg = t >> 5;                                     // row group: rows rg, rg + 8, ...
+  const int c0 = blockIdx.x * COL_STATS_COLS + (t & 31) * 4; // this thread's 4 columns
+  const int r0 = blockIdx.y * tile_rows;
+  const int rows = min(tile_rows, m - r0);
+  const bool vec =
+      (reinterpret_cast<unsigned long long>(in) & 15ull) == 0 && (ld & 3) == 0 && c0 + 3 < n;
+
+  // Welford over this thread's rows, all four columns at once (they share the count).
+  float mean[4] = {0.0f, 0.0f, 0.0f, 0.0f}, m2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int count = 0;
+  if (c0 < n) {
+#pragma unroll 4
+    for (int r = rg; r < rows; r += COL_STATS_ROW_GROUPS) {
+      const float *p = in + (static_cast<long long>(r0 + r) * ld + c0);
+      float x[4];
+      if (vec) {
+        const float4 v = __ldg(reinterpret_cast<const float4 *>(p));
+        x[0] = v.x;
+        x[1] = v.y;
+        x[2] = v.z;
+        x[3] = v.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          x[j] = c0 + j < n ? __ldg(p + j) : 0.0f;
+      }
+      ++count;
+      const float inv = 1.0f / static_cast<float>(count);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float y = pre(min(c0 + j, n - 1), x[j]);
+        const float d = y - mean[j];
+        mean[j] = fmaf(d, inv, mean[j]);
+        m2[j] = fmaf(d, y - mean[j], m2[j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    sm_mean[rg][(t & 31) * 4 + j] = mean[j];
+    sm_m2[rg][(t & 31) * 4 + j] = m2[j];
+  }
+  __syncthreads();
+
+  // One thread per column merges the row groups in order.
+  const int cl = t;
+  const int col = blockIdx.x * COL_STATS_COLS + cl;
+  if (cl < COL_STATS_COLS && col < n) {
+    float na = 0.0f, mu = 0.0f, s2 = 0.0f;
+    for (int g = 0; g < COL_STATS_ROW_GROUPS; ++g) {
+      const int cnt = rows > g ? (rows - g + COL_STATS_ROW_GROUPS - 1) / COL_STATS_ROW_GROUPS : 0;
+      if (cnt == 0)
+        continue;
+      const float nb = static_cast<float>(cnt);
+      const float nab = na + nb;
+      const float delta = sm_mean[g][cl] - mu;
+      const float wb = nb / nab;
+      mu = fmaf(delta, wb, mu);
+      s2 = s2 + sm_m2[g][cl] + delta * delta * na * wb;
+      na = nab;
+    }
+    const long long idx = static_cast<long long>(blockIdx.y) * n + col;
+    partial_mean[idx] = mu;
+    partial_m2[idx] = s2;
+  }
+}
+
+// ntiles = ceil(m / tile_rows); tile t holds count = min(tile_rows, m - t * tile_rows) rows.
+// var is the biased variance M2 / m (NaN for m == 0).
+__device__ inline void merge_column(int col, int n, int ntiles, int tile_rows, int m,
+                                    const float *__restrict__ partial_mean,
+                                    const float *__restrict__ partial_m2, double &mean,
+                                    double &var) {
+  double na = 0.0, mu = 0.0, s2 = 0.0;
+  for (int t = 0; t < ntiles; ++t) {
+    const int cnt = min(tile_rows, m - t * tile_rows);
+    if (cnt <= 0)
+      break;
+    const long long idx = static_cast<long long>(t) * n + col;
+    const double nb = static_cast<double>(cnt);
+    const double nab = na + nb;
+    const double delta = static_cast<double>(partial_mean[idx]) - mu;
+    const double wb = nb / nab;
+    mu += delta * wb;
+    s2 += static_cast<double>(partial_m2[idx]) + delta * delta * na * wb;
+    na = nab;
+  }
+  mean = mu;
+  var = s2 / static_cast<double>(m);
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf

@@ -1,0 +1,288 @@
+// softmax / log_softmax over each row of an [m, n] row-major matrix, with a per-column transform
+// applied on load (the pending column affine of the plan: BN normalize, scale, bias):
+//
+//   y = pre(col, in[row, col]);   out[row, col] = exp(y - max) / sum   (Log: y - max - log(sum))
+//
+// with max and sum = sum_col exp(y - max) taken over the row, as PyTorch computes them.
+//
+// One block of Threads threads per row: the generated entry point calls
+//   row_softmax<Threads, Log>(blockIdx.x, n, in, ld_in, out, ld_out, pre, smem, smem_floats)
+// with grid = dim3(m), block = dim3(Threads), and smem / smem_floats its dynamic shared memory
+// (16-byte aligned) of row_softmax_smem_bytes(n) bytes. Threads: a multiple of 32, at most 1024;
+// row_softmax_threads(n) is a reasonable choice.
+//
+// Two paths, chosen per call:
+// - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared
+//   memory, so each input element is read from global memory once and each output written once.
+// - streaming (longer rows): a first pass keeps a per-thread online (max, sum) pair, the pairs
+//   are merged, a second pass re-reads the row and writes it. Two reads, one write.
+// Global accesses are float4 where the row's pointer is 16-byte aligned (decided per row), with
+// a scalar tail for n % 4; otherwise scalar. Addresses are computed in 64-bit.
+//
+// in == out with ld_in == ld_out (in place) is allowed: every element is read before any
+// element of the row is written (resident path), or by the thread that later overwrites it
+// (streaming path).
+//
+// Deterministic: each thread accumulates its elements in a fixed order, warps reduce with a
+// butterfly (each step is commutative, so all lanes agree bitwise), and the per-warp results are
+// combined in warp order.
+//
+// Special values follow PyTorch: a NaN in the row makes the row NaN; -inf elements give 0
+// (-inf for Log); a row of only -inf gives NaN.
+//
+// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
+// host-side launcher can size shared memory with the same helpers.
+#pragma once
+
+#ifndef KF_HOST_DEVICE
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KF_HOST_DEVICE __host__ __device__
+#else
+#define KF_HOST_DEVICE
+#endif
+#endif
+
+namespace kf {
+
+// Default cap on the dynamic shared memory of one row block. An H100 block may opt in to
+// 227 KiB; above 48 KiB the launcher must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+constexpr int ROW_SOFTMAX_SMEM_CAP_BYTES = 200 * 1024;
+
+// Floats of dynamic shared memory for a resident row of n elements (rounded up to a multiple of
+// 4 for float4 access), or 0 when that exceeds cap_bytes: the kernel then streams.
+KF_HOST_DEVICE constexpr int row_softmax_smem_floats(int n,
+                                                     int cap_bytes = ROW_SOFTMAX_SMEM_CAP_BYTES) {
+  return (static_cast<long long>(n) + 3) / 4 * 16 <= cap_bytes ? (n + 3) / 4 * 4 : 0;
+}
+KF_HOST_DEVICE constexpr int row_softmax_smem_bytes(int n,
+                                                    int cap_bytes = ROW_SOFTMAX_SMEM_CAP_BYTES) {
+  return row_softmax_smem_floats(n, cap_bytes) * 4;
+}
+// Block size by row length: about 8 to 32 elements per thread.
+KF_HOST_DEVICE constexpr int row_softmax_threads(int n) {
+  return n <= 1024 ? 128 : n <= 4096 ? 256 : n <= 16384 ? 512 : 1024;
+}
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+namespace row_detail {
+
+// NVRTC has no <cmath> INFINITY.
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+__device__ __forceinline__ bool aligned16(const void *p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+// All threads of the block get the max / sum of v over the block. Uses red[32] of shared memory
+// and leaves it free for the next call (trailing barrier).
+template <int Threads> __device__ __forceinline__ float block_max(float v, float *red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0)
+    red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = red[0];
+#pragma unroll
+  for (int w = 1; w < Threads / 32; ++w)
+    r = fmaxf(r, red[w]);
+  __syncthreads();
+  return r;
+}
+
+template <int Threads> __device__ __forceinline__ float block_sum(float v, float *red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0)
+    red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = red[0];
+#pragma unroll
+  for (int w = 1; w < Threads / 32; ++w)
+    r += red[w];
+  __syncthreads();
+  return r;
+}
+
+// Online softmax summary: the running max m and sum s of exp(y - m) over the values seen.
+struct MaxSum {
+  float m, s;
+};
+
+__device__ __forceinline__ void online_add(MaxSum &a, float y) {
+  if (y > a.m) {
+    a.s = a.s * expf(a.m - y) + 1.0f; // a.m = -inf: exp(-inf) = 0
+    a.m = y;
+  } else {
+    // -inf adds 0 (exp(-inf - -inf) would be NaN); NaN fails y > a.m and poisons s.
+    a.s += y == neg_inf() ? 0.0f : expf(y - a.m);
+  }
+}
+
+// Commutative bitwise (fmaxf and + are), so butterfly lanes agree.
+__device__ __forceinline__ MaxSum online_merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  // An empty side (s == 0, m == -inf) adds 0 rather than 0 * exp(NaN).
+  const float sa = a.s == 0.0f ? 0.0f : a.s * expf(a.m - m);
+  const float sb = b.s == 0.0f ? 0.0f : b.s * expf(b.m - m);
+  return MaxSum{m, sa + sb};
+}
+
+template <int Threads> __device__ __forceinline__ MaxSum block_max_sum(MaxSum v, float *red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
+    v = online_merge(v, other);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    red[threadIdx.x >> 5] = v.m;
+    red[32 + (threadIdx.x >> 5)] = v.s;
+  }
+  __syncthreads();
+  MaxSum r{red[0], red[32]};
+#pragma unroll
+  for (int w = 1; w < Threads / 32; ++w)
+    r = online_merge(r, MaxSum{red[w], red[32 + w]});
+  __syncthreads();
+  return r;
+}
+
+// Four consecutive elements starting at a multiple of 4; p + i*4 is 16-byte aligned when vec.
+__device__ __forceinline__ float4 load4(const float *p, int i, bool vec) {
+  if (vec)
+    return __ldg(reinterpret_cast<const float4 *>(p) + i);
+  return make_float4(__ldg(p + 4 * i), __ldg(p + 4 * i + 1), __ldg(p + 4 * i + 2),
+                     __ldg(p + 4 * i + 3));
+}
+__device__ __forceinline__ void store4(float *p, int i, float4 v, bool vec) {
+  if (vec) {
+    reinterpret_cast<float4 *>(p)[i] = v;
+  } else {
+    p[4 * i] = v.x;
+    p[4 * i + 1] = v.y;
+    p[4 * i + 2] = v.z;
+    p[4 * i + 3] = v.w;
+  }
+}
+
+} // namespace row_detail
+
+// Pre concept: __device__ float operator()(int col, float x) const.
+template <int Threads, bool Log, class Pre>
+__device__ void row_softmax(int row, int n, const float *in, int ld_in, float *out, int ld_out,
+                            const Pre &pre, float *smem, int smem_floats) {
+  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+  using namespace row_detail;
+  __shared__ float red[64];
+
+  const float *src = in + static_cast<long long>(row) * ld_in;
+  float *dst = out + static_cast<long long>(row) * ld_out;
+  const bool vin = aligned16(src), vout = aligned16(dst);
+  const int n4 = n / 4; // float4 body; elements [4 * n4, n) are the scalar tail
+  const int tid = threadIdx.x;
+
+  if (smem != nullptr && n <= smem_floats) {
+    // Resident: load + transform once, into shared memory.
+    float lmax = neg_inf();
+    for (int i = tid; i < n4; i += Threads) {
+      float4 v = load4(src, i, vin);
+      v.x = pre(4 * i, v.x);
+      v.y = pre(4 * i + 1, v.y);
+      v.z = pre(4 * i + 2, v.z);
+      v.w = pre(4 * i + 3, v.w);
+      reinterpret_cast<float4 *>(smem)[i] = v;
+      lmax = fmaxf(lmax, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+    }
+    for (int c = 4 * n4 + tid; c < n; c += Threads) {
+      const float y = pre(c, __ldg(src + c));
+      smem[c] = y;
+      lmax = fmaxf(lmax, y);
+    }
+    const float mx = block_max<Threads>(lmax, red);
+
+    // Sum of exp(y - max). Each thread revisits exactly the elements it wrote, so no barrier is
+    // needed before; softmax keeps the exponentials for the write pass.
+    float lsum = 0.0f;
+    for (int i = tid; i < n4; i += Threads) {
+      float4 v = reinterpret_cast<const float4 *>(smem)[i];
+      v.x = expf(v.x - mx);
+      v.y = expf(v.y - mx);
+      v.z = expf(v.z - mx);
+      v.w = expf(v.w - mx);
+      lsum += (v.x + v.y) + (v.z + v.w);
+      if constexpr (!Log)
+        reinterpret_cast<float4 *>(smem)[i] = v;
+    }
+    for (int c = 4 * n4 + tid; c < n; c += Threads) {
+      const float e = expf(smem[c] - mx);
+      lsum += e;
+      if constexpr (!Log)
+        smem[c] = e;
+    }
+    const float sum = block_sum<Threads>(lsum, red);
+
+    const float lse = logf(sum);
+    for (int i = tid; i < n4; i += Threads) {
+      float4 v = reinterpret_cast<const float4 *>(smem)[i];
+      if constexpr (Log) {
+        v.x = (v.x - mx) - lse;
+        v.y = (v.y - mx) - lse;
+        v.z = (v.z - mx) - lse;
+        v.w = (v.w - mx) - lse;
+      } else {
+        v.x = v.x / sum;
+        v.y = v.y / sum;
+        v.z = v.z / sum;
+        v.w = v.w / sum;
+      }
+      store4(dst, i, v, vout);
+    }
+    for (int c = 4 * n4 + tid; c < n; c += Threads)
+      dst[c] = Log ? (smem[c] - mx) - lse : smem[c] / sum;
+    return;
+  }
+
+  // Streaming: online (max, sum) in one pass, then recompute and write.
+  MaxSum acc{neg_inf(), 0.0f};
+  for (int i = tid; i < n4; i += Threads) {
+    const float4 v = load4(src, i, vin);
+    online_add(acc, pre(4 * i, v.x));
+    online_add(acc, pre(4 * i + 1, v.y));
+    online_add(acc, pre(4 * i + 2, v.z));
+    online_add(acc, pre(4 * i + 3, v.w));
+  }
+  for (int c = 4 * n4 + tid; c < n; c += Threads)
+    online_add(acc, pre(c, __ldg(src + c)));
+  const MaxSum tot = block_max_sum<Threads>(acc, red);
+  const float mx = tot.m, sum = tot.s, lse = logf(tot.s);
+
+  for (int i = tid; i < n4; i += Threads) {
+    float4 v = load4(src, i, vin);
+    v.x = pre(4 * i, v.x);
+    v.y = pre(4 * i + 1, v.y);
+    v.z = pre(4 * i + 2, v.z);
+    v.w = pre(4 * i + 3, v.w);
+    if constexpr (Log) {
+      v.x = (v.x - mx) - lse;
+      v.y = (v.y - mx) - lse;
+      v.z = (v.z - mx) - lse;
+      v.w = (v.w - mx) - lse;
+    } else {
+      v.x = expf(v.x - mx) / sum;
+      v.y = expf(v.y - mx) / sum;
+      v.z = expf(v.z - mx) / sum;
+      v.w = expf(v.w - mx) / sum;
+    }
+    store4(dst, i, v, vout);
+  }
+  for (int c = 4 * n4 + tid; c < n; c += Threads) {
+    const float y = pre(c, __ldg(src + c));
+    dst[c] = Log ? (y - mx) - lse : expf(y - mx) / sum;
+  }
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf
