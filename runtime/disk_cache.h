@@ -1,0 +1,65 @@
+// A directory of cache entries keyed by a hex string; the JIT stores compiled modules here.
+//
+// Invariants:
+// - An entry is written to a temporary file in the cache directory (named from the pid, the
+//   thread and a counter, so no two writers share one), written in full, fsync'ed, then renamed
+//   over the entry's name. Readers therefore see a whole old entry, a whole new entry, or none;
+//   any number of processes and threads may store and load the same key at once.
+// - Every entry starts with a header (magic, format version, key, payload size, 64-bit checksum
+//   of the payload). load() verifies all of it; an entry that is torn, truncated, corrupt or
+//   filed under the wrong key is removed and reported as a miss, never returned.
+//
+// Errors: the directory is where the user asked the cache to be (KFUSE_CACHE_DIR, ...), so a
+// cache that cannot be used is an error, not something to skip silently. store() throws
+// kfuse::Error naming the path when the directory cannot be created or the entry cannot be
+// written (permissions, disk full); load() throws kfuse::Error naming the path when an entry
+// exists but cannot be read. A missing directory or entry is a miss. Failing to remove a bad
+// entry is not an error: it is still a miss, and the next store() replaces it.
+//
+// Temporary files left by a process killed mid-store are named ".<key>.tmp.*" and are never
+// read; deleting them (or the whole directory) at any time is safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kfuse::rt {
+
+class DiskCache {
+public:
+  // Entries live in `directory`, created on the first store().
+  explicit DiskCache(std::string directory);
+
+  // $KFUSE_CACHE_DIR, else $XDG_CACHE_HOME/kfuse, else $HOME/.cache/kfuse (empty variables count
+  // as unset). Throws kfuse::Error when none of them is set.
+  static DiskCache from_environment();
+
+  const std::string &directory() const { return directory_; }
+
+  // Keys are 1 to 128 characters of [0-9A-Za-z_-] (hash_hex() output qualifies); anything else
+  // throws kfuse::Error.
+  std::optional<std::string> load(const std::string &key) const;
+  void store(const std::string &key, const std::string &payload) const;
+
+  // Where the entry for `key` lives (tests corrupt it on purpose).
+  std::string entry_path(const std::string &key) const;
+
+  // Bumped when the entry layout changes; part of the entry's file name, so builds with
+  // different layouts sharing a directory do not delete each other's entries.
+  static constexpr std::uint32_t kFormatVersion = 1;
+
+private:
+  std::string directory_;
+};
+
+// A 64-bit non-cryptographic hash (used for entry checksums). Different seeds give independent
+// hashes.
+std::uint64_t hash64(std::string_view data, std::uint64_t seed);
+
+// A 128-bit non-cryptographic hash of `data` as 32 lowercase hex digits (two independently
+// seeded hash64 lanes). Stable across runs, builds and machines: cache keys depend on it.
+std::string hash_hex(std::string_view data);
+
+} // namespace kfuse::rt
