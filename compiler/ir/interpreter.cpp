@@ -1,0 +1,568 @@
+#include "compiler/ir/interpreter.h"
+
+#include "compiler/ir/infer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+namespace kfuse::ir {
+namespace {
+
+std::string shape_str(const std::vector<int64_t> &shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+std::string_view kind_name(ValueKind k) {
+  switch (k) {
+  case ValueKind::Input:
+    return "input";
+  case ValueKind::Param:
+    return "param";
+  case ValueKind::State:
+    return "state";
+  case ValueKind::Op:
+    return "op";
+  }
+  return "?";
+}
+
+// How errors name a value: its written name, else its position ("%7"), with its op.
+std::string describe(const Graph &g, ValueId id) {
+  const Value &v = g[id];
+  std::string name = v.name.empty() ? fmt::format("%{}", id) : fmt::format("'{}'", v.name);
+  if (v.is_op())
+    return fmt::format("{} ({})", name, op_info(v.op).name);
+  return fmt::format("{} {}", kind_name(v.kind), name);
+}
+
+// The concrete shape of a declaration, with errors that name it.
+std::vector<int64_t> declared_shape(const Graph &g, ValueId id, const DimBindings &dims) {
+  const Value &v = g[id];
+  if (v.type.rank() < 1 || v.type.rank() > 2)
+    throw InterpretError(
+        fmt::format("{} is declared {}; tensors have rank 1 or 2", describe(g, id), v.type.str()));
+  try {
+    return concrete_shape(v.type, dims);
+  } catch (const InterpretError &e) {
+    throw InterpretError(fmt::format("{}: {}", describe(g, id), e.what()));
+  }
+}
+
+HostTensor zeros(std::vector<int64_t> shape) {
+  HostTensor t;
+  t.shape = std::move(shape);
+  t.data.assign(static_cast<size_t>(t.numel()), 0.0);
+  return t;
+}
+
+// Four independent partial sums hide the latency of the adds; the summation order is
+// fixed, so the result is still deterministic.
+double dot(const double *a, const double *b, int64_t k) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= k; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < k; ++i)
+    s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+// Rows of the left operand processed together: the block (kGemmRowBlock x K doubles) stays
+// in cache while every row of the right operand streams past it once, so a large weight
+// is read N / kGemmRowBlock times instead of N times.
+constexpr int64_t kGemmRowBlock = 8;
+
+// x[N,K] @ w[M,K]^T (+ bias[M]): both operands are read along K, contiguously.
+HostTensor linear(const HostTensor &x, const HostTensor &w, const HostTensor *bias) {
+  int64_t n = x.shape[0], k = x.shape[1], m = w.shape[0];
+  HostTensor out = zeros({n, m});
+  for (int64_t r0 = 0; r0 < n; r0 += kGemmRowBlock) {
+    int64_t r1 = std::min(n, r0 + kGemmRowBlock);
+    for (int64_t j = 0; j < m; ++j) {
+      const double *wj = &w.data[j * k];
+      double b = bias ? bias->data[j] : 0.0;
+      for (int64_t i = r0; i < r1; ++i)
+        out.data[i * m + j] = dot(&x.data[i * k], wj, k) + b;
+    }
+  }
+  return out;
+}
+
+// a[N,K] @ b[K,M] in i-k-j order: the inner loop runs along rows of b and of the output,
+// both contiguous.
+HostTensor matmul(const HostTensor &a, const HostTensor &b) {
+  int64_t n = a.shape[0], k = a.shape[1], m = b.shape[1];
+  HostTensor out = zeros({n, m});
+  for (int64_t r0 = 0; r0 < n; r0 += kGemmRowBlock) {
+    int64_t r1 = std::min(n, r0 + kGemmRowBlock);
+    for (int64_t p = 0; p < k; ++p) {
+      const double *bp = &b.data[p * m];
+      for (int64_t i = r0; i < r1; ++i) {
+        double s = a.data[i * k + p];
+        double *oi = &out.data[i * m];
+        for (int64_t j = 0; j < m; ++j)
+          oi[j] += s * bp[j];
+      }
+    }
+  }
+  return out;
+}
+
+struct ColumnStats {
+  std::vector<double> mean;
+  std::vector<double> var; // biased
+};
+
+// Two passes (mean, then squared deviations) rather than E[y^2] - E[y]^2, which cancels
+// catastrophically when the mean is large against the spread. col_mean, col_var and
+// batchnorm all use this one function, so their statistics agree bit for bit.
+ColumnStats column_stats(const HostTensor &y) {
+  int64_t n = y.shape[0], c = y.shape[1];
+  ColumnStats s{std::vector<double>(static_cast<size_t>(c), 0.0),
+                std::vector<double>(static_cast<size_t>(c), 0.0)};
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      s.mean[j] += y.data[i * c + j];
+  for (double &m : s.mean)
+    m /= static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      double d = y.data[i * c + j] - s.mean[j];
+      s.var[j] += d * d;
+    }
+  for (double &v : s.var)
+    v /= static_cast<double>(n);
+  return s;
+}
+
+double apply_binary(OpKind op, double a, double b) {
+  switch (op) {
+  case OpKind::Add:
+    return a + b;
+  case OpKind::Sub:
+    return a - b;
+  case OpKind::Mul:
+    return a * b;
+  default:
+    return a / b;
+  }
+}
+
+// Numpy broadcasting of tensors of rank 1 or 2: a rank-1 operand is a single row, and an
+// extent of 1 is read with stride 0.
+HostTensor binary(OpKind op, const HostTensor &a, const HostTensor &b) {
+  auto rows = [](const HostTensor &t) { return t.shape.size() == 2 ? t.shape[0] : 1; };
+  auto cols = [](const HostTensor &t) { return t.shape.back(); };
+  int64_t n = std::max(rows(a), rows(b)), c = std::max(cols(a), cols(b));
+  HostTensor out = zeros(a.shape.size() == 2 || b.shape.size() == 2 ? std::vector<int64_t>{n, c}
+                                                                    : std::vector<int64_t>{c});
+  int64_t a_row = rows(a) == 1 ? 0 : cols(a), a_col = cols(a) == 1 ? 0 : 1;
+  int64_t b_row = rows(b) == 1 ? 0 : cols(b), b_col = cols(b) == 1 ? 0 : 1;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      out.data[i * c + j] =
+          apply_binary(op, a.data[i * a_row + j * a_col], b.data[i * b_row + j * b_col]);
+  return out;
+}
+
+double apply_unary(OpKind op, double x) {
+  switch (op) {
+  case OpKind::Relu:
+    return std::max(x, 0.0); // keeps NaN, as torch.relu does
+  case OpKind::Gelu:
+    return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+  case OpKind::Sigmoid:
+    return 1.0 / (1.0 + std::exp(-x));
+  case OpKind::Tanh:
+    return std::tanh(x);
+  case OpKind::Silu:
+    return x / (1.0 + std::exp(-x));
+  default:
+    return 1.0 / std::sqrt(x);
+  }
+}
+
+// Softmax along `dim`, viewing the tensor as [outer, len, inner]. Subtracting the maximum
+// keeps exp() from overflowing; log_softmax is computed as (x - max) - log(sum) rather than
+// log(softmax), which is -inf wherever exp(x - max) underflows to 0.
+HostTensor softmax(const HostTensor &x, int dim, bool take_log) {
+  int64_t outer = 1, inner = 1, len = x.shape[dim];
+  for (int d = 0; d < dim; ++d)
+    outer *= x.shape[d];
+  for (size_t d = static_cast<size_t>(dim) + 1; d < x.shape.size(); ++d)
+    inner *= x.shape[d];
+  HostTensor out = zeros(x.shape);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      int64_t base = o * len * inner + in;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t l = 0; l < len; ++l)
+        mx = std::max(mx, x.data[base + l * inner]);
+      double sum = 0;
+      for (int64_t l = 0; l < len; ++l)
+        sum += std::exp(x.data[base + l * inner] - mx);
+      for (int64_t l = 0; l < len; ++l) {
+        double z = x.data[base + l * inner] - mx;
+        out.data[base + l * inner] = take_log ? z - std::log(sum) : std::exp(z) / sum;
+      }
+    }
+  return out;
+}
+
+// y * alpha[j] + beta[j]; alpha and beta are [C] or [1].
+HostTensor col_affine(const HostTensor &y, const HostTensor &alpha, const HostTensor &beta) {
+  int64_t n = y.shape[0], c = y.shape[1];
+  int64_t sa = alpha.numel() == 1 ? 0 : 1, sb = beta.numel() == 1 ? 0 : 1;
+  HostTensor out = zeros(y.shape);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      out.data[i * c + j] = y.data[i * c + j] * alpha.data[j * sa] + beta.data[j * sb];
+  return out;
+}
+
+// (1 - m) * running + m * batch, with the batch variance made unbiased by count/(count-1),
+// as torch.nn.BatchNorm1d does.
+void momentum_update(std::vector<double> &running, const std::vector<double> &batch,
+                     double momentum, double unbias) {
+  for (size_t j = 0; j < running.size(); ++j)
+    running[j] = (1.0 - momentum) * running[j] + momentum * batch[j] * unbias;
+}
+
+// splitmix64 (Steele, Lea, Flood 2014): a tiny generator whose output is fixed by its
+// definition, unlike the distributions of <random>, so random_tensors gives the same
+// values with every standard library.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, 1) with 53 random bits.
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+};
+
+// FNV-1a: a name hash that, unlike std::hash, is the same on every platform.
+uint64_t fnv1a(const std::string &s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char ch : s)
+    h = (h ^ ch) * 0x100000001b3ULL;
+  return h;
+}
+
+} // namespace
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t e : shape)
+    n *= e;
+  return n;
+}
+
+std::vector<int64_t> concrete_shape(const TensorType &t, const DimBindings &dims) {
+  std::vector<int64_t> shape;
+  for (const Dim &d : t.shape) {
+    if (!d.is_symbolic()) {
+      shape.push_back(d.value);
+      continue;
+    }
+    auto it = dims.find(d.sym);
+    if (it == dims.end())
+      throw InterpretError(fmt::format("dim '{}' of {} is not bound", d.sym, t.str()));
+    if (it->second < 1)
+      throw InterpretError(fmt::format("dim '{}' of {} is bound to {}; extents must be positive",
+                                       d.sym, t.str(), it->second));
+    shape.push_back(it->second);
+  }
+  return shape;
+}
+
+Interpreter::Interpreter(const Graph &g, Mode mode, DimBindings dims, const TensorMap &tensors)
+    : g_(g), mode_(mode), dims_(std::move(dims)), declared_(g.values.size(), nullptr),
+      values_(g.values.size()), done_(g.values.size(), false) {
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    const Value &v = g_.values[i];
+    if (v.is_op())
+      continue;
+    ValueId id = static_cast<ValueId>(i);
+    std::vector<int64_t> shape = declared_shape(g_, id, dims_);
+    auto it = tensors.find(v.name);
+    if (it == tensors.end())
+      throw InterpretError(
+          fmt::format("missing tensor '{}' for {} {}", v.name, kind_name(v.kind), v.type.str()));
+    const HostTensor &t = it->second;
+    if (t.shape != shape)
+      throw InterpretError(fmt::format("tensor '{}' has shape {}, expected {} for {} {}", v.name,
+                                       shape_str(t.shape), shape_str(shape), kind_name(v.kind),
+                                       v.type.str()));
+    if (static_cast<int64_t>(t.data.size()) != t.numel())
+      throw InterpretError(fmt::format("tensor '{}' has shape {} but holds {} values", v.name,
+                                       shape_str(t.shape), t.data.size()));
+    declared_[i] = &t;
+    done_[i] = true;
+  }
+}
+
+bool Interpreter::computed(ValueId id) const {
+  return id >= 0 && static_cast<size_t>(id) < done_.size() && done_[static_cast<size_t>(id)];
+}
+
+const HostTensor &Interpreter::value(ValueId id) const {
+  if (!computed(id))
+    throw InterpretError(id >= 0 && static_cast<size_t>(id) < g_.values.size()
+                             ? fmt::format("{} has not been computed", describe(g_, id))
+                             : fmt::format("no value %{} in pipeline '{}'", id, g_.name));
+  return tensor(id);
+}
+
+const HostTensor &Interpreter::tensor(ValueId id) const {
+  size_t i = static_cast<size_t>(id);
+  return declared_[i] ? *declared_[i] : values_[i];
+}
+
+void Interpreter::eval_all() {
+  for (size_t i = 0; i < g_.values.size(); ++i)
+    if (g_.values[i].is_op())
+      eval(static_cast<ValueId>(i));
+}
+
+void Interpreter::record_update(ValueId op, ValueId state, HostTensor t) {
+  const Value &s = g_[state];
+  if (s.kind != ValueKind::State)
+    throw InterpretError(
+        fmt::format("{} updates {}, which is not a state", describe(g_, op), describe(g_, state)));
+  auto [it, inserted] = updated_by_.emplace(s.name, op);
+  if (!inserted && it->second != op)
+    throw InterpretError(fmt::format("state '{}' is updated by both {} and {}; a run updates a "
+                                     "state at most once",
+                                     s.name, describe(g_, it->second), describe(g_, op)));
+  updates_[s.name] = std::move(t);
+}
+
+HostTensor Interpreter::batchnorm(ValueId id) {
+  const Value &v = g_[id];
+  bool affine = v.args.size() == 5;
+  const HostTensor &x = tensor(v.args[0]);
+  ValueId rm_id = v.args[affine ? 3 : 1], rv_id = v.args[affine ? 4 : 2];
+  const HostTensor &rm = tensor(rm_id), &rv = tensor(rv_id);
+  int64_t n = x.shape[0], c = x.shape[1];
+  double eps = v.attr("eps"), momentum = v.attr("momentum");
+
+  ColumnStats stats;
+  if (mode_ == Mode::Train) {
+    if (n < 2)
+      throw InterpretError(fmt::format(
+          "batchnorm in train mode needs more than 1 row, got N={} (in {})", n, describe(g_, id)));
+    stats = column_stats(x);
+    HostTensor new_rm = rm, new_rv = rv;
+    momentum_update(new_rm.data, stats.mean, momentum, 1.0);
+    momentum_update(new_rv.data, stats.var, momentum,
+                    static_cast<double>(n) / static_cast<double>(n - 1));
+    record_update(id, rm_id, std::move(new_rm));
+    record_update(id, rv_id, std::move(new_rv));
+  } else {
+    stats = {rm.data, rv.data};
+  }
+
+  HostTensor out = zeros(x.shape);
+  for (int64_t j = 0; j < c; ++j) {
+    double scale = 1.0 / std::sqrt(stats.var[j] + eps), shift = 0.0;
+    if (affine) {
+      scale *= tensor(v.args[1]).data[j];
+      shift = tensor(v.args[2]).data[j];
+    }
+    for (int64_t i = 0; i < n; ++i)
+      out.data[i * c + j] = (x.data[i * c + j] - stats.mean[j]) * scale + shift;
+  }
+  return out;
+}
+
+void Interpreter::bn_update(ValueId id) {
+  const Value &v = g_[id];
+  const AttrValue &count_attr = v.attrs.at("count");
+  double count = count_attr.number;
+  if (!count_attr.dim.empty()) {
+    auto it = dims_.find(count_attr.dim);
+    if (it == dims_.end())
+      throw InterpretError(
+          fmt::format("{}: count={} names an unbound dim", describe(g_, id), count_attr.dim));
+    count = static_cast<double>(it->second);
+  }
+  if (count <= 1)
+    throw InterpretError(fmt::format("{}: count must be more than 1 to unbias the variance, got {}",
+                                     describe(g_, id), count));
+  double momentum = v.attr("momentum");
+  HostTensor new_rm = tensor(v.args[0]), new_rv = tensor(v.args[1]);
+  momentum_update(new_rm.data, tensor(v.args[2]).data, momentum, 1.0);
+  momentum_update(new_rv.data, tensor(v.args[3]).data, momentum, count / (count - 1));
+  record_update(id, v.args[0], std::move(new_rm));
+  record_update(id, v.args[1], std::move(new_rv));
+}
+
+void Interpreter::eval(ValueId id) {
+  if (id < 0 || static_cast<size_t>(id) >= g_.values.size())
+    throw InterpretError(fmt::format("no value %{} in pipeline '{}'", id, g_.name));
+  const Value &v = g_[id];
+  if (!v.is_op())
+    return; // declarations are bound by the constructor
+  std::vector<TensorType> arg_types;
+  for (ValueId a : v.args) {
+    if (!computed(a))
+      throw InterpretError(fmt::format("cannot evaluate {}: its argument {} has not been computed",
+                                       describe(g_, id), describe(g_, a)));
+    arg_types.push_back(g_[a].type);
+  }
+  // The kernels below index by the argument shapes without checking them: a graph whose
+  // recorded types are not what inference gives (a pass that built a Value by hand) must
+  // stop here rather than read out of bounds.
+  TensorType inferred;
+  try {
+    inferred = infer_type(v.op, arg_types, v.attrs);
+  } catch (const TypeError &e) {
+    throw InterpretError(fmt::format("{} is ill-typed: {}", describe(g_, id), e.what()));
+  }
+  if (inferred != v.type)
+    throw InterpretError(fmt::format("{} is recorded as {} but its arguments give {}",
+                                     describe(g_, id), v.type.str(), inferred.str()));
+
+  auto arg = [&](size_t i) -> const HostTensor & { return tensor(v.args[i]); };
+  HostTensor out;
+  switch (v.op) {
+  case OpKind::Linear:
+    out = linear(arg(0), arg(1), v.args.size() == 3 ? &arg(2) : nullptr);
+    break;
+  case OpKind::Matmul:
+    out = matmul(arg(0), arg(1));
+    break;
+  case OpKind::BatchNorm:
+    out = batchnorm(id);
+    break;
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div:
+    out = binary(v.op, arg(0), arg(1));
+    break;
+  case OpKind::Relu:
+  case OpKind::Gelu:
+  case OpKind::Sigmoid:
+  case OpKind::Tanh:
+  case OpKind::Silu:
+  case OpKind::Rsqrt:
+    out = arg(0);
+    for (double &x : out.data)
+      x = apply_unary(v.op, x);
+    break;
+  case OpKind::Softmax:
+  case OpKind::LogSoftmax: {
+    int rank = static_cast<int>(arg(0).shape.size());
+    int dim = static_cast<int>(v.attr("dim"));
+    out = softmax(arg(0), dim < 0 ? dim + rank : dim, v.op == OpKind::LogSoftmax);
+    break;
+  }
+  case OpKind::ColMean:
+    out.shape = {arg(0).shape[1]};
+    out.data = column_stats(arg(0)).mean;
+    break;
+  case OpKind::ColVar:
+    out.shape = {arg(0).shape[1]};
+    out.data = column_stats(arg(0)).var;
+    break;
+  case OpKind::ColAffine:
+    out = col_affine(arg(0), arg(1), arg(2));
+    break;
+  case OpKind::BnUpdate:
+    bn_update(id); // an effect: `out` stays empty
+    break;
+  case OpKind::Constant:
+    out = HostTensor{{1}, {v.attr("value")}};
+    break;
+  }
+  values_[static_cast<size_t>(id)] = std::move(out);
+  done_[static_cast<size_t>(id)] = true;
+}
+
+std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &dims,
+                                  TensorMap &tensors) {
+  Interpreter in(g, mode, dims, tensors);
+  in.eval_all();
+  std::vector<HostTensor> outputs;
+  for (ValueId id : g.outputs)
+    outputs.push_back(in.value(id));
+  for (const auto &[name, t] : in.state_updates())
+    tensors[name] = t;
+  return outputs;
+}
+
+TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed) {
+  // Declarations read as a running variance must be positive, or eval-mode batchnorm takes
+  // the square root of a negative number.
+  std::set<ValueId> running_vars;
+  for (const Value &v : g.values) {
+    if (v.is_op() && v.op == OpKind::BatchNorm)
+      running_vars.insert(v.args.back());
+    if (v.is_op() && v.op == OpKind::BnUpdate)
+      running_vars.insert(v.args[1]);
+  }
+  TensorMap tensors;
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const Value &v = g.values[i];
+    if (v.is_op())
+      continue;
+    HostTensor t = zeros(declared_shape(g, static_cast<ValueId>(i), dims));
+    // One stream per name, so a tensor's values do not depend on what else is declared (a
+    // pass that reorders or drops declarations sees the same inputs).
+    SplitMix64 rng{seed ^ fnv1a(v.name)};
+    if (running_vars.count(static_cast<ValueId>(i))) {
+      for (double &x : t.data)
+        x = 0.5 + rng.uniform();
+    } else {
+      // Marsaglia's polar form of Box-Muller: a point uniform in the unit disc gives two
+      // independent standard normals without the sine and cosine, which take most of the
+      // time for a weight of 67M values.
+      for (size_t j = 0; j < t.data.size(); j += 2) {
+        double u, w, s;
+        do {
+          u = 2 * rng.uniform() - 1;
+          w = 2 * rng.uniform() - 1;
+          s = u * u + w * w;
+        } while (s >= 1 || s == 0);
+        double f = std::sqrt(-2 * std::log(s) / s);
+        t.data[j] = u * f;
+        if (j + 1 < t.data.size())
+          t.data[j + 1] = w * f;
+      }
+    }
+    tensors[v.name] = std::move(t);
+  }
+  return tensors;
+}
+
+double relative_error(const std::vector<double> &a, const std::vector<double> &b) {
+  if (a.size() != b.size())
+    throw std::invalid_argument(
+        fmt::format("relative_error: {} values compared with {}", a.size(), b.size()));
+  double diff = 0, norm_a = 0, norm_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm_a += a[i] * a[i];
+    norm_b += b[i] * b[i];
+  }
+  // With b all zero there is no scale to be relative to: the error is a's own norm (0 when
+  // a is zero too).
+  if (norm_b == 0)
+    return std::sqrt(norm_a);
+  return std::sqrt(diff) / std::sqrt(norm_b);
+}
+
+} // namespace kfuse::ir

@@ -1,0 +1,89 @@
+// The reference interpreter: executes an IR graph on the CPU in double precision.
+//
+// It is the definition of correctness for everything downstream: the planner's passes
+// must preserve what it computes, and GPU results are compared against it.
+//
+// State semantics: every read of a state buffer sees its value at entry to the run;
+// updates (train-mode batchnorm, bn_update) are written back to the caller's tensors when
+// the run ends. This matches PyTorch, whose BatchNorm output never depends on the running
+// statistics it updates in the same forward pass.
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kfuse::ir {
+
+struct HostTensor {
+  std::vector<int64_t> shape;
+  std::vector<double> data; // row-major
+
+  int64_t numel() const;
+};
+
+using TensorMap = std::map<std::string, HostTensor>; // by declared name
+using DimBindings = std::map<std::string, int64_t>;
+
+// Concrete extents of `t` under `dims`; throws kfuse::ir::InterpretError naming an unbound dim.
+std::vector<int64_t> concrete_shape(const TensorType &t, const DimBindings &dims);
+
+struct InterpretError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Interpreter {
+public:
+  // `tensors` must hold every input, param and state of `g` with its concrete shape
+  // (checked: a missing tensor or wrong shape throws InterpretError naming it).
+  // They are read in place, not copied (a weight can be hundreds of MiB): like `g`, `tensors`
+  // must outlive the interpreter and stay unchanged while it is used.
+  Interpreter(const Graph &g, Mode mode, DimBindings dims, const TensorMap &tensors);
+
+  // Computes one value; its arguments must have been computed already.
+  void eval(ValueId id);
+  // Computes every value in order.
+  void eval_all();
+  bool computed(ValueId id) const;
+  const HostTensor &value(ValueId id) const; // throws InterpretError if not computed
+  // The state updates made so far, by state name.
+  const TensorMap &state_updates() const { return updates_; }
+
+private:
+  // A temporary map would leave the interpreter reading freed tensors.
+  Interpreter(const Graph &g, Mode mode, DimBindings dims, TensorMap &&tensors) = delete;
+  const HostTensor &tensor(ValueId id) const; // a declaration's or a computed op's value
+  HostTensor batchnorm(ValueId id);
+  void bn_update(ValueId id);
+  // Records `t` as the new value of `state`, written by `op`; a second op updating the same
+  // state is an error, since every update is computed from entry values.
+  void record_update(ValueId op, ValueId state, HostTensor t);
+
+  const Graph &g_;
+  Mode mode_;
+  DimBindings dims_;
+  std::vector<const HostTensor *> declared_; // into the caller's map; null for ops
+  std::vector<HostTensor> values_;           // op results; empty for declarations
+  std::vector<bool> done_;
+  TensorMap updates_;
+  std::map<std::string, ValueId> updated_by_; // state name -> the op that updated it
+};
+
+// Runs the whole graph: returns the outputs in order and writes state updates into
+// `tensors`.
+std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &dims,
+                                  TensorMap &tensors);
+
+// Random tensors for every input, param and state of `g`: values of a normal distribution,
+// except running variances (states used as batchnorm's running_var), which are positive.
+// Deterministic in `seed`.
+TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed);
+
+// Norm-wise relative error (tests and `kfuse run`): ||a - b|| / ||b|| (0 when both are zero).
+double relative_error(const std::vector<double> &a, const std::vector<double> &b);
+
+} // namespace kfuse::ir

@@ -1,0 +1,608 @@
+// The reference interpreter against hand-computed values and identities on random data.
+#include "compiler/ir/interpreter.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+using namespace kfuse::ir;
+
+namespace {
+
+const Dim N = Dim::symbol("N");
+Dim c(int64_t v) { return Dim::constant(v); }
+TensorType f32(std::vector<Dim> shape) { return {DType::F32, std::move(shape)}; }
+HostTensor tensor(std::vector<int64_t> shape, std::vector<double> data) {
+  return {std::move(shape), std::move(data)};
+}
+AttrValue num(double v) { return {v, {}}; }
+
+void check_values(const HostTensor &t, const std::vector<int64_t> &shape,
+                  const std::vector<double> &expected, double tol = 1e-12) {
+  REQUIRE(t.shape == shape);
+  REQUIRE(t.data.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i)
+    CHECK_MESSAGE(t.data[i] == doctest::Approx(expected[i]).epsilon(tol), "element ", i);
+}
+
+// The message of the InterpretError that `f` throws ("" if it throws none).
+template <class F> std::string error_of(F &&f) {
+  try {
+    f();
+  } catch (const InterpretError &e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Biased per-column variance of a row-major [n, c] matrix, written independently of the
+// interpreter's column statistics.
+std::vector<double> column_variance(const std::vector<double> &y, int64_t n, int64_t cols) {
+  std::vector<double> var(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j) {
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < n; ++i)
+      sum += y[i * cols + j];
+    double mean = sum / n;
+    for (int64_t i = 0; i < n; ++i)
+      sq += (y[i * cols + j] - mean) * (y[i * cols + j] - mean);
+    var[j] = sq / n;
+  }
+  return var;
+}
+
+// x[N, 2] -> batchnorm(x, weight, bias, rm, rv) (or the 3-argument form).
+Graph batchnorm_graph(bool affine, std::map<std::string, AttrValue> attrs = {}) {
+  GraphBuilder b("bn", {"N"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({N, c(2)}));
+  std::vector<ValueId> args{x};
+  if (affine) {
+    args.push_back(b.declare(ValueKind::Param, "weight", f32({c(2)})));
+    args.push_back(b.declare(ValueKind::Param, "bias", f32({c(2)})));
+  }
+  args.push_back(b.declare(ValueKind::State, "rm", f32({c(2)})));
+  args.push_back(b.declare(ValueKind::State, "rv", f32({c(2)})));
+  b.add_output(b.op(OpKind::BatchNorm, args, std::move(attrs), "y"));
+  return b.finish();
+}
+
+// Column 0: mean 2, biased variance 2/3. Column 1: mean 2, biased variance 8.
+const HostTensor kThreeRows = tensor({3, 2}, {1, 0, 2, 0, 3, 6});
+
+} // namespace
+
+TEST_CASE("interpreter: linear and matmul by hand") {
+  GraphBuilder b("gemm");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2), c(3)}));
+  ValueId w = b.declare(ValueKind::Param, "w", f32({c(2), c(3)}));
+  ValueId bias = b.declare(ValueKind::Param, "bias", f32({c(2)}));
+  ValueId m = b.declare(ValueKind::Param, "m", f32({c(3), c(2)}));
+  b.add_output(b.op(OpKind::Linear, {x, w, bias}));
+  b.add_output(b.op(OpKind::Linear, {x, w}));
+  b.add_output(b.op(OpKind::Matmul, {x, m}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({2, 3}, {1, 2, 3, 4, 5, 6})},
+              {"w", tensor({2, 3}, {1, 0, -1, 2, 1, 0})},
+              {"bias", tensor({2}, {0.5, -1})},
+              {"m", tensor({3, 2}, {1, 0, 0, 1, 1, 1})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  check_values(out[0], {2, 2}, {-1.5, 3, -1.5, 12});
+  check_values(out[1], {2, 2}, {-2, 4, -2, 13});
+  check_values(out[2], {2, 2}, {4, 5, 10, 11});
+}
+
+TEST_CASE("interpreter: linear(x, W) equals matmul(x, W^T) across row blocks") {
+  // 11 rows: one full block of rows and a partial one; K = 7 exercises the dot's remainder.
+  GraphBuilder b("gemm", {"N"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({N, c(7)}));
+  ValueId w = b.declare(ValueKind::Param, "w", f32({c(5), c(7)}));
+  ValueId wt = b.declare(ValueKind::Param, "wt", f32({c(7), c(5)}));
+  b.add_output(b.op(OpKind::Linear, {x, w}));
+  b.add_output(b.op(OpKind::Matmul, {x, wt}));
+  Graph g = b.finish();
+  DimBindings dims{{"N", 11}};
+  TensorMap t = random_tensors(g, dims, 7);
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t k = 0; k < 7; ++k)
+      t["wt"].data[k * 5 + i] = t["w"].data[i * 7 + k];
+  auto out = interpret(g, Mode::Eval, dims, t);
+  REQUIRE(out[0].shape == std::vector<int64_t>{11, 5});
+  CHECK(relative_error(out[0].data, out[1].data) < 1e-14);
+  // Row 10, column 3 by a plain loop.
+  double expect = 0;
+  for (int64_t k = 0; k < 7; ++k)
+    expect += t["x"].data[10 * 7 + k] * t["w"].data[3 * 7 + k];
+  CHECK(out[0].data[10 * 5 + 3] == doctest::Approx(expect).epsilon(1e-14));
+}
+
+TEST_CASE("interpreter: batchnorm in train mode by hand") {
+  SUBCASE("with weight and bias") {
+    Graph g = batchnorm_graph(true);
+    TensorMap t{{"x", kThreeRows},
+                {"weight", tensor({2}, {2, 0.5})},
+                {"bias", tensor({2}, {1, -1})},
+                {"rm", tensor({2}, {0, 1})},
+                {"rv", tensor({2}, {1, 2})}};
+    auto out = interpret(g, Mode::Train, {{"N", 3}}, t);
+    double s0 = std::sqrt(2.0 / 3.0 + 1e-5), s1 = std::sqrt(8.0 + 1e-5);
+    check_values(out[0], {3, 2},
+                 {-1 / s0 * 2 + 1, -2 / s1 * 0.5 - 1, 0 / s0 * 2 + 1, -2 / s1 * 0.5 - 1,
+                  1 / s0 * 2 + 1, 4 / s1 * 0.5 - 1});
+    // momentum 0.1: rm = 0.9 rm + 0.1 mean; rv = 0.9 rv + 0.1 var * 3/2.
+    check_values(t["rm"], {2}, {0.2, 1.1});
+    check_values(t["rv"], {2}, {1.0, 3.0});
+  }
+  SUBCASE("three-argument form, explicit eps and momentum") {
+    Graph g = batchnorm_graph(false, {{"eps", num(0.0)}, {"momentum", num(0.5)}});
+    TensorMap t{{"x", kThreeRows}, {"rm", tensor({2}, {0, 1})}, {"rv", tensor({2}, {1, 2})}};
+    auto out = interpret(g, Mode::Train, {{"N", 3}}, t);
+    double s0 = std::sqrt(2.0 / 3.0), s1 = std::sqrt(8.0);
+    check_values(out[0], {3, 2}, {-1 / s0, -2 / s1, 0, -2 / s1, 1 / s0, 4 / s1});
+    check_values(t["rm"], {2}, {1.0, 1.5});
+    check_values(t["rv"], {2}, {1.0, 7.0});
+  }
+}
+
+TEST_CASE("interpreter: batchnorm in eval mode uses the running stats and updates nothing") {
+  Graph g = batchnorm_graph(true, {{"eps", num(0.0)}});
+  TensorMap t{{"x", kThreeRows},
+              {"weight", tensor({2}, {3, 1})},
+              {"bias", tensor({2}, {1, -1})},
+              {"rm", tensor({2}, {1, -1})},
+              {"rv", tensor({2}, {4, 0.25})}};
+  Interpreter in(g, Mode::Eval, {{"N", 3}}, t);
+  in.eval_all();
+  // Column 0: (x - 1) / 2 * 3 + 1; column 1: (x + 1) / 0.5 - 1.
+  check_values(in.value(g.outputs[0]), {3, 2}, {1, 1, 2.5, 1, 4, 13});
+  CHECK(in.state_updates().empty());
+  interpret(g, Mode::Eval, {{"N", 3}}, t);
+  check_values(t["rm"], {2}, {1, -1});
+  check_values(t["rv"], {2}, {4, 0.25});
+}
+
+TEST_CASE("interpreter: batchnorm on one row is an error in train mode only") {
+  Graph g = batchnorm_graph(false);
+  TensorMap t{
+      {"x", tensor({1, 2}, {1, 2})}, {"rm", tensor({2}, {0, 0})}, {"rv", tensor({2}, {1, 1})}};
+  CHECK(error_of([&] {
+          interpret(g, Mode::Train, {{"N", 1}}, t);
+        }).find("batchnorm in train mode needs more than 1 row, got N=1") != std::string::npos);
+  auto out = interpret(g, Mode::Eval, {{"N", 1}}, t);
+  check_values(out[0], {1, 2}, {1 / std::sqrt(1 + 1e-5), 2 / std::sqrt(1 + 1e-5)});
+}
+
+TEST_CASE("interpreter: train-mode batchnorm normalizes and updates running stats") {
+  const int64_t rows = 64, cols = 16;
+  const double eps = 1e-3, momentum = 0.3;
+  GraphBuilder b("bn", {"N"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({N, c(cols)}));
+  ValueId rm = b.declare(ValueKind::State, "rm", f32({c(cols)}));
+  ValueId rv = b.declare(ValueKind::State, "rv", f32({c(cols)}));
+  b.add_output(
+      b.op(OpKind::BatchNorm, {x, rm, rv}, {{"eps", num(eps)}, {"momentum", num(momentum)}}));
+  Graph g = b.finish();
+  DimBindings dims{{"N", rows}};
+  TensorMap t = random_tensors(g, dims, 3);
+  for (double &v : t["x"].data)
+    v = 3 * v + 5; // a column variance near 9 and a mean far from 0
+  const TensorMap entry = t;
+  std::vector<double> var = column_variance(entry.at("x").data, rows, cols);
+  const HostTensor y = interpret(g, Mode::Train, dims, t)[0];
+
+  std::vector<double> y_mean(cols, 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      y_mean[j] += y.data[i * cols + j] / rows;
+  std::vector<double> y_var = column_variance(y.data, rows, cols);
+  for (int64_t j = 0; j < cols; ++j) {
+    CHECK(std::abs(y_mean[j]) < 1e-12);
+    CHECK(y_var[j] == doctest::Approx(1 / (1 + eps / var[j])).epsilon(1e-12));
+    double mean = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      mean += entry.at("x").data[i * cols + j] / rows;
+    double unbiased = var[j] * rows / (rows - 1);
+    CHECK(
+        t["rm"].data[j] ==
+        doctest::Approx((1 - momentum) * entry.at("rm").data[j] + momentum * mean).epsilon(1e-12));
+    CHECK(t["rv"].data[j] ==
+          doctest::Approx((1 - momentum) * entry.at("rv").data[j] + momentum * unbiased)
+              .epsilon(1e-12));
+  }
+}
+
+TEST_CASE("interpreter: binary ops broadcast [1], [C] and [N, 1]") {
+  GraphBuilder b("bin");
+  ValueId a = b.declare(ValueKind::Input, "a", f32({c(2), c(3)}));
+  ValueId s = b.declare(ValueKind::Param, "s", f32({c(1)}));
+  ValueId v = b.declare(ValueKind::Param, "v", f32({c(3)}));
+  ValueId col = b.declare(ValueKind::Param, "col", f32({c(2), c(1)}));
+  b.add_output(b.op(OpKind::Add, {a, s}));
+  b.add_output(b.op(OpKind::Sub, {s, a}));
+  b.add_output(b.op(OpKind::Mul, {a, v}));
+  b.add_output(b.op(OpKind::Div, {v, a}));
+  b.add_output(b.op(OpKind::Add, {v, s}));
+  b.add_output(b.op(OpKind::Mul, {a, col}));
+  b.add_output(b.op(OpKind::Sub, {a, a}));
+  b.add_output(b.op(OpKind::Sub, {v, col}));
+  Graph g = b.finish();
+  TensorMap t{{"a", tensor({2, 3}, {1, 2, 3, 4, 5, 6})},
+              {"s", tensor({1}, {2})},
+              {"v", tensor({3}, {10, 20, 30})},
+              {"col", tensor({2, 1}, {1, 2})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  check_values(out[0], {2, 3}, {3, 4, 5, 6, 7, 8});
+  check_values(out[1], {2, 3}, {1, 0, -1, -2, -3, -4});
+  check_values(out[2], {2, 3}, {10, 40, 90, 40, 100, 180});
+  check_values(out[3], {2, 3}, {10, 10, 10, 2.5, 4, 5});
+  check_values(out[4], {3}, {12, 22, 32});
+  check_values(out[5], {2, 3}, {1, 2, 3, 8, 10, 12});
+  check_values(out[6], {2, 3}, {0, 0, 0, 0, 0, 0});
+  check_values(out[7], {2, 3}, {9, 19, 29, 8, 18, 28});
+}
+
+TEST_CASE("interpreter: unary ops by hand") {
+  GraphBuilder b("unary");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(4)}));
+  for (OpKind k : {OpKind::Relu, OpKind::Gelu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Silu})
+    b.add_output(b.op(k, {x}));
+  ValueId p = b.declare(ValueKind::Input, "p", f32({c(2)}));
+  b.add_output(b.op(OpKind::Rsqrt, {p}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({4}, {-1, 0, 1, 4})}, {"p", tensor({2}, {4, 0.25})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  check_values(out[0], {4}, {0, 0, 1, 4});
+  check_values(out[1], {4}, {-0.15865525393145707, 0, 0.8413447460685429, 4 * 0.9999683287581669});
+  check_values(out[2], {4}, {0.2689414213699951, 0.5, 0.7310585786300049, 0.9820137900379085});
+  check_values(out[3], {4}, {-0.7615941559557649, 0, 0.7615941559557649, 0.999329299739067});
+  check_values(out[4], {4}, {-0.2689414213699951, 0, 0.7310585786300049, 4 * 0.9820137900379085});
+  check_values(out[5], {2}, {0.5, 2});
+}
+
+TEST_CASE("interpreter: softmax and log_softmax") {
+  SUBCASE("by hand, with large values") {
+    GraphBuilder b("sm");
+    ValueId x = b.declare(ValueKind::Input, "x", f32({c(2), c(2)}));
+    b.add_output(b.op(OpKind::Softmax, {x}, {{"dim", num(1)}}));
+    b.add_output(b.op(OpKind::LogSoftmax, {x}, {{"dim", num(-1)}}));
+    Graph g = b.finish();
+    // Row 1 overflows exp() unless the maximum is subtracted first.
+    TensorMap t{{"x", tensor({2, 2}, {0, std::log(3.0), 1000, 1000 + std::log(3.0)})}};
+    auto out = interpret(g, Mode::Eval, {}, t);
+    check_values(out[0], {2, 2}, {0.25, 0.75, 0.25, 0.75});
+    check_values(out[1], {2, 2}, {std::log(0.25), std::log(0.75), std::log(0.25), std::log(0.75)});
+  }
+  SUBCASE("identities on random data") {
+    const int64_t rows = 5, cols = 7;
+    GraphBuilder b("sm", {"N"});
+    ValueId x = b.declare(ValueKind::Input, "x", f32({N, c(cols)}));
+    ValueId rows_sm = b.op(OpKind::Softmax, {x}, {{"dim", num(-1)}});
+    ValueId rows_sm1 = b.op(OpKind::Softmax, {x}, {{"dim", num(1)}});
+    ValueId cols_sm = b.op(OpKind::Softmax, {x}, {{"dim", num(0)}});
+    ValueId rows_log = b.op(OpKind::LogSoftmax, {x}, {{"dim", num(1)}});
+    ValueId cols_log = b.op(OpKind::LogSoftmax, {x}, {{"dim", num(-2)}});
+    for (ValueId id : {rows_sm, rows_sm1, cols_sm, rows_log, cols_log})
+      b.add_output(id);
+    Graph g = b.finish();
+    DimBindings dims{{"N", rows}};
+    TensorMap t = random_tensors(g, dims, 11);
+    auto out = interpret(g, Mode::Eval, dims, t);
+    for (int64_t i = 0; i < rows; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j)
+        sum += out[0].data[i * cols + j];
+      CHECK(sum == doctest::Approx(1).epsilon(1e-14));
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      double sum = 0;
+      for (int64_t i = 0; i < rows; ++i)
+        sum += out[2].data[i * cols + j];
+      CHECK(sum == doctest::Approx(1).epsilon(1e-14));
+    }
+    CHECK(out[0].data == out[1].data);
+    CHECK(out[0].data != out[2].data);
+    for (size_t i = 0; i < out[0].data.size(); ++i) {
+      CHECK(out[3].data[i] == doctest::Approx(std::log(out[0].data[i])).epsilon(1e-14));
+      CHECK(out[4].data[i] == doctest::Approx(std::log(out[2].data[i])).epsilon(1e-14));
+    }
+  }
+}
+
+TEST_CASE("interpreter: col_mean, col_var and col_affine") {
+  GraphBuilder b("col", {"N"});
+  ValueId y = b.declare(ValueKind::Input, "y", f32({N, c(2)}));
+  ValueId far = b.declare(ValueKind::Input, "far", f32({N, c(2)}));
+  ValueId a3 = b.declare(ValueKind::Param, "a3", f32({c(2)}));
+  ValueId s1 = b.declare(ValueKind::Param, "s1", f32({c(1)}));
+  b.add_output(b.op(OpKind::ColMean, {y}));
+  b.add_output(b.op(OpKind::ColVar, {y}));
+  b.add_output(b.op(OpKind::ColVar, {far}));
+  b.add_output(b.op(OpKind::ColAffine, {y, a3, s1}));
+  b.add_output(b.op(OpKind::ColAffine, {y, s1, a3}));
+  Graph g = b.finish();
+  HostTensor shifted = kThreeRows;
+  for (double &v : shifted.data)
+    v += 1e9; // E[y^2] - E[y]^2 would lose every digit of the variance here
+  TensorMap t{
+      {"y", kThreeRows}, {"far", shifted}, {"a3", tensor({2}, {2, -1})}, {"s1", tensor({1}, {10})}};
+  auto out = interpret(g, Mode::Eval, {{"N", 3}}, t);
+  check_values(out[0], {2}, {2, 2});
+  check_values(out[1], {2}, {2.0 / 3.0, 8});
+  check_values(out[2], {2}, {2.0 / 3.0, 8});
+  check_values(out[3], {3, 2}, {12, 10, 14, 10, 16, 4});
+  check_values(out[4], {3, 2}, {12, -1, 22, -1, 32, 59});
+}
+
+TEST_CASE("interpreter: col_var and bn_update reproduce train-mode batchnorm") {
+  const int64_t rows = 6, cols = 4;
+  GraphBuilder b("bn", {"N"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({N, c(cols)}));
+  ValueId rm = b.declare(ValueKind::State, "rm", f32({c(cols)}));
+  ValueId rv = b.declare(ValueKind::State, "rv", f32({c(cols)}));
+  b.add_output(b.op(OpKind::BatchNorm, {x, rm, rv}));
+  Graph fused = b.finish();
+
+  GraphBuilder d("decomposed", {"N"});
+  x = d.declare(ValueKind::Input, "x", f32({N, c(cols)}));
+  rm = d.declare(ValueKind::State, "rm", f32({c(cols)}));
+  rv = d.declare(ValueKind::State, "rv", f32({c(cols)}));
+  ValueId eps = d.declare(ValueKind::Param, "eps", f32({c(1)}));
+  ValueId mean = d.op(OpKind::ColMean, {x});
+  ValueId var = d.op(OpKind::ColVar, {x});
+  d.op(OpKind::BnUpdate, {rm, rv, mean, var}, {{"momentum", num(0.1)}, {"count", {0, "N"}}});
+  ValueId inv = d.op(OpKind::Rsqrt, {d.op(OpKind::Add, {var, eps})});
+  d.add_output(d.op(OpKind::Mul, {d.op(OpKind::Sub, {x, mean}), inv}));
+  Graph decomposed = d.finish();
+
+  DimBindings dims{{"N", rows}};
+  TensorMap t1 = random_tensors(fused, dims, 5);
+  t1["eps"] = tensor({1}, {1e-5});
+  const TensorMap entry1 = t1;
+  TensorMap t2 = t1;
+  auto y1 = interpret(fused, Mode::Train, dims, t1);
+  auto y2 = interpret(decomposed, Mode::Train, dims, t2);
+  CHECK(relative_error(y2[0].data, y1[0].data) < 1e-14);
+  CHECK(t2["rm"].data != entry1.at("rm").data);
+  CHECK(t2["rv"].data != entry1.at("rv").data);
+  CHECK(relative_error(t2["rm"].data, t1["rm"].data) < 1e-15);
+  CHECK(relative_error(t2["rv"].data, t1["rv"].data) < 1e-15);
+  // The count can be a number too; 3 instead of N=6 unbiases by 3/2 instead of 6/5.
+  GraphBuilder e("update", {"N"});
+  x = e.declare(ValueKind::Input, "x", f32({N, c(cols)}));
+  rm = e.declare(ValueKind::State, "rm", f32({c(cols)}));
+  rv = e.declare(ValueKind::State, "rv", f32({c(cols)}));
+  e.op(OpKind::BnUpdate, {rm, rv, e.op(OpKind::ColMean, {x}), e.op(OpKind::ColVar, {x})},
+       {{"momentum", num(0.25)}, {"count", num(3)}});
+  Graph counted = e.finish();
+  TensorMap t3 = random_tensors(counted, dims, 9);
+  const TensorMap entry = t3;
+  interpret(counted, Mode::Train, dims, t3);
+  std::vector<double> var3 = column_variance(entry.at("x").data, rows, cols);
+  for (int64_t j = 0; j < cols; ++j)
+    CHECK(t3["rv"].data[j] ==
+          doctest::Approx(0.75 * entry.at("rv").data[j] + 0.25 * var3[j] * 1.5).epsilon(1e-14));
+}
+
+TEST_CASE("interpreter: bn_update rejects a count of 1 or an unbound dim") {
+  for (AttrValue count : {num(1), AttrValue{0, "N"}, AttrValue{0, "M"}}) {
+    GraphBuilder b("update", {"N"});
+    ValueId rm = b.declare(ValueKind::State, "rm", f32({c(2)}));
+    ValueId rv = b.declare(ValueKind::State, "rv", f32({c(2)}));
+    b.op(OpKind::BnUpdate, {rm, rv, rm, rv}, {{"momentum", num(0.1)}, {"count", count}});
+    Graph g = b.finish();
+    TensorMap t{{"rm", tensor({2}, {0, 0})}, {"rv", tensor({2}, {1, 1})}};
+    std::string msg = error_of([&] { interpret(g, Mode::Train, {{"N", 1}}, t); });
+    CAPTURE(msg);
+    if (count.dim == "M")
+      CHECK(msg.find("count=M names an unbound dim") != std::string::npos);
+    else
+      CHECK(msg.find("count must be more than 1") != std::string::npos);
+    check_values(t["rv"], {2}, {1, 1});
+  }
+}
+
+// The interpreter reads declarations in place, so it must not bind a temporary map.
+static_assert(!std::is_constructible_v<Interpreter, const Graph &, Mode, DimBindings, TensorMap>);
+static_assert(std::is_constructible_v<Interpreter, const Graph &, Mode, DimBindings, TensorMap &>);
+
+TEST_CASE("interpreter: reads of a state see its entry value") {
+  GraphBuilder b("state", {"N"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({N, c(2)}));
+  ValueId rm = b.declare(ValueKind::State, "rm", f32({c(2)}));
+  ValueId rv = b.declare(ValueKind::State, "rv", f32({c(2)}));
+  b.add_output(b.op(OpKind::BatchNorm, {x, rm, rv}));
+  ValueId after = b.op(OpKind::Add, {x, rm});
+  b.add_output(after);
+  Graph g = b.finish();
+  TensorMap t{{"x", kThreeRows}, {"rm", tensor({2}, {100, 200})}, {"rv", tensor({2}, {1, 1})}};
+  Interpreter in(g, Mode::Train, {{"N", 3}}, t);
+  in.eval_all();
+  check_values(in.value(after), {3, 2}, {101, 200, 102, 200, 103, 206});
+  check_values(in.value(rm), {2}, {100, 200});
+  check_values(in.state_updates().at("rm"), {2}, {90.2, 180.2});
+  check_values(t["rm"], {2}, {100, 200}); // the caller's map changes only through interpret()
+  interpret(g, Mode::Train, {{"N", 3}}, t);
+  check_values(t["rm"], {2}, {90.2, 180.2});
+}
+
+TEST_CASE("interpreter: a state updated twice in one run is an error") {
+  GraphBuilder b("twice", {"N"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({N, c(2)}));
+  ValueId rm = b.declare(ValueKind::State, "rm", f32({c(2)}));
+  ValueId rv = b.declare(ValueKind::State, "rv", f32({c(2)}));
+  ValueId y = b.op(OpKind::BatchNorm, {x, rm, rv});
+  b.add_output(b.op(OpKind::BatchNorm, {y, rm, rv}));
+  Graph g = b.finish();
+  TensorMap t{{"x", kThreeRows}, {"rm", tensor({2}, {0, 0})}, {"rv", tensor({2}, {1, 1})}};
+  CHECK(error_of([&] {
+          interpret(g, Mode::Train, {{"N", 3}}, t);
+        }).find("state 'rm' is updated by both") != std::string::npos);
+  CHECK(error_of([&] { interpret(g, Mode::Eval, {{"N", 3}}, t); }).empty());
+}
+
+TEST_CASE("interpreter: train-mode running stats must be states") {
+  GraphBuilder b("param", {"N"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({N, c(2)}));
+  ValueId rm = b.declare(ValueKind::Param, "rm", f32({c(2)}));
+  ValueId rv = b.declare(ValueKind::State, "rv", f32({c(2)}));
+  b.add_output(b.op(OpKind::BatchNorm, {x, rm, rv}, {}, "y"));
+  Graph g = b.finish();
+  TensorMap t{{"x", kThreeRows}, {"rm", tensor({2}, {0, 0})}, {"rv", tensor({2}, {1, 1})}};
+  CHECK(error_of([&] {
+          interpret(g, Mode::Train, {{"N", 3}}, t);
+        }) == "'y' (batchnorm) updates param 'rm', which is not a state");
+}
+
+TEST_CASE("interpreter: missing, misshapen and unbound tensors are named") {
+  Graph g = batchnorm_graph(true);
+  TensorMap good{{"x", kThreeRows},
+                 {"weight", tensor({2}, {1, 1})},
+                 {"bias", tensor({2}, {0, 0})},
+                 {"rm", tensor({2}, {0, 0})},
+                 {"rv", tensor({2}, {1, 1})}};
+  DimBindings dims{{"N", 3}};
+  CHECK(error_of([&] { Interpreter(g, Mode::Train, dims, good); }).empty());
+
+  TensorMap t = good;
+  t.erase("bias");
+  CHECK(error_of([&] { Interpreter(g, Mode::Train, dims, t); }) ==
+        "missing tensor 'bias' for param f32[2]");
+  t = good;
+  t["x"] = tensor({2, 2}, {1, 2, 3, 4});
+  CHECK(error_of([&] { Interpreter(g, Mode::Train, dims, t); }) ==
+        "tensor 'x' has shape [2, 2], expected [3, 2] for input f32[N, 2]");
+  t = good;
+  t["rv"].data.pop_back();
+  CHECK(error_of([&] { Interpreter(g, Mode::Train, dims, t); }) ==
+        "tensor 'rv' has shape [2] but holds 1 values");
+  CHECK(error_of([&] { Interpreter(g, Mode::Train, {}, good); }) ==
+        "input 'x': dim 'N' of f32[N, 2] is not bound");
+  CHECK(error_of([&] {
+          Interpreter(g, Mode::Train, {{"N", 0}}, good);
+        }) == "input 'x': dim 'N' of f32[N, 2] is bound to 0; extents must be positive");
+}
+
+TEST_CASE("interpreter: evaluation order and ill-typed graphs are checked") {
+  GraphBuilder b("order");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2)}));
+  ValueId r = b.op(OpKind::Relu, {x});
+  ValueId s = b.op(OpKind::Sigmoid, {r}, {}, "s");
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({2}, {-1, 1})}};
+  Interpreter in(g, Mode::Eval, {}, t);
+  CHECK(in.computed(x));
+  CHECK_FALSE(in.computed(r));
+  CHECK(error_of([&] { in.value(r); }) == "%1 (relu) has not been computed");
+  CHECK(error_of([&] { in.eval(s); }) ==
+        "cannot evaluate 's' (sigmoid): its argument %1 (relu) has not been computed");
+  in.eval(r);
+  in.eval(s);
+  check_values(in.value(s), {2}, {0.5, 0.7310585786300049});
+
+  Graph bad = g;
+  bad.values[static_cast<size_t>(r)].type = f32({c(3)});
+  Interpreter in_bad(bad, Mode::Eval, {}, t);
+  CHECK(error_of([&] { in_bad.eval(r); }) ==
+        "%1 (relu) is recorded as f32[3] but its arguments give f32[2]");
+}
+
+TEST_CASE("interpreter: constant is a [1] tensor that broadcasts") {
+  GraphBuilder b("const");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2)}));
+  ValueId k = b.op(OpKind::Constant, {}, {{"value", num(0.25)}, {"dtype", {0, "f32"}}});
+  b.add_output(k);
+  b.add_output(b.op(OpKind::Mul, {x, k}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({2}, {4, -8})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  check_values(out[0], {1}, {0.25});
+  check_values(out[1], {2}, {1, -2});
+}
+
+TEST_CASE("interpreter: math is double whatever the declared dtype") {
+  GraphBuilder b("bf16");
+  TensorType t16{DType::BF16, {c(1)}};
+  ValueId x = b.declare(ValueKind::Input, "x", t16);
+  ValueId y = b.declare(ValueKind::Input, "y", t16);
+  b.add_output(b.op(OpKind::Add, {x, y}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({1}, {1})}, {"y", tensor({1}, {1e-10})}};
+  CHECK(interpret(g, Mode::Eval, {}, t)[0].data[0] == 1 + 1e-10);
+}
+
+TEST_CASE("random_tensors: deterministic, normal, positive running variances") {
+  auto build = [](bool reversed) {
+    GraphBuilder b("rand", {"N"});
+    std::vector<ValueId> ids(5);
+    std::vector<int> order{0, 1, 2, 3, 4};
+    if (reversed)
+      order = {4, 3, 2, 1, 0};
+    for (int i : order) {
+      switch (i) {
+      case 0:
+        ids[0] = b.declare(ValueKind::Input, "x", f32({N, c(64)}));
+        break;
+      case 1:
+        ids[1] = b.declare(ValueKind::State, "rm", f32({c(64)}));
+        break;
+      case 2:
+        ids[2] = b.declare(ValueKind::State, "rv", f32({c(64)}));
+        break;
+      case 3:
+        ids[3] = b.declare(ValueKind::State, "rv2", f32({c(64)}));
+        break;
+      case 4:
+        ids[4] = b.declare(ValueKind::Param, "odd", f32({c(3)}));
+        break;
+      }
+    }
+    ValueId y = b.op(OpKind::BatchNorm, {ids[0], ids[1], ids[2]});
+    b.op(OpKind::BnUpdate, {ids[1], ids[3], b.op(OpKind::ColMean, {y}), b.op(OpKind::ColVar, {y})},
+         {{"momentum", num(0.1)}, {"count", {0, "N"}}});
+    return b.finish();
+  };
+  Graph g = build(false);
+  DimBindings dims{{"N", 64}};
+  TensorMap a = random_tensors(g, dims, 42);
+  REQUIRE(a.size() == 5);
+  CHECK(a["x"].shape == std::vector<int64_t>{64, 64});
+  CHECK(a["odd"].shape == std::vector<int64_t>{3});
+  CHECK(a["x"].data == random_tensors(g, dims, 42)["x"].data);
+  CHECK(a["x"].data != random_tensors(g, dims, 43)["x"].data);
+  // Each name has its own stream: rm is not a prefix of x.
+  CHECK_FALSE(std::equal(a["rm"].data.begin(), a["rm"].data.end(), a["x"].data.begin()));
+  TensorMap reordered = random_tensors(build(true), dims, 42);
+  for (const auto &named : a)
+    CHECK_MESSAGE(reordered[named.first].data == named.second.data, named.first);
+
+  for (const char *name : {"rv", "rv2"})
+    for (double v : a[name].data) {
+      CHECK(v >= 0.5);
+      CHECK(v <= 1.5);
+    }
+  bool rm_negative = false;
+  for (double v : a["rm"].data)
+    rm_negative |= v < 0;
+  CHECK(rm_negative);
+  double sum = 0, sq = 0;
+  for (double v : a["x"].data)
+    sum += v;
+  double mean = sum / 4096;
+  for (double v : a["x"].data)
+    sq += (v - mean) * (v - mean);
+  CHECK(std::abs(mean) < 0.05);
+  CHECK(sq / 4096 == doctest::Approx(1).epsilon(0.05));
+  for (double v : a["odd"].data) // Box-Muller's unpaired last value is filled too
+    CHECK((std::isfinite(v) && v != 0));
+}
+
+TEST_CASE("relative_error") {
+  CHECK(relative_error({1, 2}, {1, 2}) == 0);
+  CHECK(relative_error({1, 1}, {1, 0}) == 1);
+  CHECK(relative_error({1, 2}, {2, 2}) == doctest::Approx(1 / std::sqrt(8.0)));
+  CHECK(relative_error({0, 0}, {0, 0}) == 0);
+  CHECK(relative_error({3, 4}, {0, 0}) == 5);
+  CHECK_THROWS_AS(relative_error({1}, {1, 2}), std::invalid_argument);
+}
