@@ -5,15 +5,12 @@
 // the runtime (nor see the CUDA headers), so this header includes neither <cuda.h> nor <nvrtc.h>.
 #pragma once
 
+#include "kfuse/error.h"
+
 #include <stdexcept>
 #include <string>
 
 namespace kfuse {
-
-class Error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
 
 namespace rt {
 

@@ -1,6 +1,8 @@
 // Shape and type inference: the result type of an op from its argument types.
 #pragma once
 
+#include "kfuse/error.h"
+
 #include "compiler/ir/graph.h"
 
 #include <stdexcept>
@@ -9,9 +11,9 @@ namespace kfuse::ir {
 
 // A type error in an op application. `arg` is the index of the argument at fault (-1: the
 // op as a whole), so a front end can point at the offending token.
-struct TypeError : std::runtime_error {
+struct TypeError : kfuse::Error {
   TypeError(int arg_index, const std::string &message)
-      : std::runtime_error(message), arg(arg_index) {}
+      : kfuse::Error(message), arg(arg_index) {}
   int arg;
 };
 

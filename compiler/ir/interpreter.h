@@ -9,6 +9,8 @@
 // statistics it updates in the same forward pass.
 #pragma once
 
+#include "kfuse/error.h"
+
 #include "compiler/ir/graph.h"
 
 #include <cstdint>
@@ -32,8 +34,8 @@ using DimBindings = std::map<std::string, int64_t>;
 // Concrete extents of `t` under `dims`; throws kfuse::ir::InterpretError naming an unbound dim.
 std::vector<int64_t> concrete_shape(const TensorType &t, const DimBindings &dims);
 
-struct InterpretError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct InterpretError : kfuse::Error {
+  using kfuse::Error::Error;
 };
 
 class Interpreter {

@@ -1,0 +1,548 @@
+#include "compiler/dsl/parser.h"
+
+#include "compiler/dsl/lexer.h"
+#include "compiler/ir/infer.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <optional>
+
+namespace kfuse::dsl {
+namespace {
+
+using ir::ValueId;
+
+// Levenshtein distance, except that any distance above `cap` is returned as cap + 1.
+size_t edit_distance(std::string_view a, std::string_view b, size_t cap) {
+  if (std::max(a.size(), b.size()) - std::min(a.size(), b.size()) > cap)
+    return cap + 1;
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    size_t row_min = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+      row_min = std::min(row_min, cur[j]);
+    }
+    if (row_min > cap)
+      return cap + 1;
+    std::swap(prev, cur);
+  }
+  return std::min(prev[b.size()], cap + 1);
+}
+
+// "; did you mean 'softmax'?" for the closest candidate within edit distance 2 (the first
+// one on a tie), or "". A suggestion must also be closer than the word is long, so that
+// an unknown 'x' does not suggest 'h'.
+std::string suggestion(std::string_view word, const std::vector<std::string_view> &candidates) {
+  constexpr size_t kCap = 2;
+  std::string_view best;
+  size_t best_distance = kCap + 1;
+  for (std::string_view c : candidates) {
+    size_t d = edit_distance(word, c, kCap);
+    if (d < best_distance && d < word.size()) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best.empty() ? std::string() : fmt::format("; did you mean '{}'?", best);
+}
+
+// "an input", "a param", "a state", "a dim": how messages name a declaration's kind.
+std::string with_article(std::string_view what) {
+  return fmt::format("{} {}", what == "input" ? "an" : "a", what);
+}
+
+// A parsed expression: its value and the source it spans (for carets on arguments).
+struct Operand {
+  ValueId id;
+  SourceRange range;
+  bool is_call; // a new op value, which an assignment names, rather than a name's value
+};
+
+class Parser {
+public:
+  Parser(const SourceFile &source, Diagnostics &diags) : diags_(diags), tokens_(lex(source)) {}
+
+  ir::Graph parse() {
+    const Token &keyword = peek();
+    if (!keyword.is_word("pipeline"))
+      unexpected(keyword, "'pipeline'");
+    take();
+    const Token &name = expect(TokenKind::Identifier, "a pipeline name after 'pipeline'");
+    if (ir::is_kf_keyword(name.text))
+      diags_.error(name.range(),
+                   fmt::format("'{}' is a keyword and cannot name a pipeline", name.text));
+    const Token &open = expect(TokenKind::LBrace, "'{' after the pipeline name");
+    for (;;) {
+      const Token &t = peek();
+      if (t.is(TokenKind::RBrace))
+        break;
+      if (t.is(TokenKind::End))
+        unexpected(t, fmt::format("'}}' at the end of pipeline '{}'", name.text),
+                   {{open.range(), "to match this '{'"}});
+      if (return_ && !t.is(TokenKind::Error))
+        diags_.error(t.range(), "statement after the return statement; return comes last",
+                     {{*return_, "the return statement is here"}});
+      statement();
+    }
+    const Token &close = take();
+    if (!return_)
+      diags_.error(close.range(),
+                   fmt::format("missing return statement in pipeline '{}'", name.text));
+    if (!peek().is(TokenKind::End))
+      unexpected(peek(), "end of file after the pipeline's closing '}'");
+
+    ir::Graph g = builder_.finish();
+    g.name = std::string(name.text);
+    g.dims = dims_;
+    g.loc = keyword.loc;
+    try {
+      ir::verify(g);
+    } catch (const ir::VerifyError &e) {
+      diags_.error(
+          e.value >= 0 ? g[e.value].loc : g.loc,
+          fmt::format("internal error: the parsed graph fails verification: {}", e.what()));
+    }
+    return g;
+  }
+
+private:
+  // --- tokens ---------------------------------------------------------------------------
+
+  // The token list ends with End or Error, and neither is ever consumed past.
+  const Token &peek(size_t ahead = 0) const {
+    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
+  }
+  const Token &take() {
+    const Token &t = tokens_[pos_];
+    if (pos_ + 1 < tokens_.size())
+      ++pos_;
+    return t;
+  }
+  const Token *accept(TokenKind kind) { return peek().is(kind) ? &take() : nullptr; }
+  const Token &expect(TokenKind kind, std::string_view what, const std::vector<Note> &notes = {}) {
+    if (!peek().is(kind))
+      unexpected(peek(), what, notes);
+    return take();
+  }
+  // A malformed token reports what the lexer found wrong; anything else is "expected X".
+  [[noreturn]] void unexpected(const Token &t, std::string_view what,
+                               const std::vector<Note> &notes = {}) const {
+    if (t.is(TokenKind::Error))
+      diags_.error(t.range(), t.error);
+    diags_.error(t.range(), fmt::format("expected {}, found {}", what, describe(t)), notes);
+  }
+  // From the start of `first` to the end of `last`; just `first` when they are on
+  // different lines (a caret line shows one source line).
+  static SourceRange span(const Token &first, const Token &last) {
+    if (first.loc.line != last.loc.line)
+      return first.range();
+    return {first.loc, last.loc.col + static_cast<uint32_t>(last.text.size()) - first.loc.col};
+  }
+
+  // --- statements -----------------------------------------------------------------------
+
+  void statement() {
+    const Token &t = peek();
+    if (t.is_word("dim"))
+      return dims();
+    if (t.is_word("input") || t.is_word("param") || t.is_word("state"))
+      return declaration();
+    if (t.is_word("return"))
+      return ret();
+    if (t.is(TokenKind::Identifier) && !ir::is_kf_keyword(t.text)) {
+      if (peek(1).is(TokenKind::Equal))
+        return assignment();
+      if (peek(1).is(TokenKind::LParen)) {
+        call(1, /*statement=*/true);
+        return;
+      }
+      unexpected(peek(1), fmt::format("'=' or '(' after '{}'", t.text));
+    }
+    unexpected(t, "a statement");
+  }
+
+  void dims() {
+    take();
+    do {
+      const Token &name = expect(TokenKind::Identifier, "a dim name");
+      define(name, "dim");
+      dims_.emplace_back(name.text);
+    } while (accept(TokenKind::Comma));
+  }
+
+  void declaration() {
+    const Token &keyword = take();
+    ir::ValueKind kind = keyword.text == "input"   ? ir::ValueKind::Input
+                         : keyword.text == "param" ? ir::ValueKind::Param
+                                                   : ir::ValueKind::State;
+    const Token &name =
+        expect(TokenKind::Identifier, fmt::format("a name after '{}'", keyword.text));
+    define(name, keyword.text);
+    expect(TokenKind::Colon, fmt::format("':' after '{}'", name.text));
+    ir::TensorType type = tensor_type();
+    ValueId id = builder_.declare(kind, std::string(name.text), type, name.loc);
+    names_[std::string(name.text)] = {id, name.range()};
+  }
+
+  // Records a dim or declaration name; it must be new.
+  void define(const Token &name, std::string_view what) {
+    if (ir::is_kf_keyword(name.text))
+      diags_.error(name.range(), fmt::format("'{}' is a keyword and cannot name {}", name.text,
+                                             with_article(what)));
+    std::optional<SourceRange> previous;
+    if (auto it = declared_.find(name.text); it != declared_.end())
+      previous = it->second.where;
+    else if (auto bound = names_.find(name.text); bound != names_.end())
+      previous = bound->second.where;
+    if (previous)
+      diags_.error(name.range(), fmt::format("redefinition of '{}'", name.text),
+                   {{*previous, "previous definition is here"}});
+    declared_.emplace(std::string(name.text), Declared{what, name.range()});
+  }
+
+  void assignment() {
+    const Token &name = take();
+    take(); // '='
+    if (auto it = declared_.find(name.text); it != declared_.end())
+      diags_.error(name.range(),
+                   fmt::format("cannot assign to {} '{}'", it->second.what, name.text),
+                   {{it->second.where, fmt::format("'{}' is declared here", name.text)}});
+    Operand v = expr(1);
+    if (v.is_call)
+      builder_.at(v.id).name = std::string(name.text);
+    names_[std::string(name.text)] = {v.id, name.range()};
+  }
+
+  void ret() {
+    const Token &keyword = take();
+    do
+      builder_.add_output(expr(1).id);
+    while (accept(TokenKind::Comma));
+    return_ = keyword.range();
+  }
+
+  // --- types ----------------------------------------------------------------------------
+
+  ir::TensorType tensor_type() {
+    const Token &dtype = peek();
+    if (!dtype.is(TokenKind::Identifier))
+      unexpected(dtype, "an element type (f32, f16 or bf16)");
+    std::optional<ir::DType> dt = ir::parse_dtype(dtype.text);
+    if (!dt)
+      diags_.error(dtype.range(), fmt::format("unknown element type '{}'; expected f32, f16 or "
+                                              "bf16",
+                                              dtype.text));
+    take();
+    const Token &open = expect(TokenKind::LBracket, "'[' after the element type");
+    ir::TensorType type{*dt, {}};
+    do {
+      if (type.shape.size() == 2)
+        diags_.error(peek().range(), "too many extents: tensors have rank 1 or 2");
+      type.shape.push_back(extent());
+    } while (accept(TokenKind::Comma));
+    expect(TokenKind::RBracket, "',' or ']' after an extent",
+           {{open.range(), "to match this '['"}});
+    return type;
+  }
+
+  ir::Dim extent() {
+    const Token *minus = accept(TokenKind::Minus);
+    const Token &t = peek();
+    bool number = t.is(TokenKind::Integer) || t.is(TokenKind::Float);
+    if (minus && !number)
+      unexpected(t, "a number after '-'");
+    if (!number && !t.is(TokenKind::Identifier))
+      unexpected(t, "an extent (a positive integer or a dim name)");
+    take();
+    if (t.is(TokenKind::Identifier))
+      return ir::Dim::symbol(dim_name(t));
+    SourceRange at = minus ? span(*minus, t) : t.range();
+    if (minus || t.is(TokenKind::Float))
+      diags_.error(at, fmt::format("an extent must be a positive integer, got {}{}",
+                                   minus ? "-" : "", t.text));
+    return ir::Dim::constant(positive_integer(t, at, "extent"));
+  }
+
+  int64_t positive_integer(const Token &t, SourceRange at, std::string_view what) const {
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+    if (ec != std::errc() || v > ir::kMaxExtent)
+      diags_.error(
+          at, fmt::format("{} {} is too large; the limit is {}", what, t.text, ir::kMaxExtent));
+    if (v == 0)
+      diags_.error(at, fmt::format("{} must be positive, got 0", what));
+    return v;
+  }
+
+  // A name used where a dim belongs (an extent, count=N): it must be a declared dim.
+  std::string dim_name(const Token &t) const {
+    if (auto it = declared_.find(t.text); it != declared_.end()) {
+      if (it->second.what == "dim")
+        return std::string(t.text);
+      diags_.error(t.range(),
+                   fmt::format("'{}' is {}, not a dim", t.text, with_article(it->second.what)),
+                   {{it->second.where, fmt::format("'{}' is declared here", t.text)}});
+    }
+    if (auto it = names_.find(t.text); it != names_.end())
+      diags_.error(t.range(), fmt::format("'{}' is a value, not a dim", t.text),
+                   {{it->second.where, fmt::format("'{}' is defined here", t.text)}});
+    std::vector<std::string_view> candidates(dims_.begin(), dims_.end());
+    diags_.error(t.range(),
+                 fmt::format("undeclared dim '{}'{}", t.text, suggestion(t.text, candidates)));
+  }
+
+  // --- expressions ----------------------------------------------------------------------
+
+  Operand expr(int depth) {
+    const Token &t = peek();
+    if (t.is(TokenKind::Identifier) && peek(1).is(TokenKind::LParen))
+      return call(depth, /*statement=*/false);
+    if (!t.is(TokenKind::Identifier))
+      unexpected(t, "a name or a call");
+    take();
+    return {lookup(t), t.range(), false};
+  }
+
+  ValueId lookup(const Token &t) const {
+    if (auto it = names_.find(t.text); it != names_.end())
+      return it->second.id;
+    if (auto it = declared_.find(t.text); it != declared_.end()) // not a value: a dim
+      diags_.error(t.range(), fmt::format("'{}' is a dim, not a value", t.text),
+                   {{it->second.where, fmt::format("'{}' is declared here", t.text)}});
+    std::vector<std::string_view> candidates;
+    for (const auto &[name, binding] : names_)
+      candidates.push_back(name);
+    diags_.error(t.range(),
+                 fmt::format("unknown name '{}'{}", t.text, suggestion(t.text, candidates)));
+  }
+
+  // `statement`: the call stands alone, so it must be an effect; otherwise it must not be.
+  Operand call(int depth, bool statement) {
+    const Token &name = take();
+    if (depth > kMaxCallNesting)
+      diags_.error(name.range(),
+                   fmt::format("calls are nested more than {} deep", kMaxCallNesting));
+    std::optional<ir::OpKind> kind = ir::op_by_name(name.text);
+    if (!kind) {
+      std::vector<std::string_view> candidates;
+      for (const ir::OpInfo &op : ir::all_ops())
+        candidates.push_back(op.name);
+      diags_.error(name.range(),
+                   fmt::format("unknown op '{}'{}", name.text, suggestion(name.text, candidates)));
+    }
+    const ir::OpInfo &info = ir::op_info(*kind);
+    bool effect = info.cls == ir::OpClass::Effect;
+    if (effect && !statement)
+      diags_.error(
+          name.range(),
+          fmt::format("{} has no value; it can only be a statement of its own", info.name));
+    if (!effect && statement)
+      diags_.error(name.range(),
+                   fmt::format("the value of {} is unused; assign it to a name", info.name));
+
+    const Token &open = take(); // '('
+    std::vector<Operand> args;
+    std::map<std::string, ir::AttrValue> attrs;
+    std::map<std::string, SourceRange> attr_keys;
+    const Token *first_attr = nullptr;
+    const Token *close = accept(TokenKind::RParen);
+    while (!close) {
+      if (peek().is(TokenKind::Identifier) && peek(1).is(TokenKind::Equal)) {
+        if (!first_attr)
+          first_attr = &peek();
+        attribute(info, attrs, attr_keys);
+      } else {
+        Operand a = expr(depth + 1);
+        if (first_attr)
+          diags_.error(a.range, fmt::format("positional argument after the attribute '{}'; "
+                                            "attributes come last",
+                                            first_attr->text));
+        args.push_back(a);
+      }
+      if (accept(TokenKind::Comma))
+        continue;
+      close = accept(TokenKind::RParen);
+      if (!close)
+        unexpected(peek(), fmt::format("',' or ')' in the call to {}", info.name),
+                   {{open.range(), "to match this '('"}});
+    }
+
+    int n = static_cast<int>(args.size());
+    std::string takes = info.min_args == info.max_args
+                            ? fmt::format("{}", info.min_args)
+                            : fmt::format("{} to {}", info.min_args, info.max_args);
+    if (n > info.max_args)
+      diags_.error(
+          args[static_cast<size_t>(info.max_args)].range,
+          fmt::format("too many arguments to {}: it takes {}, got {}", info.name, takes, n));
+    if (n < info.min_args)
+      diags_.error(name.range(), fmt::format("too few arguments to {}: it takes {}, got {}",
+                                             info.name, takes, n));
+    for (const ir::AttrSpec &spec : info.attrs)
+      if (!spec.default_value && !attrs.count(std::string(spec.name)))
+        diags_.error(name.range(),
+                     fmt::format("{} requires the attribute '{}'", info.name, spec.name));
+
+    std::vector<ValueId> ids;
+    for (const Operand &a : args)
+      ids.push_back(a.id);
+    ValueId id = -1;
+    try {
+      id = builder_.op(*kind, ids, attrs, {}, name.loc);
+    } catch (const ir::TypeError &e) {
+      diags_.error(e.arg >= 0 && e.arg < n ? args[static_cast<size_t>(e.arg)].range : name.range(),
+                   e.what());
+    }
+    builder_.at(id).origins = {fmt::format("{}@{}", info.name, name.loc.line)};
+    check_updates(id, args);
+    return {id, span(name, *close), true};
+  }
+
+  // The running statistics an op updates must be distinct states, each updated once.
+  void check_updates(ValueId id, const std::vector<Operand> &args) {
+    const ir::Value &v = builder_.graph()[id];
+    std::vector<int> updated = ir::updated_args(v);
+    std::string_view op = ir::op_info(v.op).name;
+    std::string_view why =
+        v.op == ir::OpKind::BatchNorm ? "train mode updates it" : "bn_update updates it";
+    for (size_t k = 0; k < updated.size(); ++k) {
+      const Operand &a = args[static_cast<size_t>(updated[k])];
+      const ir::Value &s = builder_.graph()[a.id];
+      std::string_view role = k == 0 ? "running_mean" : "running_var";
+      if (s.is_op())
+        diags_.error(a.range, fmt::format("the {} of {} must be a state ({}), not a computed "
+                                          "value",
+                                          role, op, why));
+      if (s.kind != ir::ValueKind::State) {
+        const Declared &d = declared_.at(s.name);
+        diags_.error(a.range,
+                     fmt::format("the {} of {} must be a state ({}); '{}' is {}", role, op, why,
+                                 s.name, with_article(d.what)),
+                     {{d.where, fmt::format("'{}' is declared here", s.name)}});
+      }
+      if (auto it = updated_.find(a.id); it != updated_.end())
+        diags_.error(a.range,
+                     fmt::format("state '{}' is updated twice; a run updates a state at most "
+                                 "once",
+                                 s.name),
+                     {{it->second, "the first update is here"}});
+      updated_.emplace(a.id, a.range);
+    }
+  }
+
+  void attribute(const ir::OpInfo &info, std::map<std::string, ir::AttrValue> &attrs,
+                 std::map<std::string, SourceRange> &keys) {
+    const Token &key = take();
+    take(); // '='
+    const ir::AttrSpec *spec = nullptr;
+    std::vector<std::string_view> candidates;
+    for (const ir::AttrSpec &s : info.attrs) {
+      candidates.push_back(s.name);
+      if (s.name == key.text)
+        spec = &s;
+    }
+    if (!spec && info.attrs.empty())
+      diags_.error(key.range(), fmt::format("{} takes no attributes", info.name));
+    if (!spec)
+      diags_.error(key.range(), fmt::format("unknown attribute '{}' for {}{}", key.text, info.name,
+                                            suggestion(key.text, candidates)));
+    std::string name(key.text);
+    if (auto it = keys.find(name); it != keys.end())
+      diags_.error(key.range(), fmt::format("duplicate attribute '{}'", key.text),
+                   {{it->second, "first given here"}});
+    attrs[name] = attr_value(info, *spec);
+    keys[name] = key.range();
+  }
+
+  ir::AttrValue attr_value(const ir::OpInfo &info, const ir::AttrSpec &spec) {
+    const Token *minus = accept(TokenKind::Minus);
+    const Token &t = peek();
+    bool number = t.is(TokenKind::Integer) || t.is(TokenKind::Float);
+    if (minus && !number)
+      unexpected(t, "a number after '-'");
+    if (!number && !t.is(TokenKind::Identifier))
+      unexpected(t, "an attribute value (a number or a name)");
+    take();
+    if (peek().is(TokenKind::LParen))
+      diags_.error(t.range(), "an attribute value is a number or a name, not a call");
+    SourceRange at = minus ? span(*minus, t) : t.range();
+    std::string got =
+        number ? fmt::format("{}{}", minus ? "-" : "", t.text) : fmt::format("'{}'", t.text);
+    std::string what = fmt::format("attribute '{}' of {}", spec.name, info.name);
+    switch (spec.kind) {
+    case ir::AttrKind::Number: {
+      if (!number)
+        diags_.error(at, fmt::format("{} must be a number, got {}", what, got));
+      double x = 0;
+      auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), x);
+      if (ec != std::errc())
+        diags_.error(at, fmt::format("number {} is out of range", got));
+      return {minus ? -x : x, {}};
+    }
+    case ir::AttrKind::Int: {
+      if (!t.is(TokenKind::Integer))
+        diags_.error(at, fmt::format("{} must be an integer, got {}", what, got));
+      int64_t x = 0;
+      auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), x);
+      if (ec != std::errc() || x > ir::kMaxExtent)
+        diags_.error(at, fmt::format("{} is out of range: {}", what, got));
+      return {static_cast<double>(minus ? -x : x), {}};
+    }
+    case ir::AttrKind::Extent:
+      if (t.is(TokenKind::Identifier))
+        return {0, dim_name(t)};
+      if (minus || !t.is(TokenKind::Integer))
+        diags_.error(at,
+                     fmt::format("{} must be a positive integer or a dim name, got {}", what, got));
+      return {static_cast<double>(positive_integer(t, at, what)), {}};
+    case ir::AttrKind::DType:
+      break;
+    }
+    if (!t.is(TokenKind::Identifier) || !ir::parse_dtype(t.text))
+      diags_.error(at,
+                   fmt::format("{} must be an element type (f32, f16 or bf16), got {}", what, got));
+    return {0, std::string(t.text)};
+  }
+
+  struct Declared {
+    std::string_view what; // "dim", "input", "param" or "state"
+    SourceRange where;
+  };
+  struct Binding {
+    ValueId id;
+    SourceRange where; // of the name where it was last bound
+  };
+
+  Diagnostics &diags_;
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  ir::GraphBuilder builder_{std::string()};
+  std::vector<std::string> dims_;
+  std::map<std::string, Declared, std::less<>> declared_; // dims and declarations
+  std::map<std::string, Binding, std::less<>> names_;     // value names, newest binding
+  std::map<ValueId, SourceRange> updated_;                // states, where they are updated
+  std::optional<SourceRange> return_;
+};
+
+} // namespace
+
+ir::Graph parse_kf(const SourceFile &source, Diagnostics &diags) {
+  return Parser(source, diags).parse();
+}
+
+ir::Graph parse_kf_file(const std::string &path) {
+  SourceFile source = SourceFile::read(path);
+  Diagnostics diags(source);
+  return parse_kf(source, diags);
+}
+
+} // namespace kfuse::dsl

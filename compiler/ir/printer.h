@@ -1,0 +1,39 @@
+// The canonical .kf text of a graph. Printing is deterministic and parses back to a
+// structurally equal graph, so print(parse(print(g))) == print(g): dumps diff cleanly and
+// golden files stay stable.
+//
+// Layout: the header, one `dim` line, the declarations in order, one statement per op in
+// order (`name = op(args, attr=value)`, every attribute in op_info order, numbers in their
+// shortest round-trip form), effects as bare calls, and `return a, b`.
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kfuse::ir {
+
+// Longest identifier .kf accepts.
+inline constexpr size_t kMaxNameLength = 256;
+
+// Words that start statements; they cannot name a pipeline, a dim or a value.
+bool is_kf_keyword(std::string_view word);
+// Whether `name` can be written as a name in .kf: an identifier of at most kMaxNameLength
+// characters that is not a keyword.
+bool is_kf_name(std::string_view name);
+
+// The name each value has in print_kf's output ("" for effects, which print as bare calls).
+// Declarations keep their names. An op keeps its name when no earlier value took it; a
+// rebound name becomes `h_1`, `h_2`...; unnamed ops (passes make them) and names that are
+// not valid .kf become `t1`, `t2`... A made-up name never equals any name in the graph.
+std::vector<std::string> printed_names(const Graph &g);
+
+// `g` must pass verify().
+std::string print_kf(const Graph &g);
+
+// The shortest decimal text that reads back as exactly `v` ("1e-5", "0.1", "8192").
+std::string format_number(double v);
+
+} // namespace kfuse::ir

@@ -1,0 +1,197 @@
+#include "compiler/ir/verifier.h"
+
+#include "compiler/ir/infer.h"
+#include "compiler/ir/printer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <set>
+
+namespace kfuse::ir {
+namespace {
+
+std::string_view kind_name(ValueKind k) {
+  switch (k) {
+  case ValueKind::Input:
+    return "input";
+  case ValueKind::Param:
+    return "param";
+  case ValueKind::State:
+    return "state";
+  case ValueKind::Op:
+    return "op";
+  }
+  return "?";
+}
+
+// How a message names a value: "input 'x' (%0)", "'h' (%5, linear)", "%7 (rsqrt)".
+std::string describe(const Graph &g, ValueId id) {
+  const Value &v = g[id];
+  if (!v.is_op())
+    return fmt::format("{} '{}' (%{})", kind_name(v.kind), v.name, id);
+  if (v.name.empty())
+    return fmt::format("%{} ({})", id, op_info(v.op).name);
+  return fmt::format("'{}' (%{}, {})", v.name, id, op_info(v.op).name);
+}
+
+bool is_integer(double x) { return std::isfinite(x) && std::floor(x) == x; }
+
+class Verifier {
+public:
+  explicit Verifier(const Graph &g) : g_(g) {}
+
+  void run() {
+    if (!is_kf_name(g_.name))
+      throw VerifyError(-1, fmt::format("pipeline name '{}' is not a .kf name", g_.name));
+    for (const std::string &d : g_.dims) {
+      if (!is_kf_name(d))
+        throw VerifyError(-1, fmt::format("dim '{}' is not a .kf name", d));
+      if (!names_.insert(d).second)
+        throw VerifyError(-1, fmt::format("dim '{}' is declared twice", d));
+    }
+    for (size_t i = 0; i < g_.values.size(); ++i) {
+      auto id = static_cast<ValueId>(i);
+      if (g_[id].is_op())
+        op(id);
+      else
+        declaration(id);
+    }
+    if (g_.outputs.empty())
+      throw VerifyError(-1, fmt::format("pipeline '{}' has no outputs", g_.name));
+    for (ValueId o : g_.outputs) {
+      if (o < 0 || static_cast<size_t>(o) >= g_.values.size())
+        throw VerifyError(-1, fmt::format("output %{} does not exist", o));
+      if (g_[o].is_effect())
+        throw VerifyError(
+            o, fmt::format("output {} is an effect, which has no value", describe(g_, o)));
+    }
+  }
+
+private:
+  [[noreturn]] void fail(ValueId id, const std::string &problem) const {
+    throw VerifyError(id, fmt::format("{}: {}", describe(g_, id), problem));
+  }
+
+  void declaration(ValueId id) {
+    const Value &v = g_[id];
+    if (!is_kf_name(v.name))
+      fail(id, "the name is not a .kf name");
+    if (!names_.insert(v.name).second)
+      fail(id, "the name is already declared");
+    if (!v.args.empty() || !v.attrs.empty())
+      fail(id, "a declaration has no arguments or attributes");
+    if (v.type.rank() < 1 || v.type.rank() > 2)
+      fail(id, fmt::format("type {} has rank {}; tensors have rank 1 or 2", v.type.str(),
+                           v.type.rank()));
+    extents(id);
+  }
+
+  void extents(ValueId id) const {
+    for (const Dim &d : g_[id].type.shape) {
+      if (d.is_symbolic() ? !declared_dim(d.sym) : d.value < 1 || d.value > kMaxExtent)
+        fail(id, fmt::format("type {} has an extent that is not a declared dim or an integer "
+                             "in [1, {}]",
+                             g_[id].type.str(), kMaxExtent));
+    }
+  }
+
+  bool declared_dim(const std::string &name) const {
+    for (const std::string &d : g_.dims)
+      if (d == name)
+        return true;
+    return false;
+  }
+
+  void attributes(ValueId id) const {
+    const Value &v = g_[id];
+    const OpInfo &info = op_info(v.op);
+    for (const auto &[key, value] : v.attrs) {
+      bool known = false;
+      for (const AttrSpec &spec : info.attrs)
+        known |= spec.name == key;
+      if (!known)
+        fail(id, fmt::format("{} has no attribute '{}'", info.name, key));
+    }
+    for (const AttrSpec &spec : info.attrs) {
+      auto it = v.attrs.find(std::string(spec.name));
+      if (it == v.attrs.end())
+        fail(id, fmt::format("the attribute '{}' is missing", spec.name));
+      const AttrValue &a = it->second;
+      bool ok = false;
+      std::string_view expected;
+      switch (spec.kind) {
+      case AttrKind::Number:
+        ok = a.dim.empty() && std::isfinite(a.number);
+        expected = "a finite number";
+        break;
+      case AttrKind::Int:
+        ok = a.dim.empty() && is_integer(a.number) && std::fabs(a.number) <= kMaxExtent;
+        expected = "an integer";
+        break;
+      case AttrKind::Extent:
+        ok = a.dim.empty() ? is_integer(a.number) && a.number >= 1 && a.number <= kMaxExtent
+                           : a.number == 0 && declared_dim(a.dim);
+        expected = "a declared dim or a positive integer";
+        break;
+      case AttrKind::DType:
+        ok = a.number == 0 && parse_dtype(a.dim).has_value();
+        expected = "an element type";
+        break;
+      }
+      if (!ok)
+        fail(id, fmt::format("attribute '{}' must be {}, got {}", spec.name, expected,
+                             a.dim.empty() ? fmt::format("{}", a.number) : "'" + a.dim + "'"));
+    }
+  }
+
+  void op(ValueId id) {
+    const Value &v = g_[id];
+    std::vector<TensorType> arg_types;
+    for (ValueId a : v.args) {
+      if (a < 0 || a >= id)
+        fail(id, fmt::format("argument %{} does not precede it", a));
+      arg_types.push_back(g_[a].type);
+    }
+    attributes(id);
+    try {
+      TensorType inferred = infer_type(v.op, arg_types, v.attrs);
+      if (inferred != v.type)
+        fail(id, fmt::format("its type is recorded as {} but its arguments give {}", v.type.str(),
+                             inferred.str()));
+    } catch (const TypeError &e) {
+      fail(id, e.what());
+    }
+    extents(id);
+    std::vector<int> updated = updated_args(v);
+    for (size_t k = 0; k < updated.size(); ++k) {
+      ValueId s = v.args[static_cast<size_t>(updated[k])];
+      std::string_view role = k == 0 ? "running_mean" : "running_var";
+      if (g_[s].kind != ValueKind::State)
+        fail(id, fmt::format("its {} is {}, not a state", role, describe(g_, s)));
+      if (!updated_.insert(s).second)
+        fail(id, fmt::format("it updates state '{}', which is already updated", g_[s].name));
+    }
+  }
+
+  const Graph &g_;
+  std::set<std::string> names_; // dims and declarations
+  std::set<ValueId> updated_;   // states
+};
+
+} // namespace
+
+std::vector<int> updated_args(const Value &v) {
+  if (!v.is_op())
+    return {};
+  int n = static_cast<int>(v.args.size());
+  if (v.op == OpKind::BatchNorm && n >= 2)
+    return {n - 2, n - 1};
+  if (v.op == OpKind::BnUpdate && n >= 2)
+    return {0, 1};
+  return {};
+}
+
+void verify(const Graph &g) { Verifier(g).run(); }
+
+} // namespace kfuse::ir
