@@ -1,0 +1,82 @@
+// fold_affine: per-column affine maps of a matrix collapse into one col_affine.
+//
+// For a matrix y[N, C] and per-feature vectors c ([C] or [1], broadcast over rows):
+//   y + c = col_affine(y, 1, c)     y - c = col_affine(y, 1, -c)    c - y = col_affine(y, -1, c)
+//   y * c = col_affine(y, c, 0)     y / c = col_affine(y, 1/c, 0)
+// and a chain of two maps is one map:
+//   col_affine(col_affine(y, a1, b1), a2, b2) = col_affine(y, a1*a2, b1*a2 + b2).
+// Both are exact in real arithmetic; in floating point they reassociate per-column
+// products, well inside every precision's error bound. A map is merged into its consumer
+// only when nothing else reads it, so no value is computed twice. The vectors alpha/beta
+// are built from the parameters at run time (a few ops per column), nothing is baked in.
+#include "compiler/passes/passes.h"
+#include "compiler/passes/rewriter.h"
+
+namespace kfuse::passes {
+
+using namespace ir;
+
+namespace {
+
+bool is_column_vector(const Value &v, const Value &matrix) {
+  return v.type.rank() == 1 &&
+         (v.type.shape[0] == matrix.type.shape[1] || v.type.shape[0] == Dim::constant(1));
+}
+
+// The binary op `v` as a col_affine of its matrix operand, or -1.
+ValueId binary_to_affine(Rewriter &r, const Value &v) {
+  const Graph &g = r.old_graph();
+  if (op_info(v.op).cls != OpClass::Binary || v.type.rank() != 2)
+    return -1;
+  const Value &a = g[v.args[0]], &b = g[v.args[1]];
+  bool matrix_first = a.type == v.type && is_column_vector(b, a);
+  bool matrix_second = b.type == v.type && is_column_vector(a, b);
+  if (!matrix_first && !matrix_second)
+    return -1;
+  ValueId y = r.map(v.args[matrix_first ? 0 : 1]);
+  ValueId c = r.map(v.args[matrix_first ? 1 : 0]);
+  DType dt = v.type.dtype;
+  switch (v.op) {
+  case OpKind::Add:
+    return r.op(OpKind::ColAffine, {y, r.constant(1, dt), c});
+  case OpKind::Sub:
+    return matrix_first
+               ? r.op(OpKind::ColAffine, {y, r.constant(1, dt), r.op(OpKind::Mul, {c, r.constant(-1, dt)})})
+               : r.op(OpKind::ColAffine, {y, r.constant(-1, dt), c});
+  case OpKind::Mul:
+    return r.op(OpKind::ColAffine, {y, c, r.constant(0, dt)});
+  case OpKind::Div:
+    return matrix_first
+               ? r.op(OpKind::ColAffine, {y, r.op(OpKind::Div, {r.constant(1, dt), c}), r.constant(0, dt)})
+               : -1;
+  default:
+    return -1;
+  }
+}
+
+} // namespace
+
+Graph fold_affine(const Graph &g, Mode) {
+  return Rewriter(g, "fold_affine").run([](Rewriter &r, ValueId old) -> ValueId {
+    const Value &v = r.old_graph()[old];
+    ValueId affine = v.op == OpKind::ColAffine ? -1 : binary_to_affine(r, v);
+    if (v.op != OpKind::ColAffine && affine < 0)
+      return -1;
+    ValueId input_old = v.args[v.op == OpKind::ColAffine || r.old_graph()[v.args[0]].type == v.type ? 0 : 1];
+    const Value self = affine >= 0 ? r.new_value(affine) : v;
+    ValueId y = affine >= 0 ? self.args[0] : r.map(v.args[0]);
+    ValueId a2 = affine >= 0 ? self.args[1] : r.map(v.args[1]);
+    ValueId b2 = affine >= 0 ? self.args[2] : r.map(v.args[2]);
+    const Value inner = r.new_value(y); // a copy: r.op() grows the graph
+    if (!(inner.is_op() && inner.op == OpKind::ColAffine && r.old_uses(input_old) == 1))
+      return affine;
+    // Both maps' vectors are column vectors of the same matrix, so the products broadcast.
+    ValueId a = r.op(OpKind::Mul, {inner.args[1], a2});
+    ValueId b = r.op(OpKind::Add, {r.op(OpKind::Mul, {inner.args[2], a2}), b2});
+    ValueId merged = r.op(OpKind::ColAffine, {inner.args[0], a, b});
+    r.merge_provenance(merged, inner);
+    return merged;
+  });
+}
+
+} // namespace kfuse::passes

@@ -1,0 +1,47 @@
+// lower_batchnorm: batchnorm becomes column statistics, a running-stat update and one
+// per-column affine map, according to the mode.
+//
+//   eval:  y = (x - rm) * rsqrt(rv + eps) * w + b = col_affine(x, alpha, beta)
+//          alpha = w * rsqrt(rv + eps),  beta = b - rm * alpha
+//   train: m = col_mean(x), v = col_var(x) (biased), bn_update(rm, rv, m, v; momentum,
+//          count = rows of x), and the same affine map with m, v in place of rm, rv.
+//
+// alpha and beta are [C] vectors derived from parameters and statistics at run time; no
+// weight is rewritten. Without weight/bias, w = 1 and b = 0 (constants, simplified away).
+#include "compiler/passes/passes.h"
+#include "compiler/passes/rewriter.h"
+
+namespace kfuse::passes {
+
+using namespace ir;
+
+Graph lower_batchnorm(const Graph &g, Mode mode) {
+  return Rewriter(g, "lower_batchnorm").run([mode](Rewriter &r, ValueId old) -> ValueId {
+    const Value &v = r.old_graph()[old];
+    if (v.op != OpKind::BatchNorm)
+      return -1;
+    DType dt = v.type.dtype;
+    bool affine = v.args.size() == 5;
+    ValueId x = r.map(v.args[0]);
+    ValueId weight = affine ? r.map(v.args[1]) : r.constant(1.0, dt);
+    ValueId bias = affine ? r.map(v.args[2]) : r.constant(0.0, dt);
+    ValueId rm = r.map(v.args[affine ? 3 : 1]);
+    ValueId rv = r.map(v.args[affine ? 4 : 2]);
+    ValueId mean = rm, var = rv;
+    if (mode == Mode::Train) {
+      mean = r.op(OpKind::ColMean, {x});
+      var = r.op(OpKind::ColVar, {x});
+      const Dim &rows = v.type.shape[0];
+      AttrValue count = rows.is_symbolic() ? AttrValue{0, rows.sym}
+                                           : AttrValue{static_cast<double>(rows.value), {}};
+      r.op(OpKind::BnUpdate, {rm, rv, mean, var},
+           {{"momentum", AttrValue{v.attr("momentum"), {}}}, {"count", count}});
+    }
+    ValueId inv_std = r.op(OpKind::Rsqrt, {r.op(OpKind::Add, {var, r.constant(v.attr("eps"), dt)})});
+    ValueId alpha = r.op(OpKind::Mul, {weight, inv_std});
+    ValueId beta = r.op(OpKind::Sub, {bias, r.op(OpKind::Mul, {mean, alpha})});
+    return r.op(OpKind::ColAffine, {x, alpha, beta});
+  });
+}
+
+} // namespace kfuse::passes

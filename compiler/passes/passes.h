@@ -1,0 +1,36 @@
+// The planner's rewrite pipeline, in order. Each pass is one file in compiler/passes/
+// whose header comment states the algebra it relies on.
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <functional>
+#include <string_view>
+#include <vector>
+
+namespace kfuse::passes {
+
+struct Pass {
+  std::string_view name;
+  ir::Graph (*run)(const ir::Graph &g, ir::Mode mode);
+};
+
+ir::Graph canonicalize_linear(const ir::Graph &g, ir::Mode mode);
+ir::Graph lower_batchnorm(const ir::Graph &g, ir::Mode mode);
+ir::Graph fold_affine(const ir::Graph &g, ir::Mode mode);
+ir::Graph absorb_affine_into_stats(const ir::Graph &g, ir::Mode mode);
+ir::Graph simplify_identities(const ir::Graph &g, ir::Mode mode);
+ir::Graph eliminate_dead(const ir::Graph &g, ir::Mode mode);
+
+// The pipeline: canonicalize, lower batchnorm for the mode, fold affine chains, move
+// affine maps across column statistics, fold again what that exposed, then clean up.
+const std::vector<Pass> &pipeline();
+
+// The passes an unfused plan needs: only the lowering, no fusion.
+const std::vector<Pass> &unfused_pipeline();
+
+// Runs `passes`; `after_each` (if set) sees the graph after every pass.
+ir::Graph run_pipeline(const ir::Graph &g, ir::Mode mode, const std::vector<Pass> &passes,
+                       const std::function<void(const Pass &, const ir::Graph &)> &after_each = {});
+
+} // namespace kfuse::passes

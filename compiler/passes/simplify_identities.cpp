@@ -1,0 +1,81 @@
+// simplify_identities: removes the identities and constant arithmetic the other passes
+// leave behind, so plans and generated code read like the math.
+//
+//   x * 1 = 1 * x = x + 0 = 0 + x = x - 0 = x / 1 = x     col_affine(y, 1, 0) = y
+//   op(constants) = the constant it evaluates to
+// An identity is removed only where x already has the result's type (no broadcast is
+// lost). Constant folding is done in double and stored as the constant's value; it only
+// meets the few scalars the passes introduce (1, -1, 0, eps).
+#include "compiler/passes/passes.h"
+#include "compiler/passes/rewriter.h"
+
+#include <cmath>
+
+namespace kfuse::passes {
+
+using namespace ir;
+
+namespace {
+
+std::optional<double> fold(OpKind op, double a, double b) {
+  switch (op) {
+  case OpKind::Add:
+    return a + b;
+  case OpKind::Sub:
+    return a - b;
+  case OpKind::Mul:
+    return a * b;
+  case OpKind::Div:
+    return b != 0 ? std::optional<double>(a / b) : std::nullopt;
+  case OpKind::Rsqrt:
+    return a > 0 ? std::optional<double>(1 / std::sqrt(a)) : std::nullopt;
+  default:
+    return std::nullopt;
+  }
+}
+
+bool is(const Rewriter &r, ValueId id, double c) {
+  auto v = r.constant_value(id);
+  return v && *v == c;
+}
+
+} // namespace
+
+Graph simplify_identities(const Graph &g, Mode) {
+  return Rewriter(g, "simplify_identities").run([](Rewriter &r, ValueId old) -> ValueId {
+    const Value &v = r.old_graph()[old];
+    std::vector<ValueId> args;
+    for (ValueId a : v.args)
+      args.push_back(r.map(a));
+    auto same_type = [&](ValueId id) { return r.new_value(id).type == v.type ? id : -1; };
+    if (v.op == OpKind::ColAffine && is(r, args[1], 1) && is(r, args[2], 0))
+      return args[0];
+    if (v.op == OpKind::Rsqrt || op_info(v.op).cls == OpClass::Binary) {
+      auto a = r.constant_value(args[0]);
+      auto b = args.size() > 1 ? r.constant_value(args[1]) : a;
+      if (a && b)
+        if (auto c = fold(v.op, *a, *b))
+          return r.constant(*c, v.type.dtype);
+    }
+    if (args.size() != 2)
+      return -1;
+    switch (v.op) {
+    case OpKind::Add:
+      if (is(r, args[1], 0))
+        return same_type(args[0]);
+      return is(r, args[0], 0) ? same_type(args[1]) : -1;
+    case OpKind::Mul:
+      if (is(r, args[1], 1))
+        return same_type(args[0]);
+      return is(r, args[0], 1) ? same_type(args[1]) : -1;
+    case OpKind::Sub:
+      return is(r, args[1], 0) ? same_type(args[0]) : -1;
+    case OpKind::Div:
+      return is(r, args[1], 1) ? same_type(args[0]) : -1;
+    default:
+      return -1;
+    }
+  });
+}
+
+} // namespace kfuse::passes

@@ -1,0 +1,334 @@
+#include "compiler/plan/partition.h"
+
+#include <algorithm>
+#include <set>
+
+namespace kfuse::plan {
+
+using namespace ir;
+
+namespace {
+
+bool is_elementwise(const Value &v) {
+  OpClass c = op_info(v.op).cls;
+  return v.is_op() && (c == OpClass::Binary || c == OpClass::Unary || c == OpClass::ColAffine ||
+                       c == OpClass::Constant);
+}
+
+bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && v.type.rank() == 2; }
+
+bool is_stats(const Value &v) { return v.is_op() && op_info(v.op).cls == OpClass::ColReduce; }
+
+class Partitioner {
+public:
+  Partitioner(const Graph &g, Mode mode, bool fuse) : g_(g), users_(g.users()), fuse_(fuse) {
+    plan_.graph = g;
+    plan_.mode = mode;
+    size_t n = g.values.size();
+    stored_.assign(n, false);
+    stats_dep_.assign(n, false);
+    kernel_of_.assign(n, -1);
+    for (ValueId o : g.outputs)
+      is_output_.insert(o);
+  }
+
+  Plan run() {
+    classify();
+    if (fuse_)
+      fuse_gemm_epilogues();
+    build_kernels();
+    finish();
+    return std::move(plan_);
+  }
+
+private:
+  const Value &val(ValueId id) const { return g_[id]; }
+  const std::vector<ValueId> &users(ValueId id) const { return users_[static_cast<size_t>(id)]; }
+  bool single_use(ValueId id) const { return users(id).size() == 1 && !is_output_.count(id); }
+
+  // Stored-or-not for every value, in graph order (args are decided before their users).
+  void classify() {
+    for (size_t i = 0; i < g_.values.size(); ++i) {
+      ValueId id = static_cast<ValueId>(i);
+      const Value &v = val(id);
+      if (!v.is_op()) {
+        stored_[i] = true; // declared tensors live in the caller's buffers
+        continue;
+      }
+      for (ValueId a : v.args)
+        stats_dep_[i] = stats_dep_[i] || stats_dep_[static_cast<size_t>(a)] || is_stats(val(a));
+      if (v.is_effect())
+        continue;
+      bool out = is_output_.count(id) != 0;
+      if (is_matrix_elementwise(v)) {
+        stored_[i] = !fuse_ || out || !single_use(id) || !inline_into(id, users(id)[0]);
+      } else if (is_elementwise(v) || is_stats(v)) {
+        // Column values: inline where read, stored where a kernel needs a buffer.
+        bool needs_buffer = out;
+        for (ValueId u : users(id))
+          needs_buffer =
+              needs_buffer || (!is_elementwise(val(u)) && !val(u).is_effect() && !is_stats(val(u)));
+        stored_[i] = needs_buffer || stats_dep_[i] || is_stats(v);
+      } else {
+        stored_[i] = true; // GEMM, row op, stats results: kernels of their own
+      }
+    }
+  }
+
+  // Whether matrix value `id` can be computed inline by its only user `u`.
+  bool inline_into(ValueId id, ValueId u) const {
+    const Value &user = val(u);
+    if (is_matrix_elementwise(user))
+      return true;
+    if (op_info(user.op).cls == OpClass::Row)
+      return matrix_leaves(id).size() == 1;
+    return false;
+  }
+
+  // The stored matrices an inline tree rooted at `id` loads per element.
+  std::set<ValueId> matrix_leaves(ValueId id) const {
+    std::set<ValueId> leaves;
+    for (ValueId a : val(id).args) {
+      const Value &arg = val(a);
+      if (arg.type.rank() != 2)
+        continue;
+      if (stored_[static_cast<size_t>(a)] || !is_matrix_elementwise(arg)) {
+        leaves.insert(a);
+      } else {
+        auto sub = matrix_leaves(a);
+        leaves.insert(sub.begin(), sub.end());
+      }
+    }
+    return leaves;
+  }
+
+  // The stored end of the inline chain that starts at `id`'s only user, or -1.
+  ValueId chain_end(ValueId id) const {
+    ValueId cur = users(id)[0];
+    while (is_matrix_elementwise(val(cur)) && !stored_[static_cast<size_t>(cur)])
+      cur = users(cur)[0];
+    return is_matrix_elementwise(val(cur)) ? cur : -1;
+  }
+
+  void fuse_gemm_epilogues() {
+    for (size_t i = 0; i < g_.values.size(); ++i) {
+      ValueId id = static_cast<ValueId>(i);
+      if (!val(id).is_op() || op_info(val(id).op).cls != OpClass::Gemm || !single_use(id) ||
+          !is_matrix_elementwise(val(users(id)[0])))
+        continue;
+      ValueId end = chain_end(id);
+      if (end < 0)
+        continue;
+      stored_[i] = false;
+      epilogue_of_[end] = id;
+    }
+  }
+
+  int new_kernel(KernelKind kind, ValueId anchor) {
+    Kernel k;
+    k.kind = kind;
+    k.anchor = anchor;
+    plan_.kernels.push_back(std::move(k));
+    return static_cast<int>(plan_.kernels.size() - 1);
+  }
+
+  Kernel &kernel(int index) { return plan_.kernels.at(static_cast<size_t>(index)); }
+
+  // Adds `id` and the inline values it reads (recursively) to kernel `k`.
+  void add_tree(int k, ValueId id) {
+    if (std::count(kernel(k).computes.begin(), kernel(k).computes.end(), id))
+      return;
+    for (ValueId a : val(id).args)
+      if (!stored_[static_cast<size_t>(a)] && val(a).is_op() && !is_stats(val(a)))
+        add_tree(k, a);
+    kernel(k).computes.push_back(id);
+  }
+
+  // The kernel that stores `id` (-1 for declarations).
+  int producer(ValueId id) const { return kernel_of_[static_cast<size_t>(id)]; }
+
+  // Latest column kernel among the statistics `id` depends on.
+  int column_kernel_for(ValueId id) const {
+    int k = -1;
+    for (ValueId a : val(id).args) {
+      if (is_stats(val(a)) || stats_dep_[static_cast<size_t>(a)])
+        k = std::max(k, producer(a));
+    }
+    return k;
+  }
+
+  // The column kernel merging partials of matrix `m`, creating partials where needed.
+  int column_kernel_of(ValueId m) {
+    auto it = column_of_.find(m);
+    if (it != column_of_.end())
+      return it->second;
+    int p = producer(m);
+    if (p >= 0 && kernel(p).kind == KernelKind::Gemm && kernel(p).stats_of < 0) {
+      kernel(p).stats_of = m;
+      kernel(p).rules.push_back("stats_epilogue");
+    } else {
+      int cp = new_kernel(KernelKind::ColPartials, m);
+      kernel(cp).stats_of = m;
+    }
+    int c = new_kernel(KernelKind::Column, -1);
+    kernel(c).stats_of = m;
+    kernel(c).rules.push_back("column_finalize");
+    plan_.partials.push_back(m);
+    column_of_[m] = c;
+    return c;
+  }
+
+  void place(int k, ValueId id) {
+    add_tree(k, id);
+    if (stored_[static_cast<size_t>(id)]) {
+      kernel(k).stores.push_back(id);
+      kernel_of_[static_cast<size_t>(id)] = k;
+    }
+  }
+
+  void build_kernels() {
+    for (size_t i = 0; i < g_.values.size(); ++i) {
+      ValueId id = static_cast<ValueId>(i);
+      const Value &v = val(id);
+      if (!v.is_op())
+        continue;
+      OpClass cls = op_info(v.op).cls;
+      if (cls == OpClass::Gemm) {
+        int k = new_kernel(KernelKind::Gemm, id);
+        gemm_kernel_[id] = k;
+        kernel(k).computes.push_back(id);
+        if (stored_[i]) {
+          kernel(k).stores.push_back(id);
+          kernel_of_[i] = k;
+        }
+      } else if (is_stats(v)) {
+        int c = column_kernel_of(v.args[0]);
+        kernel(c).computes.push_back(id);
+        kernel_of_[i] = c;
+      } else if (v.is_effect() || (stats_dep_[i] && v.type.rank() < 2)) {
+        int c = column_kernel_for(id);
+        if (c < 0)
+          c = new_kernel(KernelKind::Column, -1);
+        add_tree(c, id);
+        kernel_of_[i] = c;
+      } else if (cls == OpClass::Row) {
+        int k = new_kernel(KernelKind::Row, id);
+        kernel(k).rules.push_back("row_prologue");
+        place(k, id);
+      } else if (stored_[i]) {
+        place_elementwise(id);
+      }
+    }
+  }
+
+  // A stored elementwise value: the end of a GEMM's epilogue chain, or a kernel of its own.
+  void place_elementwise(ValueId id) {
+    auto it = epilogue_of_.find(id);
+    if (it != epilogue_of_.end()) {
+      int k = gemm_kernel_.at(it->second);
+      bool ready = true;
+      for (ValueId leaf : matrix_leaves(id))
+        ready = ready && (leaf == it->second || producer(leaf) < k);
+      for (ValueId leaf : column_leaves(id))
+        ready = ready && producer(leaf) < k;
+      if (ready) {
+        kernel(k).rules.push_back("gemm_epilogue");
+        place(k, id);
+        return;
+      }
+      // A leaf is produced after the GEMM runs: store the product instead.
+      stored_[static_cast<size_t>(it->second)] = true;
+      kernel(k).stores.push_back(it->second);
+      kernel_of_[static_cast<size_t>(it->second)] = k;
+    }
+    place(new_kernel(KernelKind::Elementwise, id), id);
+  }
+
+  // Stored rank-1 values read by the inline tree of `id`.
+  std::set<ValueId> column_leaves(ValueId id) const {
+    std::set<ValueId> leaves;
+    for (ValueId a : val(id).args) {
+      if (val(a).type.rank() == 2 && stored_[static_cast<size_t>(a)])
+        continue;
+      if (val(a).type.rank() < 2 && stored_[static_cast<size_t>(a)] && val(a).is_op())
+        leaves.insert(a);
+      else if (val(a).is_op()) {
+        auto sub = column_leaves(a);
+        leaves.insert(sub.begin(), sub.end());
+      }
+    }
+    return leaves;
+  }
+
+  // Column values a column kernel computes are stored when another kernel reads them or
+  // they are returned; only now, with every kernel built, are all readers known.
+  void store_column_values() {
+    for (size_t c = 0; c < plan_.kernels.size(); ++c) {
+      if (plan_.kernels[c].kind != KernelKind::Column)
+        continue;
+      for (ValueId id : plan_.kernels[c].computes) {
+        if (val(id).is_effect() || kernel_of_[static_cast<size_t>(id)] != static_cast<int>(c))
+          continue;
+        bool outside = is_output_.count(id) != 0;
+        for (size_t k = 0; k < plan_.kernels.size() && !outside; ++k)
+          for (ValueId u : plan_.kernels[k].computes)
+            outside = outside || (k != c && std::count(val(u).args.begin(), val(u).args.end(), id));
+        if (outside)
+          plan_.kernels[c].stores.push_back(id);
+      }
+    }
+  }
+
+  void finish() {
+    store_column_values();
+    std::set<ValueId> stored_anywhere;
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      Kernel &kr = plan_.kernels[k];
+      kr.name = "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(kr.kind));
+      std::sort(kr.computes.begin(), kr.computes.end());
+      std::set<ValueId> reads;
+      std::set<std::string> covers, rules(kr.rules.begin(), kr.rules.end());
+      for (ValueId id : kr.computes) {
+        const Value &v = val(id);
+        covers.insert(v.origins.begin(), v.origins.end());
+        rules.insert(v.rewrites.begin(), v.rewrites.end());
+        if (is_stats(v) && kr.kind == KernelKind::Column)
+          continue; // read through the partials
+        for (ValueId a : v.args)
+          if (!std::binary_search(kr.computes.begin(), kr.computes.end(), a))
+            reads.insert(a);
+      }
+      if (kr.kind == KernelKind::ColPartials)
+        reads.insert(kr.stats_of);
+      kr.reads.assign(reads.begin(), reads.end());
+      kr.covers.assign(covers.begin(), covers.end());
+      std::stable_sort(kr.covers.begin(), kr.covers.end(), [](const std::string &a, const std::string &b) {
+        return std::stoi(a.substr(a.find('@') + 1)) < std::stoi(b.substr(b.find('@') + 1));
+      });
+      kr.rules.assign(rules.begin(), rules.end());
+      for (ValueId s : kr.stores)
+        stored_anywhere.insert(s);
+    }
+    for (ValueId s : stored_anywhere)
+      if (val(s).is_op() && !is_output_.count(s))
+        plan_.intermediates.push_back({s, val(s).name});
+  }
+
+  const Graph &g_;
+  std::vector<std::vector<ValueId>> users_;
+  bool fuse_;
+  Plan plan_;
+  std::set<ValueId> is_output_;
+  std::vector<bool> stored_;
+  std::vector<bool> stats_dep_;
+  std::vector<int> kernel_of_;
+  std::map<ValueId, ValueId> epilogue_of_; // chain end -> GEMM
+  std::map<ValueId, int> gemm_kernel_;
+  std::map<ValueId, int> column_of_;
+};
+
+} // namespace
+
+Plan partition(const Graph &g, Mode mode, bool fuse) { return Partitioner(g, mode, fuse).run(); }
+
+} // namespace kfuse::plan

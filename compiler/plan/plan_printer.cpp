@@ -1,0 +1,197 @@
+#include "compiler/plan/plan_printer.h"
+
+#include "compiler/ir/printer.h"
+
+#include <fmt/format.h>
+#include <map>
+
+namespace kfuse::plan {
+
+using namespace ir;
+
+namespace {
+
+int64_t element_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
+
+// Bytes of a set of tensors as a sum of monomials in the unbound dims.
+std::string bytes_sum(const Graph &g, const std::vector<ValueId> &ids, const DimBindings &dims) {
+  std::map<std::string, int64_t> terms; // monomial ("" for constants, "N", "N*M") -> coefficient
+  for (ValueId id : ids) {
+    int64_t c = element_bytes(g[id].type.dtype);
+    std::string mono;
+    for (const Dim &d : g[id].type.shape) {
+      auto it = d.is_symbolic() ? dims.find(d.sym) : dims.end();
+      if (!d.is_symbolic())
+        c *= d.value;
+      else if (it != dims.end())
+        c *= it->second;
+      else
+        mono += (mono.empty() ? "" : "*") + d.sym;
+    }
+    terms[mono] += c;
+  }
+  std::string s;
+  for (const auto &[mono, c] : terms)
+    s += (s.empty() ? "" : " + ") + (mono.empty() ? fmt::format("{}", c) : fmt::format("{}*{}", mono, c));
+  return s.empty() ? "0" : s;
+}
+
+std::string join(const std::vector<std::string> &items, std::string_view sep) {
+  std::string s;
+  for (const std::string &i : items)
+    s += (s.empty() ? "" : std::string(sep)) + i;
+  return s;
+}
+
+std::vector<std::string> names_of(const std::vector<std::string> &names, const std::vector<ValueId> &ids) {
+  std::vector<std::string> out;
+  for (ValueId id : ids)
+    out.push_back(names[static_cast<size_t>(id)]);
+  return out;
+}
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string json_array(const std::vector<std::string> &items) {
+  std::vector<std::string> quoted;
+  for (const std::string &i : items)
+    quoted.push_back(json_string(i));
+  return "[" + join(quoted, ", ") + "]";
+}
+
+// "batchnorm@12" -> "batchnorm"
+std::vector<std::string> op_names(const std::vector<std::string> &covers) {
+  std::vector<std::string> out;
+  for (const std::string &c : covers)
+    out.push_back(c.substr(0, c.find('@')));
+  return out;
+}
+
+std::vector<ValueId> effects_of(const Graph &g, const Kernel &k) {
+  std::vector<ValueId> out;
+  for (ValueId id : k.computes)
+    if (g[id].is_effect())
+      out.push_back(id);
+  return out;
+}
+
+} // namespace
+
+std::string bytes_text(const TensorType &t, const DimBindings &dims) {
+  Graph g;
+  Value v;
+  v.type = t;
+  g.values.push_back(v);
+  return bytes_sum(g, {0}, dims);
+}
+
+int64_t bytes_moved(const Plan &p, const DimBindings &dims) {
+  const Graph &g = p.graph;
+  auto bytes = [&](ValueId id) {
+    int64_t b = element_bytes(g[id].type.dtype);
+    for (int64_t extent : concrete_shape(g[id].type, dims))
+      b *= extent;
+    return b;
+  };
+  int64_t total = 0;
+  for (const Kernel &k : p.kernels) {
+    for (ValueId id : k.reads)
+      total += bytes(id);
+    for (ValueId id : k.stores)
+      total += bytes(id);
+    for (ValueId e : effects_of(g, k))
+      total += bytes(g[e].args[0]) + bytes(g[e].args[1]);
+  }
+  return total;
+}
+
+std::string print_plan_text(const Plan &p, const DimBindings &dims) {
+  const Graph &g = p.graph;
+  std::vector<std::string> names = printed_names(g);
+  std::string s = fmt::format("plan {} (mode {}): {} kernel{}\n", g.name, mode_name(p.mode),
+                              p.kernels.size(), p.kernels.size() == 1 ? "" : "s");
+  std::vector<ValueId> all_reads, all_writes;
+  for (const Kernel &k : p.kernels) {
+    s += fmt::format("\n{} ({})\n", k.name, kernel_kind_name(k.kind));
+    s += fmt::format("  covers   {}\n", join(k.covers, ", "));
+    s += fmt::format("  rules    {}\n", join(k.rules, ", "));
+    for (ValueId id : k.computes) {
+      const Value &v = g[id];
+      std::string args = join(names_of(names, v.args), ", ");
+      std::string lhs = v.is_effect() ? "" : names[static_cast<size_t>(id)] + " = ";
+      s += fmt::format("  {}{}{}({})\n", id == k.computes.front() ? "op       " : "         ", lhs,
+                       op_info(v.op).name, args);
+    }
+    std::vector<std::string> reads, writes;
+    for (ValueId r : k.reads)
+      reads.push_back(fmt::format("{} {}", names[static_cast<size_t>(r)], g[r].type.str()));
+    if (k.kind == KernelKind::Column && k.stats_of >= 0)
+      reads.push_back(fmt::format("partials({})", names[static_cast<size_t>(k.stats_of)]));
+    for (ValueId w : k.stores)
+      writes.push_back(fmt::format("{} {}", names[static_cast<size_t>(w)], g[w].type.str()));
+    for (ValueId e : effects_of(g, k))
+      writes.push_back(fmt::format("{}, {} (in place)", names[static_cast<size_t>(g[e].args[0])],
+                                   names[static_cast<size_t>(g[e].args[1])]));
+    if (k.kind != KernelKind::Column && k.stats_of >= 0)
+      writes.push_back(fmt::format("partials({})", names[static_cast<size_t>(k.stats_of)]));
+    s += fmt::format("  reads    {}\n", reads.empty() ? "-" : join(reads, ", "));
+    s += fmt::format("  writes   {}\n", join(writes, ", "));
+    s += fmt::format("  bytes    {} read, {} written\n", bytes_sum(g, k.reads, dims),
+                     bytes_sum(g, k.stores, dims));
+    all_reads.insert(all_reads.end(), k.reads.begin(), k.reads.end());
+    all_writes.insert(all_writes.end(), k.stores.begin(), k.stores.end());
+  }
+  s += "\nintermediates";
+  if (p.intermediates.empty() && p.partials.empty())
+    s += " none";
+  s += "\n";
+  for (const Intermediate &i : p.intermediates)
+    s += fmt::format("  {} {} ({} B)\n", names[static_cast<size_t>(i.value)],
+                     g[i.value].type.str(), bytes_text(g[i.value].type, dims));
+  for (ValueId v : p.partials)
+    s += fmt::format("  partials({}): count, mean, M2 per column per row tile\n",
+                     names[static_cast<size_t>(v)]);
+  s += fmt::format("total bytes moved (tensors, partials excluded): {} read, {} written\n",
+                   bytes_sum(g, all_reads, dims), bytes_sum(g, all_writes, dims));
+  return s;
+}
+
+std::string print_plan_json(const Plan &p, const DimBindings &dims) {
+  const Graph &g = p.graph;
+  std::vector<std::string> names = printed_names(g);
+  std::vector<std::string> kernels;
+  for (const Kernel &k : p.kernels) {
+    std::vector<std::string> computes;
+    for (ValueId id : k.computes)
+      computes.push_back(std::string(op_info(g[id].op).name));
+    kernels.push_back(fmt::format(
+        "    {{\"name\": {}, \"kind\": {}, \"ops\": {}, \"op_sites\": {}, \"rules\": {}, "
+        "\"computes\": {}, \"reads\": {}, \"writes\": {}, \"stats_of\": {}, "
+        "\"bytes_read\": {}, \"bytes_written\": {}}}",
+        json_string(k.name), json_string(kernel_kind_name(k.kind)), json_array(op_names(k.covers)),
+        json_array(k.covers), json_array(k.rules), json_array(computes),
+        json_array(names_of(names, k.reads)), json_array(names_of(names, k.stores)),
+        k.stats_of >= 0 ? json_string(names[static_cast<size_t>(k.stats_of)]) : "null",
+        json_string(bytes_sum(g, k.reads, dims)), json_string(bytes_sum(g, k.stores, dims))));
+  }
+  std::vector<std::string> inters;
+  for (const Intermediate &i : p.intermediates)
+    inters.push_back(fmt::format("    {{\"name\": {}, \"type\": {}, \"bytes\": {}}}",
+                                 json_string(names[static_cast<size_t>(i.value)]),
+                                 json_string(g[i.value].type.str()),
+                                 json_string(bytes_text(g[i.value].type, dims))));
+  return fmt::format("{{\n  \"pipeline\": {},\n  \"mode\": {},\n  \"kernels\": [\n{}\n  ],\n"
+                     "  \"intermediates\": [{}{}{}]\n}}\n",
+                     json_string(g.name), json_string(mode_name(p.mode)), join(kernels, ",\n"),
+                     inters.empty() ? "" : "\n", join(inters, ",\n"), inters.empty() ? "" : "\n  ");
+}
+
+} // namespace kfuse::plan

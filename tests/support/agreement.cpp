@@ -1,0 +1,93 @@
+#include "tests/support/agreement.h"
+
+#include "compiler/ir/verifier.h"
+#include "compiler/plan/execute_plan.h"
+#include "compiler/plan/partition.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kfuse::testing {
+
+using namespace ir;
+
+RunResult run_graph(const Graph &g, Mode mode, const DimBindings &dims, TensorMap tensors) {
+  RunResult r;
+  try {
+    r.outputs = interpret(g, mode, dims, tensors);
+  } catch (const InterpretError &e) {
+    r.error = e.what();
+  }
+  r.tensors = std::move(tensors);
+  return r;
+}
+
+RunResult run_plan(const plan::Plan &p, const DimBindings &dims, TensorMap tensors) {
+  RunResult r;
+  try {
+    r.outputs = plan::execute_plan(p, dims, tensors);
+  } catch (const InterpretError &e) {
+    r.error = e.what();
+  }
+  r.tensors = std::move(tensors);
+  return r;
+}
+
+double disagreement(const RunResult &a, const RunResult &b) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (a.error.empty() != b.error.empty())
+    return inf;
+  if (!a.error.empty())
+    return 0;
+  if (a.outputs.size() != b.outputs.size() || a.tensors.size() != b.tensors.size())
+    return inf;
+  double worst = 0;
+  auto compare = [&](const HostTensor &x, const HostTensor &y) {
+    if (x.shape != y.shape) {
+      worst = inf;
+      return;
+    }
+    double e = relative_error(x.data, y.data);
+    worst = std::isnan(e) ? inf : std::max(worst, e);
+  };
+  for (size_t i = 0; i < a.outputs.size(); ++i)
+    compare(a.outputs[i], b.outputs[i]);
+  for (const auto &[name, t] : a.tensors) {
+    auto it = b.tensors.find(name);
+    if (it == b.tensors.end())
+      return inf;
+    compare(t, it->second);
+  }
+  return worst;
+}
+
+std::vector<StageError> check_planner(const Graph &g, Mode mode, const DimBindings &dims, uint64_t seed,
+                         const std::vector<passes::Pass> &passes,
+                         const std::function<void(TensorMap &)> &tweak) {
+  TensorMap tensors = random_tensors(g, dims, seed);
+  if (tweak)
+    tweak(tensors);
+  RunResult reference = run_graph(g, mode, dims, tensors);
+  std::vector<StageError> stages;
+  Graph cur = g;
+  for (const passes::Pass &p : passes) {
+    cur = p.run(cur, mode);
+    verify(cur);
+    stages.push_back({std::string(p.name), disagreement(reference, run_graph(cur, mode, dims, tensors))});
+  }
+  stages.push_back({"plan", disagreement(reference, run_plan(plan::partition(cur, mode), dims, tensors))});
+  return stages;
+}
+
+StageError first_failure(const std::vector<StageError> &stages, double tolerance) {
+  StageError worst{"", 0};
+  for (const StageError &s : stages) {
+    if (!(s.error <= tolerance))
+      return s;
+    if (worst.stage.empty() || s.error > worst.error)
+      worst = s;
+  }
+  return worst;
+}
+
+} // namespace kfuse::testing

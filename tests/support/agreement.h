@@ -1,0 +1,43 @@
+// Proof by interpretation: runs a graph, each stage of the pass pipeline and the final
+// plan through the fp64 reference interpreter on the same tensors, and measures how far
+// they drift apart (outputs and state updates, norm-wise relative error).
+#pragma once
+
+#include "compiler/ir/interpreter.h"
+#include "compiler/passes/passes.h"
+#include "compiler/plan/plan.h"
+
+#include <functional>
+#include <string>
+
+namespace kfuse::testing {
+
+struct RunResult {
+  std::vector<ir::HostTensor> outputs;
+  ir::TensorMap tensors; // every declared tensor after the run (states updated)
+  std::string error;     // the InterpretError message, if the run was rejected
+};
+
+RunResult run_graph(const ir::Graph &g, ir::Mode mode, const ir::DimBindings &dims,
+                    ir::TensorMap tensors);
+RunResult run_plan(const plan::Plan &p, const ir::DimBindings &dims, ir::TensorMap tensors);
+
+// Largest norm-wise relative error over outputs and updated tensors; infinity when one
+// run was rejected and the other was not, or shapes differ.
+double disagreement(const RunResult &a, const RunResult &b);
+
+struct StageError {
+  std::string stage; // a pass name, or "plan"
+  double error;
+};
+
+// Runs `passes` in order, then partitions; returns each stage's disagreement with the
+// input graph, in order. Tensors are random (seeded); `tweak` may edit them first.
+std::vector<StageError> check_planner(const ir::Graph &g, ir::Mode mode, const ir::DimBindings &dims,
+                         uint64_t seed, const std::vector<passes::Pass> &passes,
+                         const std::function<void(ir::TensorMap &)> &tweak = {});
+
+// The first stage over `tolerance`, else the worst stage.
+StageError first_failure(const std::vector<StageError> &stages, double tolerance);
+
+} // namespace kfuse::testing

@@ -1,0 +1,186 @@
+// The planner: kernel counts of the founding workloads, and proof by interpretation that
+// every pass and the final partition compute what the user wrote.
+#include "compiler/dsl/parser.h"
+#include "compiler/plan/planner.h"
+#include "compiler/passes/rewriter.h"
+#include "tests/support/agreement.h"
+#include "tests/support/random_pipelines.h"
+
+#include <doctest/doctest.h>
+
+using namespace kfuse;
+using ir::Mode;
+
+namespace {
+
+constexpr double kTolerance = 1e-9;
+
+ir::Graph parse_text(const std::string &text) {
+  dsl::SourceFile src("test.kf", text);
+  dsl::Diagnostics diags(src);
+  return dsl::parse_kf(src, diags);
+}
+
+ir::Graph example(const std::string &name) {
+  return dsl::parse_kf_file(std::string(KFUSE_SOURCE_DIR) + "/examples/" + name);
+}
+
+std::vector<std::string> kinds(const plan::Plan &p) {
+  std::vector<std::string> out;
+  for (const plan::Kernel &k : p.kernels)
+    out.push_back(std::string(plan::kernel_kind_name(k.kind)));
+  return out;
+}
+
+using Kinds = std::vector<std::string>;
+
+// linear -> per-feature scale -> batchnorm, at a size the interpreter runs instantly.
+const char *kSmallScaleBn = R"(pipeline small_scale_bn {
+  dim N
+  input  x: f32[N, 6]
+  param  weight: f32[5, 6]
+  param  bias: f32[5]
+  param  scale: f32[5]
+  param  bn_weight: f32[5]
+  param  bn_bias: f32[5]
+  state  running_mean: f32[5]
+  state  running_var: f32[5]
+  h = linear(x, weight, bias)
+  h = mul(h, scale)
+  return batchnorm(h, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
+}
+)";
+
+const char *kSmallSoftmax = R"(pipeline small_softmax {
+  dim N
+  input  x: f32[N, 7]
+  param  weight: f32[4, 7]
+  param  bias: f32[4]
+  param  bn_weight: f32[4]
+  param  bn_bias: f32[4]
+  state  running_mean: f32[4]
+  state  running_var: f32[4]
+  param  scale: f32[1]
+  h = linear(x, weight, bias)
+  h = batchnorm(h, bn_weight, bn_bias, running_mean, running_var)
+  h = mul(scale, h)
+  return softmax(h, dim=1)
+}
+)";
+
+void set(ir::TensorMap &t, const std::string &name, std::vector<double> values) {
+  REQUIRE(t.at(name).data.size() == values.size());
+  t.at(name).data = std::move(values);
+}
+
+void expect_agreement(const ir::Graph &g, Mode mode, int64_t n, uint64_t seed,
+                      const std::function<void(ir::TensorMap &)> &tweak = {}) {
+  auto worst = testing::first_failure(
+      testing::check_planner(g, mode, {{"N", n}}, seed, passes::pipeline(), tweak), kTolerance);
+  INFO(g.name, " mode ", ir::mode_name(mode), " N=", n, " worst stage ", worst.stage);
+  CHECK(worst.error <= kTolerance);
+}
+
+} // namespace
+
+TEST_CASE("planner: founding workloads meet their kernel counts") {
+  struct Case {
+    const char *file;
+    Mode mode;
+    Kinds expected;
+  };
+  for (const Case &c : {Case{"gemm_scale_bn.kf", Mode::Eval, {"gemm"}},
+                        Case{"gemm_scale_bn_4096.kf", Mode::Eval, {"gemm"}},
+                        Case{"gemm_bn_scale_softmax.kf", Mode::Eval, {"gemm", "row"}},
+                        Case{"gemm_scale_bn.kf", Mode::Train, {"gemm", "column", "elementwise"}},
+                        Case{"gemm_bn_scale_softmax.kf", Mode::Train, {"gemm", "column", "row"}}}) {
+    INFO(c.file, " ", ir::mode_name(c.mode));
+    plan::Plan p = plan::make_plan(example(c.file), c.mode);
+    CHECK(kinds(p) == c.expected);
+    if (c.mode == Mode::Train)
+      CHECK(p.kernels[0].stats_of >= 0); // statistics come from the GEMM's epilogue
+  }
+}
+
+TEST_CASE("planner: founding workloads agree with the interpreter after every pass") {
+  for (const char *file : {"gemm_scale_bn.kf", "gemm_bn_scale_softmax.kf", "gemm_scale_bn_4096.kf"})
+    for (Mode mode : {Mode::Train, Mode::Eval})
+      expect_agreement(example(file), mode, 2, 11);
+}
+
+TEST_CASE("planner: random op chains agree with the interpreter after every pass") {
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 240; ++seed) {
+    std::string text = testing::random_pipeline(seed);
+    INFO(text);
+    ir::Graph g = parse_text(text);
+    Mode mode = seed % 2 ? Mode::Train : Mode::Eval;
+    int64_t n = seed % 17 == 0 ? 1 : 2 + static_cast<int64_t>(seed % 5);
+    expect_agreement(g, mode, n, seed);
+    ++checked;
+  }
+  CHECK(checked == 240);
+}
+
+TEST_CASE("planner: adversarial parameters") {
+  ir::Graph scale_bn = parse_text(kSmallScaleBn);
+  ir::Graph softmax = parse_text(kSmallSoftmax);
+  for (Mode mode : {Mode::Train, Mode::Eval}) {
+    SUBCASE("zero and negative per-feature scales") {
+      expect_agreement(scale_bn, mode, 4, 3, [](ir::TensorMap &t) {
+        set(t, "scale", {0.0, -2.5, 1.0, 0.0, -1e-3});
+      });
+    }
+    SUBCASE("zero and negative scalar scale") {
+      for (double s : {0.0, -3.0})
+        expect_agreement(softmax, mode, 3, 5, [s](ir::TensorMap &t) { set(t, "scale", {s}); });
+    }
+    SUBCASE("running variance near zero") {
+      expect_agreement(scale_bn, mode, 3, 7, [](ir::TensorMap &t) {
+        set(t, "running_var", {1e-12, 0.0, 1e-30, 2.0, 1e-7});
+      });
+    }
+    SUBCASE("constant columns") {
+      expect_agreement(scale_bn, mode, 5, 9, [](ir::TensorMap &t) {
+        for (int j = 0; j < 6; ++j) { // rows 1 and 3 of the weight are zero: columns = bias
+          t.at("weight").data[static_cast<size_t>(6 + j)] = 0;
+          t.at("weight").data[static_cast<size_t>(18 + j)] = 0;
+        }
+      });
+    }
+    SUBCASE("a single row") {
+      // Eval runs; train mode rejects N=1 in the reference and in every stage alike.
+      expect_agreement(scale_bn, mode, 1, 13);
+      expect_agreement(softmax, mode, 1, 17);
+    }
+  }
+}
+
+namespace {
+
+// A wrong rewrite: the variance of a*y taken as a*var(y) instead of a^2*var(y).
+ir::Graph absorb_with_wrong_variance(const ir::Graph &g, Mode) {
+  return passes::Rewriter(g, "broken_absorb").run([](passes::Rewriter &r, ir::ValueId old) -> ir::ValueId {
+    const ir::Value &v = r.old_graph()[old];
+    const ir::Value &in = r.old_graph()[v.args.empty() ? old : v.args[0]];
+    if (v.op != ir::OpKind::ColVar || !in.is_op() || in.op != ir::OpKind::ColAffine)
+      return -1;
+    return r.op(ir::OpKind::Mul, {r.op(ir::OpKind::ColVar, {r.map(in.args[0])}), r.map(in.args[1])});
+  });
+}
+
+} // namespace
+
+TEST_CASE("planner: the harness rejects a wrong rewrite") {
+  std::vector<passes::Pass> broken = passes::pipeline();
+  for (passes::Pass &p : broken)
+    if (p.name == "absorb_affine_into_stats")
+      p = {"broken_absorb", absorb_with_wrong_variance};
+  ir::Graph g = parse_text(kSmallScaleBn);
+  auto worst = testing::first_failure(testing::check_planner(g, Mode::Train, {{"N", 4}}, 21, broken), kTolerance);
+  CHECK(worst.stage == "broken_absorb");
+  CHECK(worst.error > 1e-3);
+  // The real pass on the same inputs agrees.
+  CHECK(testing::first_failure(testing::check_planner(g, Mode::Train, {{"N", 4}}, 21, passes::pipeline()), kTolerance)
+            .error <= kTolerance);
+}
