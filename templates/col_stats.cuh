@@ -34,10 +34,10 @@
 
 namespace kf {
 
-constexpr int COL_STATS_THREADS = 256;
-constexpr int COL_STATS_COLS = 128;     // columns per block: 32 threads x 4 columns (a float4)
-constexpr int COL_STATS_ROW_GROUPS = 8; // COL_STATS_THREADS / 32: one warp per row group
-constexpr int COL_STATS_TILE_ROWS = 128;
+inline constexpr int COL_STATS_THREADS = 256;
+inline constexpr int COL_STATS_COLS = 128;     // columns per block: 32 threads x 4 columns (a float4)
+inline constexpr int COL_STATS_ROW_GROUPS = 8; // COL_STATS_THREADS / 32: one warp per row group
+inline constexpr int COL_STATS_TILE_ROWS = 128;
 
 KF_HOST_DEVICE constexpr int col_stats_grid_x(int n) {
   return (n + COL_STATS_COLS - 1) / COL_STATS_COLS;

@@ -23,7 +23,7 @@
 
 namespace kf {
 
-constexpr int ELEMENTWISE_THREADS = 256;
+inline constexpr int ELEMENTWISE_THREADS = 256;
 
 // Enough blocks to fill the GPU a few times over (sm_count * 8 blocks of 256 threads: 2048
 // threads per SM, full occupancy on sm_90), fewer for small problems, at least 1.

@@ -54,23 +54,23 @@ struct GemmShape {
   int m, n, k;
 };
 
-constexpr int GEMM_BM = 128;       // tile rows (the statistics tile height as well)
-constexpr int GEMM_BN = 128;       // tile columns
-constexpr int GEMM_BK = 8;         // K depth of one shared-memory stage
-constexpr int GEMM_TM = 8;         // accumulator rows per thread: two groups of 4, 64 rows apart
-constexpr int GEMM_TN = 8;         // accumulator cols per thread: two groups of 4, 64 cols apart
-constexpr int GEMM_THREADS = 256;  // (BM / TM) * (BN / TN)
-constexpr int GEMM_MIN_BLOCKS = 2; // second __launch_bounds__ argument: caps registers at 128
+inline constexpr int GEMM_BM = 128;       // tile rows (the statistics tile height as well)
+inline constexpr int GEMM_BN = 128;       // tile columns
+inline constexpr int GEMM_BK = 8;         // K depth of one shared-memory stage
+inline constexpr int GEMM_TM = 8;         // accumulator rows per thread: two groups of 4, 64 rows apart
+inline constexpr int GEMM_TN = 8;         // accumulator cols per thread: two groups of 4, 64 cols apart
+inline constexpr int GEMM_THREADS = 256;  // (BM / TM) * (BN / TN)
+inline constexpr int GEMM_MIN_BLOCKS = 2; // second __launch_bounds__ argument: caps registers at 128
 // Shared tiles are K-major ([BK][BM] for A, [BK][BN] for B) so a thread reads its 4-wide row
 // and column fragments as float4. The row stride is padded by 4 floats so that the transposing
 // stores of the k-contiguous loads hit 32 distinct banks (4 * 132 = 16 mod 32), and stays a
 // multiple of 4 floats for 16-byte fragment reads.
-constexpr int GEMM_LDS = GEMM_BM + 4;
-constexpr int GEMM_STAGE_FLOATS = GEMM_BK * GEMM_LDS * 2;      // A tile + B tile
-constexpr int GEMM_ROW_GROUPS = GEMM_BM / GEMM_TM;             // threads sharing one column: 16
-constexpr int gemm_mainloop_bytes = 2 * GEMM_STAGE_FLOATS * 4; // two stages
-constexpr int gemm_stats_bytes = 2 * GEMM_ROW_GROUPS * GEMM_BN * 4; // mean and M2 per group
-constexpr int gemm_smem_bytes =
+inline constexpr int GEMM_LDS = GEMM_BM + 4;
+inline constexpr int GEMM_STAGE_FLOATS = GEMM_BK * GEMM_LDS * 2;      // A tile + B tile
+inline constexpr int GEMM_ROW_GROUPS = GEMM_BM / GEMM_TM;             // threads sharing one column: 16
+inline constexpr int gemm_mainloop_bytes = 2 * GEMM_STAGE_FLOATS * 4; // two stages
+inline constexpr int gemm_stats_bytes = 2 * GEMM_ROW_GROUPS * GEMM_BN * 4; // mean and M2 per group
+inline constexpr int gemm_smem_bytes =
     gemm_mainloop_bytes > gemm_stats_bytes ? gemm_mainloop_bytes : gemm_stats_bytes;
 
 static_assert(GEMM_BM == 128 && GEMM_BN == 128 && GEMM_BK == 8 && GEMM_THREADS == 256,

@@ -46,7 +46,7 @@ namespace kf {
 
 // Default cap on the dynamic shared memory of one row block. An H100 block may opt in to
 // 227 KiB; above 48 KiB the launcher must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
-constexpr int ROW_SOFTMAX_SMEM_CAP_BYTES = 200 * 1024;
+inline constexpr int ROW_SOFTMAX_SMEM_CAP_BYTES = 200 * 1024;
 
 // Floats of dynamic shared memory for a resident row of n elements (rounded up to a multiple of
 // 4 for float4 access), or 0 when that exceeds cap_bytes: the kernel then streams.

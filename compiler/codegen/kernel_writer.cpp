@@ -1,0 +1,200 @@
+#include "compiler/codegen/kernel_writer.h"
+
+#include "compiler/ir/printer.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace kfuse::codegen {
+
+using namespace ir;
+
+std::string float_literal(double v) { return "float(" + format_number(v) + ")"; }
+
+KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
+                           const std::vector<std::string> &names)
+    : p_(p), k_(k), g_(p.graph), names_(names) {
+  std::vector<ValueId> buffers = k.reads;
+  for (ValueId s : k.stores)
+    if (!std::count(buffers.begin(), buffers.end(), s))
+      buffers.push_back(s);
+  for (ValueId b : buffers) {
+    if (g_[b].type.dtype != DType::F32)
+      throw CodegenError(fmt::format("pipeline '{}': tensor '{}' is {}; the GPU code generator "
+                                     "supports f32 tensors only",
+                                     g_.name, names_[static_cast<size_t>(b)], g_[b].type.str()));
+    params_.push_back({LaunchParam::Kind::Buffer, b, {}});
+  }
+  if (k.stats_of >= 0) {
+    params_.push_back({LaunchParam::Kind::PartialMean, k.stats_of, {}});
+    params_.push_back({LaunchParam::Kind::PartialM2, k.stats_of, {}});
+  }
+  for (const std::string &d : g_.dims)
+    params_.push_back({LaunchParam::Kind::Dim, -1, d});
+  if (k.kind == plan::KernelKind::Row)
+    params_.push_back({LaunchParam::Kind::SmemFloats, -1, {}});
+}
+
+std::string KernelWriter::var(ValueId v) const { return "v_" + names_.at(static_cast<size_t>(v)); }
+std::string KernelWriter::ptr(ValueId v) const { return "p_" + names_.at(static_cast<size_t>(v)); }
+
+std::string KernelWriter::extent(const Dim &d) {
+  return d.is_symbolic() ? dim_var(d.sym) : fmt::format("{}", d.value);
+}
+
+bool KernelWriter::computed_here(ValueId v) const {
+  return std::count(k_.computes.begin(), k_.computes.end(), v) != 0;
+}
+
+bool KernelWriter::writes(ValueId v) const {
+  if (std::count(k_.stores.begin(), k_.stores.end(), v))
+    return true;
+  for (ValueId id : k_.computes)
+    if (g_[id].is_effect() && (g_[id].args[0] == v || g_[id].args[1] == v))
+      return true;
+  return false;
+}
+
+std::string KernelWriter::operand(ValueId v, bool element, const std::set<ValueId> &given) const {
+  if (computed_here(v) || given.count(v))
+    return var(v);
+  const TensorType &t = g_[v].type;
+  const Dim one = Dim::constant(1);
+  if (t.rank() == 1)
+    return fmt::format("{}[{}]", ptr(v), t.shape[0] == one ? "0" : "col");
+  if (!element)
+    throw CodegenError(fmt::format("internal error: kernel {} reads matrix '{}' per column",
+                                   k_.name, names_[static_cast<size_t>(v)]));
+  return fmt::format("{}[static_cast<size_t>({}) * {} + {}]", ptr(v), t.shape[0] == one ? "0" : "row",
+                     extent(t.shape[1]), t.shape[1] == one ? "0" : "col");
+}
+
+std::string KernelWriter::statement(ValueId id, bool element, const std::set<ValueId> &given) const {
+  const Value &v = g_[id];
+  auto arg = [&](size_t i) { return operand(v.args.at(i), element, given); };
+  std::string e;
+  switch (v.op) {
+  case OpKind::Constant:
+    e = float_literal(v.attr("value"));
+    break;
+  case OpKind::Add:
+    e = arg(0) + " + " + arg(1);
+    break;
+  case OpKind::Sub:
+    e = arg(0) + " - " + arg(1);
+    break;
+  case OpKind::Mul:
+    e = arg(0) + " * " + arg(1);
+    break;
+  case OpKind::Div:
+    e = arg(0) + " / " + arg(1);
+    break;
+  case OpKind::Relu:
+    e = "kf::relu(" + arg(0) + ")";
+    break;
+  case OpKind::Gelu:
+    e = "kf::gelu(" + arg(0) + ")";
+    break;
+  case OpKind::Sigmoid:
+    e = "kf::sigmoid(" + arg(0) + ")";
+    break;
+  case OpKind::Tanh:
+    e = "tanhf(" + arg(0) + ")";
+    break;
+  case OpKind::Silu:
+    e = "kf::silu(" + arg(0) + ")";
+    break;
+  case OpKind::Rsqrt: // correctly rounded sqrt and division: rsqrtf's 2 ulp would show in BN
+    e = "1.0f / sqrtf(" + arg(0) + ")";
+    break;
+  case OpKind::ColAffine:
+    e = arg(0) + " * " + arg(1) + " + " + arg(2);
+    break;
+  default:
+    throw CodegenError(fmt::format("internal error: kernel {} cannot compute {} inline", k_.name,
+                                   op_info(v.op).name));
+  }
+  return fmt::format("const float {} = {};\n", var(id), e);
+}
+
+static bool is_inline_op(const Value &v) {
+  OpClass c = op_info(v.op).cls;
+  return c == OpClass::Binary || c == OpClass::Unary || c == OpClass::ColAffine ||
+         c == OpClass::Constant;
+}
+
+std::vector<ValueId> KernelWriter::column_values() const {
+  std::vector<ValueId> out;
+  for (ValueId id : k_.computes)
+    if (g_[id].type.rank() == 1 && is_inline_op(g_[id]))
+      out.push_back(id);
+  return out;
+}
+
+std::string KernelWriter::column_statements(const std::string &indent) const {
+  std::string s;
+  for (ValueId id : column_values())
+    s += indent + statement(id, false, {});
+  return s;
+}
+
+std::string KernelWriter::element_statements(const std::string &indent,
+                                             const std::set<ValueId> &given) const {
+  std::string s;
+  for (ValueId id : k_.computes)
+    if (g_[id].type.rank() == 2 && is_inline_op(g_[id]) && !given.count(id))
+      s += indent + statement(id, true, given);
+  return s;
+}
+
+std::string KernelWriter::param_list() const {
+  std::vector<std::string> parts;
+  for (const LaunchParam &lp : params_) {
+    switch (lp.kind) {
+    case LaunchParam::Kind::Buffer:
+      parts.push_back(fmt::format("{}float *__restrict__ {}", writes(lp.value) ? "" : "const ",
+                                  ptr(lp.value)));
+      break;
+    case LaunchParam::Kind::PartialMean:
+      parts.push_back(fmt::format("float *__restrict__ {}_pmean", ptr(lp.value)));
+      break;
+    case LaunchParam::Kind::PartialM2:
+      parts.push_back(fmt::format("float *__restrict__ {}_pm2", ptr(lp.value)));
+      break;
+    case LaunchParam::Kind::Dim:
+      parts.push_back("int " + dim_var(lp.dim));
+      break;
+    case LaunchParam::Kind::SmemFloats:
+      parts.push_back("int smem_floats");
+      break;
+    }
+  }
+  std::string s;
+  for (const std::string &p : parts)
+    s += (s.empty() ? "" : ", ") + p;
+  return s;
+}
+
+std::string KernelWriter::member_declarations(const std::string &indent) const {
+  std::string s;
+  for (const LaunchParam &lp : params_) {
+    if (lp.kind == LaunchParam::Kind::Buffer)
+      s += fmt::format("{}{}float *{};\n", indent, writes(lp.value) ? "" : "const ", ptr(lp.value));
+    else if (lp.kind == LaunchParam::Kind::Dim)
+      s += fmt::format("{}int {};\n", indent, dim_var(lp.dim));
+  }
+  return s;
+}
+
+std::string KernelWriter::member_initializer() const {
+  std::string s;
+  for (const LaunchParam &lp : params_) {
+    if (lp.kind == LaunchParam::Kind::Buffer)
+      s += (s.empty() ? "" : ", ") + ptr(lp.value);
+    else if (lp.kind == LaunchParam::Kind::Dim)
+      s += (s.empty() ? "" : ", ") + dim_var(lp.dim);
+  }
+  return "{" + s + "}";
+}
+
+} // namespace kfuse::codegen

@@ -1,0 +1,57 @@
+// Writes the CUDA of one planned kernel: its parameter list, the C++ statements of the
+// values it computes, and the loads of the values it reads.
+#pragma once
+
+#include "compiler/codegen/program.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kfuse::codegen {
+
+class KernelWriter {
+public:
+  KernelWriter(const plan::Plan &p, const plan::Kernel &k, const std::vector<std::string> &names);
+
+  // Identifiers: the register value of v, the buffer of v, a dim.
+  std::string var(ir::ValueId v) const;
+  std::string ptr(ir::ValueId v) const;
+  static std::string dim_var(const std::string &dim) { return "d_" + dim; }
+  // A dim as a C++ expression (its parameter, or the constant).
+  static std::string extent(const ir::Dim &d);
+
+  // Statements computing the kernel's rank < 2 values for feature `col` (C++ int).
+  // Column statistics must already be in their registers.
+  std::string column_statements(const std::string &indent) const;
+  // Statements computing the kernel's matrix values at (row, col), skipping `given`
+  // (values already in registers: the GEMM accumulator, the row kernel's loaded value).
+  std::string element_statements(const std::string &indent, const std::set<ir::ValueId> &given) const;
+  // Column values a functor carries as members (used by matrix values).
+  std::vector<ir::ValueId> column_values() const;
+  // Buffers, partials and dims in entry-point order, and the C++ parameter list for them.
+  const std::vector<LaunchParam> &params() const { return params_; }
+  std::string param_list() const;
+  // The functor members forwarding the parameters (`float *p_x;` lines) and the braced
+  // initializer that fills them from the entry point's parameters.
+  std::string member_declarations(const std::string &indent) const;
+  std::string member_initializer() const;
+
+private:
+  // A register or a load; `given` values are in registers although not computed here.
+  std::string operand(ir::ValueId v, bool element, const std::set<ir::ValueId> &given) const;
+  std::string statement(ir::ValueId v, bool element, const std::set<ir::ValueId> &given) const;
+  bool computed_here(ir::ValueId v) const;
+  bool writes(ir::ValueId v) const;
+
+  const plan::Plan &p_;
+  const plan::Kernel &k_;
+  const ir::Graph &g_;
+  const std::vector<std::string> &names_;
+  std::vector<LaunchParam> params_;
+};
+
+// A double as a C++ float expression.
+std::string float_literal(double v);
+
+} // namespace kfuse::codegen

@@ -1,0 +1,404 @@
+// kfuse::Pipeline: the .kf text, planned, generated and compiled once; launched many times.
+#include "runtime/pipeline.h"
+
+#include "compiler/codegen/embedded_templates.h"
+#include "compiler/codegen/program.h"
+#include "compiler/dsl/parser.h"
+#include "compiler/ir/printer.h"
+#include "compiler/plan/plan_printer.h"
+#include "compiler/plan/planner.h"
+#include "runtime/device_buffer.h"
+#include "runtime/disk_cache.h"
+#include "runtime/driver.h"
+#include "runtime/module.h"
+#include "runtime/nvrtc_compiler.h"
+#include "templates/col_stats.cuh"
+#include "templates/elementwise.cuh"
+#include "templates/gemm_simt.cuh"
+#include "templates/row_softmax.cuh"
+
+#include <climits>
+#include <fmt/format.h>
+#include <mutex>
+
+namespace kfuse {
+
+using codegen::KernelLaunch;
+using codegen::LaunchParam;
+using ir::ValueId;
+
+namespace rt {
+
+void require_supported(Precision p) {
+  if (p != Precision::FP32)
+    throw Error("precision " +
+                std::string(p == Precision::TF32 ? "tf32" : p == Precision::BF16 ? "bf16" : "3xtf32") +
+                " is not implemented yet: kfuse's GEMM templates compute in exact fp32 (use fp32)");
+}
+
+std::string target_arch(const std::string &requested) {
+  if (!requested.empty())
+    return requested;
+  Driver &d = Driver::get();
+  return d.available() ? d.arch() : "sm_90a";
+}
+
+} // namespace rt
+
+struct Pipeline::Impl {
+  Options options;
+  ir::Graph graph; // as parsed
+  plan::Plan plan;
+  codegen::Program program;
+  rt::CompiledModule compiled;
+  CompileReport report;
+  std::vector<std::string> names; // printed names of plan.graph's values
+
+  std::mutex mutex; // run() and bind() on one pipeline are serialised
+  std::unique_ptr<rt::Module> module;
+  std::vector<rt::Function> functions;
+  std::map<std::string, Tensor> bound;
+  std::map<ValueId, rt::DeviceBuffer> scratch;  // intermediates and partials, grown as needed
+  std::function<void(const GemmCall &, CUstream)> gemm_override;
+
+  std::string where() const { return "pipeline '" + graph.name + "'"; }
+};
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t> &s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+// Binds symbolic dims of `type` from `shape`, checking every extent.
+void unify(const std::string &where, const std::string &tensor, const ir::TensorType &type,
+           const std::vector<int64_t> &shape, std::map<std::string, int64_t> &dims,
+           std::map<std::string, std::string> &bound_by) {
+  if (shape.size() != type.shape.size())
+    throw Error(fmt::format("{}: tensor '{}' must be {}, got shape {} (rank {} instead of {})", where,
+                            tensor, type.str(), shape_text(shape), shape.size(), type.rank()));
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const ir::Dim &d = type.shape[i];
+    if (!d.is_symbolic()) {
+      if (shape[i] != d.value)
+        throw Error(fmt::format("{}: tensor '{}' must be {}, got shape {}", where, tensor,
+                                type.str(), shape_text(shape)));
+      continue;
+    }
+    if (shape[i] <= 0 || shape[i] > INT_MAX)
+      throw Error(fmt::format("{}: tensor '{}' has extent {} for dim {}; dims must be in [1, {}]",
+                              where, tensor, shape[i], d.sym, INT_MAX));
+    auto [it, fresh] = dims.emplace(d.sym, shape[i]);
+    if (!fresh && it->second != shape[i])
+      throw Error(fmt::format("{}: dim {} is {} from tensor '{}' but {} from tensor '{}' {}", where,
+                              d.sym, it->second, bound_by[d.sym], shape[i], tensor, shape_text(shape)));
+    bound_by.emplace(d.sym, tensor);
+  }
+}
+
+int64_t value_of(const ir::Dim &d, const std::map<std::string, int64_t> &dims) {
+  return d.is_symbolic() ? dims.at(d.sym) : d.value;
+}
+
+void check_pointer(const std::string &where, const std::string &tensor, const void *p) {
+  if (!p)
+    throw Error(fmt::format("{}: tensor '{}' is a null pointer", where, tensor));
+  if (reinterpret_cast<uintptr_t>(p) % 4 != 0)
+    throw Error(fmt::format("{}: tensor '{}' at {} is not 4-byte aligned (f32 data)", where, tensor, p));
+}
+
+} // namespace
+
+Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Pipeline::Pipeline(Pipeline &&) noexcept = default;
+Pipeline &Pipeline::operator=(Pipeline &&) noexcept = default;
+Pipeline::~Pipeline() = default;
+
+Pipeline Pipeline::from_file(const std::string &path, const Options &options) {
+  dsl::SourceFile src = dsl::SourceFile::read(path);
+  return from_string(src.text(), path, options);
+}
+
+Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &file_name,
+                               const Options &options) {
+  rt::require_supported(options.precision);
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  dsl::SourceFile src(file_name, kf_text);
+  dsl::Diagnostics diags(src);
+  impl->graph = dsl::parse_kf(src, diags);
+  ir::Mode mode = options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
+  impl->plan = plan::make_plan(impl->graph, mode, {}, options.fuse);
+  impl->names = ir::printed_names(impl->plan.graph);
+  impl->program = codegen::generate(impl->plan);
+
+  rt::CompileRequest req;
+  req.source = impl->program.source;
+  req.file_name = impl->program.file_name;
+  req.arch = rt::target_arch(options.arch);
+  req.headers = codegen::embedded_templates();
+  rt::DiskCache cache = rt::DiskCache::from_environment();
+  impl->compiled = rt::compile(req, &cache);
+
+  CompileReport &r = impl->report;
+  r.milliseconds = impl->compiled.compile_ms;
+  r.cache_hit = impl->compiled.cache_hit;
+  r.arch = req.arch;
+  r.cache_key = impl->compiled.key;
+  for (const rt::KernelResources &k : impl->compiled.kernels)
+    r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores, k.spill_loads});
+  return Pipeline(std::move(impl));
+}
+
+const std::string &Pipeline::name() const { return impl_->graph.name; }
+const std::string &Pipeline::cuda_source() const { return impl_->program.source; }
+std::string Pipeline::plan_text() const { return plan::print_plan_text(impl_->plan, {}); }
+const CompileReport &Pipeline::report() const { return impl_->report; }
+
+std::vector<std::string> Pipeline::inputs() const {
+  std::vector<std::string> out;
+  for (ValueId id : impl_->graph.declared(ir::ValueKind::Input))
+    out.push_back(impl_->graph[id].name);
+  return out;
+}
+
+std::vector<std::string> Pipeline::params() const {
+  std::vector<std::string> out;
+  for (const ir::Value &v : impl_->graph.values)
+    if (v.kind == ir::ValueKind::Param || v.kind == ir::ValueKind::State)
+      out.push_back(v.name);
+  return out;
+}
+
+size_t Pipeline::output_count() const { return impl_->graph.outputs.size(); }
+
+namespace {
+
+std::vector<int64_t> bound_shape(const std::string &where, const ir::TensorType &t,
+                                 const std::map<std::string, int64_t> &dims) {
+  std::vector<int64_t> shape;
+  for (const ir::Dim &d : t.shape) {
+    if (d.is_symbolic() && !dims.count(d.sym))
+      throw Error(fmt::format("{}: dim {} is not bound", where, d.sym));
+    shape.push_back(value_of(d, dims));
+  }
+  return shape;
+}
+
+} // namespace
+
+std::vector<int64_t> Pipeline::shape(const std::string &name, const std::map<std::string, int64_t> &dims) const {
+  const ir::Graph &g = impl_->graph;
+  ValueId id = g.find(name);
+  if (id < 0)
+    throw Error(fmt::format("{}: no input, param or state named '{}'", impl_->where(), name));
+  return bound_shape(impl_->where(), g[id].type, dims);
+}
+
+std::vector<int64_t> Pipeline::output_shape(size_t i, const std::map<std::string, int64_t> &dims) const {
+  const ir::Graph &g = impl_->graph;
+  if (i >= g.outputs.size())
+    throw Error(fmt::format("{}: no output {} (it has {})", impl_->where(), i, g.outputs.size()));
+  return bound_shape(impl_->where(), g[g.outputs[i]].type, dims);
+}
+
+void Pipeline::bind(const std::string &name, const Tensor &t) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const ir::Graph &g = impl_->graph;
+  ValueId id = g.find(name);
+  if (id < 0 || g[id].kind == ir::ValueKind::Input)
+    throw Error(fmt::format("{}: '{}' is not a param or state of the pipeline", impl_->where(), name));
+  check_pointer(impl_->where(), name, t.data);
+  std::map<std::string, int64_t> dims;
+  std::map<std::string, std::string> bound_by;
+  unify(impl_->where(), name, g[id].type, t.shape, dims, bound_by);
+  impl_->bound[name] = t;
+}
+
+void Pipeline::set_gemm_override(std::function<void(const GemmCall &, CUstream)> gemm) {
+  if (impl_->options.fuse)
+    throw Error(impl_->where() + ": a GEMM override needs an unfused pipeline (Options::fuse = false)");
+  impl_->gemm_override = std::move(gemm);
+}
+
+void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vector<Tensor> &outputs,
+                   CUstream stream) {
+  Impl &im = *impl_;
+  std::lock_guard<std::mutex> lock(im.mutex);
+  const ir::Graph &g = im.plan.graph;
+  const std::string where = im.where();
+
+  // Every declared tensor, checked and unified into the dims.
+  std::map<std::string, int64_t> dims;
+  std::map<std::string, std::string> bound_by;
+  std::map<std::string, void *> pointers;
+  for (const auto &[name, t] : inputs) {
+    ValueId id = g.find(name);
+    if (id < 0 || g[id].kind != ir::ValueKind::Input)
+      throw Error(fmt::format("{}: '{}' is not an input of the pipeline", where, name));
+  }
+  for (const ir::Value &v : g.values) {
+    if (v.is_op())
+      continue;
+    const Tensor *t = nullptr;
+    if (v.kind == ir::ValueKind::Input) {
+      auto it = inputs.find(v.name);
+      if (it == inputs.end())
+        throw Error(fmt::format("{}: input '{}' ({}) is missing", where, v.name, v.type.str()));
+      t = &it->second;
+    } else {
+      auto it = im.bound.find(v.name);
+      if (it == im.bound.end())
+        throw Error(fmt::format("{}: {} '{}' ({}) is not bound", where,
+                                v.kind == ir::ValueKind::State ? "state" : "param", v.name, v.type.str()));
+      t = &it->second;
+    }
+    check_pointer(where, v.name, t->data);
+    unify(where, v.name, v.type, t->shape, dims, bound_by);
+    pointers[v.name] = t->data;
+  }
+  if (outputs.size() != g.outputs.size())
+    throw Error(fmt::format("{}: expected {} output tensor(s), got {}", where, g.outputs.size(),
+                            outputs.size()));
+  std::map<ValueId, void *> output_of;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::string name = fmt::format("output {}", i);
+    check_pointer(where, name, outputs[i].data);
+    unify(where, name, g[g.outputs[i]].type, outputs[i].shape, dims, bound_by);
+    output_of[g.outputs[i]] = outputs[i].data;
+  }
+  for (const std::string &d : g.dims)
+    if (!dims.count(d))
+      throw Error(fmt::format("{}: dim {} is bound by no tensor", where, d));
+  for (const ir::Value &v : g.values)
+    if (v.is_effect()) {
+      const ir::AttrValue &c = v.attrs.at("count");
+      int64_t count = c.dim.empty() ? static_cast<int64_t>(c.number) : dims.at(c.dim);
+      if (count <= 1)
+        throw Error(fmt::format("{}: batchnorm in train mode needs more than 1 row, got {}{}", where,
+                                c.dim.empty() ? "" : c.dim + "=", count));
+    }
+
+  rt::Driver &driver = rt::Driver::get();
+  driver.make_current();
+  if (!im.module) {
+    im.module = std::make_unique<rt::Module>(im.compiled.cubin);
+    for (const KernelLaunch &l : im.program.launches)
+      im.functions.push_back(im.module->function(l.entry));
+  }
+  auto buffer = [&](ValueId key, size_t bytes) -> CUdeviceptr {
+    rt::DeviceBuffer &b = im.scratch[key];
+    if (b.size() < bytes)
+      b = rt::DeviceBuffer(bytes);
+    return b.ptr();
+  };
+  auto elements = [&](const ir::TensorType &t) {
+    size_t n = 1;
+    for (const ir::Dim &d : t.shape)
+      n *= static_cast<size_t>(value_of(d, dims));
+    return n;
+  };
+  auto pointer_of = [&](ValueId v) -> CUdeviceptr {
+    if (!g[v].is_op())
+      return reinterpret_cast<CUdeviceptr>(pointers.at(g[v].name));
+    auto it = output_of.find(v);
+    if (it != output_of.end())
+      return reinterpret_cast<CUdeviceptr>(it->second);
+    return buffer(v, elements(g[v].type) * sizeof(float));
+  };
+  // Partials: mean and M2 per column per row tile, keyed after the value ids.
+  auto partials = [&](ValueId v, int which) {
+    const ir::TensorType &t = g[v].type;
+    size_t bytes = static_cast<size_t>(codegen::partial_tiles(value_of(t.shape[0], dims))) *
+                   static_cast<size_t>(value_of(t.shape[1], dims)) * sizeof(float);
+    return buffer(static_cast<ValueId>(g.values.size()) + 2 * v + which, bytes);
+  };
+  int sms = 0;
+  driver.check(driver.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+               "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+
+  for (size_t k = 0; k < im.program.launches.size(); ++k) {
+    const KernelLaunch &l = im.program.launches[k];
+    int m = static_cast<int>(value_of(l.rows, dims)), n = static_cast<int>(value_of(l.cols, dims));
+    std::vector<CUdeviceptr> ptrs;
+    std::vector<int> ints;
+    ptrs.reserve(l.params.size());
+    ints.reserve(l.params.size());
+    std::vector<void *> args;
+    for (const LaunchParam &p : l.params) {
+      switch (p.kind) {
+      case LaunchParam::Kind::Buffer:
+        ptrs.push_back(pointer_of(p.value));
+        args.push_back(&ptrs.back());
+        break;
+      case LaunchParam::Kind::PartialMean:
+      case LaunchParam::Kind::PartialM2:
+        ptrs.push_back(partials(p.value, p.kind == LaunchParam::Kind::PartialM2));
+        args.push_back(&ptrs.back());
+        break;
+      case LaunchParam::Kind::Dim:
+        ints.push_back(static_cast<int>(dims.at(p.dim)));
+        args.push_back(&ints.back());
+        break;
+      case LaunchParam::Kind::SmemFloats:
+        ints.push_back(kf::row_softmax_smem_floats(n));
+        args.push_back(&ints.back());
+        break;
+      }
+    }
+    const plan::Kernel &kernel = im.plan.kernels[k];
+    if (l.kind == plan::KernelKind::Gemm && im.gemm_override) {
+      const ir::Value &mm = g[kernel.anchor];
+      int64_t inner = value_of(l.inner, dims);
+      bool trans_b = mm.op == ir::OpKind::Linear;
+      im.gemm_override(GemmCall{trans_b, m, n, inner,
+                                reinterpret_cast<const float *>(pointer_of(mm.args[0])),
+                                reinterpret_cast<const float *>(pointer_of(mm.args[1])),
+                                reinterpret_cast<float *>(pointer_of(kernel.stores.at(0))), inner,
+                                trans_b ? inner : n, n},
+                       stream);
+      continue;
+    }
+    rt::Dim3 grid, block;
+    unsigned smem = 0;
+    switch (l.kind) {
+    case plan::KernelKind::Gemm:
+      grid = {static_cast<unsigned>(kf::gemm_grid_x(n)), static_cast<unsigned>(kf::gemm_grid_y(m)), 1};
+      block = {kf::GEMM_THREADS, 1, 1};
+      smem = kf::gemm_smem_bytes;
+      break;
+    case plan::KernelKind::ColPartials:
+      grid = {static_cast<unsigned>(kf::col_stats_grid_x(n)),
+              static_cast<unsigned>(kf::col_stats_grid_y(m, kf::GEMM_BM)), 1};
+      block = {kf::COL_STATS_THREADS, 1, 1};
+      break;
+    case plan::KernelKind::Column:
+      grid = {static_cast<unsigned>((n + 255) / 256), 1, 1};
+      block = {256, 1, 1};
+      break;
+    case plan::KernelKind::Row:
+      grid = {static_cast<unsigned>(m), 1, 1};
+      block = {static_cast<unsigned>(l.block_threads), 1, 1};
+      smem = static_cast<unsigned>(kf::row_softmax_smem_bytes(n));
+      break;
+    case plan::KernelKind::Elementwise:
+      grid = {static_cast<unsigned>(kf::elementwise_blocks(m, n, sms)), 1, 1};
+      block = {kf::ELEMENTWISE_THREADS, 1, 1};
+      break;
+    }
+    rt::launch(im.functions[k], grid, block, smem, stream, args.data());
+  }
+  // An output that is a declared tensor, or a value returned twice, is copied into place.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    CUdeviceptr written = pointer_of(g.outputs[i]);
+    CUdeviceptr dest = reinterpret_cast<CUdeviceptr>(outputs[i].data);
+    if (written != dest)
+      driver.check(driver.cuMemcpyDtoDAsync(dest, written, elements(g[g.outputs[i]].type) * sizeof(float), stream),
+                   "cuMemcpyDtoDAsync(output)");
+  }
+}
+
+} // namespace kfuse

@@ -1,0 +1,179 @@
+#include "runtime/reference_check.h"
+
+#include "compiler/dsl/parser.h"
+#include "runtime/device_buffer.h"
+#include "runtime/driver.h"
+#include "runtime/stream.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <limits>
+
+namespace kfuse::rt {
+
+using namespace ir;
+
+double error_bound(Precision p) {
+  switch (p) {
+  case Precision::TF32:
+    return 5e-3;
+  case Precision::BF16:
+    return 2e-2;
+  default:
+    return 1e-5;
+  }
+}
+
+namespace {
+
+// Device copy of a host tensor, rounded to f32 (the reference then uses the rounded
+// values, so both sides see the same inputs).
+struct DeviceTensor {
+  DeviceBuffer buffer;
+  std::vector<int64_t> shape;
+};
+
+std::vector<float> to_f32(HostTensor &t) {
+  std::vector<float> f(t.data.begin(), t.data.end());
+  for (size_t i = 0; i < f.size(); ++i)
+    t.data[i] = f[i];
+  return f;
+}
+
+DeviceTensor upload(HostTensor &t) {
+  std::vector<float> f = to_f32(t);
+  DeviceTensor d{DeviceBuffer(std::max<size_t>(f.size(), 1) * sizeof(float)), t.shape};
+  d.buffer.upload(f.data(), f.size() * sizeof(float));
+  return d;
+}
+
+std::vector<double> download(const DeviceTensor &d, size_t n) {
+  std::vector<float> f(n);
+  d.buffer.download(f.data(), n * sizeof(float));
+  return {f.begin(), f.end()};
+}
+
+CheckEntry compare(const std::string &name, const std::vector<double> &gpu, const std::vector<double> &ref) {
+  CheckEntry e;
+  e.name = name;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (!std::isfinite(gpu[i]))
+      e.finite = false;
+    e.max_abs = std::max(e.max_abs, std::fabs(gpu[i] - ref[i]));
+  }
+  e.relative = e.finite ? relative_error(gpu, ref) : std::numeric_limits<double>::infinity();
+  return e;
+}
+
+void save(const std::string &dir, const std::string &file, const std::vector<double> &data) {
+  std::vector<float> f(data.begin(), data.end());
+  std::ofstream out(dir + "/" + file + ".f32", std::ios::binary);
+  out.write(reinterpret_cast<const char *>(f.data()), static_cast<std::streamsize>(f.size() * sizeof(float)));
+  if (!out)
+    throw Error("cannot write " + dir + "/" + file + ".f32");
+}
+
+std::string shape_json(const std::vector<int64_t> &s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+} // namespace
+
+CheckResult check_against_reference(const CheckRequest &req) {
+  Driver::get().require();
+  Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
+  dsl::SourceFile src(req.file_name, req.kf_text);
+  dsl::Diagnostics diags(src);
+  Graph g = dsl::parse_kf(src, diags);
+  ir::Mode mode = req.options.mode == kfuse::Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
+
+  Driver::get().make_current();
+  TensorMap host = random_tensors(g, req.dims, req.seed);
+  std::map<std::string, DeviceTensor> device;
+  for (auto &[name, t] : host)
+    device.emplace(name, upload(t));
+  const TensorMap initial = host;
+  std::map<std::string, Tensor> inputs;
+  for (const Value &v : g.values) {
+    if (v.is_op())
+      continue;
+    Tensor t{reinterpret_cast<void *>(device.at(v.name).buffer.ptr()), device.at(v.name).shape};
+    if (v.kind == ValueKind::Input)
+      inputs[v.name] = t;
+    else
+      pipeline.bind(v.name, t);
+  }
+  std::vector<DeviceTensor> outs;
+  std::vector<Tensor> out_refs;
+  for (size_t i = 0; i < pipeline.output_count(); ++i) {
+    std::vector<int64_t> shape = pipeline.output_shape(i, req.dims);
+    size_t n = 1;
+    for (int64_t e : shape)
+      n *= static_cast<size_t>(e);
+    outs.push_back({DeviceBuffer(n * sizeof(float)), shape});
+    out_refs.push_back({reinterpret_cast<void *>(outs.back().buffer.ptr()), shape});
+  }
+
+  std::vector<HostTensor> ref_outs;
+  Stream stream;
+  for (int step = 0; step < req.steps; ++step) {
+    for (DeviceTensor &o : outs)
+      o.buffer.fill_bytes(0xff); // NaN: an element the pipeline forgets to write shows
+    pipeline.run(inputs, out_refs, stream.handle());
+    stream.synchronize();
+    ref_outs = interpret(g, mode, req.dims, host);
+  }
+
+  CheckResult result;
+  auto add = [&](CheckEntry e) {
+    result.worst = std::max(result.worst, e.finite ? e.relative : std::numeric_limits<double>::infinity());
+    result.entries.push_back(std::move(e));
+  };
+  std::vector<std::vector<double>> gpu_outs;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    gpu_outs.push_back(download(outs[i], ref_outs[i].data.size()));
+    add(compare(fmt::format("out{}", i), gpu_outs.back(), ref_outs[i].data));
+  }
+  for (ValueId id : g.declared(ValueKind::State))
+    add(compare(g[id].name, download(device.at(g[id].name), host.at(g[id].name).data.size()),
+                host.at(g[id].name).data));
+
+  if (!req.save_dir.empty()) {
+    std::filesystem::create_directories(req.save_dir);
+    std::string meta = fmt::format("{{\n  \"pipeline\": \"{}\",\n  \"mode\": \"{}\",\n  \"steps\": {},\n  \"tensors\": {{\n",
+                                   g.name, mode_name(mode), req.steps);
+    std::vector<std::string> rows;
+    for (const Value &v : g.values) {
+      if (v.is_op())
+        continue;
+      if (v.kind == ValueKind::State) {
+        save(req.save_dir, v.name + ".in", initial.at(v.name).data);
+        save(req.save_dir, v.name + ".out", download(device.at(v.name), initial.at(v.name).data.size()));
+        rows.push_back(fmt::format("    \"{0}.in\": {{\"shape\": {1}, \"role\": \"state_in\"}},\n"
+                                   "    \"{0}.out\": {{\"shape\": {1}, \"role\": \"state_out\"}}",
+                                   v.name, shape_json(initial.at(v.name).shape)));
+      } else {
+        save(req.save_dir, v.name, initial.at(v.name).data);
+        rows.push_back(fmt::format("    \"{}\": {{\"shape\": {}, \"role\": \"{}\"}}", v.name,
+                                   shape_json(initial.at(v.name).shape),
+                                   v.kind == ValueKind::Input ? "input" : "param"));
+      }
+    }
+    for (size_t i = 0; i < outs.size(); ++i) {
+      save(req.save_dir, fmt::format("out{}", i), gpu_outs[i]);
+      rows.push_back(fmt::format("    \"out{}\": {{\"shape\": {}, \"role\": \"output\"}}", i,
+                                 shape_json(outs[i].shape)));
+    }
+    for (size_t i = 0; i < rows.size(); ++i)
+      meta += rows[i] + (i + 1 < rows.size() ? ",\n" : "\n");
+    std::ofstream(req.save_dir + "/meta.json") << meta << "  }\n}\n";
+  }
+  return result;
+}
+
+} // namespace kfuse::rt

@@ -1,0 +1,41 @@
+// Runs a pipeline on the GPU on random inputs and compares it with the fp64 reference
+// interpreter: what `kfuse run` prints and what the GPU tests assert.
+#pragma once
+
+#include "compiler/ir/interpreter.h"
+#include "kfuse/kfuse.h"
+
+#include <string>
+#include <vector>
+
+namespace kfuse::rt {
+
+struct CheckEntry {
+  std::string name; // "out0", or a state's name
+  double max_abs = 0;
+  double relative = 0; // ||gpu - ref|| / ||ref||
+  bool finite = true;  // no NaN or Inf in the GPU result (outputs are poisoned first)
+};
+
+struct CheckResult {
+  std::vector<CheckEntry> entries;
+  double worst = 0; // the largest relative error; infinity when something is not finite
+};
+
+struct CheckRequest {
+  std::string kf_text;
+  std::string file_name;
+  Options options;
+  ir::DimBindings dims;
+  uint64_t seed = 1;
+  int steps = 1;        // runs back to back; state carries over (train-mode running stats)
+  std::string save_dir; // non-empty: write every tensor there (see docs/PERF.md)
+};
+
+// Throws kfuse::Error when the GPU is unavailable or the pipeline is rejected.
+CheckResult check_against_reference(const CheckRequest &req);
+
+// The error bound of a precision (DESIGN.md: fp32 and 3xtf32 1e-5, tf32 5e-3, bf16 2e-2).
+double error_bound(Precision p);
+
+} // namespace kfuse::rt

@@ -1,0 +1,182 @@
+// Code generation and the C++ API without a GPU: golden plans and sources, determinism,
+// NVRTC compiles of every example in both modes, the disk cache, and the API's checks.
+#include "compiler/codegen/program.h"
+#include "compiler/dsl/parser.h"
+#include "compiler/plan/plan_printer.h"
+#include "compiler/plan/planner.h"
+#include "kfuse/kfuse.h"
+
+#include <cstdlib>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace kfuse;
+
+namespace {
+
+std::string root() { return KFUSE_SOURCE_DIR; }
+
+std::string read(const std::string &path) {
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+plan::Plan plan_of(const std::string &example, ir::Mode mode) {
+  return plan::make_plan(dsl::parse_kf_file(root() + "/examples/" + example + ".kf"), mode);
+}
+
+// A private cache directory for the duration of a test.
+struct TempCache {
+  std::string dir;
+  TempCache() {
+    char tmpl[] = "/tmp/kfuse-test-cache-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    setenv("KFUSE_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~TempCache() {
+    unsetenv("KFUSE_CACHE_DIR");
+    std::filesystem::remove_all(dir);
+  }
+};
+
+const char *kSmall = R"(pipeline small {
+  dim N
+  input  x: f32[N, 6]
+  param  weight: f32[5, 6]
+  param  scale: f32[1]
+  h = linear(x, weight)
+  return softmax(mul(h, scale), dim=1)
+}
+)";
+
+} // namespace
+
+TEST_CASE("codegen: plans and sources of the founding workloads match their golden files") {
+  for (const char *example : {"gemm_bn_scale_softmax", "gemm_scale_bn"})
+    for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
+      std::string stem = std::string(example) + "." + std::string(ir::mode_name(mode));
+      INFO(stem, " (regenerate with tests/golden/update.sh and review the diff)");
+      plan::Plan p = plan_of(example, mode);
+      CHECK(plan::print_plan_json(p, {}) == read(root() + "/tests/golden/plan/" + stem + ".json"));
+      CHECK(codegen::generate(p).source == read(root() + "/tests/golden/codegen/" + stem + ".cu"));
+    }
+}
+
+TEST_CASE("codegen: output is deterministic") {
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
+    codegen::Program a = codegen::generate(plan_of("gemm_bn_scale_softmax", mode));
+    codegen::Program b = codegen::generate(plan_of("gemm_bn_scale_softmax", mode));
+    CHECK(a.source == b.source);
+  }
+}
+
+TEST_CASE("codegen: standalone source inlines every template once") {
+  std::string s = codegen::inline_templates(codegen::generate(plan_of("gemm_scale_bn", ir::Mode::Train)).source);
+  CHECK(s.find("#include \"") == std::string::npos);
+  CHECK(s.find("// ---- begin gemm_simt.cuh") != std::string::npos);
+  CHECK(s.find("// ---- begin gemm_simt.cuh", s.find("// ---- begin gemm_simt.cuh") + 1) == std::string::npos);
+}
+
+TEST_CASE("codegen: a tensor that is not f32 is reported by name") {
+  std::string text = kSmall;
+  text.replace(text.find("weight: f32"), 11, "weight: f16");
+  text.replace(text.find("x: f32"), 6, "x: f16");
+  text.replace(text.find("scale: f32"), 10, "scale: f16");
+  dsl::SourceFile src("f16.kf", text);
+  dsl::Diagnostics diags(src);
+  plan::Plan p = plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval);
+  CHECK_THROWS_WITH_AS(codegen::generate(p), doctest::Contains("supports f32 tensors only"),
+                       codegen::CodegenError);
+}
+
+TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unfused") {
+  TempCache cache;
+  for (const auto &entry : std::filesystem::directory_iterator(root() + "/examples")) {
+    if (entry.path().extension() != ".kf")
+      continue;
+    for (Mode mode : {Mode::Train, Mode::Eval})
+      for (bool fuse : {true, false}) {
+        INFO(entry.path().string(), mode == Mode::Train ? " train" : " eval", fuse ? "" : " unfused");
+        Options o;
+        o.mode = mode;
+        o.arch = "sm_90a";
+        o.fuse = fuse;
+        Pipeline p = Pipeline::from_file(entry.path().string(), o);
+        const CompileReport &r = p.report();
+        CHECK_FALSE(r.cache_hit);
+        REQUIRE(!r.kernels.empty());
+        for (const KernelReport &k : r.kernels) {
+          INFO(k.name);
+          CHECK(k.registers > 0);
+          CHECK(k.spill_stores == 0);
+        }
+        MESSAGE(p.name(), ": ", r.kernels.size(), " kernels, ", r.milliseconds, " ms");
+      }
+  }
+}
+
+TEST_CASE("nvrtc: the second compile of a pipeline is a cache hit") {
+  TempCache cache;
+  Options o;
+  o.arch = "sm_90a";
+  std::string file = root() + "/examples/gemm_bn_scale_softmax.kf";
+  Pipeline first = Pipeline::from_file(file, o);
+  Pipeline second = Pipeline::from_file(file, o);
+  CHECK_FALSE(first.report().cache_hit);
+  CHECK(second.report().cache_hit);
+  CHECK(second.report().cache_key == first.report().cache_key);
+  CHECK(second.report().kernels.size() == first.report().kernels.size());
+  MESSAGE("cold ", first.report().milliseconds, " ms, warm ", second.report().milliseconds, " ms");
+}
+
+TEST_CASE("api: bad bindings and runs name the pipeline, the tensor and the shapes") {
+  TempCache cache;
+  Options o;
+  o.arch = "sm_90a";
+  o.mode = Mode::Eval;
+  Pipeline p = Pipeline::from_string(kSmall, "small.kf", o);
+  alignas(16) static float storage[64];
+  CHECK(p.inputs() == std::vector<std::string>{"x"});
+  CHECK(p.params() == std::vector<std::string>{"weight", "scale"});
+  CHECK_THROWS_WITH_AS(p.bind("bias", {storage, {5}}),
+                       doctest::Contains("pipeline 'small': 'bias' is not a param or state"), Error);
+  CHECK_THROWS_WITH_AS(p.bind("x", {storage, {2, 6}}), doctest::Contains("'x' is not a param"), Error);
+  CHECK_THROWS_WITH_AS(p.bind("weight", {storage, {6, 5}}),
+                       doctest::Contains("tensor 'weight' must be f32[5, 6], got shape [6, 5]"), Error);
+  CHECK_THROWS_WITH_AS(p.bind("weight", {storage, {30}}), doctest::Contains("rank 1 instead of 2"), Error);
+  CHECK_THROWS_WITH_AS(p.bind("weight", {nullptr, {5, 6}}), doctest::Contains("'weight' is a null pointer"),
+                       Error);
+  CHECK_THROWS_WITH_AS(p.bind("weight", {reinterpret_cast<char *>(storage) + 2, {5, 6}}),
+                       doctest::Contains("not 4-byte aligned"), Error);
+  p.bind("weight", {storage, {5, 6}});
+  CHECK_THROWS_WITH_AS(p.run({{"x", {storage, {3, 6}}}}, {{storage, {3, 5}}}),
+                       doctest::Contains("param 'scale' (f32[1]) is not bound"), Error);
+  p.bind("scale", {storage, {1}});
+  CHECK_THROWS_WITH_AS(p.run({}, {{storage, {3, 5}}}), doctest::Contains("input 'x' (f32[N, 6]) is missing"),
+                       Error);
+  CHECK_THROWS_WITH_AS(p.run({{"y", {storage, {3, 6}}}}, {}), doctest::Contains("'y' is not an input"), Error);
+  CHECK_THROWS_WITH_AS(p.run({{"x", {storage, {3, 6}}}}, {}), doctest::Contains("expected 1 output tensor(s), got 0"),
+                       Error);
+  CHECK_THROWS_WITH_AS(p.run({{"x", {storage, {3, 6}}}}, {{storage, {4, 5}}}),
+                       doctest::Contains("dim N is 3 from tensor 'x' but 4 from tensor 'output 0'"), Error);
+  CHECK(p.output_shape(0, {{"N", 7}}) == std::vector<int64_t>{7, 5});
+}
+
+TEST_CASE("api: precisions without GEMM templates are refused, not approximated") {
+  Options o;
+  o.precision = Precision::TF32;
+  CHECK_THROWS_WITH_AS(Pipeline::from_string(kSmall, "small.kf", o), doctest::Contains("tf32 is not implemented yet"),
+                       Error);
+}
+
+TEST_CASE("api: a .kf error surfaces as a diagnostic with file:line:col") {
+  CHECK_THROWS_WITH_AS(Pipeline::from_string("pipeline p {\n  dim N\n  input x: f32[N, 4]\n  return relu(y)\n}\n",
+                                             "bad.kf", {}),
+                       doctest::Contains("bad.kf:4:15: error: "), std::exception);
+}

@@ -1,0 +1,26 @@
+// kfuse compile F.kf [--mode] [--precision] [--arch]: NVRTC through the disk cache; no GPU
+// needed. Prints the compile time, whether it was a cache hit, and each kernel's resources.
+#include "tools/kfuse/command_line.h"
+#include "tools/kfuse/commands.h"
+
+#include <cstdio>
+
+namespace kfuse::tool {
+
+int cmd_compile(int argc, char **argv) {
+  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch"}, {});
+  Pipeline p = Pipeline::from_file(cl.file(), pipeline_options(cl));
+  const CompileReport &r = p.report();
+  std::printf("%s: %zu kernel%s for %s, %.1f ms (%s)\n", p.name().c_str(), r.kernels.size(),
+              r.kernels.size() == 1 ? "" : "s", r.arch.c_str(), r.milliseconds,
+              r.cache_hit ? "cache hit" : "compiled with NVRTC");
+  std::printf("  %-20s %9s %12s %11s %13s %12s\n", "kernel", "registers", "shared bytes",
+              "stack bytes", "spill stores", "spill loads");
+  for (const KernelReport &k : r.kernels)
+    std::printf("  %-20s %9d %12d %11d %13d %12d\n", k.name.c_str(), k.registers, k.shared_bytes,
+                k.stack_bytes, k.spill_stores, k.spill_loads);
+  std::printf("cache key %s\n", r.cache_key.c_str());
+  return 0;
+}
+
+} // namespace kfuse::tool

@@ -1,0 +1,51 @@
+// kfuse run F.kf --dim N=... [--mode] [--precision] [--seed S] [--steps K] [--save DIR]:
+// random inputs on the GPU, compared with the fp64 reference interpreter. Exits 1 when an
+// error is over the precision's bound or a result is not finite.
+#include "compiler/dsl/source.h"
+#include "runtime/reference_check.h"
+#include "tools/kfuse/command_line.h"
+#include "tools/kfuse/commands.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace kfuse::tool {
+
+namespace {
+
+int positive(const CommandLine &cl, const std::string &name, int fallback) {
+  std::string text = cl.option(name, std::to_string(fallback));
+  char *end = nullptr;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end || v < 1 || v > 1000000)
+    throw UsageError("--" + name + " must be a positive integer, got '" + text + "'");
+  return static_cast<int>(v);
+}
+
+} // namespace
+
+int cmd_run(int argc, char **argv) {
+  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch", "seed", "steps", "save"}, {});
+  rt::CheckRequest req;
+  dsl::SourceFile src = dsl::SourceFile::read(cl.file());
+  req.kf_text = src.text();
+  req.file_name = cl.file();
+  req.options = pipeline_options(cl);
+  req.dims = cl.dims;
+  req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
+  req.steps = positive(cl, "steps", 1);
+  req.save_dir = cl.option("save", "");
+  rt::CheckResult r = rt::check_against_reference(req);
+  double bound = rt::error_bound(req.options.precision);
+  std::printf("%-16s %12s %14s  (bound %.0e, %d step%s, seed %llu)\n", "tensor", "max abs err",
+              "rel err", bound, req.steps, req.steps == 1 ? "" : "s",
+              static_cast<unsigned long long>(req.seed));
+  for (const rt::CheckEntry &e : r.entries)
+    std::printf("%-16s %12.3e %14.3e  %s\n", e.name.c_str(), e.max_abs, e.relative,
+                !e.finite ? "NOT FINITE" : e.relative <= bound ? "ok" : "OVER BOUND");
+  bool ok = r.worst <= bound;
+  std::printf("%s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+} // namespace kfuse::tool
