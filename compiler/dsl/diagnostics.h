@@ -62,8 +62,6 @@ public:
   // ending in a newline. An unknown location (line 0) gives "file: error: message".
   std::string format(Severity severity, SourceRange at, const std::string &message) const;
 
-  const SourceFile *source() const { return source_; }
-
 private:
   const SourceFile *source_ = nullptr;
 };

@@ -507,12 +507,22 @@ std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &
 TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed) {
   // Declarations read as a running variance must be positive, or eval-mode batchnorm takes
   // the square root of a negative number.
+  // Weights are scaled like PyTorch's Linear initialization (standard deviation
+  // 1/sqrt(fan_in)), so products stay O(1) as in a real model; with unit weights a K=8192
+  // product is ~90 and a following softmax turns fp32's last-bit differences into 1e-5.
   std::set<ValueId> running_vars;
+  std::map<ValueId, double> weight_scale;
   for (const Value &v : g.values) {
     if (v.is_op() && v.op == OpKind::BatchNorm)
       running_vars.insert(v.args.back());
     if (v.is_op() && v.op == OpKind::BnUpdate)
       running_vars.insert(v.args[1]);
+    if (v.is_op() && (v.op == OpKind::Linear || v.op == OpKind::Matmul)) {
+      const Dim &fan_in = g[v.args[1]].type.shape[v.op == OpKind::Linear ? 1 : 0];
+      auto bound = fan_in.is_symbolic() ? dims.find(fan_in.sym) : dims.end();
+      int64_t k = !fan_in.is_symbolic() ? fan_in.value : bound != dims.end() ? bound->second : 1;
+      weight_scale[v.args[1]] = 1 / std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)));
+    }
   }
   TensorMap tensors;
   for (size_t i = 0; i < g.values.size(); ++i) {
@@ -542,6 +552,10 @@ TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed)
         if (j + 1 < t.data.size())
           t.data[j + 1] = w * f;
       }
+      auto it = weight_scale.find(static_cast<ValueId>(i));
+      if (it != weight_scale.end())
+        for (double &x : t.data)
+          x *= it->second;
     }
     tensors[v.name] = std::move(t);
   }

@@ -80,8 +80,9 @@ private:
 std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &dims,
                                   TensorMap &tensors);
 
-// Random tensors for every input, param and state of `g`: values of a normal distribution,
-// except running variances (states used as batchnorm's running_var), which are positive.
+// Random tensors for every input, param and state of `g`: standard normal values, except
+// running variances (states used as batchnorm's running_var), uniform in [0.5, 1.5], and
+// GEMM weights, whose standard deviation is 1/sqrt(fan_in) as PyTorch initializes a Linear.
 // Deterministic in `seed`.
 TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed);
 
