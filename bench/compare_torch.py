@@ -1,0 +1,507 @@
+#!/usr/bin/env python3
+"""kfuse against PyTorch (eager and torch.compile) on the founding workloads, on one GPU.
+
+Times every case with the same method as `kfuse bench` (CUDA events, warm-up, median of the
+timed runs, an L2 flush buffer written before each run outside the events), gets kfuse's
+numbers from `kfuse bench --json`, and checks kfuse's results against PyTorch's on the same
+data (`kfuse run --save`), judged against PyTorch in float64. Prints one timing table last;
+`--out FILE` writes everything as JSON (schema "kfuse-compare-torch/1", docs/PERF.md).
+
+    python3 bench/compare_torch.py --kfuse build/kfuse [--out results.json] [--quick]
+
+PyTorch runs forward passes under torch.no_grad(): kfuse computes the forward pass only, and
+a train-mode BatchNorm still normalizes with the batch statistics and updates its running
+statistics there.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+try:
+    import numpy as np
+    import torch
+    from torch import nn
+except ImportError as e:  # the GPU machine has both; say so plainly elsewhere
+    sys.exit(f"compare_torch.py needs PyTorch and NumPy: {e}")
+
+REPO = Path(__file__).resolve().parent.parent
+
+# name -> (.kf file, features (in = out), N at the benchmark's size, chain)
+CASES = {
+    "gemm_bn_scale_softmax": ("examples/gemm_bn_scale_softmax.kf", 8192, 1024, "bn_scale_softmax"),
+    "gemm_scale_bn": ("examples/gemm_scale_bn.kf", 8192, 1024, "scale_bn"),
+    "gemm_scale_bn_4096": ("examples/gemm_scale_bn_4096.kf", 4096, 16384, "scale_bn"),
+}
+MODES = ("train", "eval")
+PRECISIONS = ("fp32", "tf32")
+# DESIGN.md's per-precision bounds on ||kfuse - ref|| / ||ref||, ref = float64.
+BOUNDS = {"fp32": 1e-5, "tf32": 5e-3}
+
+# .kf declaration -> the PyTorch module's state_dict key.
+PARAM_MAP = {
+    "weight": "linear.weight",
+    "bias": "linear.bias",
+    "bn_weight": "bn.weight",
+    "bn_bias": "bn.bias",
+    "running_mean": "bn.running_mean",
+    "running_var": "bn.running_var",
+    "scale": "scale",
+}
+
+
+class GemmBnScaleSoftmax(nn.Module):
+    """Linear -> BatchNorm1d -> * scale (shape [1]) -> softmax(dim=1)."""
+
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+        self.bn = nn.BatchNorm1d(features, eps=1e-5, momentum=0.1)
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return torch.softmax(self.scale * self.bn(self.linear(x)), dim=1)
+
+
+class GemmScaleBn(nn.Module):
+    """Linear -> * scale (shape [out]) -> BatchNorm1d."""
+
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+        self.scale = nn.Parameter(torch.ones(features))
+        self.bn = nn.BatchNorm1d(features, eps=1e-5, momentum=0.1)
+
+    def forward(self, x):
+        return self.bn(self.linear(x) * self.scale)
+
+
+def make_module(chain, features):
+    return GemmBnScaleSoftmax(features) if chain == "bn_scale_softmax" else GemmScaleBn(features)
+
+
+def set_precision(precision):
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+
+# ------------------------------------------------------------------------------- timing
+
+class Timer:
+    """CUDA events around each run; before each run (outside the events) a buffer of at least
+    twice the L2 cache is zeroed, so no run finds the previous run's data in L2."""
+
+    def __init__(self, warmup, iters):
+        props = torch.cuda.get_device_properties(0)
+        l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+        self.l2_bytes = l2
+        self.flush_bytes = max(2 * l2, 64 << 20)
+        self.flush = torch.empty(self.flush_bytes // 4, dtype=torch.float32, device="cuda")
+        self.warmup = warmup
+        self.iters = iters
+
+    def time(self, fn):
+        for _ in range(self.warmup):
+            self.flush.zero_()
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        for s, e in zip(starts, ends):
+            self.flush.zero_()
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        runs = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        return {"median": statistics.median(runs), "min": min(runs), "max": max(runs)}
+
+
+def measure_bandwidth(iters=20):
+    """Device memory bandwidth as a large copy moves it (bytes read + bytes written): the rate
+    the floors in docs/PERF.md divide the minimum bytes by."""
+    n = 1 << 28  # 1 GiB of f32 each way
+    a = torch.ones(n, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for s, e in zip(starts, ends):
+        s.record()
+        b.copy_(a)
+        e.record()
+    torch.cuda.synchronize()
+    ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    del a, b
+    torch.cuda.empty_cache()
+    return {"bytes_per_s": 2 * n * 4 / (ms * 1e-3), "median_ms": ms,
+            "method": "device-to-device copy of 1 GiB, bytes read + written, median of 20"}
+
+
+def kfuse_env():
+    env = dict(os.environ)
+    cuda_lib = "/usr/local/cuda/lib64"
+    if os.path.isdir(cuda_lib) and cuda_lib not in env.get("LD_LIBRARY_PATH", ""):
+        env["LD_LIBRARY_PATH"] = cuda_lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    return env
+
+
+def kfuse_bench(args, case, n, mode, precision, bench_dir):
+    """kfuse's numbers for one row: reuses BENCH_DIR/<case>.<mode>.<precision>.json when the
+    suite has already run that bench (same run, same GPU), else runs `kfuse bench` now."""
+    kf, _, _, _ = CASES[case]
+    path = Path(bench_dir) / f"{case}.{mode}.{precision}.json"
+    if args.reuse_bench and path.exists():
+        data = json.loads(path.read_text())
+        if data.get("dims", {}).get("N") == n:
+            print(f"[kfuse] reusing {path}", flush=True)
+            return data
+    cmd = [args.kfuse, "bench", str(REPO / kf), "--dim", f"N={n}", "--mode", mode,
+           "--precision", precision, "--json", str(path), "--iters", str(args.iters),
+           "--warmup", str(args.warmup)]
+    print("[kfuse] " + " ".join(cmd), flush=True)
+    if path.exists():
+        path.unlink()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=kfuse_env())
+    sys.stdout.write(p.stdout)
+    sys.stdout.write(p.stderr)
+    sys.stdout.flush()
+    if not path.exists():
+        return {"error": f"kfuse bench exited {p.returncode} without JSON: {p.stderr.strip()[-500:]}"}
+    return json.loads(path.read_text())
+
+
+def fused_ms(bench):
+    fused = bench.get("fused") or {}
+    ms = fused.get("ms") or {}
+    return ms.get("median")
+
+
+def kfuse_note(bench):
+    if "error" in bench:
+        return bench["error"]
+    fused = bench.get("fused") or {}
+    if not fused.get("supported", True):
+        return f"fused: not supported at {bench.get('precision')} ({fused.get('reason')})"
+    if fused.get("error"):
+        return f"fused: failed: {fused['error']}"
+    return ""
+
+
+def time_torch(args, deadline):
+    """Eager and torch.compile for every case, mode and precision; compiled modules are reused
+    across reps (each mode/precision switch recompiles once: Dynamo guards on both)."""
+    timer = Timer(args.warmup, args.iters)
+    rows = []
+    # Several cases share a forward() code object; do not let Dynamo's recompile limit turn
+    # a compiled case silently eager.
+    import torch._dynamo
+
+    for name, value in (("cache_size_limit", 64), ("recompile_limit", 64),
+                        ("accumulated_cache_size_limit", 512), ("accumulated_recompile_limit", 512)):
+        if hasattr(torch._dynamo.config, name):
+            try:
+                setattr(torch._dynamo.config, name, value)
+            except Exception as e:  # an alias this version refuses: the other name covers it
+                print(f"note: torch._dynamo.config.{name}: {e}", flush=True)
+    models = {}
+    # fp32 rows first: when the time budget runs short, tf32 compiles are what gets skipped.
+    for precision in args.precisions:
+        for case in args.cases:
+            _, features, n_full, chain = CASES[case]
+            n = args.n or n_full
+            if case not in models:
+                torch.manual_seed(0)
+                m = make_module(chain, features).cuda()
+                with torch.no_grad():
+                    m.scale.uniform_(0.5, 1.5)
+                    m.bn.weight.uniform_(0.5, 1.5)
+                    m.bn.bias.uniform_(-0.5, 0.5)
+                    m.bn.running_var.uniform_(0.5, 1.5)
+                x = torch.randn(n, features, device="cuda")
+                compiled = torch.compile(m, mode="default") if args.compile else None
+                models[case] = (m, compiled, x)
+            m, compiled, x = models[case]
+            for mode in args.modes:
+                row = {"case": case, "n": n, "mode": mode, "precision": precision}
+                print(f"[torch] {case} N={n} {mode} {precision}", flush=True)
+                set_precision(precision)
+                m.train(mode == "train")
+                with torch.no_grad():
+                    try:
+                        row["eager_ms"] = timer.time(lambda: m(x))
+                    except Exception as e:  # report, keep going
+                        row["eager_error"] = repr(e)
+                    if compiled is None:
+                        row["compile_skipped"] = "--no-compile"
+                    elif time.monotonic() > deadline:
+                        row["compile_skipped"] = "time budget spent"
+                    else:
+                        try:
+                            t0 = time.monotonic()
+                            compiled(x)
+                            torch.cuda.synchronize()
+                            row["compile_first_call_s"] = time.monotonic() - t0
+                            row["compile_ms"] = timer.time(lambda: compiled(x))
+                        except Exception as e:
+                            row["compile_error"] = repr(e)
+                rows.append(row)
+    set_precision("fp32")
+    return rows, timer
+
+
+# ------------------------------------------------------------------------------- checks
+
+def load_saved(directory):
+    meta = json.loads((directory / "meta.json").read_text())
+    tensors = {}
+    for name, info in meta["tensors"].items():
+        data = np.fromfile(directory / f"{name}.f32", dtype="<f4")
+        tensors[name] = (torch.from_numpy(data.reshape(info["shape"])), info["role"])
+    return meta, tensors
+
+
+def error(candidate, reference):
+    """max |a - b| and ||a - b|| / ||b||, in float64; None where not finite."""
+    a = candidate.double()
+    b = reference.double()
+    if not torch.isfinite(a).all():
+        return {"max_abs": None, "rel": None, "finite": False}
+    d = a - b
+    norm_b = b.norm().item()
+    rel = d.norm().item() / norm_b if norm_b > 0 else d.norm().item()
+    return {"max_abs": d.abs().max().item(), "rel": rel, "finite": True}
+
+
+def run_torch_steps(chain, features, tensors, mode, steps, dtype, device):
+    m = make_module(chain, features).to(device=device, dtype=dtype)
+    state = m.state_dict()
+    x = None
+    for name, (t, role) in tensors.items():
+        if role == "input":
+            x = t.to(device=device, dtype=dtype)
+        elif role in ("param", "state_in"):
+            key = PARAM_MAP[name[:-3] if role == "state_in" else name]
+            state[key].copy_(t.reshape(state[key].shape))
+    m.train(mode == "train")
+    out = None
+    with torch.no_grad():
+        for _ in range(steps):
+            out = m(x)
+    return out, {"running_mean": m.bn.running_mean, "running_var": m.bn.running_var}
+
+
+def check(args, case, mode, precision, work):
+    kf, features, _, chain = CASES[case]
+    steps = args.steps if mode == "train" else 1
+    directory = Path(work) / f"save.{case}.{mode}.{precision}"
+    shutil.rmtree(directory, ignore_errors=True)
+    cmd = [args.kfuse, "run", str(REPO / kf), "--dim", f"N={args.check_n}", "--mode", mode,
+           "--precision", precision, "--seed", str(args.seed), "--steps", str(steps),
+           "--save", str(directory)]
+    result = {"case": case, "n": args.check_n, "mode": mode, "precision": precision,
+              "steps": steps, "bound": BOUNDS[precision], "command": " ".join(cmd)}
+    print("[check] " + " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=kfuse_env())
+    sys.stdout.write(p.stdout)
+    sys.stdout.write(p.stderr)
+    if not (directory / "meta.json").exists():
+        reason = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        result["supported"] = "not implemented" not in reason
+        result["error" if result["supported"] else "reason"] = reason
+        result["pass"] = None if not result["supported"] else False
+        return result
+    meta, tensors = load_saved(directory)
+    steps = int(meta.get("steps", steps))
+    result["steps"] = steps
+    device = "cuda"
+    set_precision("fp32")
+    ref_out, ref_state = run_torch_steps(chain, features, tensors, mode, steps, torch.float64, device)
+    set_precision(precision)
+    t32_out, t32_state = run_torch_steps(chain, features, tensors, mode, steps, torch.float32, device)
+    set_precision("fp32")
+    compared = {}
+    kf_out = tensors["out0"][0].to(device)
+    compared["out0"] = {"kfuse_vs_torch64": error(kf_out, ref_out),
+                        "torch32_vs_torch64": error(t32_out, ref_out),
+                        "kfuse_vs_torch32": error(kf_out, t32_out)}
+    for stat in ("running_mean", "running_var"):
+        key = f"{stat}.out"
+        if key in tensors:
+            kf_stat = tensors[key][0].to(device)
+            compared[key] = {"kfuse_vs_torch64": error(kf_stat, ref_state[stat]),
+                             "torch32_vs_torch64": error(t32_state[stat], ref_state[stat]),
+                             "kfuse_vs_torch32": error(kf_stat, t32_state[stat])}
+    result["supported"] = True
+    result["tensors"] = compared
+    worst = [c["kfuse_vs_torch64"]["rel"] for c in compared.values()]
+    result["worst_rel"] = None if any(w is None for w in worst) else max(worst)
+    result["pass"] = result["worst_rel"] is not None and result["worst_rel"] <= BOUNDS[precision]
+    shutil.rmtree(directory, ignore_errors=True)  # a 8192x8192 weight is 256 MiB
+    return result
+
+
+# ------------------------------------------------------------------------------- report
+
+def fmt_ms(v):
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "-"
+
+
+def fmt_x(num, den):
+    if isinstance(num, (int, float)) and isinstance(den, (int, float)) and den > 0:
+        return f"{num / den:.2f}x"
+    return "-"
+
+
+def fmt_err(e):
+    if e is None or not e.get("finite", True):
+        return "NOT FINITE"
+    return f"{e['max_abs']:.2e} / {e['rel']:.2e}"
+
+
+def print_checks(checks):
+    print("\nkfuse vs PyTorch on the same data (max abs / norm-wise rel error; "
+          "reference: PyTorch float64)")
+    print(f"{'case':<44} {'tensor':<18} {'kfuse vs f64':>22} {'torch f32 vs f64':>22}  verdict")
+    for c in checks:
+        label = f"{c['case']} N={c['n']} {c['mode']} {c['precision']} x{c['steps']}"
+        if not c.get("supported", True):
+            print(f"{label:<44} {'-':<18} {'not supported':>22} {'':>22}  ({c.get('reason')})")
+            continue
+        if "tensors" not in c:
+            print(f"{label:<44} {'-':<18} {'failed':>22} {'':>22}  ({c.get('error')})")
+            continue
+        for i, (name, e) in enumerate(c["tensors"].items()):
+            verdict = ("PASS" if c["pass"] else "FAIL") + f" (bound {c['bound']:.0e})" if i == 0 else ""
+            print(f"{label if i == 0 else '':<44} {name:<18} {fmt_err(e['kfuse_vs_torch64']):>22} "
+                  f"{fmt_err(e['torch32_vs_torch64']):>22}  {verdict}")
+
+
+def print_table(rows):
+    print("\nkfuse vs PyTorch: median ms (CUDA events, L2 flushed before each run); "
+          "speedup = PyTorch ms / kfuse fused ms")
+    header = (f"{'case':<40} {'ms eager':>9} {'ms compile':>10} {'ms kfuse':>9} "
+              f"{'vs eager':>8} {'vs compile':>10}  note")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        label = f"{r['case']} N={r['n']} {r['mode']} {r['precision']}"
+        eager = (r.get("eager_ms") or {}).get("median")
+        comp = (r.get("compile_ms") or {}).get("median")
+        kf = r.get("kfuse_fused_ms")
+        notes = [n for n in (r.get("kfuse_note"), r.get("compile_skipped") and
+                             f"compile skipped: {r['compile_skipped']}",
+                             r.get("compile_error") and f"compile failed: {r['compile_error']}",
+                             r.get("eager_error") and f"eager failed: {r['eager_error']}") if n]
+        print(f"{label:<40} {fmt_ms(eager):>9} {fmt_ms(comp):>10} {fmt_ms(kf):>9} "
+              f"{fmt_x(eager, kf):>8} {fmt_x(comp, kf):>10}  {' '.join('; '.join(notes).split())[:160]}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kfuse", required=True, help="path to the kfuse binary")
+    ap.add_argument("--out", help="write every number as JSON here")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: N=256, fp32 only, 10 timed runs, check at N=64")
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--precisions", default=",".join(PRECISIONS))
+    ap.add_argument("--n", type=int, default=0, help="override every case's N (default: the benchmark's)")
+    ap.add_argument("--iters", type=int, default=100, help="timed runs per measurement (median)")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
+    ap.add_argument("--no-check", dest="check", action="store_false", help="skip the output check")
+    ap.add_argument("--check-n", type=int, default=160,
+                    help="N of the output check (kfuse run's CPU fp64 reference costs O(N)); "
+                         "160 spans two 128-row tiles")
+    ap.add_argument("--steps", type=int, default=3, help="forward passes in the train-mode check")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bench-dir", help="where kfuse bench JSON files go (default: a temp dir)")
+    ap.add_argument("--reuse-bench", action="store_true",
+                    help="use BENCH_DIR/<case>.<mode>.<precision>.json where it exists")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="seconds after which torch.compile measurements are skipped (0: none)")
+    args = ap.parse_args()
+    args.cases = [c for c in args.cases.split(",") if c]
+    args.modes = [m for m in args.modes.split(",") if m]
+    args.precisions = [p for p in args.precisions.split(",") if p]
+    for c in args.cases:
+        if c not in CASES:
+            ap.error(f"unknown case {c!r}; known: {', '.join(CASES)}")
+    if args.quick:
+        args.n = args.n or 256
+        args.precisions = ["fp32"]
+        args.iters = min(args.iters, 10)
+        args.warmup = min(args.warmup, 2)
+        args.check_n = min(args.check_n, 64)
+    if args.iters < 100 and not args.quick:
+        print(f"warning: {args.iters} timed runs: fewer than 100 is a smoke test", flush=True)
+    if not torch.cuda.is_available():
+        sys.exit("compare_torch.py needs a CUDA GPU (torch.cuda.is_available() is False)")
+    if not os.access(args.kfuse, os.X_OK):
+        sys.exit(f"--kfuse {args.kfuse}: not an executable")
+
+    start = time.monotonic()
+    deadline = start + args.budget_s if args.budget_s > 0 else math.inf
+    work = tempfile.mkdtemp(prefix="kfuse-compare-")
+    bench_dir = args.bench_dir or work
+    Path(bench_dir).mkdir(parents=True, exist_ok=True)
+
+    bandwidth = measure_bandwidth()
+    print(f"[bandwidth] {bandwidth['bytes_per_s'] / 1e12:.2f} TB/s ({bandwidth['method']})", flush=True)
+    rows, timer = time_torch(args, deadline)
+    torch.cuda.empty_cache()  # the kfuse subprocesses below get the GPU's memory back
+    for r in rows:
+        bench = kfuse_bench(args, r["case"], r["n"], r["mode"], r["precision"], bench_dir)
+        r["kfuse_bench"] = bench
+        r["kfuse_fused_ms"] = fused_ms(bench)
+        r["kfuse_note"] = kfuse_note(bench)
+        eager = (r.get("eager_ms") or {}).get("median")
+        comp = (r.get("compile_ms") or {}).get("median")
+        kf = r["kfuse_fused_ms"]
+        r["speedup_vs_eager"] = eager / kf if eager and kf else None
+        r["speedup_vs_compile"] = comp / kf if comp and kf else None
+
+    checks = []
+    if args.check:
+        for case in args.cases:
+            for mode in args.modes:
+                for precision in args.precisions:
+                    checks.append(check(args, case, mode, precision, work))
+    shutil.rmtree(work, ignore_errors=True)  # bench JSON is embedded in the rows
+
+    result = {
+        "schema": "kfuse-compare-torch/1",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join([sys.executable] + sys.argv),
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "timing": {"method": "cuda-events", "statistic": "median", "warmup": args.warmup,
+                   "iters": args.iters, "l2_bytes": timer.l2_bytes,
+                   "l2_flush_bytes": timer.flush_bytes, "no_grad": True,
+                   "torch_compile_mode": "default"},
+        "bandwidth": bandwidth,
+        "rows": rows,
+        "checks": checks,
+        "seconds": time.monotonic() - start,
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    if checks:
+        print_checks(checks)
+    print_table(rows)
+    failed = [c for c in checks if c.get("pass") is False]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+// The `kfuse` subcommands; each lives in its own cmd_NAME.cpp and returns the exit code.
+#pragma once
+
+#include "compiler/ir/graph.h"
+#include "kfuse/kfuse.h"
+
+#include <string>
+
+namespace kfuse::tool {
+
+int cmd_check(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_emit(int argc, char **argv);
+int cmd_compile(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+struct CommandLine;
+
+// "train" or "eval"; throws UsageError otherwise.
+ir::Mode parse_mode(const std::string &text);
+// --mode (default train), --precision (default fp32), --arch (default: the GPU's).
+Options pipeline_options(const CommandLine &cl);
+ir::Mode ir_mode(Mode m);
+
+} // namespace kfuse::tool

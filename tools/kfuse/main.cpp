@@ -1,0 +1,58 @@
+// The `kfuse` command line: dispatches to one subcommand.
+#include "compiler/dsl/diagnostics.h"
+#include "tools/kfuse/command_line.h"
+#include "tools/kfuse/commands.h"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+namespace {
+
+struct Command {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+};
+
+const Command kCommands[] = {
+    {"check", kfuse::tool::cmd_check, "parse and verify a .kf file, print the inferred shapes"},
+    {"plan", kfuse::tool::cmd_plan, "show the kernels the planner makes and why"},
+    {"emit", kfuse::tool::cmd_emit, "print the generated CUDA source"},
+    {"compile", kfuse::tool::cmd_compile, "compile with NVRTC through the disk cache, show resources"},
+    {"run", kfuse::tool::cmd_run, "run on the GPU on random inputs, compare with the fp64 reference"},
+    {"bench", kfuse::tool::cmd_bench, "time fused vs unfused vs cuBLAS's GEMM alone on the GPU"},
+};
+
+void usage(std::FILE *out) {
+  std::fprintf(out, "usage: kfuse <command> FILE.kf [options]\n\ncommands:\n");
+  for (const Command &c : kCommands)
+    std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command &c : kCommands)
+    if (!std::strcmp(argv[1], c.name)) {
+      try {
+        return c.run(argc, argv);
+      } catch (const kfuse::dsl::DiagnosticError &e) {
+        std::fputs(e.what(), stderr); // already file:line:col: error: ... with a caret
+        return 1;
+      } catch (const kfuse::tool::UsageError &e) {
+        std::fprintf(stderr, "kfuse %s: %s\n", c.name, e.what());
+        return 2;
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "kfuse %s: error: %s\n", c.name, e.what());
+        return 1;
+      }
+    }
+  std::fprintf(stderr, "kfuse: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
