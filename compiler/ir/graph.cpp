@@ -8,6 +8,29 @@ namespace kfuse::ir {
 
 std::string_view mode_name(Mode m) { return m == Mode::Train ? "train" : "eval"; }
 
+std::string_view value_kind_name(ValueKind k) {
+  switch (k) {
+  case ValueKind::Input:
+    return "input";
+  case ValueKind::Param:
+    return "param";
+  case ValueKind::State:
+    return "state";
+  case ValueKind::Op:
+    return "op";
+  }
+  return "?";
+}
+
+std::string describe(const Graph &g, ValueId id) {
+  const Value &v = g[id];
+  if (!v.is_op())
+    return fmt::format("{} '{}' (%{})", value_kind_name(v.kind), v.name, id);
+  if (v.name.empty())
+    return fmt::format("%{} ({})", id, op_info(v.op).name);
+  return fmt::format("'{}' (%{}, {})", v.name, id, op_info(v.op).name);
+}
+
 ValueId Graph::find(const std::string &declared_name) const {
   for (size_t i = 0; i < values.size(); ++i)
     if (!values[i].is_op() && values[i].name == declared_name)

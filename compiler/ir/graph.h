@@ -18,6 +18,8 @@ namespace kfuse::ir {
 using ValueId = int;
 
 enum class ValueKind : uint8_t { Input, Param, State, Op };
+// "input", "param", "state" (the .kf keyword), "op".
+std::string_view value_kind_name(ValueKind k);
 
 enum class Mode : uint8_t { Train, Eval };
 std::string_view mode_name(Mode m);
@@ -61,6 +63,9 @@ struct Graph {
   // For each value, the ops that read it.
   std::vector<std::vector<ValueId>> users() const;
 };
+
+// How messages name a value: "input 'x' (%0)", "'h' (%5, linear)", "%7 (rsqrt)".
+std::string describe(const Graph &g, ValueId id);
 
 // Appends values to a graph under construction, keeping definition order.
 class GraphBuilder {

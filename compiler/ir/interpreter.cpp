@@ -17,29 +17,6 @@ std::string shape_str(const std::vector<int64_t> &shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-std::string_view kind_name(ValueKind k) {
-  switch (k) {
-  case ValueKind::Input:
-    return "input";
-  case ValueKind::Param:
-    return "param";
-  case ValueKind::State:
-    return "state";
-  case ValueKind::Op:
-    return "op";
-  }
-  return "?";
-}
-
-// How errors name a value: its written name, else its position ("%7"), with its op.
-std::string describe(const Graph &g, ValueId id) {
-  const Value &v = g[id];
-  std::string name = v.name.empty() ? fmt::format("%{}", id) : fmt::format("'{}'", v.name);
-  if (v.is_op())
-    return fmt::format("{} ({})", name, op_info(v.op).name);
-  return fmt::format("{} {}", kind_name(v.kind), name);
-}
-
 // The concrete shape of a declaration, with errors that name it.
 std::vector<int64_t> declared_shape(const Graph &g, ValueId id, const DimBindings &dims) {
   const Value &v = g[id];
@@ -299,11 +276,11 @@ Interpreter::Interpreter(const Graph &g, Mode mode, DimBindings dims, const Tens
     auto it = tensors.find(v.name);
     if (it == tensors.end())
       throw InterpretError(
-          fmt::format("missing tensor '{}' for {} {}", v.name, kind_name(v.kind), v.type.str()));
+          fmt::format("missing tensor '{}' for {} {}", v.name, value_kind_name(v.kind), v.type.str()));
     const HostTensor &t = it->second;
     if (t.shape != shape)
       throw InterpretError(fmt::format("tensor '{}' has shape {}, expected {} for {} {}", v.name,
-                                       shape_str(t.shape), shape_str(shape), kind_name(v.kind),
+                                       shape_str(t.shape), shape_str(shape), value_kind_name(v.kind),
                                        v.type.str()));
     if (static_cast<int64_t>(t.data.size()) != t.numel())
       throw InterpretError(fmt::format("tensor '{}' has shape {} but holds {} values", v.name,

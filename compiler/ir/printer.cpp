@@ -11,20 +11,6 @@ namespace {
 bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
 
-std::string_view kind_keyword(ValueKind k) {
-  switch (k) {
-  case ValueKind::Input:
-    return "input";
-  case ValueKind::Param:
-    return "param";
-  case ValueKind::State:
-    return "state";
-  case ValueKind::Op:
-    break;
-  }
-  return "?";
-}
-
 std::string format_attr(const AttrSpec &spec, const AttrValue &a) {
   switch (spec.kind) {
   case AttrKind::Number:
@@ -120,7 +106,7 @@ std::string print_kf(const Graph &g) {
   for (size_t i = 0; i < g.values.size(); ++i) {
     const Value &v = g.values[i];
     if (!v.is_op())
-      out += fmt::format("  {}  {}: {}\n", kind_keyword(v.kind), names[i], v.type.str());
+      out += fmt::format("  {}  {}: {}\n", value_kind_name(v.kind), names[i], v.type.str());
   }
   for (size_t i = 0; i < g.values.size(); ++i) {
     const Value &v = g.values[i];

@@ -11,30 +11,6 @@
 namespace kfuse::ir {
 namespace {
 
-std::string_view kind_name(ValueKind k) {
-  switch (k) {
-  case ValueKind::Input:
-    return "input";
-  case ValueKind::Param:
-    return "param";
-  case ValueKind::State:
-    return "state";
-  case ValueKind::Op:
-    return "op";
-  }
-  return "?";
-}
-
-// How a message names a value: "input 'x' (%0)", "'h' (%5, linear)", "%7 (rsqrt)".
-std::string describe(const Graph &g, ValueId id) {
-  const Value &v = g[id];
-  if (!v.is_op())
-    return fmt::format("{} '{}' (%{})", kind_name(v.kind), v.name, id);
-  if (v.name.empty())
-    return fmt::format("%{} ({})", id, op_info(v.op).name);
-  return fmt::format("'{}' (%{}, {})", v.name, id, op_info(v.op).name);
-}
-
 bool is_integer(double x) { return std::isfinite(x) && std::floor(x) == x; }
 
 class Verifier {

@@ -184,9 +184,11 @@ TEST_CASE("api: a .kf error surfaces as a diagnostic with file:line:col") {
 TEST_CASE("kfuse compile: two processes compiling the same pipeline at once both succeed") {
   TempCache cache;
   std::string cmd = std::string(KFUSE_TOOL) + " compile " + root() + "/examples/gemm_scale_bn.kf --arch sm_90a";
-  std::string both = "(" + cmd + " > " + cache.dir + "/a.log 2>&1 & " + cmd + " > " + cache.dir +
-                     "/b.log 2>&1 & wait %1 && wait %2)";
-  CHECK(std::system(("bash -c '" + both + "'").c_str()) == 0);
+  std::string both = cmd + " > " + cache.dir + "/a.log 2>&1 & a=$!; " + cmd + " > " + cache.dir +
+                     "/b.log 2>&1 & b=$!; wait $a && wait $b";
+  int status = std::system(("bash -c '" + both + "'").c_str());
+  INFO(read(cache.dir + "/a.log"), read(cache.dir + "/b.log"));
+  CHECK(status == 0);
   for (const char *log : {"/a.log", "/b.log"})
     CHECK(read(cache.dir + log).find("gemm_scale_bn: 3 kernels for sm_90a") != std::string::npos);
   std::string third = cache.dir + "/c.log";

@@ -452,7 +452,7 @@ TEST_CASE("interpreter: train-mode running stats must be states") {
   TensorMap t{{"x", kThreeRows}, {"rm", tensor({2}, {0, 0})}, {"rv", tensor({2}, {1, 1})}};
   CHECK(error_of([&] {
           interpret(g, Mode::Train, {{"N", 3}}, t);
-        }) == "'y' (batchnorm) updates param 'rm', which is not a state");
+        }) == "'y' (%3, batchnorm) updates param 'rm' (%1), which is not a state");
 }
 
 TEST_CASE("interpreter: missing, misshapen and unbound tensors are named") {
@@ -478,10 +478,10 @@ TEST_CASE("interpreter: missing, misshapen and unbound tensors are named") {
   CHECK(error_of([&] { Interpreter(g, Mode::Train, dims, t); }) ==
         "tensor 'rv' has shape [2] but holds 1 values");
   CHECK(error_of([&] { Interpreter(g, Mode::Train, {}, good); }) ==
-        "input 'x': dim 'N' of f32[N, 2] is not bound");
+        "input 'x' (%0): dim 'N' of f32[N, 2] is not bound");
   CHECK(error_of([&] {
           Interpreter(g, Mode::Train, {{"N", 0}}, good);
-        }) == "input 'x': dim 'N' of f32[N, 2] is bound to 0; extents must be positive");
+        }) == "input 'x' (%0): dim 'N' of f32[N, 2] is bound to 0; extents must be positive");
 }
 
 TEST_CASE("interpreter: evaluation order and ill-typed graphs are checked") {
@@ -496,7 +496,7 @@ TEST_CASE("interpreter: evaluation order and ill-typed graphs are checked") {
   CHECK_FALSE(in.computed(r));
   CHECK(error_of([&] { in.value(r); }) == "%1 (relu) has not been computed");
   CHECK(error_of([&] { in.eval(s); }) ==
-        "cannot evaluate 's' (sigmoid): its argument %1 (relu) has not been computed");
+        "cannot evaluate 's' (%2, sigmoid): its argument %1 (relu) has not been computed");
   in.eval(r);
   in.eval(s);
   check_values(in.value(s), {2}, {0.5, 0.7310585786300049});
