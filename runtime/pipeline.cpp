@@ -148,8 +148,10 @@ Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &fi
   r.cache_hit = impl->compiled.cache_hit;
   r.arch = req.arch;
   r.cache_key = impl->compiled.key;
-  for (const rt::KernelResources &k : impl->compiled.kernels)
-    r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores, k.spill_loads});
+  for (const KernelLaunch &l : impl->program.launches) // in launch order, not ptxas's
+    for (const rt::KernelResources &k : impl->compiled.kernels)
+      if (k.name == l.entry)
+        r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores, k.spill_loads});
   return Pipeline(std::move(impl));
 }
 

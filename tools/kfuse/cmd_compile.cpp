@@ -14,7 +14,7 @@ int cmd_compile(int argc, char **argv) {
   std::printf("%s: %zu kernel%s for %s, %.1f ms (%s)\n", p.name().c_str(), r.kernels.size(),
               r.kernels.size() == 1 ? "" : "s", r.arch.c_str(), r.milliseconds,
               r.cache_hit ? "cache hit" : "compiled with NVRTC");
-  std::printf("  %-20s %9s %12s %11s %13s %12s\n", "kernel", "registers", "shared bytes",
+  std::printf("  %-20s %9s %12s %11s %13s %12s\n", "kernel", "registers", "static smem",
               "stack bytes", "spill stores", "spill loads");
   for (const KernelReport &k : r.kernels)
     std::printf("  %-20s %9d %12d %11d %13d %12d\n", k.name.c_str(), k.registers, k.shared_bytes,
