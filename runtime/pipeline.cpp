@@ -15,6 +15,7 @@
 #include "templates/col_stats.cuh"
 #include "templates/elementwise.cuh"
 #include "templates/gemm_simt.cuh"
+#include "templates/gemm_tc.cuh"
 #include "templates/row_softmax.cuh"
 
 #include <climits>
@@ -30,10 +31,16 @@ using ir::ValueId;
 namespace rt {
 
 void require_supported(Precision p) {
-  if (p != Precision::FP32)
-    throw Error("precision " +
-                std::string(p == Precision::TF32 ? "tf32" : p == Precision::BF16 ? "bf16" : "3xtf32") +
-                " is not implemented yet: kfuse's GEMM templates compute in exact fp32 (use fp32)");
+  if (p == Precision::BF16)
+    throw Error("precision bf16 is not implemented yet: kfuse's GEMM templates take f32 data "
+                "(use fp32, tf32 or 3xtf32)");
+}
+
+codegen::GemmMath gemm_math(Precision p) {
+  require_supported(p);
+  return p == Precision::TF32     ? codegen::GemmMath::Tf32
+         : p == Precision::FP32x3 ? codegen::GemmMath::Tf32x3
+                                  : codegen::GemmMath::Fp32;
 }
 
 std::string target_arch(const std::string &requested) {
@@ -133,7 +140,7 @@ Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &fi
   ir::Mode mode = options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
   impl->plan = plan::make_plan(impl->graph, mode, {}, options.fuse);
   impl->names = ir::printed_names(impl->plan.graph);
-  impl->program = codegen::generate(impl->plan);
+  impl->program = codegen::generate(impl->plan, rt::gemm_math(options.precision));
 
   rt::CompileRequest req;
   req.source = impl->program.source;
@@ -368,9 +375,17 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
     unsigned smem = 0;
     switch (l.kind) {
     case plan::KernelKind::Gemm:
-      grid = {static_cast<unsigned>(kf::gemm_grid_x(n)), static_cast<unsigned>(kf::gemm_grid_y(m)), 1};
-      block = {kf::GEMM_THREADS, 1, 1};
-      smem = kf::gemm_smem_bytes;
+      if (l.math == codegen::GemmMath::Fp32) {
+        grid = {static_cast<unsigned>(kf::gemm_grid_x(n)), static_cast<unsigned>(kf::gemm_grid_y(m)), 1};
+        block = {kf::GEMM_THREADS, 1, 1};
+        smem = kf::gemm_smem_bytes;
+      } else {
+        int precision = l.math == codegen::GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
+        grid = {static_cast<unsigned>(kf::gemm_tc_grid_x(n, precision)),
+                static_cast<unsigned>(kf::gemm_tc_grid_y(m)), 1};
+        block = {kf::GEMM_TC_THREADS, 1, 1};
+        smem = static_cast<unsigned>(kf::gemm_tc_smem_bytes(precision));
+      }
       break;
     case plan::KernelKind::ColPartials:
       grid = {static_cast<unsigned>(kf::col_stats_grid_x(n)),

@@ -43,7 +43,8 @@ ValueId matrix_read(const Graph &g, const Kernel &k) {
 
 class Generator {
 public:
-  explicit Generator(const plan::Plan &p) : p_(p), g_(p.graph), names_(printed_names(p.graph)) {}
+  Generator(const plan::Plan &p, GemmMath math)
+      : p_(p), g_(p.graph), names_(printed_names(p.graph)), math_(math) {}
 
   Program run() {
     Program prog;
@@ -59,7 +60,7 @@ public:
       body += "\n" + comment(k);
       switch (k.kind) {
       case KernelKind::Gemm:
-        includes.insert("gemm_simt.cuh");
+        includes.insert(math_ == GemmMath::Fp32 ? "gemm_simt.cuh" : "gemm_tc.cuh");
         body += gemm(k, w, launch);
         break;
       case KernelKind::Row:
@@ -124,12 +125,17 @@ private:
                      kIndent, w.var(out));
     std::string stats = k.stats_of >= 0 ? fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of))
                                         : "nullptr, nullptr";
+    launch.math = math_;
+    bool simt = math_ == GemmMath::Fp32;
+    std::string mainloop = simt ? fmt::format("gemm_simt<{}>", trans_b ? "true" : "false")
+                                : fmt::format("gemm_tc<{}, {}>", trans_b ? "true" : "false",
+                                              math_ == GemmMath::Tf32 ? 0 : 1);
     s += fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)\n"
-        "{}({}) {{\n"
-        "  const {} epi{};\n"
-        "  kf::gemm_simt<{}>(kf::GemmShape{{{}, {}, {}}}, {}, {}, {}, {}, {}, {}, epi, {});\n}}\n",
-        k.name, w.param_list(), type, w.member_initializer(), trans_b ? "true" : "false",
+        "extern \"C\" __global__ void __launch_bounds__(kf::{2}THREADS, kf::{2}MIN_BLOCKS)\n"
+        "{0}({1}) {{\n"
+        "  const {3} epi{4};\n"
+        "  kf::{5}(kf::GemmShape{{{6}, {7}, {8}}}, {9}, {10}, {11}, {12}, {13}, {14}, epi, {15});\n}}\n",
+        k.name, w.param_list(), simt ? "GEMM_" : "GEMM_TC_", type, w.member_initializer(), mainloop,
         KernelWriter::extent(launch.rows), KernelWriter::extent(launch.cols),
         KernelWriter::extent(launch.inner), w.ptr(a), KernelWriter::extent(launch.inner), w.ptr(b),
         KernelWriter::extent(g_[b].type.shape[1]), w.ptr(out), KernelWriter::extent(launch.cols),
@@ -260,6 +266,7 @@ private:
   const plan::Plan &p_;
   const Graph &g_;
   std::vector<std::string> names_;
+  GemmMath math_;
 };
 
 void inline_into(const std::string &source, std::set<std::string> &done, std::string &out) {
@@ -286,7 +293,7 @@ void inline_into(const std::string &source, std::set<std::string> &done, std::st
 
 } // namespace
 
-Program generate(const plan::Plan &p) { return Generator(p).run(); }
+Program generate(const plan::Plan &p, GemmMath math) { return Generator(p, math).run(); }
 
 std::string inline_templates(const std::string &source) {
   std::set<std::string> done;

@@ -22,6 +22,10 @@ struct CodegenError : kfuse::Error {
   using kfuse::Error::Error;
 };
 
+// How GEMM kernels multiply: the fp32 SIMT template, or tensor cores (gemm_tc.cuh) with
+// inputs rounded to tf32, or split into two tf32 terms each (3xTF32, fp32-level accuracy).
+enum class GemmMath : uint8_t { Fp32, Tf32, Tf32x3 };
+
 // One kernel argument, in entry-point order.
 struct LaunchParam {
   enum class Kind : uint8_t {
@@ -43,6 +47,7 @@ struct KernelLaunch {
   // elementwise and column-partials rows x cols, column kernels 1 x features.
   ir::Dim rows, cols, inner;
   int block_threads = 0; // row kernels: the Threads the template was instantiated with
+  GemmMath math = GemmMath::Fp32; // GEMM kernels: which template runs
   std::vector<LaunchParam> params;
 };
 
@@ -52,7 +57,7 @@ struct Program {
   std::vector<KernelLaunch> launches;
 };
 
-Program generate(const plan::Plan &p);
+Program generate(const plan::Plan &p, GemmMath math = GemmMath::Fp32);
 
 // `source` with every #include of a template replaced by the template's text (once
 // each), so `nvcc -c` compiles it with no other file.

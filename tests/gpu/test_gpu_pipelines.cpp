@@ -26,11 +26,12 @@ std::string example(const std::string &name) {
 }
 
 void expect_match(const std::string &text, const std::string &file, Mode mode, int64_t n,
-                  uint64_t seed, int steps = 1) {
+                  uint64_t seed, int steps = 1, Precision precision = Precision::FP32) {
   rt::CheckRequest req;
   req.kf_text = text;
   req.file_name = file;
   req.options.mode = mode;
+  req.options.precision = precision;
   req.dims = {{"N", n}};
   req.seed = seed;
   req.steps = steps;
@@ -39,7 +40,7 @@ void expect_match(const std::string &text, const std::string &file, Mode mode, i
     INFO(file, " mode ", mode == Mode::Train ? "train" : "eval", " N=", n, " ", e.name,
          " rel ", e.relative, " max abs ", e.max_abs);
     CHECK(e.finite);
-    CHECK(e.relative <= rt::error_bound(Precision::FP32));
+    CHECK(e.relative <= rt::error_bound(precision));
   }
 }
 
@@ -92,6 +93,21 @@ TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
       for (int64_t n : {2, 3, 17, 64, 130})
         expect_match(text, "odd.kf", Mode::Train, n, ++seed);
     }
+}
+
+TEST_CASE("gpu: tensor-core GEMMs (tf32, 3xtf32) within their precision's bound") {
+  uint64_t seed = 300;
+  for (Precision precision : {Precision::TF32, Precision::FP32x3})
+    for (auto [in, out] : {std::pair{19, 37}, std::pair{130, 129}, std::pair{1000, 300}})
+      for (const std::string &text : {scale_bn(in, out), bn_scale_softmax(in, out)}) {
+        for (int64_t n : {1, 17, 200})
+          expect_match(text, "odd.kf", Mode::Eval, n, ++seed, 1, precision);
+        for (int64_t n : {2, 130})
+          expect_match(text, "odd.kf", Mode::Train, n, ++seed, 2, precision);
+      }
+  for (Precision precision : {Precision::TF32, Precision::FP32x3})
+    expect_match(example("gemm_bn_scale_softmax.kf"), "gemm_bn_scale_softmax.kf", Mode::Train, 64, 12,
+                 3, precision);
 }
 
 TEST_CASE("gpu: founding examples at small N, train over three steps") {

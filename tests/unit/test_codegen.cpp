@@ -170,9 +170,26 @@ TEST_CASE("api: bad bindings and runs name the pipeline, the tensor and the shap
 
 TEST_CASE("api: precisions without GEMM templates are refused, not approximated") {
   Options o;
-  o.precision = Precision::TF32;
-  CHECK_THROWS_WITH_AS(Pipeline::from_string(kSmall, "small.kf", o), doctest::Contains("tf32 is not implemented yet"),
+  o.precision = Precision::BF16;
+  CHECK_THROWS_WITH_AS(Pipeline::from_string(kSmall, "small.kf", o), doctest::Contains("bf16 is not implemented yet"),
                        Error);
+}
+
+TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on gemm_tc") {
+  TempCache cache;
+  for (const char *example : {"gemm_bn_scale_softmax", "gemm_scale_bn"})
+    for (Precision precision : {Precision::TF32, Precision::FP32x3}) {
+      Options o;
+      o.arch = "sm_90a";
+      o.precision = precision;
+      Pipeline p = Pipeline::from_file(root() + "/examples/" + example + ".kf", o);
+      CHECK(p.cuda_source().find(precision == Precision::TF32 ? "kf::gemm_tc<true, 0>" : "kf::gemm_tc<true, 1>") !=
+            std::string::npos);
+      for (const KernelReport &k : p.report().kernels) {
+        INFO(example, " ", k.name);
+        CHECK(k.spill_stores == 0);
+      }
+    }
 }
 
 TEST_CASE("api: a .kf error surfaces as a diagnostic with file:line:col") {

@@ -14,9 +14,9 @@ namespace kfuse::tool {
 int cmd_emit(int argc, char **argv) {
   CommandLine cl = parse_command_line(argc, argv, {"mode", "output", "precision", "arch"}, {"standalone"});
   Options options = pipeline_options(cl);
-  rt::require_supported(options.precision);
   ir::Graph g = dsl::parse_kf_file(cl.file());
-  codegen::Program prog = codegen::generate(plan::make_plan(g, ir_mode(options.mode)));
+  codegen::Program prog =
+      codegen::generate(plan::make_plan(g, ir_mode(options.mode)), rt::gemm_math(options.precision));
   std::string text = cl.flag("standalone") ? codegen::inline_templates(prog.source) : prog.source;
   std::string out = cl.option("output", "");
   if (out.empty()) {

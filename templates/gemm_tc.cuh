@@ -1,0 +1,502 @@
+// Tensor-core (TF32 / 3xTF32) GEMM mainloop with the same epilogue hook and column-statistics
+// contract as gemm_simt.cuh, so the code generator can swap one for the other.
+//
+//   C[row, col] = epi.apply(epi.column(col), row, col, sum_k A[row, k] * B'[k, col])
+//
+// A is [m, k] row-major (lda). B' is B^T when TransB (B is [n, k] row-major, a PyTorch Linear
+// weight) and B itself otherwise (B is [k, n] row-major). C is [m, n] row-major (ldc) and aliases
+// neither A, B nor any epilogue input.
+//
+// Precision: 0 = TF32: inputs rounded to tf32 (cvt.rna), fp32 accumulation; rel. error ~1e-4..1e-3.
+//            1 = 3xTF32: x = hi + lo with hi = tf32(x), lo = tf32(x - hi);
+//                acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (lo*lo dropped); fp32-level accuracy.
+//
+// Launch geometry (the generated entry point must use exactly this; P = Precision):
+//   block = dim3(GEMM_TC_THREADS), grid = dim3(gemm_tc_grid_x(n, P), gemm_tc_grid_y(m)),
+//   dynamic shared memory = gemm_tc_smem_bytes(P) (ABOVE 48 KiB: the launcher must raise
+//   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
+//   __launch_bounds__(GEMM_TC_THREADS, GEMM_TC_MIN_BLOCKS).
+//   The tile is GEMM_TC_BM x gemm_tc_bn(P): 128 x 256 for TF32, 128 x 128 for 3xTF32.
+// Each block computes one BM x BN tile of C. Which tile is NOT (blockIdx.x, blockIdx.y): the
+// linear block index is remapped (gemm_tc_detail::tile_of) so that blocks resident at the same
+// time cover GROUP_M row tiles x many column tiles, which keeps the streamed operand tiles in L2
+// (for the 1024 x 8192 x 8192 Linear all 8 row tiles share each weight tile while it is hot).
+// The mapping is a bijection onto the (row tile, column tile) grid; blocks write disjoint parts
+// of C and of the partial statistics.
+//
+// Epilogue concept: exactly gemm_simt.cuh's (Column column(int col) once per owned column, with
+// n - 1 passed for owned columns past n; float apply(const Column &, int row, int col, float acc)
+// for valid elements only).
+//
+// Column statistics: when partial_mean != nullptr, the block owning row tile tm (rows
+// [tm*128, min(tm*128+128, m))) writes, for each valid column col of its tile, the mean and M2 of
+// the values it STORED in C over those rows, count = min(GEMM_TC_BM, m - tm*GEMM_TC_BM):
+//   partial_mean[tm * n + col], partial_m2[tm * n + col]
+// i.e. the same layout as gemm_simt / col_partials (tile_rows = 128), consumed by merge_column.
+// Each thread takes the two-pass mean/M2 of its (at most 16) rows of a column from registers,
+// then one thread per column merges the 16 row groups in a fixed order with Chan's formula:
+// deterministic, no atomics.
+//
+// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Tiles are fetched with 16-byte
+// cp.async only where the matrix base is 16-byte aligned and its leading dimension a multiple
+// of 4 (checked at run time, uniformly per matrix); a chunk that straddles the k (or n) edge uses
+// the src-size operand so the bytes past the edge are zero-filled, never read. Otherwise 4-byte
+// cp.async per element, each guarded the same way. Addresses are computed in 64-bit. float2
+// stores to C where C is 8-byte aligned and ldc even, guarded scalar stores otherwise.
+//
+// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
+// host-side launcher can take the geometry constants from the same source.
+#pragma once
+
+#include "gemm_simt.cuh" // GemmShape, KF_HOST_DEVICE, gemm_detail::chan_merge
+
+namespace kf {
+
+inline constexpr int GEMM_TC_BM = 128;       // tile rows: MUST stay 128 (statistics tile height)
+inline constexpr int GEMM_TC_BK = 32;        // K depth of one shared-memory stage
+inline constexpr int GEMM_TC_STAGES = 4;     // cp.async pipeline depth
+inline constexpr int GEMM_TC_THREADS = 256;  // 8 warps, 2 (rows) x 4 (cols), each 64 x BN/4
+inline constexpr int GEMM_TC_MIN_BLOCKS = 1; // smem (216 / 144 KiB) allows one block per SM anyway
+inline constexpr int GEMM_TC_GROUP_M = 8;    // row tiles per block-order group (L2 reuse)
+// k-contiguous tiles (A, and B when TransB) are stored [rows][BK] with the row stride padded by
+// 4 floats: 16-byte fragment reads by a quarter warp (rows r, r+1 x 4 column chunks 8 floats
+// apart) then cover all 32 banks once, and rows stay 16-byte aligned for cp.async.
+inline constexpr int GEMM_TC_LDK = GEMM_TC_BK + 4;
+inline constexpr int GEMM_TC_A_FLOATS = GEMM_TC_BM * GEMM_TC_LDK;
+inline constexpr int GEMM_TC_ROW_GROUPS = 16; // threads sharing one column: 2 warps x 8 lane groups
+
+// Tile columns depend on the precision. With fp32 operands a 128 x 128 tile moves 1 KiB from L2
+// per 16 Ki multiply-adds, which caps TF32 near L2 bandwidth (~85 TFLOP/s measured on the H100);
+// 128 x 256 raises the intensity by a third. 3xTF32 does three times the math per byte, so it
+// keeps 128 x 128, and needs the registers a wider tile would take for its per-stage
+// accumulator (see the mainloop).
+KF_HOST_DEVICE constexpr int gemm_tc_bn(int precision) { return precision == 0 ? 256 : 128; }
+// One stage: A [BM][LDK] + B, either [BN][LDK] (TransB) or [BK][BN + 8] (!TransB, smaller).
+KF_HOST_DEVICE constexpr int gemm_tc_stage_floats(int precision) {
+  return GEMM_TC_A_FLOATS + gemm_tc_bn(precision) * GEMM_TC_LDK;
+}
+// Dynamic shared memory of one block: 221184 bytes for TF32, 147456 for 3xTF32.
+KF_HOST_DEVICE constexpr int gemm_tc_smem_bytes(int precision) {
+  return GEMM_TC_STAGES * gemm_tc_stage_floats(precision) * 4 >
+                 2 * GEMM_TC_ROW_GROUPS * gemm_tc_bn(precision) * 4
+             ? GEMM_TC_STAGES * gemm_tc_stage_floats(precision) * 4
+             : 2 * GEMM_TC_ROW_GROUPS * gemm_tc_bn(precision) * 4;
+}
+KF_HOST_DEVICE constexpr int gemm_tc_grid_x(int n, int precision) {
+  return (n + gemm_tc_bn(precision) - 1) / gemm_tc_bn(precision);
+}
+KF_HOST_DEVICE constexpr int gemm_tc_grid_y(int m) { return (m + GEMM_TC_BM - 1) / GEMM_TC_BM; }
+
+static_assert(GEMM_TC_BM == 128 && GEMM_TC_BK == 32 && GEMM_TC_THREADS == 256,
+              "the load and fragment mappings below are written for this configuration");
+static_assert(gemm_tc_bn(0) <= GEMM_TC_THREADS && gemm_tc_bn(1) <= GEMM_TC_THREADS,
+              "one thread per tile column merges the statistics");
+static_assert(gemm_tc_smem_bytes(0) <= 227 * 1024 && gemm_tc_smem_bytes(1) <= 227 * 1024,
+              "sm_90 allows at most 227 KiB of shared memory per block");
+static_assert(GEMM_TC_BK * (gemm_tc_bn(0) + 8) <= gemm_tc_bn(0) * GEMM_TC_LDK &&
+                  GEMM_TC_BK * (gemm_tc_bn(1) + 8) <= gemm_tc_bn(1) * GEMM_TC_LDK,
+              "the padded !TransB tile [BK][BN + 8] fits in the stage's [BN][LDK] B area");
+static_assert(GEMM_TC_STAGES >= 2, "the pipeline needs at least two stages");
+static_assert(GEMM_TC_LDK % 4 == 0, "rows of k-contiguous tiles must stay 16-byte aligned");
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+namespace gemm_tc_detail {
+
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned long long a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return static_cast<unsigned>(a);
+}
+
+// 16-byte async copy; only src_bytes (0..16) are read, the rest of the 16 is zero-filled.
+__device__ __forceinline__ void cp_async16(unsigned dst, const float *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+// 4-byte async copy; src_bytes is 0 (zero-fill, nothing read) or 4.
+__device__ __forceinline__ void cp_async4(unsigned dst, const float *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// x rounded to tf32 (nearest, ties away). The mma ignores the low 13 bits of its tf32 operands,
+// and ptxas may leave them unspecified in the cvt result (it lowers it to an integer add of the
+// half ulp), so a value that is also used as an fp32 number must go through to_tf32_exact.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ unsigned to_tf32_exact(float x) { return to_tf32(x) & 0xffffe000u; }
+
+// d += a * b for one m16n8k8 tile. Fragment ownership (g = lane / 4, t = lane % 4):
+// a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]; b0 = B[t][g], b1 = B[t+4][g];
+// d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1].
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4],
+                                         const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Offset of (krow, col) in the [BK][BN] n-contiguous B tile (!TransB). A fragment read has
+// lanes q = 0..3 on k rows 8q + c (c the same for all) and lanes g = 0..7 on 8 consecutive
+// columns. Rows are stored in the order (krow % 8) * 4 + krow / 8, so those four rows are
+// adjacent, and the row stride BN + 8 (= 8 mod 32 words, a multiple of 4 for 16-byte cp.async)
+// puts them on disjoint banks. The offset is lane base + compile-time constant per read.
+template <int BN> __device__ __forceinline__ int bn_offset(int krow, int col) {
+  return ((krow & 7) * 4 + (krow >> 3)) * (BN + 8) + col;
+}
+
+__device__ __forceinline__ bool vec4_ok(const float *p, int ld) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0 && (ld & 3) == 0;
+}
+
+// Block -> (row tile, column tile): groups of GROUP_M row tiles, column-major inside a group, so
+// consecutively scheduled blocks share column tiles of B' and the group's A rows stay in L2.
+__device__ __forceinline__ void tile_of(int &tm, int &tn) {
+  const int gx = gridDim.x, gy = gridDim.y;
+  const int lin = blockIdx.y * gx + blockIdx.x;
+  const int per_group = GEMM_TC_GROUP_M * gx;
+  const int first = (lin / per_group) * GEMM_TC_GROUP_M;
+  const int rows = min(gy - first, GEMM_TC_GROUP_M);
+  const int in = lin % per_group;
+  tm = first + in % rows;
+  tn = in / rows;
+}
+
+} // namespace gemm_tc_detail
+
+template <bool TransB, int Precision, class Epilogue>
+__device__ void gemm_tc(GemmShape s, const float *__restrict__ A, int lda,
+                        const float *__restrict__ B, int ldb, float *__restrict__ C, int ldc,
+                        const Epilogue &epi, float *__restrict__ partial_mean,
+                        float *__restrict__ partial_m2) {
+  static_assert(Precision == 0 || Precision == 1, "Precision: 0 = TF32, 1 = 3xTF32");
+  using namespace gemm_tc_detail;
+  constexpr int BN = gemm_tc_bn(Precision);
+  constexpr int WN = BN / 4;  // warp tile columns
+  constexpr int NT = WN / 8;  // n8 mma tiles per warp
+  constexpr int STAGE_FLOATS = gemm_tc_stage_floats(Precision);
+  extern __shared__ __align__(16) float kf_gemm_smem[];
+
+  const int t = threadIdx.x;
+  int tm, tn;
+  tile_of(tm, tn);
+  const int m0 = tm * GEMM_TC_BM;
+  const int n0 = tn * BN;
+  const bool vec_a = vec4_ok(A, lda);
+  const bool vec_b = vec4_ok(B, ldb);
+
+  const int warp = t >> 5, lane = t & 31;
+  const int g = lane >> 2, q = lane & 3; // mma fragment coordinates
+  const int wm = warp >> 2;              // warp rows   wm*64 .. +64
+  const int wn = warp & 3;               // warp cols   wn*WN .. +WN
+
+  float acc[4][NT][4]; // [m16 tile][n8 tile][fragment element]
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        acc[i][j][r] = 0.0f;
+
+  const unsigned smem0 = smem_addr(kf_gemm_smem);
+
+  // Issues the copies of K-tile kt into stage st (one commit group is made by the caller).
+  // A k-contiguous tile of R rows has R * 8 chunks of 16 bytes: R / 32 per thread (reps).
+  auto load_kmajor = [&](unsigned dst_base, const float *__restrict__ P, int ld, int r0,
+                         int rows, int k0, bool vec, int reps) {
+#pragma unroll
+    for (int rep = 0; rep < 8; ++rep) {
+      if (rep >= reps)
+        break;
+      const int c = t + rep * GEMM_TC_THREADS;
+      const int row = c >> 3, kc = (c & 7) * 4;
+      const int gr = r0 + row, gk = k0 + kc;
+      const unsigned dst = dst_base + (row * GEMM_TC_LDK + kc) * 4;
+      const float *src = P + (static_cast<long long>(gr) * ld + gk);
+      if (vec) {
+        int bytes = gr < rows ? (s.k - gk) * 4 : 0;
+        bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
+        cp_async16(dst, bytes > 0 ? src : P, bytes);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool ok = gr < rows && gk + e < s.k;
+          cp_async4(dst + e * 4, ok ? src + e : P, ok ? 4 : 0);
+        }
+      }
+    }
+  };
+  // !TransB: 32 k rows x BN columns of B = 8 * BN chunks, chunk c: k row c / (BN / 4),
+  // columns (c % (BN / 4)) * 4.
+  auto load_nmajor = [&](unsigned dst_base, int k0) {
+#pragma unroll
+    for (int rep = 0; rep < BN / 32; ++rep) {
+      const int c = t + rep * GEMM_TC_THREADS;
+      const int krow = c / (BN / 4), col = (c % (BN / 4)) * 4;
+      const int gk = k0 + krow, gn = n0 + col;
+      const unsigned dst = dst_base + bn_offset<BN>(krow, col) * 4;
+      const float *src = B + (static_cast<long long>(gk) * ldb + gn);
+      if (vec_b) {
+        int bytes = gk < s.k ? (s.n - gn) * 4 : 0;
+        bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
+        cp_async16(dst, bytes > 0 ? src : B, bytes);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool ok = gk < s.k && gn + e < s.n;
+          cp_async4(dst + e * 4, ok ? src + e : B, ok ? 4 : 0);
+        }
+      }
+    }
+  };
+  auto load_stage = [&](int st, int kt) {
+    const unsigned a_dst = smem0 + st * STAGE_FLOATS * 4;
+    const unsigned b_dst = a_dst + GEMM_TC_A_FLOATS * 4;
+    const int k0 = kt * GEMM_TC_BK;
+    load_kmajor(a_dst, A, lda, m0, s.m, k0, vec_a, GEMM_TC_BM / 32);
+    if constexpr (TransB)
+      load_kmajor(b_dst, B, ldb, n0, s.n, k0, vec_b, BN / 32);
+    else
+      load_nmajor(b_dst, k0);
+  };
+
+  // K-slot permutation. A dot product does not care in which order k is visited, so each
+  // 32-deep tile is fed to the four k8 mmas in an order that makes fragments contiguous: lane q
+  // of k8 step (2p + u) takes mma slot q from physical k = 8q + 4p + 2u and slot q + 4 from
+  // 8q + 4p + 2u + 1. A and B use the same map, so each (p) is one 16-byte read per row that
+  // covers two k8 steps.
+  // dst: the accumulator set the stage's mmas add into ([4][NT][4]).
+  auto compute_stage = [&](int st, float (*dst)[NT][4]) {
+    const float *as = kf_gemm_smem + st * STAGE_FLOATS;
+    const float *bs = as + GEMM_TC_A_FLOATS;
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      float4 af[4][2]; // [m16 tile][row g / g + 8]
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          af[i][h] = *reinterpret_cast<const float4 *>(
+              as + (wm * 64 + i * 16 + h * 8 + g) * GEMM_TC_LDK + 8 * q + 4 * p);
+      float4 bf[NT]; // TransB: [n8 tile] physical k 8q + 4p + {0..3} of column g
+      if constexpr (TransB) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          bf[j] = *reinterpret_cast<const float4 *>(bs + (wn * WN + j * 8 + g) * GEMM_TC_LDK +
+                                                    8 * q + 4 * p);
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        float bx[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if constexpr (TransB) {
+            bx[j][0] = u == 0 ? bf[j].x : bf[j].z;
+            bx[j][1] = u == 0 ? bf[j].y : bf[j].w;
+          } else {
+            // Scalar reads, issued per k8 step to keep fewer values live (register pressure).
+            const int k = 8 * q + 4 * p + 2 * u, col = wn * WN + j * 8 + g;
+            bx[j][0] = bs[bn_offset<BN>(k, col)];
+            bx[j][1] = bs[bn_offset<BN>(k + 1, col)];
+          }
+        }
+        unsigned bh[NT][2], bl[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            if constexpr (Precision == 1) {
+              bh[j][r] = to_tf32_exact(bx[j][r]);
+              bl[j][r] = to_tf32(bx[j][r] - __uint_as_float(bh[j][r])); // exact difference
+            } else {
+              bh[j][r] = to_tf32(bx[j][r]);
+            }
+          }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float ax[4] = {u == 0 ? af[i][0].x : af[i][0].z, u == 0 ? af[i][1].x : af[i][1].z,
+                               u == 0 ? af[i][0].y : af[i][0].w, u == 0 ? af[i][1].y : af[i][1].w};
+          unsigned ah[4], al[4];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            if constexpr (Precision == 1) {
+              ah[r] = to_tf32_exact(ax[r]);
+              al[r] = to_tf32(ax[r] - __uint_as_float(ah[r]));
+            } else {
+              ah[r] = to_tf32(ax[r]);
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            if constexpr (Precision == 1) {
+              // Small terms first: they are added to the accumulator before the large one.
+              mma_tf32(dst[i][j], al, bh[j]);
+              mma_tf32(dst[i][j], ah, bl[j]);
+            }
+            mma_tf32(dst[i][j], ah, bh[j]);
+          }
+        }
+      }
+    }
+  };
+
+  // Multistage pipeline: STAGES - 1 tiles in flight ahead of the one being multiplied. One
+  // commit group per iteration (possibly empty) keeps the wait_group count uniform.
+  const int ktiles = (s.k + GEMM_TC_BK - 1) / GEMM_TC_BK;
+#pragma unroll
+  for (int st = 0; st < GEMM_TC_STAGES - 1; ++st) {
+    if (st < ktiles)
+      load_stage(st, st);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<GEMM_TC_STAGES - 2>(); // this thread's copies of tile kt have landed
+    __syncthreads(); // everyone's have; and everyone is done reading tile kt - 1's stage
+    const int nk = kt + GEMM_TC_STAGES - 1;
+    if (nk < ktiles)
+      load_stage(nk % GEMM_TC_STAGES, nk); // overwrites the stage of tile kt - 1
+    cp_async_commit();
+    if constexpr (Precision == 1) {
+      // The tensor cores add into their fp32 accumulator with truncation, a bias of up to one
+      // ulp per mma that reached ~4e-5 relative error at k = 8192 when the 3 x k/8 mmas of a
+      // column all went into one accumulator. Each stage (12 mmas per element) therefore goes
+      // into a zeroed partial sum, which is added with a correctly rounded FADD.
+      float part[4][NT][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            part[i][j][r] = 0.0f;
+      compute_stage(kt % GEMM_TC_STAGES, part);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            acc[i][j][r] += part[i][j][r];
+    } else {
+      compute_stage(kt % GEMM_TC_STAGES, acc);
+    }
+  }
+  // Drain (only empty groups can be pending) and make sure no warp still reads a stage before
+  // the statistics reuse the shared memory.
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue: apply, store, and keep the stored value in acc for the statistics.
+  const bool vec_c = (reinterpret_cast<unsigned long long>(C) & 7ull) == 0 && (ldc & 1) == 0;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int c0 = n0 + wn * WN + j * 8 + 2 * q; // this thread's columns c0, c0 + 1
+    const typename Epilogue::Column cols[2] = {epi.column(min(c0, s.n - 1)),
+                                               epi.column(min(c0 + 1, s.n - 1))};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m0 + wm * 64 + i * 16 + h * 8 + g;
+        if (row >= s.m)
+          continue;
+        float *crow = C + (static_cast<long long>(row) * ldc + c0);
+        if (c0 + 1 < s.n) {
+          const float v0 = epi.apply(cols[0], row, c0, acc[i][j][2 * h]);
+          const float v1 = epi.apply(cols[1], row, c0 + 1, acc[i][j][2 * h + 1]);
+          acc[i][j][2 * h] = v0;
+          acc[i][j][2 * h + 1] = v1;
+          if (vec_c) {
+            *reinterpret_cast<float2 *>(crow) = make_float2(v0, v1);
+          } else {
+            crow[0] = v0;
+            crow[1] = v1;
+          }
+        } else if (c0 < s.n) {
+          const float v0 = epi.apply(cols[0], row, c0, acc[i][j][2 * h]);
+          acc[i][j][2 * h] = v0;
+          crow[0] = v0;
+        }
+      }
+    }
+  }
+
+  if (partial_mean == nullptr)
+    return;
+
+  // Row group rg = wm * 8 + g owns tile rows wm*64 + i*16 + h*8 + g (i < 4, h < 2): 16 rows.
+  const int tile_rows = min(GEMM_TC_BM, s.m - m0);
+  auto group_row = [](int rg, int i, int h) { return (rg >> 3) * 64 + i * 16 + h * 8 + (rg & 7); };
+  const int rg = wm * 8 + g;
+  int count = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      count += group_row(rg, i, h) < tile_rows;
+  const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  float *sm_mean = kf_gemm_smem;                       // [ROW_GROUPS][BN]
+  float *sm_m2 = kf_gemm_smem + GEMM_TC_ROW_GROUPS * BN; // [ROW_GROUPS][BN]
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (group_row(rg, i, h) < tile_rows)
+            sum += acc[i][j][2 * h + e];
+      const float mean = sum * inv_count;
+      float m2 = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (group_row(rg, i, h) < tile_rows) {
+            const float d = acc[i][j][2 * h + e] - mean;
+            m2 = fmaf(d, d, m2);
+          }
+      const int cl = wn * WN + j * 8 + 2 * q + e;
+      sm_mean[rg * BN + cl] = mean;
+      sm_m2[rg * BN + cl] = m2;
+    }
+  __syncthreads();
+
+  // One thread per tile column merges the row groups in order 0..15.
+  if (t < BN && n0 + t < s.n) {
+    float n_acc = 0.0f, mean_acc = 0.0f, m2_acc = 0.0f;
+    for (int r = 0; r < GEMM_TC_ROW_GROUPS; ++r) {
+      int cnt = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          cnt += group_row(r, i, h) < tile_rows;
+      gemm_detail::chan_merge(n_acc, mean_acc, m2_acc, static_cast<float>(cnt),
+                              sm_mean[r * BN + t], sm_m2[r * BN + t]);
+    }
+    const long long idx = static_cast<long long>(tm) * s.n + n0 + t;
+    partial_mean[idx] = mean_acc;
+    partial_m2[idx] = m2_acc;
+  }
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf
