@@ -8,7 +8,7 @@
 # build-gpu with cmake + ninja. Then, in this order, each phase timed and logged:
 #   tests      ctest -L gpu (the GPU tests)
 #   sanitizer  compute-sanitizer memcheck over a small GPU test filter
-#   bench      kfuse bench for every founding case, train and eval, fp32 and tf32
+#   bench      kfuse bench for every founding case, train and eval, fp32, 3xtf32 and tf32
 #   compile    kfuse compile with an empty KFUSE_CACHE_DIR (cold NVRTC), then again (warm)
 #   torch      bench/compare_torch.py: PyTorch eager and torch.compile vs kfuse, output check
 # and writes $OUT/perf_tables.md (docs/PERF.md-ready tables, the command beside each) and
@@ -175,7 +175,7 @@ CASES=("gemm_bn_scale_softmax 1024" "gemm_scale_bn 1024" "gemm_scale_bn_4096 163
 if ! skipped bench; then
   start=$SECONDS
   worst=0
-  for precision in fp32 tf32; do
+  for precision in fp32 3xtf32 tf32; do
     for entry in "${CASES[@]}"; do
       read -r name n <<<"$entry"
       for mode in train eval; do
@@ -326,7 +326,7 @@ def tables(r):
              "| fused % peak | fused / cuBLAS | fused / unfused | fused bytes / min |")
     t.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     peaks = set()
-    for precision in ("fp32", "tf32"):
+    for precision in ("fp32", "3xtf32", "tf32"):
         for case, n in CASES:
             for mode in ("train", "eval"):
                 b = bench_for(r, case, mode, precision)
@@ -442,7 +442,7 @@ def summary():
                                  for p in r["phases"]))
     print(f"{'case':<24} {'mode':<5} {'prec':<4} {'fused':>8} {'unfused':>8} {'cuBLAS':>8} "
           f"{'f/cuBLAS':>8} {'eager':>8} {'compile':>8}  (median ms)")
-    for precision in ("fp32", "tf32"):
+    for precision in ("fp32", "3xtf32", "tf32"):
         for case, _ in CASES:
             for mode in ("train", "eval"):
                 b = bench_for(r, case, mode, precision) or {}

@@ -45,7 +45,7 @@ namespace kfuse::tool {
 namespace {
 
 constexpr const char *kUsage =
-    "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision fp32|tf32]\n"
+    "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision fp32|3xtf32|tf32]\n"
     "                   [--json FILE] [--iters 100] [--warmup 10] [--seed 1] [--arch sm_XX]\n";
 
 constexpr int kRecommendedIters = 100;
@@ -490,10 +490,12 @@ int cmd_bench(int argc, char **argv) {
   CommandLine cl = parse_command_line(
       argc, argv, {"mode", "precision", "arch", "json", "iters", "warmup", "seed"}, {});
   Options options = pipeline_options(cl);
-  if (options.precision != Precision::FP32 && options.precision != Precision::TF32)
-    throw UsageError(fmt::format("--precision: bench times fp32 and tf32 only\n{}", kUsage));
+  if (options.precision == Precision::BF16)
+    throw UsageError(fmt::format("--precision: bench times fp32, 3xtf32 and tf32\n{}", kUsage));
+  // 3xtf32 is fp32-accurate: its baselines are cuBLAS's fp32 SGEMM and the fp32 FMA peak.
   const bool tf32 = options.precision == Precision::TF32;
-  const std::string precision_name = tf32 ? "tf32" : "fp32";
+  const std::string precision_name =
+      tf32 ? "tf32" : options.precision == Precision::FP32x3 ? "3xtf32" : "fp32";
   const int iters = parse_count(cl, "iters", kRecommendedIters, 1);
   const int warmup = parse_count(cl, "warmup", 10, 0);
   const uint64_t seed = static_cast<uint64_t>(parse_count(cl, "seed", 1, 0));
@@ -588,7 +590,7 @@ int cmd_bench(int argc, char **argv) {
   r.peak = peak;
   r.min_bytes = min_bytes;
   Contender &c_fused = r.fused, &c_unfused = r.unfused, &c_cublas = r.cublas;
-  c_cublas.label = fmt::format("cuBLAS GEMM alone ({})", precision_name);
+  c_cublas.label = fmt::format("cuBLAS GEMM alone ({})", tf32 ? "tf32" : "fp32");
   c_unfused.kernels = static_cast<int64_t>(unfused_plan.kernels.size());
   c_unfused.bytes_moved = plan::bytes_moved(unfused_plan, dims);
   c_fused.kernels = static_cast<int64_t>(fused_plan.kernels.size());
