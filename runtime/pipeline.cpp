@@ -64,6 +64,7 @@ struct Pipeline::Impl {
   std::mutex mutex; // run() and bind() on one pipeline are serialised
   std::unique_ptr<rt::Module> module;
   std::vector<rt::Function> functions;
+  int multiprocessors = 0; // of the device the module was loaded on
   std::map<std::string, Tensor> bound;
   std::map<ValueId, rt::DeviceBuffer> scratch;  // intermediates and partials, grown as needed
   std::function<void(const GemmCall &, CUstream)> gemm_override;
@@ -293,11 +294,14 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
 
   rt::Driver &driver = rt::Driver::get();
   driver.make_current();
-  if (!im.module) {
+  if (!im.module) { // first run: load once, so later runs only launch
     im.module = std::make_unique<rt::Module>(im.compiled.cubin);
     for (const KernelLaunch &l : im.program.launches)
       im.functions.push_back(im.module->function(l.entry));
+    driver.check(driver.cuDeviceGetAttribute(&im.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+                 "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
   }
+  const int sms = im.multiprocessors;
   auto buffer = [&](ValueId key, size_t bytes) -> CUdeviceptr {
     rt::DeviceBuffer &b = im.scratch[key];
     if (b.size() < bytes)
@@ -325,9 +329,6 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
                    static_cast<size_t>(value_of(t.shape[1], dims)) * sizeof(float);
     return buffer(static_cast<ValueId>(g.values.size()) + 2 * v + which, bytes);
   };
-  int sms = 0;
-  driver.check(driver.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
-               "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
 
   for (size_t k = 0; k < im.program.launches.size(); ++k) {
     const KernelLaunch &l = im.program.launches[k];

@@ -40,13 +40,7 @@
 // host-side launcher can take the geometry constants from the same source.
 #pragma once
 
-#ifndef KF_HOST_DEVICE
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define KF_HOST_DEVICE __host__ __device__
-#else
-#define KF_HOST_DEVICE
-#endif
-#endif
+#include "host_device.cuh"
 
 namespace kf {
 

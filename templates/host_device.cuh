@@ -1,0 +1,11 @@
+// KF_HOST_DEVICE: marks the geometry helpers that both the generated kernels (NVRTC/NVCC) and
+// the host-side launcher (plain C++) call, so launch geometry has one definition.
+#pragma once
+
+#ifndef KF_HOST_DEVICE
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KF_HOST_DEVICE __host__ __device__
+#else
+#define KF_HOST_DEVICE
+#endif
+#endif
