@@ -125,7 +125,12 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     s += fmt::format("  rules    {}\n", join(k.rules, ", "));
     for (ValueId id : k.computes) {
       const Value &v = g[id];
-      std::string args = join(names_of(names, v.args), ", ");
+      std::vector<std::string> parts = names_of(names, v.args);
+      for (const AttrSpec &spec : op_info(v.op).attrs) {
+        const AttrValue &a = v.attrs.at(std::string(spec.name));
+        parts.push_back(std::string(spec.name) + "=" + (a.dim.empty() ? format_number(a.number) : a.dim));
+      }
+      std::string args = join(parts, ", ");
       std::string lhs = v.is_effect() ? "" : names[static_cast<size_t>(id)] + " = ";
       s += fmt::format("  {}{}{}({})\n", id == k.computes.front() ? "op       " : "         ", lhs,
                        op_info(v.op).name, args);
