@@ -314,10 +314,13 @@ def check(args, case, mode, precision, work):
     steps = args.steps if mode == "train" else 1
     directory = Path(work) / f"save.{case}.{mode}.{precision}"
     shutil.rmtree(directory, ignore_errors=True)
-    cmd = [args.kfuse, "run", str(REPO / kf), "--dim", f"N={args.check_n}", "--mode", mode,
+    n = args.check_n or CASES[case][2]
+    cmd = [args.kfuse, "run", str(REPO / kf), "--dim", f"N={n}", "--mode", mode,
            "--precision", precision, "--seed", str(args.seed), "--steps", str(steps),
            "--save", str(directory)]
-    result = {"case": case, "n": args.check_n, "mode": mode, "precision": precision,
+    if n > 256:  # kfuse's CPU fp64 reference would take minutes: PyTorch float64 judges alone
+        cmd.append("--no-reference")
+    result = {"case": case, "n": n, "mode": mode, "precision": precision,
               "steps": steps, "bound": BOUNDS[precision], "command": " ".join(cmd)}
     print("[check] " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True, env=kfuse_env())
@@ -429,9 +432,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
     ap.add_argument("--no-check", dest="check", action="store_false", help="skip the output check")
-    ap.add_argument("--check-n", type=int, default=160,
-                    help="N of the output check (kfuse run's CPU fp64 reference costs O(N)); "
-                         "160 spans two 128-row tiles")
+    ap.add_argument("--check-n", type=int, default=0,
+                    help="N of the output check (default 0: each case's benchmark N; above 256 "
+                         "kfuse run skips its CPU reference and PyTorch float64 judges alone)")
     ap.add_argument("--steps", type=int, default=3, help="forward passes in the train-mode check")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bench-dir", help="where kfuse bench JSON files go (default: a temp dir)")

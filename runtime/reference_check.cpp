@@ -126,7 +126,14 @@ CheckResult check_against_reference(const CheckRequest &req) {
       o.buffer.fill_bytes(0xff); // NaN: an element the pipeline forgets to write shows
     pipeline.run(inputs, out_refs, stream.handle());
     stream.synchronize();
-    ref_outs = interpret(g, mode, req.dims, host);
+    if (req.reference)
+      ref_outs = interpret(g, mode, req.dims, host);
+  }
+  if (!req.reference) { // judged elsewhere: compare with itself, which only checks finiteness
+    for (size_t i = 0; i < outs.size(); ++i)
+      ref_outs.push_back({outs[i].shape, download(outs[i], outs[i].buffer.size() / sizeof(float))});
+    for (ValueId id : g.declared(ValueKind::State))
+      host.at(g[id].name).data = download(device.at(g[id].name), host.at(g[id].name).data.size());
   }
 
   CheckResult result;
