@@ -24,8 +24,9 @@ void expect_dtype(const OpInfo &op, const std::vector<TensorType> &args) {
 void unify(const OpInfo &op, const std::vector<TensorType> &args, int i, const Dim &a,
            const Dim &b, std::string_view what) {
   if (a != b)
-    throw TypeError(i, fmt::format("dims cannot unify in {}: {} is {} but {} ({} vs {})",
-                                   op.name, what, a.str(), b.str(), args[0].str(),
+    throw TypeError(i, fmt::format("dims cannot unify in {}: {} is {} in the input {} but {} in "
+                                   "argument {} {}",
+                                   op.name, what, a.str(), args[0].str(), b.str(), i + 1,
                                    args[i].str()));
 }
 

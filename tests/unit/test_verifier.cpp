@@ -75,8 +75,8 @@ TEST_CASE("verifier: recorded types are the inferred types") {
                 g.values[1].type = f32({Dim::constant(16), Dim::constant(8)});
               }),
               4,
-              "'h' (%4, linear): dims cannot unify in linear: the inner dim is 16 but 8 "
-              "(f32[N, 16] vs f32[16, 8])");
+              "'h' (%4, linear): dims cannot unify in linear: the inner dim is 16 in the input "
+              "f32[N, 16] but 8 in argument 2 f32[16, 8]");
 }
 
 TEST_CASE("verifier: attributes are complete and of the right kind") {
