@@ -8,7 +8,7 @@
 // neither A, B nor any epilogue input.
 //
 // Precision: 0 = TF32: inputs rounded to tf32 (cvt.rna), fp32 accumulation; rel. error ~1e-4..1e-3.
-//            1 = 3xTF32: x = hi + lo with hi = tf32(x), lo = tf32(x - hi);
+//            1 = 3xTF32: x = hi + lo with hi = tf32(x), lo = x - hi (truncated to tf32 by the mma);
 //                acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (lo*lo dropped); fp32-level accuracy.
 //
 // Launch geometry (the generated entry point must use exactly this; P = Precision):
@@ -137,6 +137,18 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
   return r;
 }
 __device__ __forceinline__ unsigned to_tf32_exact(float x) { return to_tf32(x) & 0xffffe000u; }
+
+// 3xTF32 split of x: hi = tf32(x) (nearest, ties away), lo = x - hi (exact in fp32). The lowering
+// of cvt.rna adds a NaN/Inf select per use, which made the split (done per fragment element by
+// every warp that reads it) the issue bottleneck; here hi is the integer form of the same
+// rounding (3 instructions for hi and lo). lo is passed unrounded: it has at most 12 significant
+// bits, so the mma's truncation to tf32 drops at most 2^-23 |x| (rounding it dropped at most
+// half that). NaN stays NaN in the product: x + 0x1000 can wrap a NaN's bits to +-0 (or keep
+// NaN / give Inf), and then lo = x - hi is NaN; inf gives lo = NaN as before.
+__device__ __forceinline__ void split_3x(float x, unsigned &hi, unsigned &lo) {
+  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
 
 // d += a * b for one m16n8k8 tile. Fragment ownership (g = lane / 4, t = lane % 4):
 // a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]; b0 = B[t][g], b1 = B[t+4][g];
@@ -320,8 +332,7 @@ __device__ void gemm_tc(GemmShape s, const float *__restrict__ A, int lda,
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             if constexpr (Precision == 1) {
-              bh[j][r] = to_tf32_exact(bx[j][r]);
-              bl[j][r] = to_tf32(bx[j][r] - __uint_as_float(bh[j][r])); // exact difference
+              split_3x(bx[j][r], bh[j][r], bl[j][r]);
             } else {
               bh[j][r] = to_tf32(bx[j][r]);
             }
@@ -334,8 +345,7 @@ __device__ void gemm_tc(GemmShape s, const float *__restrict__ A, int lda,
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
             if constexpr (Precision == 1) {
-              ah[r] = to_tf32_exact(ax[r]);
-              al[r] = to_tf32(ax[r] - __uint_as_float(ah[r]));
+              split_3x(ax[r], ah[r], al[r]);
             } else {
               ah[r] = to_tf32(ax[r]);
             }
