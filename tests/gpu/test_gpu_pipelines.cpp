@@ -102,7 +102,10 @@ TEST_CASE("gpu: tensor-core GEMMs (tf32, 3xtf32) within their precision's bound"
       for (const std::string &text : {scale_bn(in, out), bn_scale_softmax(in, out)}) {
         for (int64_t n : {1, 17, 200})
           expect_match(text, "odd.kf", Mode::Eval, n, ++seed, 1, precision);
-        for (int64_t n : {2, 130})
+        // Train mode from 17 rows: with 2 rows batchnorm divides by |y1 - y2|, which turns
+        // any GEMM's last-bit error into an output error 1/|y1 - y2| times larger; exact fp32
+        // covers N=2 in the tests above, the tensor-core paths are judged where BN is stable.
+        for (int64_t n : {17, 130})
           expect_match(text, "odd.kf", Mode::Train, n, ++seed, 2, precision);
       }
   for (Precision precision : {Precision::TF32, Precision::FP32x3})
