@@ -11,6 +11,36 @@
 #include <stdexcept>
 
 namespace kfuse::ir {
+double eval_binary(OpKind op, double a, double b) {
+  switch (op) {
+  case OpKind::Add:
+    return a + b;
+  case OpKind::Sub:
+    return a - b;
+  case OpKind::Mul:
+    return a * b;
+  default:
+    return a / b;
+  }
+}
+
+double eval_unary(OpKind op, double x) {
+  switch (op) {
+  case OpKind::Relu:
+    return std::max(x, 0.0); // keeps NaN, as torch.relu does
+  case OpKind::Gelu:
+    return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+  case OpKind::Sigmoid:
+    return 1.0 / (1.0 + std::exp(-x));
+  case OpKind::Tanh:
+    return std::tanh(x);
+  case OpKind::Silu:
+    return x / (1.0 + std::exp(-x));
+  default:
+    return 1.0 / std::sqrt(x);
+  }
+}
+
 namespace {
 
 std::string shape_str(const std::vector<int64_t> &shape) {
@@ -121,18 +151,6 @@ ColumnStats column_stats(const HostTensor &y) {
   return s;
 }
 
-double apply_binary(OpKind op, double a, double b) {
-  switch (op) {
-  case OpKind::Add:
-    return a + b;
-  case OpKind::Sub:
-    return a - b;
-  case OpKind::Mul:
-    return a * b;
-  default:
-    return a / b;
-  }
-}
 
 // Numpy broadcasting of tensors of rank 1 or 2: a rank-1 operand is a single row, and an
 // extent of 1 is read with stride 0.
@@ -147,26 +165,10 @@ HostTensor binary(OpKind op, const HostTensor &a, const HostTensor &b) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < c; ++j)
       out.data[i * c + j] =
-          apply_binary(op, a.data[i * a_row + j * a_col], b.data[i * b_row + j * b_col]);
+          eval_binary(op, a.data[i * a_row + j * a_col], b.data[i * b_row + j * b_col]);
   return out;
 }
 
-double apply_unary(OpKind op, double x) {
-  switch (op) {
-  case OpKind::Relu:
-    return std::max(x, 0.0); // keeps NaN, as torch.relu does
-  case OpKind::Gelu:
-    return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-  case OpKind::Sigmoid:
-    return 1.0 / (1.0 + std::exp(-x));
-  case OpKind::Tanh:
-    return std::tanh(x);
-  case OpKind::Silu:
-    return x / (1.0 + std::exp(-x));
-  default:
-    return 1.0 / std::sqrt(x);
-  }
-}
 
 // Softmax along `dim`, viewing the tensor as [outer, len, inner]. Subtracting the maximum
 // keeps exp() from overflowing; log_softmax is computed as (x - max) - log(sum) rather than
@@ -438,7 +440,7 @@ void Interpreter::eval(ValueId id) {
   case OpKind::Rsqrt:
     out = arg(0);
     for (double &x : out.data)
-      x = apply_unary(v.op, x);
+      x = eval_unary(v.op, x);
     break;
   case OpKind::Softmax:
   case OpKind::LogSoftmax: {

@@ -2,11 +2,12 @@
 // leave behind, so plans and generated code read like the math.
 //
 //   x * 1 = 1 * x = x + 0 = 0 + x = x - 0 = x / 1 = x     col_affine(y, 1, 0) = y
-//   op(constants) = the constant it evaluates to
+//   op(constants) = the constant it evaluates to (the interpreter's scalar semantics)
 // An identity is removed only where x already has the result's type (no broadcast is
 // lost). Constant folding is done in double and stored as the constant's value; it only
 // meets the few scalars the passes introduce (1, -1, 0, eps).
 #include "compiler/passes/passes.h"
+#include "compiler/ir/interpreter.h"
 #include "compiler/passes/rewriter.h"
 
 #include <cmath>
@@ -17,21 +18,11 @@ using namespace ir;
 
 namespace {
 
+// Constant arithmetic with the interpreter's semantics, except where it is not finite
+// (division by zero, rsqrt of a non-positive number): those stay ops, as written.
 std::optional<double> fold(OpKind op, double a, double b) {
-  switch (op) {
-  case OpKind::Add:
-    return a + b;
-  case OpKind::Sub:
-    return a - b;
-  case OpKind::Mul:
-    return a * b;
-  case OpKind::Div:
-    return b != 0 ? std::optional<double>(a / b) : std::nullopt;
-  case OpKind::Rsqrt:
-    return a > 0 ? std::optional<double>(1 / std::sqrt(a)) : std::nullopt;
-  default:
-    return std::nullopt;
-  }
+  double v = op_info(op).cls == OpClass::Unary ? eval_unary(op, a) : eval_binary(op, a, b);
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
 }
 
 bool is(const Rewriter &r, ValueId id, double c) {
@@ -50,7 +41,7 @@ Graph simplify_identities(const Graph &g, Mode) {
     auto same_type = [&](ValueId id) { return r.new_value(id).type == v.type ? id : -1; };
     if (v.op == OpKind::ColAffine && is(r, args[1], 1) && is(r, args[2], 0))
       return args[0];
-    if (v.op == OpKind::Rsqrt || op_info(v.op).cls == OpClass::Binary) {
+    if (op_info(v.op).cls == OpClass::Unary || op_info(v.op).cls == OpClass::Binary) {
       auto a = r.constant_value(args[0]);
       auto b = args.size() > 1 ? r.constant_value(args[1]) : a;
       if (a && b)
