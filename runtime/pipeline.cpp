@@ -4,6 +4,7 @@
 #include "compiler/codegen/embedded_templates.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
+#include "compiler/ir/interpreter.h"
 #include "compiler/ir/printer.h"
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
@@ -74,12 +75,6 @@ struct Pipeline::Impl {
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t> &s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 // Binds symbolic dims of `type` from `shape`, checking every extent.
 void unify(const std::string &where, const std::string &tensor, const ir::TensorType &type,
@@ -87,13 +82,13 @@ void unify(const std::string &where, const std::string &tensor, const ir::Tensor
            std::map<std::string, std::string> &bound_by) {
   if (shape.size() != type.shape.size())
     throw Error(fmt::format("{}: tensor '{}' must be {}, got shape {} (rank {} instead of {})", where,
-                            tensor, type.str(), shape_text(shape), shape.size(), type.rank()));
+                            tensor, type.str(), ir::shape_text(shape), shape.size(), type.rank()));
   for (size_t i = 0; i < shape.size(); ++i) {
     const ir::Dim &d = type.shape[i];
     if (!d.is_symbolic()) {
       if (shape[i] != d.value)
         throw Error(fmt::format("{}: tensor '{}' must be {}, got shape {}", where, tensor,
-                                type.str(), shape_text(shape)));
+                                type.str(), ir::shape_text(shape)));
       continue;
     }
     if (shape[i] <= 0 || shape[i] > INT_MAX)
@@ -102,7 +97,7 @@ void unify(const std::string &where, const std::string &tensor, const ir::Tensor
     auto [it, fresh] = dims.emplace(d.sym, shape[i]);
     if (!fresh && it->second != shape[i])
       throw Error(fmt::format("{}: dim {} is {} from tensor '{}' but {} from tensor '{}' {}", where,
-                              d.sym, it->second, bound_by[d.sym], shape[i], tensor, shape_text(shape)));
+                              d.sym, it->second, bound_by[d.sym], shape[i], tensor, ir::shape_text(shape)));
     bound_by.emplace(d.sym, tensor);
   }
 }

@@ -75,12 +75,6 @@ void save(const std::string &dir, const std::string &file, const std::vector<dou
     throw Error("cannot write " + dir + "/" + file + ".f32");
 }
 
-std::string shape_json(const std::vector<int64_t> &s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 } // namespace
 
@@ -163,18 +157,18 @@ CheckResult check_against_reference(const CheckRequest &req) {
         save(req.save_dir, v.name + ".out", download(device.at(v.name), initial.at(v.name).data.size()));
         rows.push_back(fmt::format("    \"{0}.in\": {{\"shape\": {1}, \"role\": \"state_in\"}},\n"
                                    "    \"{0}.out\": {{\"shape\": {1}, \"role\": \"state_out\"}}",
-                                   v.name, shape_json(initial.at(v.name).shape)));
+                                   v.name, shape_text(initial.at(v.name).shape)));
       } else {
         save(req.save_dir, v.name, initial.at(v.name).data);
         rows.push_back(fmt::format("    \"{}\": {{\"shape\": {}, \"role\": \"{}\"}}", v.name,
-                                   shape_json(initial.at(v.name).shape),
+                                   shape_text(initial.at(v.name).shape),
                                    v.kind == ValueKind::Input ? "input" : "param"));
       }
     }
     for (size_t i = 0; i < outs.size(); ++i) {
       save(req.save_dir, fmt::format("out{}", i), gpu_outs[i]);
       rows.push_back(fmt::format("    \"out{}\": {{\"shape\": {}, \"role\": \"output\"}}", i,
-                                 shape_json(outs[i].shape)));
+                                 shape_text(outs[i].shape)));
     }
     for (size_t i = 0; i < rows.size(); ++i)
       meta += rows[i] + (i + 1 < rows.size() ? ",\n" : "\n");

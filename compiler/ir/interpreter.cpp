@@ -41,11 +41,12 @@ double eval_unary(OpKind op, double x) {
   }
 }
 
-namespace {
-
-std::string shape_str(const std::vector<int64_t> &shape) {
+std::string shape_text(const std::vector<int64_t> &shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
+
+namespace {
+
 
 // The concrete shape of a declaration, with errors that name it.
 std::vector<int64_t> declared_shape(const Graph &g, ValueId id, const DimBindings &dims) {
@@ -282,11 +283,11 @@ Interpreter::Interpreter(const Graph &g, Mode mode, DimBindings dims, const Tens
     const HostTensor &t = it->second;
     if (t.shape != shape)
       throw InterpretError(fmt::format("tensor '{}' has shape {}, expected {} for {} {}", v.name,
-                                       shape_str(t.shape), shape_str(shape), value_kind_name(v.kind),
+                                       shape_text(t.shape), shape_text(shape), value_kind_name(v.kind),
                                        v.type.str()));
     if (static_cast<int64_t>(t.data.size()) != t.numel())
       throw InterpretError(fmt::format("tensor '{}' has shape {} but holds {} values", v.name,
-                                       shape_str(t.shape), t.data.size()));
+                                       shape_text(t.shape), t.data.size()));
     declared_[i] = &t;
     done_[i] = true;
   }

@@ -29,6 +29,9 @@ struct HostTensor {
 };
 
 using TensorMap = std::map<std::string, HostTensor>; // by declared name
+
+// A concrete shape as text, "[1024, 8192]" (messages and JSON alike).
+std::string shape_text(const std::vector<int64_t> &shape);
 using DimBindings = std::map<std::string, int64_t>;
 
 // Concrete extents of `t` under `dims`; throws kfuse::ir::InterpretError naming an unbound dim.

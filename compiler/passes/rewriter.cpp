@@ -37,13 +37,14 @@ ValueId Rewriter::op(OpKind kind, std::vector<ValueId> args, std::map<std::strin
 }
 
 void Rewriter::merge_provenance(ValueId into, const Value &from) {
-  Value &v = b_.at(into);
-  for (const auto *list : {&from.origins, &from.rewrites}) {
-    auto &dest = list == &from.origins ? v.origins : v.rewrites;
-    for (const std::string &s : *list)
+  auto add_missing = [](std::vector<std::string> &dest, const std::vector<std::string> &more) {
+    for (const std::string &s : more)
       if (std::find(dest.begin(), dest.end(), s) == dest.end())
         dest.push_back(s);
-  }
+  };
+  Value &v = b_.at(into);
+  add_missing(v.origins, from.origins);
+  add_missing(v.rewrites, from.rewrites);
 }
 
 ValueId Rewriter::constant(double value, DType dtype) {

@@ -1,7 +1,5 @@
 #include "compiler/plan/plan.h"
 
-#include <algorithm>
-
 namespace kfuse::plan {
 
 std::string_view kernel_kind_name(KernelKind k) {
@@ -18,20 +16,6 @@ std::string_view kernel_kind_name(KernelKind k) {
     return "elementwise";
   }
   return "?";
-}
-
-int Plan::producer(ir::ValueId v) const {
-  for (size_t k = 0; k < kernels.size(); ++k)
-    if (std::count(kernels[k].stores.begin(), kernels[k].stores.end(), v))
-      return static_cast<int>(k);
-  return -1;
-}
-
-int Plan::partials_producer(ir::ValueId v) const {
-  for (size_t k = 0; k < kernels.size(); ++k)
-    if (kernels[k].stats_of == v && kernels[k].kind != KernelKind::Column)
-      return static_cast<int>(k);
-  return -1;
 }
 
 } // namespace kfuse::plan

@@ -52,11 +52,6 @@ struct Plan {
   std::vector<Intermediate> intermediates;
   // Every stats_of value, once: its partials buffers are intermediates too.
   std::vector<ir::ValueId> partials;
-
-  // The kernel that stores `v` (-1 for declared values and values no kernel stores).
-  int producer(ir::ValueId v) const;
-  // The kernel that writes the column partials of `v` (-1 if none).
-  int partials_producer(ir::ValueId v) const;
 };
 
 } // namespace kfuse::plan
