@@ -46,7 +46,8 @@
   X(cuModuleGetFunction)                                                                           \
   X(cuFuncGetAttribute)                                                                            \
   X(cuFuncSetAttribute)                                                                            \
-  X(cuLaunchKernel)                                                                                \
+  X(cuLaunchKernelEx)                                                                              \
+  X(cuTensorMapEncodeTiled)                                                                        \
   X(cuMemAlloc)                                                                                    \
   X(cuMemFree)                                                                                     \
   X(cuMemcpyHtoD)                                                                                  \

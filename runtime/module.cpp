@@ -85,7 +85,7 @@ int Function::max_threads_per_block() const {
 }
 
 void launch(const Function &fn, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream,
-            void **args) {
+            void **args, unsigned cluster) {
   if (fn.f == nullptr || !fn.state)
     throw Error("launch of an empty Function (take it from Module::function)");
   Driver &driver = Driver::get();
@@ -101,12 +101,29 @@ void launch(const Function &fn, Dim3 grid, Dim3 block, unsigned shared_bytes, CU
       state.dynamic_shared_limit.store(static_cast<int>(shared_bytes));
     }
   }
-  CUresult r = driver.cuLaunchKernel(fn.f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                     shared_bytes, stream, args, nullptr);
+  CUlaunchConfig config{};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = block.x;
+  config.blockDimY = block.y;
+  config.blockDimZ = block.z;
+  config.sharedMemBytes = shared_bytes;
+  config.hStream = stream;
+  CUlaunchAttribute attribute{};
+  if (cluster > 1) {
+    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim.x = cluster;
+    attribute.value.clusterDim.y = 1;
+    attribute.value.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  CUresult r = driver.cuLaunchKernelEx(&config, fn.f, args, nullptr);
   if (r != CUDA_SUCCESS)
-    driver.check(r, fmt::format("cuLaunchKernel('{}', grid {}x{}x{}, block {}x{}x{}, {} bytes of "
-                                "dynamic shared memory)",
-                                fn.name, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+    driver.check(r, fmt::format("cuLaunchKernelEx('{}', grid {}x{}x{}, block {}x{}x{}, cluster {}, "
+                                "{} bytes of dynamic shared memory)",
+                                fn.name, grid.x, grid.y, grid.z, block.x, block.y, block.z, cluster,
                                 shared_bytes));
 }
 

@@ -51,12 +51,13 @@ private:
   std::shared_ptr<Loaded> loaded_;
 };
 
-// Launches `fn` and checks the launch (not the kernel's execution: that error surfaces at the
-// next synchronising call). When `shared_bytes` of dynamic shared memory exceeds what the kernel
-// is allowed by default (48 KiB minus its static shared memory), the kernel's
-// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES is raised first, once per kernel and size.
-// `args` points to one pointer per kernel parameter, as for cuLaunchKernel.
+// Launches `fn` with cuLaunchKernelEx and checks the launch (not the kernel's execution: that
+// error surfaces at the next synchronising call). When `shared_bytes` of dynamic shared memory
+// exceeds what the kernel is allowed by default (48 KiB minus its static shared memory), the
+// kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES is raised first, once per kernel and
+// size. `cluster` > 1 launches clusters of that many blocks along x. `args` points to one
+// pointer per kernel parameter, as for cuLaunchKernel.
 void launch(const Function &fn, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream,
-            void **args);
+            void **args, unsigned cluster = 1);
 
 } // namespace kfuse::rt

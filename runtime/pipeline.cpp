@@ -11,13 +11,10 @@
 #include "runtime/device_buffer.h"
 #include "runtime/disk_cache.h"
 #include "runtime/driver.h"
+#include "runtime/launch_geometry.h"
 #include "runtime/module.h"
 #include "runtime/nvrtc_compiler.h"
-#include "templates/col_stats.cuh"
-#include "templates/elementwise.cuh"
-#include "templates/gemm_simt.cuh"
-#include "templates/gemm_tc.cuh"
-#include "templates/row_softmax.cuh"
+#include "runtime/tensor_map.h"
 
 #include <climits>
 #include <fmt/format.h>
@@ -67,7 +64,8 @@ struct Pipeline::Impl {
   std::vector<rt::Function> functions;
   int multiprocessors = 0; // of the device the module was loaded on
   std::map<std::string, Tensor> bound;
-  std::map<ValueId, rt::DeviceBuffer> scratch;  // intermediates and partials, grown as needed
+  std::map<ValueId, rt::DeviceBuffer> scratch; // intermediates and partials, grown as needed
+  std::map<std::pair<size_t, size_t>, rt::CachedTensorMap> tensor_maps; // (launch, param)
   std::function<void(const GemmCall &, CUstream)> gemm_override;
 
   std::string where() const { return "pipeline '" + graph.name + "'"; }
@@ -75,14 +73,14 @@ struct Pipeline::Impl {
 
 namespace {
 
-
 // Binds symbolic dims of `type` from `shape`, checking every extent.
 void unify(const std::string &where, const std::string &tensor, const ir::TensorType &type,
            const std::vector<int64_t> &shape, std::map<std::string, int64_t> &dims,
            std::map<std::string, std::string> &bound_by) {
   if (shape.size() != type.shape.size())
-    throw Error(fmt::format("{}: tensor '{}' must be {}, got shape {} (rank {} instead of {})", where,
-                            tensor, type.str(), ir::shape_text(shape), shape.size(), type.rank()));
+    throw Error(fmt::format("{}: tensor '{}' must be {}, got shape {} (rank {} instead of {})",
+                            where, tensor, type.str(), ir::shape_text(shape), shape.size(),
+                            type.rank()));
   for (size_t i = 0; i < shape.size(); ++i) {
     const ir::Dim &d = type.shape[i];
     if (!d.is_symbolic()) {
@@ -97,7 +95,8 @@ void unify(const std::string &where, const std::string &tensor, const ir::Tensor
     auto [it, fresh] = dims.emplace(d.sym, shape[i]);
     if (!fresh && it->second != shape[i])
       throw Error(fmt::format("{}: dim {} is {} from tensor '{}' but {} from tensor '{}' {}", where,
-                              d.sym, it->second, bound_by[d.sym], shape[i], tensor, ir::shape_text(shape)));
+                              d.sym, it->second, bound_by[d.sym], shape[i], tensor,
+                              ir::shape_text(shape)));
     bound_by.emplace(d.sym, tensor);
   }
 }
@@ -110,7 +109,8 @@ void check_pointer(const std::string &where, const std::string &tensor, const vo
   if (!p)
     throw Error(fmt::format("{}: tensor '{}' is a null pointer", where, tensor));
   if (reinterpret_cast<uintptr_t>(p) % 4 != 0)
-    throw Error(fmt::format("{}: tensor '{}' at {} is not 4-byte aligned (f32 data)", where, tensor, p));
+    throw Error(
+        fmt::format("{}: tensor '{}' at {} is not 4-byte aligned (f32 data)", where, tensor, p));
 }
 
 } // namespace
@@ -136,12 +136,13 @@ Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &fi
   ir::Mode mode = options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
   impl->plan = plan::make_plan(impl->graph, mode, {}, options.fuse);
   impl->names = ir::printed_names(impl->plan.graph);
-  impl->program = codegen::generate(impl->plan, rt::gemm_math(options.precision));
+  const std::string arch = rt::target_arch(options.arch);
+  impl->program = codegen::generate(impl->plan, rt::gemm_math(options.precision), arch);
 
   rt::CompileRequest req;
   req.source = impl->program.source;
   req.file_name = impl->program.file_name;
-  req.arch = rt::target_arch(options.arch);
+  req.arch = arch;
   req.headers = codegen::embedded_templates();
   rt::DiskCache cache = rt::DiskCache::from_environment();
   impl->compiled = rt::compile(req, &cache);
@@ -154,7 +155,8 @@ Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &fi
   for (const KernelLaunch &l : impl->program.launches) // in launch order, not ptxas's
     for (const rt::KernelResources &k : impl->compiled.kernels)
       if (k.name == l.entry)
-        r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores, k.spill_loads});
+        r.kernels.push_back(
+            {k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores, k.spill_loads});
   return Pipeline(std::move(impl));
 }
 
@@ -195,7 +197,8 @@ std::vector<int64_t> bound_shape(const std::string &where, const ir::TensorType 
 
 } // namespace
 
-std::vector<int64_t> Pipeline::shape(const std::string &name, const std::map<std::string, int64_t> &dims) const {
+std::vector<int64_t> Pipeline::shape(const std::string &name,
+                                     const std::map<std::string, int64_t> &dims) const {
   const ir::Graph &g = impl_->graph;
   ValueId id = g.find(name);
   if (id < 0)
@@ -203,7 +206,8 @@ std::vector<int64_t> Pipeline::shape(const std::string &name, const std::map<std
   return bound_shape(impl_->where(), g[id].type, dims);
 }
 
-std::vector<int64_t> Pipeline::output_shape(size_t i, const std::map<std::string, int64_t> &dims) const {
+std::vector<int64_t> Pipeline::output_shape(size_t i,
+                                            const std::map<std::string, int64_t> &dims) const {
   const ir::Graph &g = impl_->graph;
   if (i >= g.outputs.size())
     throw Error(fmt::format("{}: no output {} (it has {})", impl_->where(), i, g.outputs.size()));
@@ -215,7 +219,8 @@ void Pipeline::bind(const std::string &name, const Tensor &t) {
   const ir::Graph &g = impl_->graph;
   ValueId id = g.find(name);
   if (id < 0 || g[id].kind == ir::ValueKind::Input)
-    throw Error(fmt::format("{}: '{}' is not a param or state of the pipeline", impl_->where(), name));
+    throw Error(
+        fmt::format("{}: '{}' is not a param or state of the pipeline", impl_->where(), name));
   check_pointer(impl_->where(), name, t.data);
   std::map<std::string, int64_t> dims;
   std::map<std::string, std::string> bound_by;
@@ -225,7 +230,8 @@ void Pipeline::bind(const std::string &name, const Tensor &t) {
 
 void Pipeline::set_gemm_override(std::function<void(const GemmCall &, CUstream)> gemm) {
   if (impl_->options.fuse)
-    throw Error(impl_->where() + ": a GEMM override needs an unfused pipeline (Options::fuse = false)");
+    throw Error(impl_->where() +
+                ": a GEMM override needs an unfused pipeline (Options::fuse = false)");
   impl_->gemm_override = std::move(gemm);
 }
 
@@ -258,7 +264,8 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
       auto it = im.bound.find(v.name);
       if (it == im.bound.end())
         throw Error(fmt::format("{}: {} '{}' ({}) is not bound", where,
-                                v.kind == ir::ValueKind::State ? "state" : "param", v.name, v.type.str()));
+                                v.kind == ir::ValueKind::State ? "state" : "param", v.name,
+                                v.type.str()));
       t = &it->second;
     }
     check_pointer(where, v.name, t->data);
@@ -283,8 +290,8 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
       const ir::AttrValue &c = v.attrs.at("count");
       int64_t count = c.dim.empty() ? static_cast<int64_t>(c.number) : dims.at(c.dim);
       if (count <= 1)
-        throw Error(fmt::format("{}: batchnorm in train mode needs more than 1 row, got {}{}", where,
-                                c.dim.empty() ? "" : c.dim + "=", count));
+        throw Error(fmt::format("{}: batchnorm in train mode needs more than 1 row, got {}{}",
+                                where, c.dim.empty() ? "" : c.dim + "=", count));
     }
 
   rt::Driver &driver = rt::Driver::get();
@@ -293,7 +300,8 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
     im.module = std::make_unique<rt::Module>(im.compiled.cubin);
     for (const KernelLaunch &l : im.program.launches)
       im.functions.push_back(im.module->function(l.entry));
-    driver.check(driver.cuDeviceGetAttribute(&im.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+    driver.check(driver.cuDeviceGetAttribute(&im.multiprocessors,
+                                             CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
                  "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
   }
   const int sms = im.multiprocessors;
@@ -318,22 +326,26 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
     return buffer(v, elements(g[v].type) * sizeof(float));
   };
   // Partials: mean and M2 per column per row tile, keyed after the value ids.
-  auto partials = [&](ValueId v, int which) {
-    const ir::TensorType &t = g[v].type;
-    size_t bytes = static_cast<size_t>(codegen::partial_tiles(value_of(t.shape[0], dims))) *
+  auto partials = [&](const LaunchParam &p) {
+    const ir::TensorType &t = g[p.value].type;
+    const int64_t rows = value_of(t.shape[0], dims);
+    size_t bytes = static_cast<size_t>((rows + p.tile_rows - 1) / p.tile_rows) *
                    static_cast<size_t>(value_of(t.shape[1], dims)) * sizeof(float);
-    return buffer(static_cast<ValueId>(g.values.size()) + 2 * v + which, bytes);
+    return buffer(static_cast<ValueId>(g.values.size()) + 2 * p.value +
+                      (p.kind == LaunchParam::Kind::PartialM2),
+                  bytes);
   };
 
   for (size_t k = 0; k < im.program.launches.size(); ++k) {
     const KernelLaunch &l = im.program.launches[k];
-    int m = static_cast<int>(value_of(l.rows, dims)), n = static_cast<int>(value_of(l.cols, dims));
+    const rt::LaunchShape shape = rt::resolve(l.geometry, dims, sms);
     std::vector<CUdeviceptr> ptrs;
     std::vector<int> ints;
     ptrs.reserve(l.params.size());
     ints.reserve(l.params.size());
     std::vector<void *> args;
-    for (const LaunchParam &p : l.params) {
+    for (size_t i = 0; i < l.params.size(); ++i) {
+      const LaunchParam &p = l.params[i];
       switch (p.kind) {
       case LaunchParam::Kind::Buffer:
         ptrs.push_back(pointer_of(p.value));
@@ -341,7 +353,7 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
         break;
       case LaunchParam::Kind::PartialMean:
       case LaunchParam::Kind::PartialM2:
-        ptrs.push_back(partials(p.value, p.kind == LaunchParam::Kind::PartialM2));
+        ptrs.push_back(partials(p));
         args.push_back(&ptrs.back());
         break;
       case LaunchParam::Kind::Dim:
@@ -349,15 +361,23 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
         args.push_back(&ints.back());
         break;
       case LaunchParam::Kind::SmemFloats:
-        ints.push_back(kf::row_softmax_smem_floats(n));
+        ints.push_back(shape.row_floats);
         args.push_back(&ints.back());
         break;
+      case LaunchParam::Kind::TensorMap: {
+        const CUtensorMap &map = rt::tensor_map(
+            im.tensor_maps[{k, i}], p.map, pointer_of(p.value), value_of(p.map.rows, dims),
+            value_of(p.map.inner, dims), where, im.names[static_cast<size_t>(p.value)]);
+        args.push_back(const_cast<CUtensorMap *>(&map));
+        break;
+      }
       }
     }
     const plan::Kernel &kernel = im.plan.kernels[k];
     if (l.kind == plan::KernelKind::Gemm && im.gemm_override) {
       const ir::Value &mm = g[kernel.anchor];
-      int64_t inner = value_of(l.inner, dims);
+      int64_t m = value_of(l.rows, dims), n = value_of(l.cols, dims),
+              inner = value_of(l.inner, dims);
       bool trans_b = mm.op == ir::OpKind::Linear;
       im.gemm_override(GemmCall{trans_b, m, n, inner,
                                 reinterpret_cast<const float *>(pointer_of(mm.args[0])),
@@ -367,49 +387,16 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
                        stream);
       continue;
     }
-    rt::Dim3 grid, block;
-    unsigned smem = 0;
-    switch (l.kind) {
-    case plan::KernelKind::Gemm:
-      if (l.math == codegen::GemmMath::Fp32) {
-        grid = {static_cast<unsigned>(kf::gemm_grid_x(n)), static_cast<unsigned>(kf::gemm_grid_y(m)), 1};
-        block = {kf::GEMM_THREADS, 1, 1};
-        smem = kf::gemm_smem_bytes;
-      } else {
-        int precision = l.math == codegen::GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
-        grid = {static_cast<unsigned>(kf::gemm_tc_grid_x(n, precision)),
-                static_cast<unsigned>(kf::gemm_tc_grid_y(m)), 1};
-        block = {kf::GEMM_TC_THREADS, 1, 1};
-        smem = static_cast<unsigned>(kf::gemm_tc_smem_bytes(precision));
-      }
-      break;
-    case plan::KernelKind::ColPartials:
-      grid = {static_cast<unsigned>(kf::col_stats_grid_x(n)),
-              static_cast<unsigned>(kf::col_stats_grid_y(m, kf::GEMM_BM)), 1};
-      block = {kf::COL_STATS_THREADS, 1, 1};
-      break;
-    case plan::KernelKind::Column:
-      grid = {static_cast<unsigned>((n + 255) / 256), 1, 1};
-      block = {256, 1, 1};
-      break;
-    case plan::KernelKind::Row:
-      grid = {static_cast<unsigned>(m), 1, 1};
-      block = {static_cast<unsigned>(l.block_threads), 1, 1};
-      smem = static_cast<unsigned>(kf::row_softmax_smem_bytes(n));
-      break;
-    case plan::KernelKind::Elementwise:
-      grid = {static_cast<unsigned>(kf::elementwise_blocks(m, n, sms)), 1, 1};
-      block = {kf::ELEMENTWISE_THREADS, 1, 1};
-      break;
-    }
-    rt::launch(im.functions[k], grid, block, smem, stream, args.data());
+    rt::launch(im.functions[k], shape.grid, shape.block, shape.shared_bytes, stream, args.data(),
+               shape.cluster);
   }
   // An output that is a declared tensor, or a value returned twice, is copied into place.
   for (size_t i = 0; i < outputs.size(); ++i) {
     CUdeviceptr written = pointer_of(g.outputs[i]);
     CUdeviceptr dest = reinterpret_cast<CUdeviceptr>(outputs[i].data);
     if (written != dest)
-      driver.check(driver.cuMemcpyDtoDAsync(dest, written, elements(g[g.outputs[i]].type) * sizeof(float), stream),
+      driver.check(driver.cuMemcpyDtoDAsync(dest, written,
+                                            elements(g[g.outputs[i]].type) * sizeof(float), stream),
                    "cuMemcpyDtoDAsync(output)");
   }
 }

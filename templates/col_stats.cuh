@@ -6,8 +6,8 @@
 //      partial_mean[by * n + col], partial_m2[by * n + col]
 //    This is the layout gemm_simt's statistics epilogue writes (there tile_rows = GEMM_BM), so
 //    one merge serves both producers.
-//    Launch: block = dim3(COL_STATS_THREADS), grid = dim3(col_stats_grid_x(n),
-//    col_stats_grid_y(m, tile_rows)), no dynamic shared memory. Any tile_rows >= 1;
+//    Launch: block = dim3(COL_STATS_THREADS), grid = dim3(ceil(n / COL_STATS_COLS),
+//    ceil(m / tile_rows)), no dynamic shared memory. Any tile_rows >= 1;
 //    COL_STATS_TILE_ROWS is a good default.
 // 2. merge_column: merges the tiles of one column in tile order with Chan et al.'s pairwise
 //    formula in double, giving the mean and the biased variance M2 / m (the unbiased one, for
@@ -21,7 +21,7 @@
 // in bounds; guarded scalar loads otherwise. Addresses are computed in 64-bit.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// host-side launcher can take the geometry constants from the same source.
+// code generator can take the geometry constants from the same source.
 #pragma once
 
 #include "host_device.cuh"
@@ -32,13 +32,9 @@ inline constexpr int COL_STATS_THREADS = 256;
 inline constexpr int COL_STATS_COLS = 128;     // columns per block: 32 threads x 4 columns (a float4)
 inline constexpr int COL_STATS_ROW_GROUPS = 8; // COL_STATS_THREADS / 32: one warp per row group
 inline constexpr int COL_STATS_TILE_ROWS = 128;
+// Generated column kernels (merge, running-stat update, per-feature stores): a thread per feature.
+inline constexpr int COLUMN_THREADS = 256;
 
-KF_HOST_DEVICE constexpr int col_stats_grid_x(int n) {
-  return (n + COL_STATS_COLS - 1) / COL_STATS_COLS;
-}
-KF_HOST_DEVICE constexpr int col_stats_grid_y(int m, int tile_rows) {
-  return (m + tile_rows - 1) / tile_rows;
-}
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 

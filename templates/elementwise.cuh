@@ -5,12 +5,14 @@
 //   f's accesses to row-major tensors coalesce.
 //
 // Any grid and block shape is correct (1D; the generated launcher picks
-// block = dim3(ELEMENTWISE_THREADS), grid = dim3(elementwise_blocks(m, n, sm_count))).
+// block = dim3(ELEMENTWISE_THREADS), grid = enough blocks to fill the GPU a few times over:
+// min(ceil(m * n / ELEMENTWISE_THREADS), ELEMENTWISE_BLOCKS_PER_SM * SMs), at least 1 — 2048
+// threads per SM, full occupancy on sm_90).
 // The linear index is 64-bit (m * n may exceed 2^31); row and column are advanced
 // incrementally, so there is no 64-bit division per element.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// host-side launcher can take the geometry helpers from the same source.
+// code generator can take the geometry constants from the same source.
 #pragma once
 
 #include "host_device.cuh"
@@ -18,15 +20,7 @@
 namespace kf {
 
 inline constexpr int ELEMENTWISE_THREADS = 256;
-
-// Enough blocks to fill the GPU a few times over (sm_count * 8 blocks of 256 threads: 2048
-// threads per SM, full occupancy on sm_90), fewer for small problems, at least 1.
-KF_HOST_DEVICE constexpr int elementwise_blocks(int m, int n, int sm_count) {
-  const long long total = static_cast<long long>(m) * n;
-  const long long need = (total + ELEMENTWISE_THREADS - 1) / ELEMENTWISE_THREADS;
-  const long long cap = static_cast<long long>(sm_count) * 8;
-  return static_cast<int>(need < 1 ? 1 : need < cap ? need : cap);
-}
+inline constexpr int ELEMENTWISE_BLOCKS_PER_SM = 8;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 

@@ -7,7 +7,7 @@
 // (ldc) and aliases neither A, B nor any epilogue input.
 //
 // Launch geometry (the generated entry point must use exactly this):
-//   block = dim3(GEMM_THREADS), grid = dim3(gemm_grid_x(n), gemm_grid_y(m)),
+//   block = dim3(GEMM_THREADS), grid = dim3(ceil(n / GEMM_BN), ceil(m / GEMM_BM)),
 //   dynamic shared memory = gemm_smem_bytes (below 48 KiB: no opt-in attribute needed),
 //   entry point declared __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS) so that the register
 //   cap keeps two blocks per SM.
@@ -37,7 +37,7 @@
 // else falls back to guarded scalar accesses. Addresses are computed in 64-bit.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// host-side launcher can take the geometry constants from the same source.
+// code generator can take the geometry constants from the same source.
 #pragma once
 
 #include "host_device.cuh"
@@ -71,8 +71,6 @@ static_assert(GEMM_BM == 128 && GEMM_BN == 128 && GEMM_BK == 8 && GEMM_THREADS =
               "the load and fragment mappings below are written for this configuration");
 static_assert(GEMM_LDS % 4 == 0, "fragment reads are 16 bytes");
 
-KF_HOST_DEVICE constexpr int gemm_grid_x(int n) { return (n + GEMM_BN - 1) / GEMM_BN; }
-KF_HOST_DEVICE constexpr int gemm_grid_y(int m) { return (m + GEMM_BM - 1) / GEMM_BM; }
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 

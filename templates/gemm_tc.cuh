@@ -12,7 +12,7 @@
 //                acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (lo*lo dropped); fp32-level accuracy.
 //
 // Launch geometry (the generated entry point must use exactly this; P = Precision):
-//   block = dim3(GEMM_TC_THREADS), grid = dim3(gemm_tc_grid_x(n, P), gemm_tc_grid_y(m)),
+//   block = dim3(GEMM_TC_THREADS), grid = dim3(ceil(n / gemm_tc_bn(P)), ceil(m / GEMM_TC_BM)),
 //   dynamic shared memory = gemm_tc_smem_bytes(P) (ABOVE 48 KiB: the launcher must raise
 //   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
 //   __launch_bounds__(GEMM_TC_THREADS, GEMM_TC_MIN_BLOCKS).
@@ -45,7 +45,7 @@
 // stores to C where C is 8-byte aligned and ldc even, guarded scalar stores otherwise.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// host-side launcher can take the geometry constants from the same source.
+// code generator can take the geometry constants from the same source.
 #pragma once
 
 #include "gemm_simt.cuh" // GemmShape, KF_HOST_DEVICE, gemm_detail::chan_merge
@@ -82,10 +82,6 @@ KF_HOST_DEVICE constexpr int gemm_tc_smem_bytes(int precision) {
              ? GEMM_TC_STAGES * gemm_tc_stage_floats(precision) * 4
              : 2 * GEMM_TC_ROW_GROUPS * gemm_tc_bn(precision) * 4;
 }
-KF_HOST_DEVICE constexpr int gemm_tc_grid_x(int n, int precision) {
-  return (n + gemm_tc_bn(precision) - 1) / gemm_tc_bn(precision);
-}
-KF_HOST_DEVICE constexpr int gemm_tc_grid_y(int m) { return (m + GEMM_TC_BM - 1) / GEMM_TC_BM; }
 
 static_assert(GEMM_TC_BM == 128 && GEMM_TC_BK == 32 && GEMM_TC_THREADS == 256,
               "the load and fragment mappings below are written for this configuration");

@@ -1,5 +1,5 @@
 // KF_HOST_DEVICE: marks the geometry helpers that both the generated kernels (NVRTC/NVCC) and
-// the host-side launcher (plain C++) call, so launch geometry has one definition.
+// the code generator (plain C++) read, so launch geometry has one definition.
 #pragma once
 
 #ifndef KF_HOST_DEVICE
@@ -9,3 +9,9 @@
 #define KF_HOST_DEVICE
 #endif
 #endif
+
+namespace kf {
+
+KF_HOST_DEVICE constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+} // namespace kf

@@ -8,7 +8,8 @@
 // One block of Threads threads per row: the generated entry point calls
 //   row_softmax<Threads, Log>(blockIdx.x, n, in, ld_in, out, ld_out, pre, smem, smem_floats)
 // with grid = dim3(m), block = dim3(Threads), and smem / smem_floats its dynamic shared memory
-// (16-byte aligned) of row_softmax_smem_bytes(n) bytes. Threads: a multiple of 32, at most 1024;
+// (16-byte aligned): round_up(n, 4) floats where that fits in ROW_SOFTMAX_SMEM_CAP_BYTES, none
+// otherwise (smem_floats = 0: the kernel streams). Threads: a multiple of 32, at most 1024;
 // row_softmax_threads(n) is a reasonable choice.
 //
 // Two paths, chosen per call:
@@ -31,7 +32,7 @@
 // (-inf for Log); a row of only -inf gives NaN.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// host-side launcher can size shared memory with the same helpers.
+// code generator can size shared memory with the same constants.
 #pragma once
 
 #include "host_device.cuh"
@@ -42,16 +43,6 @@ namespace kf {
 // 227 KiB; above 48 KiB the launcher must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 inline constexpr int ROW_SOFTMAX_SMEM_CAP_BYTES = 200 * 1024;
 
-// Floats of dynamic shared memory for a resident row of n elements (rounded up to a multiple of
-// 4 for float4 access), or 0 when that exceeds cap_bytes: the kernel then streams.
-KF_HOST_DEVICE constexpr int row_softmax_smem_floats(int n,
-                                                     int cap_bytes = ROW_SOFTMAX_SMEM_CAP_BYTES) {
-  return (static_cast<long long>(n) + 3) / 4 * 16 <= cap_bytes ? (n + 3) / 4 * 4 : 0;
-}
-KF_HOST_DEVICE constexpr int row_softmax_smem_bytes(int n,
-                                                    int cap_bytes = ROW_SOFTMAX_SMEM_CAP_BYTES) {
-  return row_softmax_smem_floats(n, cap_bytes) * 4;
-}
 // Block size by row length: about 8 to 32 elements per thread.
 KF_HOST_DEVICE constexpr int row_softmax_threads(int n) {
   return n <= 1024 ? 128 : n <= 4096 ? 256 : n <= 16384 ? 512 : 1024;

@@ -65,11 +65,13 @@ std::string KernelWriter::operand(ValueId v, bool element, const std::set<ValueI
   if (!element)
     throw CodegenError(fmt::format("internal error: kernel {} reads matrix '{}' per column",
                                    k_.name, names_[static_cast<size_t>(v)]));
-  return fmt::format("{}[static_cast<size_t>({}) * {} + {}]", ptr(v), t.shape[0] == one ? "0" : "row",
-                     extent(t.shape[1]), t.shape[1] == one ? "0" : "col");
+  return fmt::format("{}[static_cast<size_t>({}) * {} + {}]", ptr(v),
+                     t.shape[0] == one ? "0" : "row", extent(t.shape[1]),
+                     t.shape[1] == one ? "0" : "col");
 }
 
-std::string KernelWriter::statement(ValueId id, bool element, const std::set<ValueId> &given) const {
+std::string KernelWriter::statement(ValueId id, bool element,
+                                    const std::set<ValueId> &given) const {
   const Value &v = g_[id];
   auto arg = [&](size_t i) { return operand(v.args.at(i), element, given); };
   std::string e;
@@ -152,8 +154,8 @@ std::string KernelWriter::param_list() const {
   for (const LaunchParam &lp : params_) {
     switch (lp.kind) {
     case LaunchParam::Kind::Buffer:
-      parts.push_back(fmt::format("{}float *__restrict__ {}", writes(lp.value) ? "" : "const ",
-                                  ptr(lp.value)));
+      parts.push_back(
+          fmt::format("{}float *__restrict__ {}", writes(lp.value) ? "" : "const ", ptr(lp.value)));
       break;
     case LaunchParam::Kind::PartialMean:
       parts.push_back(fmt::format("float *__restrict__ {}_pmean", ptr(lp.value)));
@@ -166,6 +168,10 @@ std::string KernelWriter::param_list() const {
       break;
     case LaunchParam::Kind::SmemFloats:
       parts.push_back("int smem_floats");
+      break;
+    case LaunchParam::Kind::TensorMap:
+      parts.push_back(
+          fmt::format("const __grid_constant__ kf::sm90::TensorMap {}_map", ptr(lp.value)));
       break;
     }
   }

@@ -22,32 +22,68 @@ struct CodegenError : kfuse::Error {
   using kfuse::Error::Error;
 };
 
-// How GEMM kernels multiply: the fp32 SIMT template, or tensor cores (gemm_tc.cuh) with
-// inputs rounded to tf32, or split into two tf32 terms each (3xTF32, fp32-level accuracy).
+// How GEMM kernels multiply: the fp32 SIMT template, or tensor cores with inputs rounded to
+// tf32, or split into two tf32 terms each (3xTF32, fp32-level accuracy). On sm_90a tf32 runs on
+// the Hopper mainloop (gemm_sm90.cuh) where its operands allow, on gemm_tc.cuh otherwise.
 enum class GemmMath : uint8_t { Fp32, Tf32, Tf32x3 };
+
+// A 2-D TMA descriptor the launcher encodes for a kernel parameter: the matrix `value` of
+// `rows` x `inner` elements, row-major with no padding, read in boxes of box_rows x box_inner
+// elements with the 128-byte swizzle.
+struct TensorMapSpec {
+  ir::Dim rows, inner;
+  int box_rows = 0, box_inner = 0;
+  int element_bytes = 4;
+};
 
 // One kernel argument, in entry-point order.
 struct LaunchParam {
   enum class Kind : uint8_t {
     Buffer,      // the device buffer of `value` (declared tensor or stored value)
-    PartialMean, // column partials of `value`
+    PartialMean, // column partials of `value`: one row per `tile_rows` rows of it
     PartialM2,
-    Dim,         // the bound extent of `dim`, as int
-    SmemFloats,  // row kernels: how many floats of the row fit in dynamic shared memory
+    Dim,        // the bound extent of `dim`, as int
+    SmemFloats, // row kernels: how many floats of the row fit in dynamic shared memory
+    TensorMap,  // a TMA descriptor of `value` (kf::sm90::TensorMap, by value)
   };
   Kind kind;
   ir::ValueId value = -1;
   std::string dim;
+  int tile_rows = 0;      // PartialMean / PartialM2
+  TensorMapSpec map = {}; // TensorMap
+};
+
+// Everything a launcher needs to start a kernel, derived by the code generator from the
+// templates' constexpr traits, so the runtime includes no template.
+//
+// The grid covers `rows` x `cols` (bound dims) in tiles of tile_rows x tile_cols:
+//   Tiles2D:    grid = (ceil(cols / tile_cols), ceil(rows / tile_rows))
+//   Tiles:      grid.x = ceil(rows / tile_rows) * ceil(cols / tile_cols)
+//   Persistent: grid.x = min(that, blocks_per_sm * SMs), at least 1
+//   Elements:   grid.x = min(ceil(rows * cols / (tile_rows * tile_cols)), blocks_per_sm * SMs),
+//               at least 1 (grid-stride kernels)
+// Dynamic shared memory is smem_bytes, plus, for row kernels (row_bytes_cap > 0), a resident
+// row of row_length floats rounded up to 4 when that fits in row_bytes_cap (else nothing: the
+// kernel streams); SmemFloats parameters receive that row's float count.
+struct LaunchGeometry {
+  enum class Grid : uint8_t { Tiles2D, Tiles, Persistent, Elements };
+  Grid grid = Grid::Tiles;
+  ir::Dim rows = ir::Dim::constant(1), cols = ir::Dim::constant(1);
+  int tile_rows = 1, tile_cols = 1;
+  int blocks_per_sm = 1;
+  int block_threads = 0;
+  int smem_bytes = 0;
+  ir::Dim row_length = ir::Dim::constant(0);
+  int row_bytes_cap = 0;
+  int cluster = 1; // blocks per cluster along x
 };
 
 struct KernelLaunch {
   std::string entry; // the kernel's name
   plan::KernelKind kind;
-  // The iteration space: GEMM m x n (k is `inner`), row kernels rows x row length,
-  // elementwise and column-partials rows x cols, column kernels 1 x features.
+  LaunchGeometry geometry;
+  // GEMM kernels: m x n x inner, for the benchmark's GEMM override.
   ir::Dim rows, cols, inner;
-  int block_threads = 0; // row kernels: the Threads the template was instantiated with
-  GemmMath math = GemmMath::Fp32; // GEMM kernels: which template runs
   std::vector<LaunchParam> params;
 };
 
@@ -57,13 +93,11 @@ struct Program {
   std::vector<KernelLaunch> launches;
 };
 
-Program generate(const plan::Plan &p, GemmMath math = GemmMath::Fp32);
+// `arch` is the NVRTC target ("sm_90a", ...): on sm_90a tf32 GEMMs use the Hopper mainloop.
+Program generate(const plan::Plan &p, GemmMath math = GemmMath::Fp32, const std::string &arch = "");
 
 // `source` with every #include of a template replaced by the template's text (once
 // each), so `nvcc -c` compiles it with no other file.
 std::string inline_templates(const std::string &source);
-
-// Rows of the per-tile column partials of a matrix with `m` rows.
-int64_t partial_tiles(int64_t m);
 
 } // namespace kfuse::codegen

@@ -16,7 +16,8 @@ int cmd_emit(int argc, char **argv) {
   Options options = pipeline_options(cl);
   ir::Graph g = dsl::parse_kf_file(cl.file());
   codegen::Program prog =
-      codegen::generate(plan::make_plan(g, ir_mode(options.mode)), rt::gemm_math(options.precision));
+      codegen::generate(plan::make_plan(g, ir_mode(options.mode)), rt::gemm_math(options.precision),
+                        rt::target_arch(options.arch));
   std::string text = cl.flag("standalone") ? codegen::inline_templates(prog.source) : prog.source;
   std::string out = cl.option("output", "");
   if (out.empty()) {
