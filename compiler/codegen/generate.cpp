@@ -6,6 +6,7 @@
 #include "templates/col_stats.cuh"
 #include "templates/elementwise.cuh"
 #include "templates/gemm_simt.cuh"
+#include "templates/gemm_sm90.cuh"
 #include "templates/gemm_tc.cuh"
 #include "templates/row_softmax.cuh"
 
@@ -103,6 +104,14 @@ private:
     return fmt::format("struct {} {{\n{}", type, w.member_declarations("  "));
   }
 
+  // The Hopper mainloop takes tf32 Linear GEMMs (both operands K-major) on sm_90a whose inner
+  // extent is a constant multiple of 4 (TMA row strides are multiples of 16 bytes).
+  bool use_sm90(const Value &mm) const {
+    const Dim &inner = g_[mm.args[0]].type.shape[1];
+    return arch_ == "sm_90a" && math_ == GemmMath::Tf32 && mm.op == OpKind::Linear &&
+           !inner.is_symbolic() && inner.value % 4 == 0;
+  }
+
   std::string gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
     const Value &mm = g_[k.anchor];
     bool trans_b = mm.op == OpKind::Linear;
@@ -135,6 +144,34 @@ private:
     LaunchGeometry &geo = launch.geometry;
     geo.rows = launch.rows;
     geo.cols = launch.cols;
+    if (use_sm90(mm)) {
+      using Config = kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>;
+      geo.grid = LaunchGeometry::Grid::Persistent;
+      geo.tile_rows = Config::BM;
+      geo.tile_cols = Config::BN;
+      geo.block_threads = Config::THREADS;
+      geo.smem_bytes = Config::SMEM_BYTES;
+      if (k.stats_of >= 0)
+        partial_rows_[k.stats_of] = Config::BM;
+      auto map = [&](ValueId v, int box_rows) {
+        LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
+        lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, 4};
+        return lp;
+      };
+      launch.params = {map(a, Config::BM), map(b, Config::BN)};
+      const std::string config = "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>";
+      s += fmt::format(
+          "extern \"C\" __global__ void __launch_bounds__({1}::THREADS, 1)\n"
+          "{0}(const __grid_constant__ kf::sm90::TensorMap {2}_map, "
+          "const __grid_constant__ kf::sm90::TensorMap {3}_map, {4}) {{\n"
+          "  const {5} epi{6};\n"
+          "  kf::gemm_sm90<{1}>({2}_map, {3}_map, kf::GemmShape{{{7}, {8}, {9}}}, {10}, "
+          "{8}, epi, {11});\n}}\n",
+          k.name, config, w.ptr(a), w.ptr(b), w.param_list(), type, w.member_initializer(), m, n,
+          inner, w.ptr(out), stats);
+      includes_.insert("gemm_sm90.cuh");
+      return s;
+    }
     bool simt = math_ == GemmMath::Fp32;
     int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
     geo.grid = LaunchGeometry::Grid::Tiles2D;

@@ -97,15 +97,19 @@ TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
 
 TEST_CASE("gpu: tensor-core GEMMs (tf32, 3xtf32) within their precision's bound") {
   uint64_t seed = 300;
+  // In features 19 and 130 are not multiples of 4, so tf32 runs on gemm_tc there; 132, 1000
+  // and 520 take the sm90 mainloop on sm_90a, with tails in M, N (257, 300: not multiples of
+  // its 256-column tile) and K (132: not a multiple of its 32-deep stage).
   for (Precision precision : {Precision::TF32, Precision::FP32x3})
-    for (auto [in, out] : {std::pair{19, 37}, std::pair{130, 129}, std::pair{1000, 300}})
+    for (auto [in, out] : {std::pair{19, 37}, std::pair{130, 129}, std::pair{132, 257}, std::pair{1000, 300},
+                           std::pair{520, 512}})
       for (const std::string &text : {scale_bn(in, out), bn_scale_softmax(in, out)}) {
-        for (int64_t n : {1, 17, 200})
+        for (int64_t n : {1, 17, 64, 200})
           expect_match(text, "odd.kf", Mode::Eval, n, ++seed, 1, precision);
         // Train mode from 17 rows: with 2 rows batchnorm divides by |y1 - y2|, which turns
         // any GEMM's last-bit error into an output error 1/|y1 - y2| times larger; exact fp32
         // covers N=2 in the tests above, the tensor-core paths are judged where BN is stable.
-        for (int64_t n : {17, 130})
+        for (int64_t n : {17, 64, 130})
           expect_match(text, "odd.kf", Mode::Train, n, ++seed, 2, precision);
       }
   for (Precision precision : {Precision::TF32, Precision::FP32x3})

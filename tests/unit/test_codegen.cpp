@@ -175,7 +175,7 @@ TEST_CASE("api: precisions without GEMM templates are refused, not approximated"
                        Error);
 }
 
-TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on gemm_tc") {
+TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM, tf32 on the sm90 mainloop") {
   TempCache cache;
   for (const char *example : {"gemm_bn_scale_softmax", "gemm_scale_bn"})
     for (Precision precision : {Precision::TF32, Precision::FP32x3}) {
@@ -183,13 +183,50 @@ TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on gemm_tc
       o.arch = "sm_90a";
       o.precision = precision;
       Pipeline p = Pipeline::from_file(root() + "/examples/" + example + ".kf", o);
-      CHECK(p.cuda_source().find(precision == Precision::TF32 ? "kf::gemm_tc<true, 0>" : "kf::gemm_tc<true, 1>") !=
-            std::string::npos);
+      CHECK(p.cuda_source().find(precision == Precision::TF32
+                                     ? "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>"
+                                     : "kf::gemm_tc<true, 1>") != std::string::npos);
       for (const KernelReport &k : p.report().kernels) {
         INFO(example, " ", k.name);
         CHECK(k.spill_stores == 0);
+        CHECK(k.stack_bytes == 0);
       }
     }
+}
+
+TEST_CASE("codegen: the sm90 GEMM describes its own launch; other targets and shapes fall back") {
+  const plan::Plan train = plan_of("gemm_bn_scale_softmax", ir::Mode::Train);
+  codegen::Program hopper = codegen::generate(train, codegen::GemmMath::Tf32, "sm_90a");
+  const codegen::KernelLaunch &gemm = hopper.launches.at(0);
+  using Grid = codegen::LaunchGeometry::Grid;
+  CHECK(gemm.geometry.grid == Grid::Persistent);
+  CHECK(gemm.geometry.block_threads == 384);
+  CHECK(gemm.geometry.tile_rows == 128);
+  CHECK(gemm.geometry.tile_cols == 256);
+  CHECK(gemm.geometry.smem_bytes > 48 * 1024);
+  REQUIRE(gemm.params.size() >= 2);
+  CHECK(gemm.params[0].kind == codegen::LaunchParam::Kind::TensorMap);
+  CHECK(gemm.params[0].map.box_rows == 128);
+  CHECK(gemm.params[1].map.box_rows == 256);
+  CHECK(gemm.params[1].map.box_inner == 32);
+  // The column kernel merges partials of the producer's tile height.
+  bool merged = false;
+  for (const codegen::LaunchParam &lp : hopper.launches.at(1).params)
+    if (lp.kind == codegen::LaunchParam::Kind::PartialMean) {
+      CHECK(lp.tile_rows == 128);
+      merged = true;
+    }
+  CHECK(merged);
+  // Not sm_90a, or a GEMM whose K is not a multiple of 4: the mma.sync template.
+  CHECK(codegen::generate(train, codegen::GemmMath::Tf32, "sm_80").source.find("kf::gemm_tc<true, 0>") !=
+        std::string::npos);
+  dsl::SourceFile src("odd.kf",
+                      "pipeline odd {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[5, 6]\n"
+                      "  return linear(x, w)\n}\n");
+  dsl::Diagnostics diags(src);
+  plan::Plan odd = plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval);
+  CHECK(codegen::generate(odd, codegen::GemmMath::Tf32, "sm_90a").source.find("kf::gemm_tc<true, 0>") !=
+        std::string::npos);
 }
 
 TEST_CASE("api: a .kf error surfaces as a diagnostic with file:line:col") {

@@ -1,0 +1,313 @@
+// GEMM-alone check and sweep of the sm90 mainloop (templates/gemm_sm90.cuh) against cuBLAS, on
+// the GPU machine: C = A @ B^T with A [m, k], B [n, k] row-major, a plain store (identity
+// epilogue), tf32 / bf16 / f16 operands.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/gemm_sweep.cu \
+//        -o gemm_sweep -lcuda -lcublas && ./gemm_sweep [check|sweep]
+//
+// check: odd shapes against an fp64 reference computed on the GPU from the same operands (tf32
+// operands truncated as the tensor cores read them), so what remains is the tensor cores' fp32
+// accumulation: bound 2e-5 (measured up to 1e-5 at k = 4096), output
+// poisoned with NaN first, plus the column-statistics partials against the stored output.
+// sweep: median time over 50 runs (L2 flushed before each, CUDA events) of kfuse and cuBLAS
+// for M in {1024, 4096, 16384} x N = K in {1024, 4096, 8192}.
+#include "gemm_sm90.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <random>
+#include <vector>
+
+#define CHECK_CUDA(x)                                                                              \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
+      std::exit(2);                                                                                \
+    }                                                                                              \
+  } while (0)
+#define CHECK_CU(x)                                                                                \
+  do {                                                                                             \
+    CUresult r_ = (x);                                                                             \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      const char *s_ = nullptr;                                                                    \
+      cuGetErrorString(r_, &s_);                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);                         \
+      std::exit(2);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+struct Identity {
+  struct Column {};
+  __device__ Column column(int) const { return {}; }
+  __device__ float apply(const Column &, int, int, float acc) const { return acc; }
+};
+
+// The shape of kfuse's folded-affine epilogue: per-column scale and shift read from memory.
+struct Affine {
+  const float *alpha, *beta;
+  struct Column {
+    float a, b;
+  };
+  __device__ Column column(int col) const { return {alpha[col], beta[col]}; }
+  __device__ float apply(const Column &c, int, int, float acc) const { return acc * c.a + c.b; }
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+    sm90_affine(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
+                kf::GemmShape s, float *c, const float *alpha, const float *beta) {
+  kf::gemm_sm90<Cfg>(a, b, s, c, s.n, Affine{alpha, beta}, nullptr, nullptr);
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+    sm90_entry(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
+               kf::GemmShape s, float *c, float *pmean, float *pm2) {
+  kf::gemm_sm90<Cfg>(a, b, s, c, s.n, Identity{}, pmean, pm2);
+}
+
+template <class T> __global__ void reference(int m, int n, int k, const T *a, const T *b, double *c) {
+  const int row = blockIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= n)
+    return;
+  double s = 0;
+  for (int i = 0; i < k; ++i)
+    s += static_cast<double>(static_cast<float>(a[static_cast<size_t>(row) * k + i])) *
+         static_cast<double>(static_cast<float>(b[static_cast<size_t>(col) * k + i]));
+  c[static_cast<size_t>(row) * n + col] = s;
+}
+
+// tf32 as the tensor cores read fp32 data: the low 13 mantissa bits ignored.
+__global__ void truncate_tf32(float *p, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n)
+    p[i] = __uint_as_float(__float_as_uint(p[i]) & 0xffffe000u);
+}
+
+template <kf::sm90::Operand Op> struct Types;
+template <> struct Types<kf::sm90::Operand::Tf32> {
+  using T = float;
+  static constexpr CUtensorMapDataType map = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  static constexpr cudaDataType blas = CUDA_R_32F;
+  static constexpr const char *name = "tf32";
+};
+template <> struct Types<kf::sm90::Operand::Bf16> {
+  using T = __nv_bfloat16;
+  static constexpr CUtensorMapDataType map = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  static constexpr cudaDataType blas = CUDA_R_16BF;
+  static constexpr const char *name = "bf16";
+};
+template <> struct Types<kf::sm90::Operand::F16> {
+  using T = __half;
+  static constexpr CUtensorMapDataType map = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  static constexpr cudaDataType blas = CUDA_R_16F;
+  static constexpr const char *name = "f16";
+};
+
+template <class Cfg> kf::sm90::TensorMap encode(const void *p, int rows, int k, int box_rows) {
+  kf::sm90::TensorMap map;
+  cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * Cfg::ELEMENT_BYTES};
+  cuuint32_t box[2] = {static_cast<cuuint32_t>(Cfg::BK), static_cast<cuuint32_t>(box_rows)};
+  cuuint32_t estr[2] = {1, 1};
+  CHECK_CU(cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap *>(&map), Types<Cfg::OPERAND>::map, 2,
+                                  const_cast<void *>(p), dims, strides, box, estr,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return map;
+}
+
+int g_sms = 0;
+
+template <class Cfg> void launch(const kf::sm90::TensorMap &a, const kf::sm90::TensorMap &b, int m, int n, int k,
+                                 float *c, float *pmean, float *pm2) {
+  const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
+  sm90_entry<Cfg><<<std::min(tiles, g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(a, b, kf::GemmShape{m, n, k}, c,
+                                                                             pmean, pm2);
+}
+
+template <class T> void fill(T *d, size_t n, std::mt19937 &rng, float scale) {
+  std::vector<T> h(n);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto &x : h)
+    x = static_cast<T>(u(rng) * scale);
+  CHECK_CUDA(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng) {
+  using T = typename Types<Cfg::OPERAND>::T;
+  CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  T *a, *b;
+  float *c, *pmean, *pm2;
+  double *ref;
+  const int tm = kf::ceil_div(m, Cfg::BM);
+  CHECK_CUDA(cudaMalloc(&a, sizeof(T) * m * k + 16));
+  CHECK_CUDA(cudaMalloc(&b, sizeof(T) * n * k + 16));
+  CHECK_CUDA(cudaMalloc(&c, sizeof(float) * m * n));
+  CHECK_CUDA(cudaMalloc(&pmean, sizeof(float) * tm * n));
+  CHECK_CUDA(cudaMalloc(&pm2, sizeof(float) * tm * n));
+  CHECK_CUDA(cudaMalloc(&ref, sizeof(double) * m * n));
+  fill(a, static_cast<size_t>(m) * k, rng, 1.0f);
+  fill(b, static_cast<size_t>(n) * k, rng, 1.0f / std::sqrt(static_cast<float>(k)));
+  CHECK_CUDA(cudaMemset(c, 0xff, sizeof(float) * m * n)); // NaN
+  CHECK_CUDA(cudaMemset(pmean, 0xff, sizeof(float) * tm * n));
+  auto ma = encode<Cfg>(a, m, k, Cfg::BM), mb = encode<Cfg>(b, n, k, Cfg::BN);
+  launch<Cfg>(ma, mb, m, n, k, c, pmean, pm2);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
+  if (Cfg::OPERAND == kf::sm90::Operand::Tf32) {
+    truncate_tf32<<<(m * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(a), static_cast<size_t>(m) * k);
+    truncate_tf32<<<(n * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(b), static_cast<size_t>(n) * k);
+  }
+  reference<<<dim3((n + 127) / 128, m), 128>>>(m, n, k, a, b, ref);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> hc(static_cast<size_t>(m) * n), hmean(static_cast<size_t>(tm) * n), hm2(hmean.size());
+  std::vector<double> hr(hc.size());
+  CHECK_CUDA(cudaMemcpy(hc.data(), c, hc.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hr.data(), ref, hr.size() * 8, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hmean.data(), pmean, hmean.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hm2.data(), pm2, hm2.size() * 4, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  size_t bad = 0;
+  for (size_t i = 0; i < hc.size(); ++i) {
+    if (!std::isfinite(hc[i]))
+      ++bad;
+    num += (hc[i] - hr[i]) * (hc[i] - hr[i]);
+    den += hr[i] * hr[i];
+  }
+  double rel = std::sqrt(num / std::max(den, 1e-300));
+  // Statistics: tile tm's partials vs the stored values, relative to the column's scale.
+  double stat_err = 0;
+  for (int t = 0; t < tm; ++t)
+    for (int col = 0; col < n; ++col) {
+      int r0 = t * Cfg::BM, r1 = std::min(m, r0 + Cfg::BM);
+      double mean = 0, m2 = 0, scale = 1e-30;
+      for (int r = r0; r < r1; ++r)
+        mean += hc[static_cast<size_t>(r) * n + col];
+      mean /= (r1 - r0);
+      for (int r = r0; r < r1; ++r) {
+        double d = hc[static_cast<size_t>(r) * n + col] - mean;
+        m2 += d * d;
+        scale = std::max(scale, static_cast<double>(std::fabs(hc[static_cast<size_t>(r) * n + col])));
+      }
+      size_t idx = static_cast<size_t>(t) * n + col;
+      stat_err = std::max(stat_err, static_cast<double>(std::fabs(hmean[idx] - mean) / scale));
+      stat_err = std::max(stat_err, static_cast<double>(std::fabs(hm2[idx] - m2) / (scale * scale * (r1 - r0))));
+      if (!std::isfinite(hmean[idx]) || !std::isfinite(hm2[idx]))
+        stat_err = INFINITY;
+    }
+  const double bound = 2e-5;
+  bool ok = bad == 0 && rel <= bound && stat_err <= 1e-5;
+  std::printf("check %-4s BN=%d %5d x %5d x %5d: rel %.3e (bound %.0e), unwritten %zu, stats %.3e  %s\n",
+              Types<Cfg::OPERAND>::name, Cfg::BN, m, n, k, rel, bound, bad, stat_err, ok ? "PASS" : "FAIL");
+  cudaFree(a); cudaFree(b); cudaFree(c); cudaFree(pmean); cudaFree(pm2); cudaFree(ref);
+  return ok;
+}
+
+struct Timer {
+  cudaEvent_t e0, e1;
+  void *flush;
+  Timer() {
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    CHECK_CUDA(cudaMalloc(&flush, 256 << 20));
+  }
+  template <class F> double median_ms(F &&f, int reps = 50) {
+    for (int i = 0; i < 5; ++i)
+      f();
+    std::vector<float> t;
+    for (int i = 0; i < reps; ++i) {
+      CHECK_CUDA(cudaMemsetAsync(flush, i, 256 << 20));
+      cudaEventRecord(e0);
+      f();
+      cudaEventRecord(e1);
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms;
+      cudaEventElapsedTime(&ms, e0, e1);
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer) {
+  using T = typename Types<Cfg::OPERAND>::T;
+  CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  T *a, *b;
+  float *c;
+  CHECK_CUDA(cudaMalloc(&a, sizeof(T) * m * k));
+  CHECK_CUDA(cudaMalloc(&b, sizeof(T) * n * k));
+  CHECK_CUDA(cudaMalloc(&c, sizeof(float) * m * n));
+  std::mt19937 rng(7);
+  fill(a, static_cast<size_t>(m) * k, rng, 1.0f);
+  fill(b, static_cast<size_t>(n) * k, rng, 0.01f);
+  auto ma = encode<Cfg>(a, m, k, Cfg::BM), mb = encode<Cfg>(b, n, k, Cfg::BN);
+  double ours = timer.median_ms([&] { launch<Cfg>(ma, mb, m, n, k, c, nullptr, nullptr); });
+  CHECK_CUDA(cudaGetLastError());
+  const float one = 1.0f, zero = 0.0f;
+  cublasComputeType_t ct = Cfg::OPERAND == kf::sm90::Operand::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // Row-major C[m,n] = A[m,k] B[n,k]^T is column-major C^T[n,m] = B^T... : op(B)=T on B (k x n col-major).
+  double blas = timer.median_ms([&] {
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, b, Types<Cfg::OPERAND>::blas, k, a,
+                 Types<Cfg::OPERAND>::blas, k, &zero, c, CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
+  });
+  double flop = 2.0 * m * n * k;
+  if (Cfg::OPERAND == kf::sm90::Operand::Tf32 && m == 1024 && n == 8192) {
+    CHECK_CUDA(cudaFuncSetAttribute(sm90_affine<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+    float *ab;
+    CHECK_CUDA(cudaMalloc(&ab, sizeof(float) * 2 * n));
+    fill(ab, 2 * static_cast<size_t>(n), rng, 1.0f);
+    const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
+    double affine = timer.median_ms([&] {
+      sm90_affine<Cfg><<<std::min(tiles, g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(ma, mb, kf::GemmShape{m, n, k}, c,
+                                                                                  ab, ab + n);
+    });
+    std::printf("epilogue %5d x %5d x %5d: identity %.3f ms, affine %.3f ms\n", m, n, k, ours, affine);
+    cudaFree(ab);
+  }
+  std::printf("sweep %-4s BN=%d %5d x %5d x %5d: kfuse %.3f ms (%.0f TFLOP/s)  cuBLAS %.3f ms (%.0f TFLOP/s)  ratio %.2f\n",
+              Types<Cfg::OPERAND>::name, Cfg::BN, m, n, k, ours, flop / ours * 1e-9, blas, flop / blas * 1e-9,
+              blas / ours);
+  cudaFree(a); cudaFree(b); cudaFree(c);
+}
+
+int main(int argc, char **argv) {
+  std::string mode = argc > 1 ? argv[1] : "check";
+  CHECK_CUDA(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+  using Tf32 = kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>;
+  using Tf32n128 = kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128>;
+  using Bf16 = kf::Sm90Gemm<kf::sm90::Operand::Bf16, 256>;
+  using F16 = kf::Sm90Gemm<kf::sm90::Operand::F16, 256>;
+  bool ok = true;
+  if (mode == "check" || mode == "all") {
+    std::mt19937 rng(1);
+    const int shapes[][3] = {{1, 8, 4}, {128, 256, 32}, {300, 520, 200}, {1000, 300, 1028}, {129, 257, 4096}, {2048, 2048, 2048}};
+    for (auto &s : shapes) {
+      ok &= check<Tf32>(s[0], s[1], s[2], rng);
+      ok &= check<Tf32n128>(s[0], s[1], s[2], rng);
+      ok &= check<Bf16>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
+      ok &= check<F16>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
+    }
+  }
+  if (mode == "sweep" || mode == "all") {
+    cublasHandle_t h;
+    cublasCreate(&h);
+    Timer timer;
+    for (int m : {1024, 4096, 16384})
+      for (int nk : {1024, 4096, 8192}) {
+        sweep<Tf32>(m, nk, nk, h, timer);
+        sweep<Bf16>(m, nk, nk, h, timer);
+      }
+    sweep<Tf32n128>(1024, 8192, 8192, h, timer);
+  }
+  std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,241 @@
+// Hopper (sm_90a) GEMM: TMA loads into 128-byte-swizzled shared memory, an mbarrier pipeline,
+// one producer warpgroup and two consumer warpgroups issuing wgmma, a persistent grid. Same
+// epilogue hook and column-statistics contract as gemm_simt.cuh / gemm_tc.cuh:
+//
+//   C[row, col] = epi.apply(epi.column(col), row, col, sum_k A[row, k] * B[col, k])
+//
+// A is [m, k] and B is [n, k] (a PyTorch Linear weight), both row-major, so both operands are
+// K-major as tf32 wgmma requires. They are read through tensor maps (the launcher encodes them,
+// see Sm90Gemm's traits); C is [m, n] row-major (ldc) and aliases neither A, B nor any epilogue
+// input. Operands: Tf32 (fp32 data, the tensor cores ignore the low 13 mantissa bits), Bf16, F16.
+//
+// Launch (Sm90Gemm<Op, BN> holds every number): block = THREADS (384), grid = min(tiles, SMs)
+// persistent blocks, dynamic shared memory = SMEM_BYTES (above 48 KiB: the launcher raises the
+// limit), entry point __launch_bounds__(THREADS, 1), compiled for sm_90a. The tensor maps are
+// 2-D {k, rows} with box {BK, BM} for A and {BK, BN} for B, 128-byte swizzle, zero fill, and
+// are passed as __grid_constant__ parameters. TMA needs the matrices 16-byte aligned with row
+// strides a multiple of 16 bytes (k % 4 == 0 for fp32, k % 8 == 0 for bf16/f16): the code
+// generator and the launcher check both and use gemm_tc.cuh otherwise.
+//
+// Roles: warpgroup 0 is the producer (one thread issues the TMA loads of stage after stage,
+// waiting on each stage's `empty` barrier); warpgroups 1 and 2 are consumers, each computing 64
+// rows of the 128 x BN tile with wgmma m64nBNk{8,16} from shared memory, releasing a stage once
+// the wgmma that read it has completed (one k-block of wgmma stays in flight). The producer runs
+// ahead into the next tile while the consumers run the epilogue of this one.
+//
+// Tiles: the block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... of the grouped
+// rasterization (tile_scheduler.cuh). Tails in m, n and k are zero-filled by TMA and masked in
+// the epilogue.
+//
+// Column statistics (partial_mean != nullptr): for row tile tm (rows [tm*BM, min(tm*BM+BM, m)))
+// and each valid column, the mean and M2 of the values STORED in C, at partial_mean[tm * n + col]
+// and partial_m2[tm * n + col] (col_stats.cuh's layout with tile_rows = BM). Each consumer warp
+// reduces its 16 rows with a fixed butterfly, then one thread per column merges the 8 warps in
+// order with Chan's formula: deterministic, no atomics.
+#pragma once
+
+#include "gemm_simt.cuh" // GemmShape, gemm_detail::chan_merge
+#include "sm90_primitives.cuh"
+#include "tile_scheduler.cuh"
+
+namespace kf {
+
+template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
+  static constexpr sm90::Operand OPERAND = Op;
+  static constexpr int BM = 128;    // two consumer warpgroups of 64 rows
+  static constexpr int BN = BlockN; // 128 or 256 (wgmma n)
+  static constexpr int ELEMENT_BYTES = Op == sm90::Operand::Tf32 ? 4 : 2;
+  static constexpr int BK = 128 / ELEMENT_BYTES; // one 128-byte swizzled row of K per stage
+  static constexpr int K_STEPS = 4;              // wgmma k-steps of 32 bytes per stage
+  static constexpr int THREADS = 384;
+  static constexpr int CONSUMER_WARPS = 8;
+  static constexpr int GROUP_M = 8; // grouped rasterization (tile_scheduler.cuh)
+  static constexpr int A_BYTES = BM * 128;
+  static constexpr int B_BYTES = BN * 128;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int STAGES = BN == 256 ? 4 : 6;
+  static constexpr int STATS_BYTES = 2 * CONSUMER_WARPS * BN * 4;
+  // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, then the stages, the
+  // statistics scratch and the full/empty barriers.
+  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + STATS_BYTES + 2 * STAGES * 8;
+  static constexpr int ACCUMULATORS = BN / 2; // fp32 registers per consumer thread
+  static_assert(BN == 128 || BN == 256, "wgmma tiles of 128 or 256 columns");
+  static_assert(SMEM_BYTES <= 227 * 1024, "sm_90 allows at most 227 KiB per block");
+  static_assert(BN <= 256, "one consumer thread per column merges the statistics");
+};
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+template <class Config, class Epilogue>
+__device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &map_b, GemmShape s,
+                          float *__restrict__ C, int ldc, const Epilogue &epi,
+                          float *__restrict__ partial_mean, float *__restrict__ partial_m2) {
+  using namespace sm90;
+  constexpr int BM = Config::BM, BN = Config::BN, STAGES = Config::STAGES;
+  extern __shared__ unsigned char kf_sm90_smem[];
+  unsigned char *smem = reinterpret_cast<unsigned char *>(
+      (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
+  float *stats = reinterpret_cast<float *>(smem + STAGES * Config::STAGE_BYTES);
+  unsigned long long *full = reinterpret_cast<unsigned long long *>(
+      smem + STAGES * Config::STAGE_BYTES + Config::STATS_BYTES);
+  unsigned long long *empty = full + STAGES;
+
+  const int tiles_m = ceil_div(s.m, BM), tiles_n = ceil_div(s.n, BN);
+  const int tiles = tiles_m * tiles_n;
+  const int kblocks = ceil_div(s.k, Config::BK);
+
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(map_a);
+    prefetch_tensor_map(map_b);
+#pragma unroll
+    for (int i = 0; i < STAGES; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], Config::CONSUMER_WARPS);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // Producer warpgroup: one thread streams the stages.
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      unsigned phase = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileCoord tc = grouped_tile(tile, tiles_m, tiles_n, Config::GROUP_M);
+        for (int kb = 0; kb < kblocks; ++kb) {
+          mbar_wait(&empty[stage], phase ^ 1u);
+          unsigned char *dst = smem + stage * Config::STAGE_BYTES;
+          mbar_arrive_expect_tx(&full[stage], Config::STAGE_BYTES);
+          tma_load_2d(dst, map_a, &full[stage], kb * Config::BK, tc.m * BM);
+          tma_load_2d(dst + Config::A_BYTES, map_b, &full[stage], kb * Config::BK, tc.n * BN);
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+  } else {
+    setmaxnreg_inc<232>();
+    const int warp = (threadIdx.x >> 5) - 4; // consumer warp 0..7: tile rows 16 * warp ..
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int half = warp >> 2;       // consumer warpgroup: rows 64 * half ..
+    const int ct = threadIdx.x - 128; // consumer thread 0..255
+    int stage = 0;
+    unsigned phase = 0;
+    float acc[Config::ACCUMULATORS];
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const TileCoord tc = grouped_tile(tile, tiles_m, tiles_n, Config::GROUP_M);
+      if (kblocks == 0) {
+#pragma unroll
+        for (int i = 0; i < Config::ACCUMULATORS; ++i)
+          acc[i] = 0.0f;
+      }
+      int previous = -1;
+      for (int kb = 0; kb < kblocks; ++kb) {
+        mbar_wait(&full[stage], phase);
+        const unsigned char *a = smem + stage * Config::STAGE_BYTES + half * 64 * 128;
+        const unsigned char *b = smem + stage * Config::STAGE_BYTES + Config::A_BYTES;
+        const unsigned long long da = smem_descriptor(a), db = smem_descriptor(b);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Config::K_STEPS; ++kk)
+          Wgmma<Config::OPERAND, BN>::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+        wgmma_commit();
+        // The previous k-block's wgmma has completed: its stage can be refilled.
+        wgmma_wait<1>();
+        fence_registers(acc);
+        if (previous >= 0 && lane == 0)
+          mbar_arrive(&empty[previous]);
+        previous = stage;
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+      wgmma_wait<0>();
+      fence_registers(acc);
+      if (previous >= 0 && lane == 0)
+        mbar_arrive(&empty[previous]);
+
+      // Epilogue from registers. Accumulator 4j + 2h + e holds row 16 * warp + g + 8h (of the
+      // tile), column 8j + 2q + e.
+      const int m0 = tc.m * BM, n0 = tc.n * BN;
+      const int row0 = m0 + 16 * warp + g;
+      const bool vec_c = (reinterpret_cast<unsigned long long>(C) & 7ull) == 0 && (ldc & 1) == 0;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = n0 + 8 * j + 2 * q;
+        const typename Epilogue::Column cols[2] = {epi.column(min(col, s.n - 1)),
+                                                   epi.column(min(col + 1, s.n - 1))};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + 8 * h;
+          if (row >= s.m)
+            continue;
+          float *crow = C + (static_cast<long long>(row) * ldc + col);
+          float &v0 = acc[4 * j + 2 * h], &v1 = acc[4 * j + 2 * h + 1];
+          if (col + 1 < s.n) {
+            v0 = epi.apply(cols[0], row, col, v0);
+            v1 = epi.apply(cols[1], row, col + 1, v1);
+            if (vec_c) {
+              *reinterpret_cast<float2 *>(crow) = make_float2(v0, v1);
+            } else {
+              crow[0] = v0;
+              crow[1] = v1;
+            }
+          } else if (col < s.n) {
+            v0 = epi.apply(cols[0], row, col, v0);
+            crow[0] = v0;
+          }
+        }
+      }
+
+      if (partial_mean != nullptr) {
+        const bool ok0 = row0 < s.m, ok1 = row0 + 8 < s.m;
+        const int valid = min(max(s.m - (m0 + 16 * warp), 0), 16);
+        const float inv = valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float a0 = ok0 ? acc[4 * j + e] : 0.0f, a1 = ok1 ? acc[4 * j + 2 + e] : 0.0f;
+            float sum = a0 + a1;
+            sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+            const float mean = sum * inv;
+            const float d0 = ok0 ? a0 - mean : 0.0f, d1 = ok1 ? a1 - mean : 0.0f;
+            float m2 = fmaf(d0, d0, d1 * d1);
+            m2 += __shfl_xor_sync(0xffffffffu, m2, 4);
+            m2 += __shfl_xor_sync(0xffffffffu, m2, 8);
+            m2 += __shfl_xor_sync(0xffffffffu, m2, 16);
+            if (g == 0) {
+              stats[warp * BN + 8 * j + 2 * q + e] = mean;
+              stats[(Config::CONSUMER_WARPS + warp) * BN + 8 * j + 2 * q + e] = m2;
+            }
+          }
+        named_barrier(1, 256);
+        if (ct < BN && n0 + ct < s.n) {
+          float n_acc = 0.0f, mean_acc = 0.0f, m2_acc = 0.0f;
+          for (int w = 0; w < Config::CONSUMER_WARPS; ++w) {
+            const int cnt = min(max(s.m - (m0 + 16 * w), 0), 16);
+            gemm_detail::chan_merge(n_acc, mean_acc, m2_acc, static_cast<float>(cnt),
+                                    stats[w * BN + ct],
+                                    stats[(Config::CONSUMER_WARPS + w) * BN + ct]);
+          }
+          const long long idx = static_cast<long long>(tc.m) * s.n + n0 + ct;
+          partial_mean[idx] = mean_acc;
+          partial_m2[idx] = m2_acc;
+        }
+        named_barrier(1, 256); // the scratch is free for the next tile
+      }
+    }
+  }
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf
