@@ -44,6 +44,7 @@
   } while (0)
 
 struct Identity {
+  static constexpr int COLUMN_FLOATS = 0;
   struct Column {};
   __device__ Column column(int) const { return {}; }
   __device__ float apply(const Column &, int, int, float acc) const { return acc; }
@@ -52,6 +53,7 @@ struct Identity {
 // The shape of kfuse's folded-affine epilogue: per-column scale and shift read from memory.
 struct Affine {
   const float *alpha, *beta;
+  static constexpr int COLUMN_FLOATS = 2;
   struct Column {
     float a, b;
   };
@@ -261,13 +263,13 @@ template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &ti
   });
   double flop = 2.0 * m * n * k;
   if (Cfg::OPERAND == kf::sm90::Operand::Tf32 && m == 1024 && n == 8192) {
-    CHECK_CUDA(cudaFuncSetAttribute(sm90_affine<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+    CHECK_CUDA(cudaFuncSetAttribute(sm90_affine<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes(2)));
     float *ab;
     CHECK_CUDA(cudaMalloc(&ab, sizeof(float) * 2 * n));
     fill(ab, 2 * static_cast<size_t>(n), rng, 1.0f);
     const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
     double affine = timer.median_ms([&] {
-      sm90_affine<Cfg><<<std::min(tiles, g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(ma, mb, kf::GemmShape{m, n, k}, c,
+      sm90_affine<Cfg><<<std::min(tiles, g_sms), Cfg::THREADS, Cfg::smem_bytes(2)>>>(ma, mb, kf::GemmShape{m, n, k}, c,
                                                                                   ab, ab + n);
     });
     std::printf("epilogue %5d x %5d x %5d: identity %.3f ms, affine %.3f ms\n", m, n, k, ours, affine);

@@ -10,11 +10,11 @@
 // input. Operands: Tf32 (fp32 data, the tensor cores ignore the low 13 mantissa bits), Bf16, F16.
 //
 // Launch (Sm90Gemm<Op, BN> holds every number): block = THREADS (384), grid = min(tiles, SMs)
-// persistent blocks, dynamic shared memory = SMEM_BYTES (above 48 KiB: the launcher raises the
-// limit), entry point __launch_bounds__(THREADS, 1), compiled for sm_90a. The tensor maps are
-// 2-D {k, rows} with box {BK, BM} for A and {BK, BN} for B, 128-byte swizzle, zero fill, and
-// are passed as __grid_constant__ parameters. TMA needs the matrices 16-byte aligned with row
-// strides a multiple of 16 bytes (k % 4 == 0 for fp32, k % 8 == 0 for bf16/f16): the code
+// persistent blocks, dynamic shared memory = smem_bytes(Epilogue::COLUMN_FLOATS) (above 48 KiB:
+// the launcher raises the limit), entry point __launch_bounds__(THREADS, 1), compiled for sm_90a.
+// The tensor maps are 2-D {k, rows} with box {BK, BM} for A and {BK, BN} for B, 128-byte swizzle,
+// zero fill, and are passed as __grid_constant__ parameters. TMA needs the matrices 16-byte aligned
+// with row strides a multiple of 16 bytes (k % 4 == 0 for fp32, k % 8 == 0 for bf16/f16): the code
 // generator and the launcher check both and use gemm_tc.cuh otherwise.
 //
 // Roles: warpgroup 0 is the producer (one thread issues the TMA loads of stage after stage,
@@ -26,6 +26,11 @@
 // Tiles: the block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... of the grouped
 // rasterization (tile_scheduler.cuh). Tails in m, n and k are zero-filled by TMA and masked in
 // the epilogue.
+//
+// Epilogue: the concept of gemm_simt.cuh plus `static constexpr int COLUMN_FLOATS`, the number
+// of floats in a Column (its only members). Where caches_columns(COLUMN_FLOATS), consumer
+// thread t evaluates column(n0 + t) once per tile, while the tile's first wgmma runs, into
+// shared memory, and the epilogue reads Columns from there.
 //
 // Column statistics (partial_mean != nullptr): for row tile tm (rows [tm*BM, min(tm*BM+BM, m)))
 // and each valid column, the mean and M2 of the values STORED in C, at partial_mean[tm * n + col]
@@ -59,9 +64,20 @@ template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
   // statistics scratch and the full/empty barriers.
   static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + STATS_BYTES + 2 * STAGES * 8;
   static constexpr int ACCUMULATORS = BN / 2; // fp32 registers per consumer thread
+  // Epilogues whose Column holds 1..MAX_CACHED_COLUMN_FLOATS floats have it computed once per
+  // tile column (not once per thread and column) into a double-buffered shared-memory cache.
+  static constexpr int MAX_CACHED_COLUMN_FLOATS = 6;
+  KF_HOST_DEVICE static constexpr bool caches_columns(int column_floats) {
+    return column_floats > 0 && column_floats <= MAX_CACHED_COLUMN_FLOATS;
+  }
+  // Dynamic shared memory for an epilogue whose Column holds `column_floats` floats.
+  KF_HOST_DEVICE static constexpr int smem_bytes(int column_floats) {
+    return SMEM_BYTES + (caches_columns(column_floats) ? 2 * BN * 4 * column_floats : 0);
+  }
   static_assert(BN == 128 || BN == 256, "wgmma tiles of 128 or 256 columns");
   static_assert(SMEM_BYTES <= 227 * 1024, "sm_90 allows at most 227 KiB per block");
   static_assert(BN <= 256, "one consumer thread per column merges the statistics");
+  static_assert(smem_bytes(MAX_CACHED_COLUMN_FLOATS) <= 227 * 1024, "the column cache fits");
 };
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -79,6 +95,9 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   unsigned long long *full = reinterpret_cast<unsigned long long *>(
       smem + STAGES * Config::STAGE_BYTES + Config::STATS_BYTES);
   unsigned long long *empty = full + STAGES;
+  using Column = typename Epilogue::Column;
+  constexpr bool kCache = Config::caches_columns(Epilogue::COLUMN_FLOATS);
+  Column *column_cache = reinterpret_cast<Column *>(empty + STAGES); // [2][BN] when kCache
 
   const int tiles_m = ceil_div(s.m, BM), tiles_n = ceil_div(s.n, BN);
   const int tiles = tiles_m * tiles_n;
@@ -126,9 +145,19 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     int stage = 0;
     unsigned phase = 0;
     float acc[Config::ACCUMULATORS];
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int turn = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++turn) {
       const TileCoord tc = grouped_tile(tile, tiles_m, tiles_n, Config::GROUP_M);
+      const int m0 = tc.m * BM, n0 = tc.n * BN;
+      Column *cache = column_cache + (turn & 1) * BN;
+      auto fill_cache = [&] {
+        if constexpr (kCache) {
+          if (ct < BN)
+            cache[ct] = epi.column(min(n0 + ct, s.n - 1));
+        }
+      };
       if (kblocks == 0) {
+        fill_cache();
 #pragma unroll
         for (int i = 0; i < Config::ACCUMULATORS; ++i)
           acc[i] = 0.0f;
@@ -144,6 +173,8 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
         for (int kk = 0; kk < Config::K_STEPS; ++kk)
           Wgmma<Config::OPERAND, BN>::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
         wgmma_commit();
+        if (kb == 0)
+          fill_cache(); // its loads overlap the first wgmma
         // The previous k-block's wgmma has completed: its stage can be refilled.
         wgmma_wait<1>();
         fence_registers(acc);
@@ -161,15 +192,23 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
         mbar_arrive(&empty[previous]);
 
       // Epilogue from registers. Accumulator 4j + 2h + e holds row 16 * warp + g + 8h (of the
-      // tile), column 8j + 2q + e.
-      const int m0 = tc.m * BM, n0 = tc.n * BN;
+      // tile), column 8j + 2q + e. The cache of this turn is complete after the barrier; the
+      // one of the next turn is written after this turn's barrier, when no thread reads it.
+      if constexpr (kCache)
+        named_barrier(2, 256);
       const int row0 = m0 + 16 * warp + g;
       const bool vec_c = (reinterpret_cast<unsigned long long>(C) & 7ull) == 0 && (ldc & 1) == 0;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         const int col = n0 + 8 * j + 2 * q;
-        const typename Epilogue::Column cols[2] = {epi.column(min(col, s.n - 1)),
-                                                   epi.column(min(col + 1, s.n - 1))};
+        Column cols[2];
+        if constexpr (kCache) {
+          cols[0] = cache[8 * j + 2 * q];
+          cols[1] = cache[8 * j + 2 * q + 1];
+        } else {
+          cols[0] = epi.column(min(col, s.n - 1));
+          cols[1] = epi.column(min(col + 1, s.n - 1));
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + 8 * h;

@@ -120,7 +120,15 @@ private:
     launch.cols = mm.type.shape[1];
     launch.inner = g_[a].type.shape[1];
     std::string type = k.name + "_epilogue";
-    std::vector<ValueId> cols = w.column_values();
+    // A Column carries the column values apply() reads, computed once per column.
+    std::set<ValueId> read_per_element;
+    for (ValueId id : k.computes)
+      if (g_[id].type.rank() == 2)
+        read_per_element.insert(g_[id].args.begin(), g_[id].args.end());
+    std::vector<ValueId> cols;
+    for (ValueId c : w.column_values())
+      if (read_per_element.count(c))
+        cols.push_back(c);
     std::string fields, copy_in, copy_out;
     for (ValueId c : cols) {
       fields += fmt::format("    float {};\n", w.var(c));
@@ -128,6 +136,7 @@ private:
       copy_in += fmt::format("{}const float {} = c.{};\n", kIndent, w.var(c), w.var(c));
     }
     std::string s = functor_head(type, w);
+    s += fmt::format("  static constexpr int COLUMN_FLOATS = {};\n", cols.size());
     s += fmt::format("  struct Column {{\n{}  }};\n", fields);
     s += fmt::format(
         "  __device__ Column column(int col) const {{\n{}{}return Column{{{}}};\n  }}\n",
@@ -150,7 +159,7 @@ private:
       geo.tile_rows = Config::BM;
       geo.tile_cols = Config::BN;
       geo.block_threads = Config::THREADS;
-      geo.smem_bytes = Config::SMEM_BYTES;
+      geo.smem_bytes = Config::smem_bytes(static_cast<int>(cols.size()));
       if (k.stats_of >= 0)
         partial_rows_[k.stats_of] = Config::BM;
       auto map = [&](ValueId v, int box_rows) {

@@ -15,16 +15,9 @@ struct k0_gemm_epilogue {
   const float *p_running_var;
   float *p_t12;
   int d_N;
+  static constexpr int COLUMN_FLOATS = 2;
   struct Column {
-    float v_t2;
-    float v_t3;
-    float v_t4;
-    float v_t5;
-    float v_t6;
-    float v_t7;
-    float v_t8;
     float v_t9;
-    float v_t10;
     float v_t11;
   };
   __device__ Column column(int col) const {
@@ -38,18 +31,10 @@ struct k0_gemm_epilogue {
     const float v_t9 = p_scale[col] * v_t6;
     const float v_t10 = v_t2 * v_t6;
     const float v_t11 = v_t10 + v_t8;
-    return Column{v_t2, v_t3, v_t4, v_t5, v_t6, v_t7, v_t8, v_t9, v_t10, v_t11};
+    return Column{v_t9, v_t11};
   }
   __device__ float apply(const Column &c, int row, int col, float acc) const {
-    const float v_t2 = c.v_t2;
-    const float v_t3 = c.v_t3;
-    const float v_t4 = c.v_t4;
-    const float v_t5 = c.v_t5;
-    const float v_t6 = c.v_t6;
-    const float v_t7 = c.v_t7;
-    const float v_t8 = c.v_t8;
     const float v_t9 = c.v_t9;
-    const float v_t10 = c.v_t10;
     const float v_t11 = c.v_t11;
     const float v_t1 = acc;
     const float v_t12 = v_t1 * v_t9 + v_t11;

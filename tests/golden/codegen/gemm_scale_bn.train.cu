@@ -11,6 +11,7 @@ struct k0_gemm_epilogue {
   const float *p_weight;
   float *p_t1;
   int d_N;
+  static constexpr int COLUMN_FLOATS = 0;
   struct Column {
   };
   __device__ Column column(int col) const {
