@@ -3,13 +3,18 @@
 #include "compiler/ir/printer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 
 namespace kfuse::codegen {
 
 using namespace ir;
 
-std::string float_literal(double v) { return "float(" + format_number(v) + ")"; }
+std::string float_literal(double v) {
+  if (std::isinf(v))
+    return v < 0 ? "-kf::inf()" : "kf::inf()";
+  return "float(" + format_number(v) + ")";
+}
 
 KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
                            const std::vector<std::string> &names)
@@ -70,60 +75,57 @@ std::string KernelWriter::operand(ValueId v, bool element, const std::set<ValueI
                      t.shape[1] == one ? "0" : "col");
 }
 
+// An attribute in a CUDA expression: a float literal, a choice's word, or a clamp bound
+// left at none (its infinity).
+static std::string cuda_attr(const AttrSpec &spec, const AttrValue &a) {
+  switch (spec.kind) {
+  case AttrKind::Number:
+  case AttrKind::OptNumber:
+  case AttrKind::Int:
+    return float_literal(a.number);
+  case AttrKind::Choice:
+    return a.dim;
+  case AttrKind::Extent:
+  case AttrKind::DType:
+    break;
+  }
+  throw CodegenError(fmt::format("internal error: attribute '{}' has no CUDA spelling", spec.name));
+}
+
 std::string KernelWriter::statement(ValueId id, bool element,
                                     const std::set<ValueId> &given) const {
   const Value &v = g_[id];
-  auto arg = [&](size_t i) { return operand(v.args.at(i), element, given); };
+  const OpInfo &info = op_info(v.op);
+  if (info.cuda.empty())
+    throw CodegenError(
+        fmt::format("internal error: kernel {} cannot compute {} inline", k_.name, info.name));
+  // Expands the op table's expression: {0}, {1}, ... are the operands, {name} an attribute.
   std::string e;
-  switch (v.op) {
-  case OpKind::Constant:
-    e = float_literal(v.attr("value"));
-    break;
-  case OpKind::Add:
-    e = arg(0) + " + " + arg(1);
-    break;
-  case OpKind::Sub:
-    e = arg(0) + " - " + arg(1);
-    break;
-  case OpKind::Mul:
-    e = arg(0) + " * " + arg(1);
-    break;
-  case OpKind::Div:
-    e = arg(0) + " / " + arg(1);
-    break;
-  case OpKind::Relu:
-    e = "kf::relu(" + arg(0) + ")";
-    break;
-  case OpKind::Gelu:
-    e = "kf::gelu(" + arg(0) + ")";
-    break;
-  case OpKind::Sigmoid:
-    e = "kf::sigmoid(" + arg(0) + ")";
-    break;
-  case OpKind::Tanh:
-    e = "tanhf(" + arg(0) + ")";
-    break;
-  case OpKind::Silu:
-    e = "kf::silu(" + arg(0) + ")";
-    break;
-  case OpKind::Rsqrt: // correctly rounded sqrt and division: rsqrtf's 2 ulp would show in BN
-    e = "1.0f / sqrtf(" + arg(0) + ")";
-    break;
-  case OpKind::ColAffine:
-    e = arg(0) + " * " + arg(1) + " + " + arg(2);
-    break;
-  default:
-    throw CodegenError(fmt::format("internal error: kernel {} cannot compute {} inline", k_.name,
-                                   op_info(v.op).name));
+  std::string_view text = info.cuda;
+  for (size_t i = 0; i < text.size(); ++i) {
+    size_t close = text[i] == '{' ? text.find('}', i) : std::string_view::npos;
+    if (close == std::string_view::npos) {
+      e += text[i];
+      continue;
+    }
+    std::string_view key = text.substr(i + 1, close - i - 1);
+    i = close;
+    if (key[0] >= '0' && key[0] <= '9') {
+      e += operand(v.args.at(static_cast<size_t>(key[0] - '0')), element, given);
+      continue;
+    }
+    const AttrSpec *spec = nullptr;
+    for (const AttrSpec &s : info.attrs)
+      spec = s.name == key ? &s : spec;
+    if (!spec)
+      throw CodegenError(
+          fmt::format("internal error: the CUDA expression of {} names '{}'", info.name, key));
+    e += cuda_attr(*spec, v.attrs.at(std::string(key)));
   }
   return fmt::format("const float {} = {};\n", var(id), e);
 }
 
-static bool is_inline_op(const Value &v) {
-  OpClass c = op_info(v.op).cls;
-  return c == OpClass::Binary || c == OpClass::Unary || c == OpClass::ColAffine ||
-         c == OpClass::Constant;
-}
+static bool is_inline_op(const Value &v) { return !op_info(v.op).cuda.empty(); }
 
 std::vector<ValueId> KernelWriter::column_values() const {
   std::vector<ValueId> out;

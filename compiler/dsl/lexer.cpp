@@ -111,6 +111,8 @@ private:
     }
     if (is_digit(c))
       return number();
+    if (c == '"')
+      return string();
     TokenKind kind = punctuation(c);
     if (kind != TokenKind::Error)
       return make(kind, 1);
@@ -120,6 +122,25 @@ private:
     return make(TokenKind::Error, 1,
                 fmt::format("unexpected byte 0x{:02X}{}", byte,
                             byte >= 0x80 ? " (only ASCII is allowed outside comments)" : ""));
+  }
+
+  // A string ends at the next '"' on the same line; its text includes the quotes.
+  Token string() {
+    size_t end = pos_ + 1;
+    while (end < text_.size() && text_[end] != '"' && text_[end] != '\n') {
+      auto byte = static_cast<unsigned char>(text_[end]);
+      if (byte < 0x20 || byte >= 0x7f || byte == '\\')
+        return make(TokenKind::Error, end + 1 - pos_,
+                    "a string holds printable ASCII characters other than '\\' only");
+      ++end;
+    }
+    if (end >= text_.size() || text_[end] == '\n')
+      return make(TokenKind::Error, end - pos_, "unterminated string");
+    size_t n = end + 1 - pos_;
+    if (n > kMaxTokenLength)
+      return make(TokenKind::Error, n,
+                  fmt::format("string is longer than {} characters", kMaxTokenLength));
+    return make(TokenKind::String, n);
   }
 
   Token number() {
@@ -185,6 +206,8 @@ std::string describe(const Token &t) {
   case TokenKind::Integer:
   case TokenKind::Float:
     return fmt::format("number '{}'", t.text);
+  case TokenKind::String:
+    return fmt::format("string {}", t.text);
   case TokenKind::End:
     return "end of file";
   case TokenKind::Error:

@@ -1,4 +1,4 @@
-// The .kf lexer: identifiers, numbers and punctuation; '#' starts a comment to the end of
+// The .kf lexer: identifiers, numbers, strings and punctuation; '#' starts a comment to the end of
 // the line. Keywords are identifiers to the lexer: whether `dim` is a keyword or an
 // attribute name depends on where it stands, which the parser decides.
 #pragma once
@@ -17,6 +17,7 @@ enum class TokenKind : uint8_t {
   Identifier, // [A-Za-z_][A-Za-z0-9_]*
   Integer,    // [0-9]+
   Float,      // [0-9]+ ('.' [0-9]+)? ([eE] [+-]? [0-9]+)?, with a '.' or an exponent
+  String,     // '"' printable ASCII except '"' and '\\', on one line '"': a choice attribute
   LBrace,
   RBrace,
   LParen,

@@ -62,9 +62,16 @@ std::string with_article(std::string_view what) {
 
 // A parsed expression: its value and the source it spans (for carets on arguments).
 struct Operand {
-  ValueId id;
+  ValueId id; // -1 for a number until the call gives it a type
   SourceRange range;
   bool is_call; // a new op value, which an assignment names, rather than a name's value
+  std::optional<double> number; // a numeric literal operand (`mul(h, 2.0)`)
+};
+
+// The shape of a call as written, for suggestions: its positional arguments and attributes.
+struct CallShape {
+  int args = 0;
+  std::vector<std::string_view> attrs;
 };
 
 class Parser {
@@ -309,7 +316,7 @@ private:
     if (!t.is(TokenKind::Identifier))
       unexpected(t, "a name or a call");
     take();
-    return {lookup(t), t.range(), false};
+    return {lookup(t), t.range(), false, std::nullopt};
   }
 
   ValueId lookup(const Token &t) const {
@@ -332,13 +339,9 @@ private:
       diags_.error(name.range(),
                    fmt::format("calls are nested more than {} deep", kMaxCallNesting));
     std::optional<ir::OpKind> kind = ir::op_by_name(name.text);
-    if (!kind) {
-      std::vector<std::string_view> candidates;
-      for (const ir::OpInfo &op : ir::all_ops())
-        candidates.push_back(op.name);
-      diags_.error(name.range(),
-                   fmt::format("unknown op '{}'{}", name.text, suggestion(name.text, candidates)));
-    }
+    if (!kind)
+      diags_.error(name.range(), fmt::format("unknown op '{}'{}", name.text,
+                                             op_suggestion(name.text, call_shape())));
     const ir::OpInfo &info = ir::op_info(*kind);
     bool effect = info.cls == ir::OpClass::Effect;
     if (effect && !statement)
@@ -361,7 +364,7 @@ private:
           first_attr = &peek();
         attribute(info, attrs, attr_keys);
       } else {
-        Operand a = expr(depth + 1);
+        Operand a = is_number_start() ? number_operand() : expr(depth + 1);
         if (first_attr)
           diags_.error(a.range, fmt::format("positional argument after the attribute '{}'; "
                                             "attributes come last",
@@ -388,9 +391,10 @@ private:
       diags_.error(name.range(), fmt::format("too few arguments to {}: it takes {}, got {}",
                                              info.name, takes, n));
     for (const ir::AttrSpec &spec : info.attrs)
-      if (!spec.default_value && !attrs.count(std::string(spec.name)))
+      if (spec.required && !attrs.count(std::string(spec.name)))
         diags_.error(name.range(),
                      fmt::format("{} requires the attribute '{}'", info.name, spec.name));
+    type_numbers(info, name, args);
 
     std::vector<ValueId> ids;
     for (const Operand &a : args)
@@ -404,7 +408,104 @@ private:
     }
     builder_.at(id).origins = {fmt::format("{}@{}", info.name, name.loc.line)};
     check_updates(id, args);
-    return {id, span(name, *close), true};
+    return {id, span(name, *close), true, std::nullopt};
+  }
+
+  // --- numbers as operands and suggestions -----------------------------------------------
+
+  bool is_number_start() const {
+    const Token &t = peek();
+    return t.is(TokenKind::Integer) || t.is(TokenKind::Float) ||
+           (t.is(TokenKind::Minus) &&
+            (peek(1).is(TokenKind::Integer) || peek(1).is(TokenKind::Float)));
+  }
+
+  // `2.0`, `-0.5`, `3`: typed later, as a constant of its tensor operand's element type.
+  Operand number_operand() {
+    const Token *minus = accept(TokenKind::Minus);
+    const Token &t = take();
+    SourceRange at = minus ? span(*minus, t) : t.range();
+    double x = 0;
+    auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), x);
+    if (ec != std::errc())
+      diags_.error(at, fmt::format("number {}{} is out of range", minus ? "-" : "", t.text));
+    return {-1, at, true, minus ? -x : x};
+  }
+
+  // Numbers are operands of pointwise binary ops, beside a tensor whose element type they
+  // take; each becomes a constant op.
+  void type_numbers(const ir::OpInfo &info, const Token &name, std::vector<Operand> &args) {
+    std::optional<ir::DType> dtype;
+    for (const Operand &a : args)
+      if (!a.number)
+        dtype = builder_.graph()[a.id].type.dtype;
+    for (Operand &a : args) {
+      if (!a.number)
+        continue;
+      if (info.cls != ir::OpClass::Binary) {
+        std::vector<std::string_view> binary;
+        for (ir::OpKind k : ir::ops_of_class(ir::OpClass::Binary))
+          binary.push_back(ir::op_info(k).name);
+        diags_.error(a.range, fmt::format("a number cannot be an argument of {}; numbers are "
+                                          "operands of {}",
+                                          info.name, fmt::join(binary, ", ")));
+      }
+      if (!dtype)
+        diags_.error(name.range(), fmt::format("{} needs a tensor operand; both operands are "
+                                               "numbers",
+                                               info.name));
+      a.id =
+          builder_.op(ir::OpKind::Constant, {},
+                      {{"value", {*a.number, {}}}, {"dtype", {0, std::string(dtype_name(*dtype))}}},
+                      {}, a.range.loc);
+      builder_.at(a.id).origins = {fmt::format("{}@{}", info.name, name.loc.line)};
+    }
+  }
+
+  // The call's shape as written from the current '(' to its ')'; nullopt when it does not
+  // close before an error or the end of the file.
+  std::optional<CallShape> call_shape() const {
+    CallShape shape;
+    int depth = 0;
+    for (size_t i = pos_; i < tokens_.size(); ++i) {
+      const Token &t = tokens_[i];
+      if (t.is(TokenKind::End) || t.is(TokenKind::Error))
+        return std::nullopt;
+      if (t.is(TokenKind::RParen) && --depth == 0)
+        return shape;
+      bool arg_start =
+          (t.is(TokenKind::LParen) && depth++ == 0) || (t.is(TokenKind::Comma) && depth == 1);
+      if (!arg_start || i + 1 >= tokens_.size() || tokens_[i + 1].is(TokenKind::RParen))
+        continue;
+      if (tokens_[i + 1].is(TokenKind::Identifier) && i + 2 < tokens_.size() &&
+          tokens_[i + 2].is(TokenKind::Equal))
+        shape.attrs.push_back(tokens_[i + 1].text);
+      else
+        ++shape.args;
+    }
+    return std::nullopt;
+  }
+
+  // A suggestion for an unknown op among the ops the call could be, as written: those
+  // taking its number of operands and each of its attributes (so `sum(h, dim=1)` does not
+  // suggest `sub`). A known op that starts with the word comes first (`max(a, b)`:
+  // `maximum`), then the closest spelling.
+  static std::string op_suggestion(std::string_view word, const std::optional<CallShape> &shape) {
+    std::vector<std::string_view> candidates;
+    for (const ir::OpInfo &op : ir::all_ops()) {
+      bool fits = !shape || (op.min_args <= shape->args && shape->args <= op.max_args);
+      for (size_t i = 0; fits && shape && i < shape->attrs.size(); ++i) {
+        fits = false;
+        for (const ir::AttrSpec &spec : op.attrs)
+          fits = fits || spec.name == shape->attrs[i];
+      }
+      if (fits)
+        candidates.push_back(op.name);
+    }
+    for (std::string_view c : candidates)
+      if (word.size() >= 3 && c.size() > word.size() && c.substr(0, word.size()) == word)
+        return fmt::format("; did you mean '{}'?", c);
+    return suggestion(word, candidates);
   }
 
   // The running statistics an op updates must be distinct states, each updated once.
@@ -467,26 +568,31 @@ private:
     const Token *minus = accept(TokenKind::Minus);
     const Token &t = peek();
     bool number = t.is(TokenKind::Integer) || t.is(TokenKind::Float);
+    bool string = t.is(TokenKind::String);
     if (minus && !number)
       unexpected(t, "a number after '-'");
-    if (!number && !t.is(TokenKind::Identifier))
-      unexpected(t, "an attribute value (a number or a name)");
+    if (!number && !string && !t.is(TokenKind::Identifier))
+      unexpected(t, "an attribute value (a number, a name or a string)");
     take();
     if (peek().is(TokenKind::LParen))
-      diags_.error(t.range(), "an attribute value is a number or a name, not a call");
+      diags_.error(t.range(), "an attribute value is a number, a name or a string, not a call");
     SourceRange at = minus ? span(*minus, t) : t.range();
-    std::string got =
-        number ? fmt::format("{}{}", minus ? "-" : "", t.text) : fmt::format("'{}'", t.text);
+    std::string got = number   ? fmt::format("{}{}", minus ? "-" : "", t.text)
+                      : string ? std::string(t.text)
+                               : fmt::format("'{}'", t.text);
     std::string what = fmt::format("attribute '{}' of {}", spec.name, info.name);
+    ir::AttrValue value;
     switch (spec.kind) {
-    case ir::AttrKind::Number: {
+    case ir::AttrKind::Number:
+    case ir::AttrKind::OptNumber: {
       if (!number)
         diags_.error(at, fmt::format("{} must be a number, got {}", what, got));
       double x = 0;
       auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), x);
       if (ec != std::errc())
         diags_.error(at, fmt::format("number {} is out of range", got));
-      return {minus ? -x : x, {}};
+      value = {minus ? -x : x, {}};
+      break;
     }
     case ir::AttrKind::Int: {
       if (!t.is(TokenKind::Integer))
@@ -495,7 +601,8 @@ private:
       auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), x);
       if (ec != std::errc() || x > ir::kMaxExtent)
         diags_.error(at, fmt::format("{} is out of range: {}", what, got));
-      return {static_cast<double>(minus ? -x : x), {}};
+      value = {static_cast<double>(minus ? -x : x), {}};
+      break;
     }
     case ir::AttrKind::Extent:
       if (t.is(TokenKind::Identifier))
@@ -505,12 +612,24 @@ private:
                      fmt::format("{} must be a positive integer or a dim name, got {}", what, got));
       return {static_cast<double>(positive_integer(t, at, what)), {}};
     case ir::AttrKind::DType:
+      if (!t.is(TokenKind::Identifier) || !ir::parse_dtype(t.text))
+        diags_.error(
+            at, fmt::format("{} must be an element type (f32, f16 or bf16), got {}", what, got));
+      value = {0, std::string(t.text)};
+      break;
+    case ir::AttrKind::Choice:
+      if (!string)
+        diags_.error(at,
+                     fmt::format("{} must be {}, got {}{}", what, ir::attr_expectation(spec), got,
+                                 t.is(TokenKind::Identifier)
+                                     ? fmt::format("; write it as a string: \"{}\"", t.text)
+                                     : ""));
+      value = {0, std::string(t.text.substr(1, t.text.size() - 2))};
       break;
     }
-    if (!t.is(TokenKind::Identifier) || !ir::parse_dtype(t.text))
-      diags_.error(at,
-                   fmt::format("{} must be an element type (f32, f16 or bf16), got {}", what, got));
-    return {0, std::string(t.text)};
+    if (auto problem = ir::check_attr(spec, value))
+      diags_.error(at, fmt::format("{} {}", what, *problem));
+    return value;
   }
 
   struct Declared {

@@ -69,8 +69,8 @@ ValueId GraphBuilder::declare(ValueKind kind, std::string name, TensorType type,
   return static_cast<ValueId>(g_.values.size() - 1);
 }
 
-ValueId GraphBuilder::op(OpKind op, std::vector<ValueId> args, std::map<std::string, AttrValue> attrs,
-                         std::string name, SourceLoc loc) {
+ValueId GraphBuilder::op(OpKind op, std::vector<ValueId> args,
+                         std::map<std::string, AttrValue> attrs, std::string name, SourceLoc loc) {
   const OpInfo &info = op_info(op);
   for (const auto &[key, value] : attrs) {
     bool known = false;
@@ -80,12 +80,18 @@ ValueId GraphBuilder::op(OpKind op, std::vector<ValueId> args, std::map<std::str
       throw TypeError(-1, fmt::format("{} has no attribute '{}'", info.name, key));
   }
   for (const AttrSpec &spec : info.attrs) {
-    if (attrs.count(std::string(spec.name)))
-      continue;
-    if (!spec.default_value)
-      throw TypeError(-1, fmt::format("{} requires the attribute '{}'", info.name, spec.name));
-    attrs[std::string(spec.name)] = AttrValue{*spec.default_value, {}};
+    auto it = attrs.find(std::string(spec.name));
+    if (it == attrs.end()) {
+      if (spec.required)
+        throw TypeError(-1, fmt::format("{} requires the attribute '{}'", info.name, spec.name));
+      attrs[std::string(spec.name)] = default_attr(spec);
+    } else if (auto problem = check_attr(spec, it->second)) {
+      throw TypeError(-1, fmt::format("attribute '{}' of {} {}", spec.name, info.name, *problem));
+    }
   }
+  if (info.rule)
+    if (auto problem = info.rule(attrs))
+      throw TypeError(-1, *problem);
   std::vector<TensorType> types;
   for (ValueId a : args)
     types.push_back(g_.values.at(static_cast<size_t>(a)).type);

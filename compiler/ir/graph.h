@@ -24,21 +24,13 @@ std::string_view value_kind_name(ValueKind k);
 enum class Mode : uint8_t { Train, Eval };
 std::string_view mode_name(Mode m);
 
-// An attribute value: a number (`eps=1e-5`, `dim=1`) or an identifier: a dim name
-// (`count=N`) or a type name (`dtype=f32`).
-struct AttrValue {
-  double number = 0;
-  std::string dim; // the identifier; empty when the value is the number
-  bool operator==(const AttrValue &o) const { return number == o.number && dim == o.dim; }
-};
-
 struct Value {
   std::string name; // the name it was written with; unique names are made by the printer
   ValueKind kind = ValueKind::Op;
-  OpKind op = OpKind::Add;     // meaningful when kind == Op
-  std::vector<ValueId> args;   // when kind == Op
+  OpKind op = OpKind::Add;                // meaningful when kind == Op
+  std::vector<ValueId> args;              // when kind == Op
   std::map<std::string, AttrValue> attrs; // every attribute of op_info(op), defaults filled in
-  TensorType type;             // rank 0 for effects (bn_update)
+  TensorType type;                        // rank 0 for effects (bn_update)
   SourceLoc loc;
   // Provenance, for `kfuse plan`: the user op statements this value computes part of
   // ("batchnorm@9" = the batchnorm on line 9), and the passes that rewrote it.

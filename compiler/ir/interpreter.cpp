@@ -1,6 +1,7 @@
 #include "compiler/ir/interpreter.h"
 
 #include "compiler/ir/infer.h"
+#include "compiler/ir/pointwise.h"
 
 #include <fmt/format.h>
 
@@ -11,42 +12,12 @@
 #include <stdexcept>
 
 namespace kfuse::ir {
-double eval_binary(OpKind op, double a, double b) {
-  switch (op) {
-  case OpKind::Add:
-    return a + b;
-  case OpKind::Sub:
-    return a - b;
-  case OpKind::Mul:
-    return a * b;
-  default:
-    return a / b;
-  }
-}
-
-double eval_unary(OpKind op, double x) {
-  switch (op) {
-  case OpKind::Relu:
-    return std::max(x, 0.0); // keeps NaN, as torch.relu does
-  case OpKind::Gelu:
-    return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-  case OpKind::Sigmoid:
-    return 1.0 / (1.0 + std::exp(-x));
-  case OpKind::Tanh:
-    return std::tanh(x);
-  case OpKind::Silu:
-    return x / (1.0 + std::exp(-x));
-  default:
-    return 1.0 / std::sqrt(x);
-  }
-}
 
 std::string shape_text(const std::vector<int64_t> &shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
 namespace {
-
 
 // The concrete shape of a declaration, with errors that name it.
 std::vector<int64_t> declared_shape(const Graph &g, ValueId id, const DimBindings &dims) {
@@ -152,10 +123,11 @@ ColumnStats column_stats(const HostTensor &y) {
   return s;
 }
 
-
 // Numpy broadcasting of tensors of rank 1 or 2: a rank-1 operand is a single row, and an
 // extent of 1 is read with stride 0.
-HostTensor binary(OpKind op, const HostTensor &a, const HostTensor &b) {
+HostTensor binary(const Value &v, const HostTensor &a, const HostTensor &b) {
+  const OpInfo &info = op_info(v.op);
+  std::vector<double> attr = attr_numbers(info, v.attrs);
   auto rows = [](const HostTensor &t) { return t.shape.size() == 2 ? t.shape[0] : 1; };
   auto cols = [](const HostTensor &t) { return t.shape.back(); };
   int64_t n = std::max(rows(a), rows(b)), c = std::max(cols(a), cols(b));
@@ -166,10 +138,9 @@ HostTensor binary(OpKind op, const HostTensor &a, const HostTensor &b) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < c; ++j)
       out.data[i * c + j] =
-          eval_binary(op, a.data[i * a_row + j * a_col], b.data[i * b_row + j * b_col]);
+          info.fp64(a.data[i * a_row + j * a_col], b.data[i * b_row + j * b_col], attr.data());
   return out;
 }
-
 
 // Softmax along `dim`, viewing the tensor as [outer, len, inner]. Subtracting the maximum
 // keeps exp() from overflowing; log_softmax is computed as (x - max) - log(sum) rather than
@@ -278,13 +249,13 @@ Interpreter::Interpreter(const Graph &g, Mode mode, DimBindings dims, const Tens
     std::vector<int64_t> shape = declared_shape(g_, id, dims_);
     auto it = tensors.find(v.name);
     if (it == tensors.end())
-      throw InterpretError(
-          fmt::format("missing tensor '{}' for {} {}", v.name, value_kind_name(v.kind), v.type.str()));
+      throw InterpretError(fmt::format("missing tensor '{}' for {} {}", v.name,
+                                       value_kind_name(v.kind), v.type.str()));
     const HostTensor &t = it->second;
     if (t.shape != shape)
       throw InterpretError(fmt::format("tensor '{}' has shape {}, expected {} for {} {}", v.name,
-                                       shape_text(t.shape), shape_text(shape), value_kind_name(v.kind),
-                                       v.type.str()));
+                                       shape_text(t.shape), shape_text(shape),
+                                       value_kind_name(v.kind), v.type.str()));
     if (static_cast<int64_t>(t.data.size()) != t.numel())
       throw InterpretError(fmt::format("tensor '{}' has shape {} but holds {} values", v.name,
                                        shape_text(t.shape), t.data.size()));
@@ -417,54 +388,46 @@ void Interpreter::eval(ValueId id) {
 
   auto arg = [&](size_t i) -> const HostTensor & { return tensor(v.args[i]); };
   HostTensor out;
-  switch (v.op) {
-  case OpKind::Linear:
-    out = linear(arg(0), arg(1), v.args.size() == 3 ? &arg(2) : nullptr);
+  // By class, so that a new op of an existing class needs no case here; within a class,
+  // by kind, every kind named.
+  switch (op_info(v.op).cls) {
+  case OpClass::Gemm:
+    out = v.op == OpKind::Linear ? linear(arg(0), arg(1), v.args.size() == 3 ? &arg(2) : nullptr)
+                                 : matmul(arg(0), arg(1));
     break;
-  case OpKind::Matmul:
-    out = matmul(arg(0), arg(1));
-    break;
-  case OpKind::BatchNorm:
+  case OpClass::Norm:
     out = batchnorm(id);
     break;
-  case OpKind::Add:
-  case OpKind::Sub:
-  case OpKind::Mul:
-  case OpKind::Div:
-    out = binary(v.op, arg(0), arg(1));
+  case OpClass::Binary:
+    out = binary(v, arg(0), arg(1));
     break;
-  case OpKind::Relu:
-  case OpKind::Gelu:
-  case OpKind::Sigmoid:
-  case OpKind::Tanh:
-  case OpKind::Silu:
-  case OpKind::Rsqrt:
+  case OpClass::Unary: {
+    const OpInfo &info = op_info(v.op);
+    std::vector<double> attr = attr_numbers(info, v.attrs);
     out = arg(0);
     for (double &x : out.data)
-      x = eval_unary(v.op, x);
+      x = info.fp64(x, 0, attr.data());
     break;
-  case OpKind::Softmax:
-  case OpKind::LogSoftmax: {
+  }
+  case OpClass::Row: {
     int rank = static_cast<int>(arg(0).shape.size());
     int dim = static_cast<int>(v.attr("dim"));
     out = softmax(arg(0), dim < 0 ? dim + rank : dim, v.op == OpKind::LogSoftmax);
     break;
   }
-  case OpKind::ColMean:
+  case OpClass::ColReduce: {
+    ColumnStats stats = column_stats(arg(0));
     out.shape = {arg(0).shape[1]};
-    out.data = column_stats(arg(0)).mean;
+    out.data = v.op == OpKind::ColMean ? stats.mean : stats.var;
     break;
-  case OpKind::ColVar:
-    out.shape = {arg(0).shape[1]};
-    out.data = column_stats(arg(0)).var;
-    break;
-  case OpKind::ColAffine:
+  }
+  case OpClass::ColAffine:
     out = col_affine(arg(0), arg(1), arg(2));
     break;
-  case OpKind::BnUpdate:
+  case OpClass::Effect:
     bn_update(id); // an effect: `out` stays empty
     break;
-  case OpKind::Constant:
+  case OpClass::Constant:
     out = HostTensor{{1}, {v.attr("value")}};
     break;
   }

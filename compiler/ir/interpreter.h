@@ -89,12 +89,6 @@ std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &
 // Deterministic in `seed`.
 TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed);
 
-// The scalar semantics of the elementwise ops (add sub mul div; relu gelu sigmoid tanh silu
-// rsqrt), in double: the interpreter applies them per element and constant folding uses
-// them, so folded constants mean exactly what the interpreter computes.
-double eval_binary(OpKind op, double a, double b);
-double eval_unary(OpKind op, double x);
-
 // Norm-wise relative error (tests and `kfuse run`): ||a - b|| / ||b|| (0 when both are zero).
 double relative_error(const std::vector<double> &a, const std::vector<double> &b);
 

@@ -1,59 +1,420 @@
 #include "compiler/ir/ops.h"
 
-namespace kfuse::ir {
+#include "compiler/ir/pointwise.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/types.h"
+#include "compiler/ir/verifier.h"
 
-const std::vector<OpInfo> &all_ops() {
-  static const std::vector<OpInfo> ops = {
-      {OpKind::Linear, "linear", OpClass::Gemm, 2, 3, {}, false},
-      {OpKind::Matmul, "matmul", OpClass::Gemm, 2, 2, {}, false},
-      {OpKind::BatchNorm,
-       "batchnorm",
-       OpClass::Norm,
-       3,
-       5,
-       {{"eps", AttrKind::Number, 1e-5}, {"momentum", AttrKind::Number, 0.1}},
-       false},
-      {OpKind::Add, "add", OpClass::Binary, 2, 2, {}, false},
-      {OpKind::Sub, "sub", OpClass::Binary, 2, 2, {}, false},
-      {OpKind::Mul, "mul", OpClass::Binary, 2, 2, {}, false},
-      {OpKind::Div, "div", OpClass::Binary, 2, 2, {}, false},
-      {OpKind::Relu, "relu", OpClass::Unary, 1, 1, {}, false},
-      {OpKind::Gelu, "gelu", OpClass::Unary, 1, 1, {}, false},
-      {OpKind::Sigmoid, "sigmoid", OpClass::Unary, 1, 1, {}, false},
-      {OpKind::Tanh, "tanh", OpClass::Unary, 1, 1, {}, false},
-      {OpKind::Silu, "silu", OpClass::Unary, 1, 1, {}, false},
-      {OpKind::Softmax, "softmax", OpClass::Row, 1, 1, {{"dim", AttrKind::Int, std::nullopt}}, false},
-      {OpKind::LogSoftmax,
-       "log_softmax",
-       OpClass::Row,
-       1,
-       1,
-       {{"dim", AttrKind::Int, std::nullopt}},
-       false},
-      {OpKind::ColMean, "col_mean", OpClass::ColReduce, 1, 1, {}, true},
-      {OpKind::ColVar, "col_var", OpClass::ColReduce, 1, 1, {}, true},
-      {OpKind::Rsqrt, "rsqrt", OpClass::Unary, 1, 1, {}, true},
-      {OpKind::ColAffine, "col_affine", OpClass::ColAffine, 3, 3, {}, true},
-      {OpKind::BnUpdate,
-       "bn_update",
-       OpClass::Effect,
-       4,
-       4,
-       {{"momentum", AttrKind::Number, std::nullopt}, {"count", AttrKind::Extent, std::nullopt}},
-       true},
-      {OpKind::Constant, "constant", OpClass::Constant, 0, 0, {{"value", AttrKind::Number, std::nullopt}, {"dtype", AttrKind::DType, std::nullopt}},
-       true},
-  };
-  return ops;
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iterator>
+
+namespace kfuse::ir {
+namespace {
+
+// --- attribute specs ----------------------------------------------------------------------
+
+constexpr AttrSpec number(std::string_view name, double def, Range r = {}) {
+  return {name, AttrKind::Number, false, def, {}, r};
+}
+constexpr AttrSpec required(std::string_view name, AttrKind kind) {
+  return {name, kind, true, 0, {}, {}};
+}
+constexpr AttrSpec choice(std::string_view name, std::string_view words) {
+  return {name, AttrKind::Choice, false, 0, words, {}};
+}
+constexpr AttrSpec optional_number(std::string_view name, double none) {
+  return {name, AttrKind::OptNumber, false, none, {}, {}};
+}
+constexpr Range positive{0, kInf, true, false};
+constexpr Range unit{0, 1, false, false};
+
+constexpr AttrSpec kBatchNormAttrs[] = {number("eps", 1e-5, positive),
+                                        number("momentum", 0.1, unit)};
+constexpr AttrSpec kLeakyReluAttrs[] = {number("negative_slope", 0.01)};
+constexpr AttrSpec kGeluAttrs[] = {choice("approximate", "none|tanh")};
+constexpr AttrSpec kHardtanhAttrs[] = {number("min_val", -1.0), number("max_val", 1.0)};
+constexpr AttrSpec kClampAttrs[] = {optional_number("min", -kInf), optional_number("max", kInf)};
+constexpr AttrSpec kSoftplusAttrs[] = {number("beta", 1.0, positive), number("threshold", 20.0)};
+constexpr AttrSpec kEluAttrs[] = {number("alpha", 1.0)};
+constexpr AttrSpec kDimAttrs[] = {required("dim", AttrKind::Int)};
+constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {}, unit},
+                                       required("count", AttrKind::Extent)};
+constexpr AttrSpec kConstantAttrs[] = {required("value", AttrKind::Number),
+                                       required("dtype", AttrKind::DType)};
+
+// --- constraints between attributes -------------------------------------------------------
+
+std::optional<std::string> min_below_max(const AttrMap &a) {
+  double lo = a.at("min_val").number, hi = a.at("max_val").number;
+  if (lo < hi)
+    return std::nullopt;
+  return fmt::format("hardtanh needs min_val < max_val (as torch.nn.Hardtanh), got min_val={} "
+                     "and max_val={}",
+                     format_number(lo), format_number(hi));
 }
 
-const OpInfo &op_info(OpKind k) { return all_ops().at(static_cast<size_t>(k)); }
+std::optional<std::string> some_bound(const AttrMap &a) {
+  if (std::isfinite(a.at("min").number) || std::isfinite(a.at("max").number))
+    return std::nullopt;
+  return std::string("clamp needs at least one of the attributes 'min' and 'max'");
+}
+
+// --- the table ----------------------------------------------------------------------------
+
+constexpr std::string_view kAny = "";
+
+// A pointwise op: unary (1 operand) or binary (2, broadcast).
+constexpr OpInfo unary(OpKind k, std::string_view name, ScalarFn f, std::string_view cuda,
+                       std::string_view semantics, Span<AttrSpec> attrs = {},
+                       AttrRule rule = nullptr) {
+  return {k, name, OpClass::Unary, 1, 1, "x", attrs, false, f, cuda, rule, kAny, semantics};
+}
+constexpr OpInfo binary(OpKind k, std::string_view name, ScalarFn f, std::string_view cuda,
+                        std::string_view semantics) {
+  return {k, name, OpClass::Binary, 2, 2, "a, b", {}, false, f, cuda, nullptr, kAny, semantics};
+}
+
+// A row normalization along `dim`.
+constexpr OpInfo row(OpKind k, std::string_view name, std::string_view semantics) {
+  return {k,     name,    OpClass::Row, 1,       1,    "x",      kDimAttrs,
+          false, nullptr, {},           nullptr, kAny, semantics};
+}
+
+namespace pw = pointwise;
+
+constexpr OpInfo kOps[] = {
+    {OpKind::Linear,
+     "linear",
+     OpClass::Gemm,
+     2,
+     3,
+     "x, weight, bias?",
+     {},
+     false,
+     nullptr,
+     {},
+     nullptr,
+     "`x: [N, K]`, `weight: [M, K]`, `bias: [M]` → `[N, M]`",
+     "`F.linear(x, weight, bias)` = `x @ weight.T + bias`"},
+    {OpKind::Matmul,
+     "matmul",
+     OpClass::Gemm,
+     2,
+     2,
+     "a, b",
+     {},
+     false,
+     nullptr,
+     {},
+     nullptr,
+     "`a: [N, K]`, `b: [K, M]` → `[N, M]`",
+     "`a @ b`"},
+    {OpKind::BatchNorm,
+     "batchnorm",
+     OpClass::Norm,
+     3,
+     5,
+     "x, weight?, bias?, running_mean, running_var",
+     kBatchNormAttrs,
+     false,
+     nullptr,
+     {},
+     nullptr,
+     "`x: [N, C]`, the others `[C]` → `[N, C]`",
+     "`F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)`; "
+     "below"},
+
+    binary(OpKind::Add, "add", pw::add, "{0} + {1}", "`a + b`"),
+    binary(OpKind::Sub, "sub", pw::sub, "{0} - {1}", "`a - b`"),
+    binary(OpKind::Mul, "mul", pw::mul, "{0} * {1}", "`a * b`"),
+    binary(OpKind::Div, "div", pw::div, "{0} / {1}", "`a / b` (true division)"),
+    binary(OpKind::Maximum, "maximum", pw::maximum, "kf::maximum({0}, {1})",
+           "`torch.maximum(a, b)`: NaN if either is NaN"),
+    binary(OpKind::Minimum, "minimum", pw::minimum, "kf::minimum({0}, {1})",
+           "`torch.minimum(a, b)`: NaN if either is NaN"),
+    binary(OpKind::Pow, "pow", pw::pow, "powf({0}, {1})", "`torch.pow(a, b)`"),
+
+    unary(OpKind::Relu, "relu", pw::relu, "kf::relu({0})",
+          "`torch.relu`: `max(x, 0)`, NaN stays NaN"),
+    unary(OpKind::LeakyRelu, "leaky_relu", pw::leaky_relu, "kf::leaky_relu({0}, {negative_slope})",
+          "`F.leaky_relu`: `x > 0 ? x : x * negative_slope`", kLeakyReluAttrs),
+    unary(OpKind::Gelu, "gelu", pw::gelu, "kf::gelu_{approximate}({0})",
+          "`F.gelu`: `0.5 x (1 + erf(x / √2))`; with `approximate=\"tanh\"`, "
+          "`0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`",
+          kGeluAttrs),
+    unary(OpKind::Silu, "silu", pw::silu, "kf::silu({0})", "`F.silu`: `x / (1 + exp(-x))`"),
+    unary(OpKind::Sigmoid, "sigmoid", pw::sigmoid, "kf::sigmoid({0})", "`1 / (1 + exp(-x))`"),
+    unary(OpKind::Tanh, "tanh", pw::tanh, "tanhf({0})", "`torch.tanh`"),
+    unary(OpKind::Hardtanh, "hardtanh", pw::clamp, "kf::clamp({0}, {min_val}, {max_val})",
+          "`F.hardtanh`: `clamp(x, min_val, max_val)`; needs `min_val < max_val`", kHardtanhAttrs,
+          min_below_max),
+    unary(OpKind::Clamp, "clamp", pw::clamp, "kf::clamp({0}, {min}, {max})",
+          "`torch.clamp`: `min(max(x, min), max)`, NaN stays NaN; at least one bound", kClampAttrs,
+          some_bound),
+    unary(OpKind::Hardsigmoid, "hardsigmoid", pw::hardsigmoid, "kf::hardsigmoid({0})",
+          "`F.hardsigmoid`: `min(max(x + 3, 0), 6) / 6`"),
+    unary(OpKind::Hardswish, "hardswish", pw::hardswish, "kf::hardswish({0})",
+          "`F.hardswish`: `x * min(max(x + 3, 0), 6) / 6`"),
+    unary(OpKind::Mish, "mish", pw::mish, "kf::mish({0})", "`F.mish`: `x * tanh(log1p(exp(x)))`"),
+    unary(OpKind::Softplus, "softplus", pw::softplus, "kf::softplus({0}, {beta}, {threshold})",
+          "`F.softplus`: `x * beta > threshold ? x : log1p(exp(beta x)) / beta`", kSoftplusAttrs),
+    unary(OpKind::Elu, "elu", pw::elu, "kf::elu({0}, {alpha})",
+          "`F.elu`: `x > 0 ? x : alpha * (exp(x) - 1)`", kEluAttrs),
+    unary(OpKind::Selu, "selu", pw::selu, "kf::selu({0})",
+          "`F.selu`: `scale * elu(x, alpha)` with PyTorch's constants"),
+    unary(OpKind::Exp, "exp", pw::exp, "expf({0})", "`torch.exp`"),
+    unary(OpKind::Log, "log", pw::log, "logf({0})", "`torch.log`: NaN below 0, -inf at 0"),
+    unary(OpKind::Abs, "abs", pw::abs, "fabsf({0})", "`torch.abs`"),
+    unary(OpKind::Neg, "neg", pw::neg, "-{0}", "`-x`"),
+    unary(OpKind::Sqrt, "sqrt", pw::sqrt, "sqrtf({0})", "`torch.sqrt`"),
+    // Correctly rounded sqrt and division: rsqrtf's 2 ulp would show in batchnorm.
+    unary(OpKind::Rsqrt, "rsqrt", pw::rsqrt, "1.0f / sqrtf({0})", "`torch.rsqrt`: `1 / sqrt(x)`"),
+    unary(OpKind::Square, "square", pw::square, "{0} * {0}", "`torch.square`: `x * x`"),
+    unary(OpKind::Reciprocal, "reciprocal", pw::reciprocal, "1.0f / {0}",
+          "`torch.reciprocal`: `1 / x`"),
+
+    row(OpKind::Softmax, "softmax", "`torch.softmax(x, dim)`; `dim` in `[-rank, rank)`, required"),
+    row(OpKind::LogSoftmax, "log_softmax",
+        "`torch.log_softmax(x, dim)`, computed as `(x - max) - log(Σ exp(x - max))`"),
+
+    {OpKind::ColMean,
+     "col_mean",
+     OpClass::ColReduce,
+     1,
+     1,
+     "y",
+     {},
+     true,
+     nullptr,
+     {},
+     nullptr,
+     kAny,
+     "`y.mean(0)`"},
+    {OpKind::ColVar,
+     "col_var",
+     OpClass::ColReduce,
+     1,
+     1,
+     "y",
+     {},
+     true,
+     nullptr,
+     {},
+     nullptr,
+     kAny,
+     "`y.var(0, unbiased=False)` (biased)"},
+    {OpKind::ColAffine,
+     "col_affine",
+     OpClass::ColAffine,
+     3,
+     3,
+     "y, alpha, beta",
+     {},
+     true,
+     nullptr,
+     "{0} * {1} + {2}",
+     nullptr,
+     "`y: [N, C]`, `alpha`, `beta`: `[C]` or `[1]` → `[N, C]`",
+     "`y * alpha + beta`, per column"},
+    {OpKind::BnUpdate,
+     "bn_update",
+     OpClass::Effect,
+     4,
+     4,
+     "running_mean, running_var, mean, var",
+     kBnUpdateAttrs,
+     true,
+     nullptr,
+     {},
+     nullptr,
+     "`[C]` each → effect",
+     "`running_mean ← (1 - momentum) * running_mean + momentum * mean`, `running_var ← (1 - "
+     "momentum) * running_var + momentum * var * count / (count - 1)`"},
+    {OpKind::Constant, "constant", OpClass::Constant, 0, 0, "", kConstantAttrs, true, nullptr,
+     "{value}", nullptr, "no arguments → `dtype[1]`", "a one-element tensor holding `value`"},
+};
+
+constexpr bool in_enum_order() {
+  for (size_t i = 0; i < std::size(kOps); ++i)
+    if (static_cast<size_t>(kOps[i].kind) != i)
+      return false;
+  return std::size(kOps) == kOpCount;
+}
+static_assert(in_enum_order(), "kOps must list every OpKind once, in enum order");
+
+// Pointwise ops, and only they, have reference semantics and a CUDA expression.
+constexpr bool pointwise_complete() {
+  for (const OpInfo &op : kOps) {
+    bool pointwise = op.cls == OpClass::Unary || op.cls == OpClass::Binary;
+    if (pointwise != (op.fp64 != nullptr) || (pointwise && op.cuda.empty()))
+      return false;
+    if (pointwise && op.min_args != (op.cls == OpClass::Unary ? 1 : 2))
+      return false;
+  }
+  return true;
+}
+static_assert(pointwise_complete(),
+              "every pointwise op needs fp64 semantics and a CUDA expression");
+
+std::string bound_text(double v) { return format_number(v); }
+
+} // namespace
+
+std::string_view op_class_name(OpClass c) {
+  switch (c) {
+  case OpClass::Gemm:
+    return "matrix";
+  case OpClass::Norm:
+    return "batch normalization";
+  case OpClass::Binary:
+    return "pointwise binary";
+  case OpClass::Unary:
+    return "pointwise unary";
+  case OpClass::Row:
+    return "row normalization";
+  case OpClass::ColReduce:
+    return "column statistics";
+  case OpClass::ColAffine:
+    return "column affine";
+  case OpClass::Effect:
+    return "effect";
+  case OpClass::Constant:
+    return "constant";
+  }
+  return "?";
+}
+
+Span<OpInfo> all_ops() { return kOps; }
+
+const OpInfo &op_info(OpKind k) { return kOps[static_cast<size_t>(k)]; }
 
 std::optional<OpKind> op_by_name(std::string_view name) {
-  for (const OpInfo &op : all_ops())
+  for (const OpInfo &op : kOps)
     if (op.name == name)
       return op.kind;
   return std::nullopt;
+}
+
+std::vector<OpKind> ops_of_class(OpClass cls, int arity, bool internal) {
+  std::vector<OpKind> out;
+  for (const OpInfo &op : kOps)
+    if (op.cls == cls && (internal || !op.internal) &&
+        (arity < 0 || (op.min_args <= arity && arity <= op.max_args)))
+      out.push_back(op.kind);
+  return out;
+}
+
+bool is_pointwise(OpKind k) {
+  OpClass c = op_info(k).cls;
+  return c == OpClass::Unary || c == OpClass::Binary;
+}
+
+std::vector<std::string_view> choice_words(const AttrSpec &spec) {
+  std::vector<std::string_view> words;
+  std::string_view rest = spec.choices;
+  while (!rest.empty()) {
+    size_t bar = rest.find('|');
+    words.push_back(rest.substr(0, bar));
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  return words;
+}
+
+std::string attr_expectation(const AttrSpec &spec) {
+  switch (spec.kind) {
+  case AttrKind::Number: {
+    const Range &r = spec.range;
+    bool lo = std::isfinite(r.lo), hi = std::isfinite(r.hi);
+    if (lo && hi)
+      return fmt::format("a number in {}{}, {}{}", r.lo_open ? "(" : "[", bound_text(r.lo),
+                         bound_text(r.hi), r.hi_open ? ")" : "]");
+    if (lo)
+      return fmt::format("a number {} {}", r.lo_open ? ">" : "≥", bound_text(r.lo));
+    if (hi)
+      return fmt::format("a number {} {}", r.hi_open ? "<" : "≤", bound_text(r.hi));
+    return "a number";
+  }
+  case AttrKind::OptNumber:
+    return "a number";
+  case AttrKind::Int:
+    return "an integer";
+  case AttrKind::Extent:
+    return "a positive integer or a dim name";
+  case AttrKind::DType:
+    return "an element type (f32, f16 or bf16)";
+  case AttrKind::Choice: {
+    std::vector<std::string> quoted;
+    for (std::string_view w : choice_words(spec))
+      quoted.push_back(fmt::format("\"{}\"", w));
+    std::string s;
+    for (size_t i = 0; i < quoted.size(); ++i)
+      s += (i == 0 ? "" : i + 1 == quoted.size() ? " or " : ", ") + quoted[i];
+    return s;
+  }
+  }
+  return "?";
+}
+
+std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a) {
+  auto got = [&] { return a.dim.empty() ? format_number(a.number) : fmt::format("'{}'", a.dim); };
+  auto wrong = [&] { return fmt::format("must be {}, got {}", attr_expectation(spec), got()); };
+  bool is_integer = std::isfinite(a.number) && std::floor(a.number) == a.number;
+  switch (spec.kind) {
+  case AttrKind::Number: {
+    const Range &r = spec.range;
+    if (!a.dim.empty() || !std::isfinite(a.number) || a.number < r.lo || a.number > r.hi ||
+        (r.lo_open && a.number == r.lo) || (r.hi_open && a.number == r.hi))
+      return wrong();
+    return std::nullopt;
+  }
+  case AttrKind::OptNumber:
+    if (!a.dim.empty() || !(std::isfinite(a.number) || a.number == spec.number))
+      return wrong();
+    return std::nullopt;
+  case AttrKind::Int:
+    if (!a.dim.empty() || !is_integer || std::fabs(a.number) > kMaxExtent)
+      return wrong();
+    return std::nullopt;
+  case AttrKind::Extent: // a dim name is checked against the graph's dims by the verifier
+    if (a.dim.empty() ? !is_integer || a.number < 1 || a.number > kMaxExtent : a.number != 0)
+      return wrong();
+    return std::nullopt;
+  case AttrKind::DType:
+    if (a.number != 0 || !parse_dtype(a.dim))
+      return wrong();
+    return std::nullopt;
+  case AttrKind::Choice:
+    for (std::string_view w : choice_words(spec))
+      if (a.number == 0 && a.dim == w)
+        return std::nullopt;
+    return fmt::format("must be {}, got \"{}\"", attr_expectation(spec), a.dim);
+  }
+  return wrong();
+}
+
+AttrValue default_attr(const AttrSpec &spec) {
+  if (spec.kind == AttrKind::Choice)
+    return {0, std::string(choice_words(spec).at(0))};
+  return {spec.number, {}};
+}
+
+std::vector<double> attr_numbers(const OpInfo &op, const AttrMap &attrs) {
+  std::vector<double> out;
+  for (const AttrSpec &spec : op.attrs) {
+    const AttrValue &a = attrs.at(std::string(spec.name));
+    if (spec.kind != AttrKind::Choice) {
+      out.push_back(a.number);
+      continue;
+    }
+    std::vector<std::string_view> words = choice_words(spec);
+    size_t i = 0;
+    while (i < words.size() && words[i] != a.dim)
+      ++i;
+    out.push_back(static_cast<double>(i));
+  }
+  return out;
 }
 
 } // namespace kfuse::ir

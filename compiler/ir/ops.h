@@ -1,54 +1,143 @@
-// The operator set: every op the DSL names, with its arity and attributes.
+// The op table: every op the DSL names, defined once.
+//
+// An entry holds the op's name, its operands, its attributes (kind, default, range), its
+// class (which fixes its shape rule: compiler/ir/infer.cpp), and for pointwise ops its
+// fp64 reference semantics (compiler/ir/pointwise.h) and its CUDA expression (functions of
+// templates/math.cuh). The parser, its "did you mean", the verifier, the interpreter,
+// constant folding, the planner's classification, the code generator and the op reference
+// of docs/DSL.md (checked by a test) all read this table.
 //
 // User ops are what a .kf file is written with. Internal ops are what the planner's
 // passes rewrite user ops into; they are also valid .kf, so every IR the planner
-// produces prints as a file that parses back (and `--dump-after-each-pass` output can
-// be fed to `kfuse check`).
+// produces prints as a file that parses back.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace kfuse::ir {
 
+// In table order (checked at compile time in ops.cpp).
 enum class OpKind : uint8_t {
-  // user ops
-  Linear,     // linear(x[N,K], weight[M,K], bias[M]?) = x @ weight^T (+ bias)
-  Matmul,     // matmul(a[N,K], b[K,M]) = a @ b
-  BatchNorm,  // batchnorm(x[N,C], weight?, bias?, running_mean, running_var; eps, momentum)
-  Add,        // elementwise with broadcasting of [1] and per-feature [C]
+  // matrix
+  Linear,
+  Matmul,
+  // batch normalization
+  BatchNorm,
+  // pointwise binary
+  Add,
   Sub,
   Mul,
   Div,
+  Maximum,
+  Minimum,
+  Pow,
+  // pointwise unary
   Relu,
-  Gelu,       // exact (erf) form, PyTorch's default
+  LeakyRelu,
+  Gelu,
+  Silu,
   Sigmoid,
   Tanh,
-  Silu,
-  Softmax,    // softmax(x; dim)
-  LogSoftmax, // log_softmax(x; dim)
-  // internal ops
-  ColMean,    // col_mean(y[N,C]) -> [C]: mean over rows
-  ColVar,     // col_var(y[N,C]) -> [C]: biased variance over rows
-  Rsqrt,      // rsqrt(x) elementwise
-  ColAffine,  // col_affine(y[N,C], alpha, beta) = y * alpha[j] + beta[j]; alpha/beta are [C] or [1]
-  BnUpdate,   // bn_update(running_mean, running_var, mean, var; momentum, count): effect, no value
-  Constant,   // constant(; value, dtype) -> dtype[1]
+  Hardtanh,
+  Clamp,
+  Hardsigmoid,
+  Hardswish,
+  Mish,
+  Softplus,
+  Elu,
+  Selu,
+  Exp,
+  Log,
+  Abs,
+  Neg,
+  Sqrt,
+  Rsqrt,
+  Square,
+  Reciprocal,
+  // row normalization
+  Softmax,
+  LogSoftmax,
+  // internal
+  ColMean,
+  ColVar,
+  ColAffine,
+  BnUpdate,
+  Constant,
 };
+inline constexpr size_t kOpCount = static_cast<size_t>(OpKind::Constant) + 1;
 
-// What kind of computation an op is; the planner and the code generator dispatch on it.
-enum class OpClass : uint8_t { Gemm, Norm, Binary, Unary, Row, ColReduce, ColAffine, Effect, Constant };
+// What kind of computation an op is; it fixes the shape rule, and the planner and the
+// code generator dispatch on it.
+enum class OpClass : uint8_t {
+  Gemm,      // matrix: [N, K] x weight -> [N, M]
+  Norm,      // batch normalization: per-column statistics over the rows
+  Binary,    // pointwise, two operands, broadcast
+  Unary,     // pointwise, one operand, same shape
+  Row,       // row normalization along `dim` (softmax)
+  ColReduce, // column statistics: [N, C] -> [C]
+  ColAffine, // per-column affine map of a matrix
+  Effect,    // no value; updates states
+  Constant,  // no operands
+};
+std::string_view op_class_name(OpClass c); // "pointwise binary", ...
 
-// Extent: a dim name or a positive integer (`count=N`, `count=64`). DType: a type name
-// (`dtype=f32`), held in AttrValue::dim.
-enum class AttrKind : uint8_t { Number, Int, Extent, DType };
+// Number: a finite double. Int: an integer. Extent: a dim name or a positive integer
+// (`count=N`). DType: a type name (`dtype=f32`). Choice: one of a fixed set of words,
+// written as a string (`approximate="tanh"`). OptNumber: a finite double or absent
+// (PyTorch's None), held as the spec's infinite `number` default.
+enum class AttrKind : uint8_t { Number, Int, Extent, DType, Choice, OptNumber };
+
+// An attribute value: a number (`eps=1e-5`, `dim=1`) or a word: a dim name (`count=N`), a
+// type name (`dtype=f32`) or a choice (`approximate="tanh"`), held in `dim`.
+struct AttrValue {
+  double number = 0;
+  std::string dim; // the word; empty when the value is the number
+  bool operator==(const AttrValue &o) const { return number == o.number && dim == o.dim; }
+};
+using AttrMap = std::map<std::string, AttrValue>;
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The interval a Number attribute must lie in; an infinite end is no bound.
+struct Range {
+  double lo = -kInf, hi = kInf;
+  bool lo_open = false, hi_open = false;
+};
 
 struct AttrSpec {
   std::string_view name;
   AttrKind kind;
-  std::optional<double> default_value; // nullopt: required
+  bool required;
+  double number;            // the default (Number, Int, OptNumber: +-inf for "none")
+  std::string_view choices; // Choice: the words, '|'-separated, the default first
+  Range range;              // Number
 };
+
+// A read-only view of a table's array (C++17 has no std::span).
+template <class T> struct Span {
+  const T *first = nullptr;
+  size_t count = 0;
+  constexpr Span() = default;
+  template <size_t N> constexpr Span(const T (&a)[N]) : first(a), count(N) {}
+  constexpr const T *begin() const { return first; }
+  constexpr const T *end() const { return first + count; }
+  constexpr size_t size() const { return count; }
+  constexpr bool empty() const { return count == 0; }
+  constexpr const T &operator[](size_t i) const { return first[i]; }
+};
+
+// The fp64 semantics of a pointwise op: operands x and y (y unused by unary ops) and the
+// attributes as numbers in table order (a Choice as the index of its word).
+using ScalarFn = double (*)(double x, double y, const double *attr);
+// A constraint between attributes: nullopt when `a` satisfies it, else the problem.
+using AttrRule = std::optional<std::string> (*)(const AttrMap &a);
 
 struct OpInfo {
   OpKind kind;
@@ -56,12 +145,35 @@ struct OpInfo {
   OpClass cls;
   int min_args;
   int max_args;
-  std::vector<AttrSpec> attrs; // in canonical (printed) order
+  std::string_view operands; // the positional operands as documented: "x, weight, bias?"
+  Span<AttrSpec> attrs;      // in canonical (printed) order
   bool internal;
+  ScalarFn fp64;              // pointwise ops; nullptr otherwise
+  std::string_view cuda;      // ops computed inline: C++ float expression, {0} {1} the operands,
+                              // {name} an attribute; empty for ops that are kernels of their own
+  AttrRule rule;              // nullptr: no constraint between attributes
+  std::string_view shapes;    // DSL.md: the shape rule, "" for the class's own
+  std::string_view semantics; // DSL.md: the meaning, PyTorch's spelling
 };
 
 const OpInfo &op_info(OpKind k);
 std::optional<OpKind> op_by_name(std::string_view name);
-const std::vector<OpInfo> &all_ops();
+Span<OpInfo> all_ops();
+// The ops of one class (user ops, and internal ones when asked), in table order; `arity` -1
+// for any, else only ops that take that many operands.
+std::vector<OpKind> ops_of_class(OpClass cls, int arity = -1, bool internal = false);
+bool is_pointwise(OpKind k); // Unary or Binary
+
+// The words of a Choice attribute, its default first.
+std::vector<std::string_view> choice_words(const AttrSpec &spec);
+// What an attribute value must be, as messages say it: "a number > 0", "a number in [0, 1]",
+// "\"none\" or \"tanh\"".
+std::string attr_expectation(const AttrSpec &spec);
+// nullopt when `a` is a valid value of `spec`, else the problem ("must be > 0, got 0").
+std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a);
+// The default value of an optional attribute.
+AttrValue default_attr(const AttrSpec &spec);
+// The attributes of `op` as numbers in table order (ScalarFn's `attr`).
+std::vector<double> attr_numbers(const OpInfo &op, const AttrMap &attrs);
 
 } // namespace kfuse::ir

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <map>
 #include <set>
 
@@ -14,6 +16,7 @@ bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9');
 std::string format_attr(const AttrSpec &spec, const AttrValue &a) {
   switch (spec.kind) {
   case AttrKind::Number:
+  case AttrKind::OptNumber:
     return format_number(a.number);
   case AttrKind::Int:
     return fmt::format("{}", static_cast<int64_t>(a.number));
@@ -21,8 +24,16 @@ std::string format_attr(const AttrSpec &spec, const AttrValue &a) {
     return a.dim.empty() ? fmt::format("{}", static_cast<int64_t>(a.number)) : a.dim;
   case AttrKind::DType:
     return a.dim;
+  case AttrKind::Choice:
+    return "\"" + a.dim + "\"";
   }
   return "?";
+}
+
+// An OptNumber left at "none" (its infinite default) has no .kf spelling: it is omitted,
+// which parses back to the same value.
+bool printed(const AttrSpec &spec, const AttrValue &a) {
+  return spec.kind != AttrKind::OptNumber || std::isfinite(a.number);
 }
 
 } // namespace
@@ -116,9 +127,11 @@ std::string print_kf(const Graph &g) {
     for (ValueId a : v.args)
       args.push_back(names.at(static_cast<size_t>(a)));
     const OpInfo &info = op_info(v.op);
-    for (const AttrSpec &spec : info.attrs)
-      args.push_back(
-          fmt::format("{}={}", spec.name, format_attr(spec, v.attrs.at(std::string(spec.name)))));
+    for (const AttrSpec &spec : info.attrs) {
+      const AttrValue &a = v.attrs.at(std::string(spec.name));
+      if (printed(spec, a))
+        args.push_back(fmt::format("{}={}", spec.name, format_attr(spec, a)));
+    }
     std::string call = fmt::format("{}({})", info.name, fmt::join(args, ", "));
     out += v.is_effect() ? fmt::format("  {}\n", call) : fmt::format("  {} = {}\n", names[i], call);
   }

@@ -3,8 +3,9 @@
 // golden files stay stable.
 //
 // Layout: the header, one `dim` line, the declarations in order, one statement per op in
-// order (`name = op(args, attr=value)`, every attribute in op_info order, numbers in their
-// shortest round-trip form), effects as bare calls, and `return a, b`.
+// order (`name = op(args, attr=value)`, every attribute in op_info order except a clamp
+// bound left at none, numbers in their shortest round-trip form, choices quoted), effects
+// as bare calls, and `return a, b`.
 #pragma once
 
 #include "compiler/ir/graph.h"

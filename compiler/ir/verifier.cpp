@@ -11,8 +11,6 @@
 namespace kfuse::ir {
 namespace {
 
-bool is_integer(double x) { return std::isfinite(x) && std::floor(x) == x; }
-
 class Verifier {
 public:
   explicit Verifier(const Graph &g) : g_(g) {}
@@ -93,32 +91,15 @@ private:
       auto it = v.attrs.find(std::string(spec.name));
       if (it == v.attrs.end())
         fail(id, fmt::format("the attribute '{}' is missing", spec.name));
-      const AttrValue &a = it->second;
-      bool ok = false;
-      std::string_view expected;
-      switch (spec.kind) {
-      case AttrKind::Number:
-        ok = a.dim.empty() && std::isfinite(a.number);
-        expected = "a finite number";
-        break;
-      case AttrKind::Int:
-        ok = a.dim.empty() && is_integer(a.number) && std::fabs(a.number) <= kMaxExtent;
-        expected = "an integer";
-        break;
-      case AttrKind::Extent:
-        ok = a.dim.empty() ? is_integer(a.number) && a.number >= 1 && a.number <= kMaxExtent
-                           : a.number == 0 && declared_dim(a.dim);
-        expected = "a declared dim or a positive integer";
-        break;
-      case AttrKind::DType:
-        ok = a.number == 0 && parse_dtype(a.dim).has_value();
-        expected = "an element type";
-        break;
-      }
-      if (!ok)
-        fail(id, fmt::format("attribute '{}' must be {}, got {}", spec.name, expected,
-                             a.dim.empty() ? fmt::format("{}", a.number) : "'" + a.dim + "'"));
+      if (auto problem = check_attr(spec, it->second))
+        fail(id, fmt::format("attribute '{}' {}", spec.name, *problem));
+      if (spec.kind == AttrKind::Extent && !it->second.dim.empty() && !declared_dim(it->second.dim))
+        fail(id, fmt::format("attribute '{}' names '{}', which is not a declared dim", spec.name,
+                             it->second.dim));
     }
+    if (info.rule)
+      if (auto problem = info.rule(v.attrs))
+        fail(id, *problem);
   }
 
   void op(ValueId id) {

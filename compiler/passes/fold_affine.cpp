@@ -36,22 +36,18 @@ ValueId binary_to_affine(Rewriter &r, const Value &v) {
   ValueId y = r.map(v.args[matrix_first ? 0 : 1]);
   ValueId c = r.map(v.args[matrix_first ? 1 : 0]);
   DType dt = v.type.dtype;
-  switch (v.op) {
-  case OpKind::Add:
+  if (v.op == OpKind::Add)
     return r.op(OpKind::ColAffine, {y, r.constant(1, dt), c});
-  case OpKind::Sub:
-    return matrix_first
-               ? r.op(OpKind::ColAffine, {y, r.constant(1, dt), r.op(OpKind::Mul, {c, r.constant(-1, dt)})})
-               : r.op(OpKind::ColAffine, {y, r.constant(-1, dt), c});
-  case OpKind::Mul:
+  if (v.op == OpKind::Sub)
+    return matrix_first ? r.op(OpKind::ColAffine,
+                               {y, r.constant(1, dt), r.op(OpKind::Mul, {c, r.constant(-1, dt)})})
+                        : r.op(OpKind::ColAffine, {y, r.constant(-1, dt), c});
+  if (v.op == OpKind::Mul)
     return r.op(OpKind::ColAffine, {y, c, r.constant(0, dt)});
-  case OpKind::Div:
-    return matrix_first
-               ? r.op(OpKind::ColAffine, {y, r.op(OpKind::Div, {r.constant(1, dt), c}), r.constant(0, dt)})
-               : -1;
-  default:
-    return -1;
-  }
+  if (v.op == OpKind::Div && matrix_first)
+    return r.op(OpKind::ColAffine,
+                {y, r.op(OpKind::Div, {r.constant(1, dt), c}), r.constant(0, dt)});
+  return -1; // maximum, minimum, pow, c / y: not affine in y
 }
 
 } // namespace
@@ -62,7 +58,8 @@ Graph fold_affine(const Graph &g, Mode) {
     ValueId affine = v.op == OpKind::ColAffine ? -1 : binary_to_affine(r, v);
     if (v.op != OpKind::ColAffine && affine < 0)
       return -1;
-    ValueId input_old = v.args[v.op == OpKind::ColAffine || r.old_graph()[v.args[0]].type == v.type ? 0 : 1];
+    ValueId input_old =
+        v.args[v.op == OpKind::ColAffine || r.old_graph()[v.args[0]].type == v.type ? 0 : 1];
     const Value self = affine >= 0 ? r.new_value(affine) : v;
     ValueId y = affine >= 0 ? self.args[0] : r.map(v.args[0]);
     ValueId a2 = affine >= 0 ? self.args[1] : r.map(v.args[1]);

@@ -6,8 +6,8 @@
 // An identity is removed only where x already has the result's type (no broadcast is
 // lost). Constant folding is done in double and stored as the constant's value; it only
 // meets the few scalars the passes introduce (1, -1, 0, eps).
+#include "compiler/ir/pointwise.h"
 #include "compiler/passes/passes.h"
-#include "compiler/ir/interpreter.h"
 #include "compiler/passes/rewriter.h"
 
 #include <cmath>
@@ -20,8 +20,8 @@ namespace {
 
 // Constant arithmetic with the interpreter's semantics, except where it is not finite
 // (division by zero, rsqrt of a non-positive number): those stay ops, as written.
-std::optional<double> fold(OpKind op, double a, double b) {
-  double v = op_info(op).cls == OpClass::Unary ? eval_unary(op, a) : eval_binary(op, a, b);
+std::optional<double> fold(const Value &v_op, double a, double b) {
+  double v = eval_pointwise(v_op.op, v_op.attrs, a, b);
   return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
 }
 
@@ -41,31 +41,24 @@ Graph simplify_identities(const Graph &g, Mode) {
     auto same_type = [&](ValueId id) { return r.new_value(id).type == v.type ? id : -1; };
     if (v.op == OpKind::ColAffine && is(r, args[1], 1) && is(r, args[2], 0))
       return args[0];
-    if (op_info(v.op).cls == OpClass::Unary || op_info(v.op).cls == OpClass::Binary) {
+    if (is_pointwise(v.op)) {
       auto a = r.constant_value(args[0]);
       auto b = args.size() > 1 ? r.constant_value(args[1]) : a;
       if (a && b)
-        if (auto c = fold(v.op, *a, *b))
+        if (auto c = fold(v, *a, *b))
           return r.constant(*c, v.type.dtype);
     }
     if (args.size() != 2)
       return -1;
-    switch (v.op) {
-    case OpKind::Add:
-      if (is(r, args[1], 0))
-        return same_type(args[0]);
-      return is(r, args[0], 0) ? same_type(args[1]) : -1;
-    case OpKind::Mul:
-      if (is(r, args[1], 1))
-        return same_type(args[0]);
-      return is(r, args[0], 1) ? same_type(args[1]) : -1;
-    case OpKind::Sub:
+    if (v.op == OpKind::Add)
+      return is(r, args[1], 0) ? same_type(args[0]) : is(r, args[0], 0) ? same_type(args[1]) : -1;
+    if (v.op == OpKind::Mul)
+      return is(r, args[1], 1) ? same_type(args[0]) : is(r, args[0], 1) ? same_type(args[1]) : -1;
+    if (v.op == OpKind::Sub)
       return is(r, args[1], 0) ? same_type(args[0]) : -1;
-    case OpKind::Div:
+    if (v.op == OpKind::Div)
       return is(r, args[1], 1) ? same_type(args[0]) : -1;
-    default:
-      return -1;
-    }
+    return -1;
   });
 }
 

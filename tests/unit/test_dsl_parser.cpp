@@ -198,7 +198,7 @@ TEST_CASE("parser: errors and where they point") {
        "attribute 'eps' of batchnorm must be a number, got 'N'", 8, 35},
       {"  return batchnorm(x, rm, rv, eps=-)\n", "expected a number after '-', found ')'", 8, 36},
       {"  return batchnorm(x, rm, rv, eps=relu(x))\n",
-       "an attribute value is a number or a name, not a call", 8, 35},
+       "an attribute value is a number, a name or a string, not a call", 8, 35},
       {"  return relu(x, dim=1)\n", "relu takes no attributes", 8, 18},
       {"  bn_update(rm, rv, col_mean(x), col_var(x), momentum=0.1, count=M)\n",
        "undeclared dim 'M'", 8, 66},

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -136,7 +137,8 @@ TEST_CASE("interpreter: batchnorm in train mode by hand") {
     check_values(t["rv"], {2}, {1.0, 3.0});
   }
   SUBCASE("three-argument form, explicit eps and momentum") {
-    Graph g = batchnorm_graph(false, {{"eps", num(0.0)}, {"momentum", num(0.5)}});
+    // eps must be > 0; 1e-300 leaves these hand-computed values unchanged.
+    Graph g = batchnorm_graph(false, {{"eps", num(1e-300)}, {"momentum", num(0.5)}});
     TensorMap t{{"x", kThreeRows}, {"rm", tensor({2}, {0, 1})}, {"rv", tensor({2}, {1, 2})}};
     auto out = interpret(g, Mode::Train, {{"N", 3}}, t);
     double s0 = std::sqrt(2.0 / 3.0), s1 = std::sqrt(8.0);
@@ -147,7 +149,7 @@ TEST_CASE("interpreter: batchnorm in train mode by hand") {
 }
 
 TEST_CASE("interpreter: batchnorm in eval mode uses the running stats and updates nothing") {
-  Graph g = batchnorm_graph(true, {{"eps", num(0.0)}});
+  Graph g = batchnorm_graph(true, {{"eps", num(1e-300)}});
   TensorMap t{{"x", kThreeRows},
               {"weight", tensor({2}, {3, 1})},
               {"bias", tensor({2}, {1, -1})},
@@ -605,4 +607,141 @@ TEST_CASE("relative_error") {
   CHECK(relative_error({0, 0}, {0, 0}) == 0);
   CHECK(relative_error({3, 4}, {0, 0}) == 5);
   CHECK_THROWS_AS(relative_error({1}, {1, 2}), std::invalid_argument);
+}
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInfinity = std::numeric_limits<double>::infinity();
+
+// `op` applied by the interpreter to each of xs (and ys for a binary op), through a graph.
+std::vector<double> apply(OpKind op, const std::vector<double> &xs, AttrMap attrs = {},
+                          const std::vector<double> &ys = {}) {
+  GraphBuilder b("pointwise");
+  int64_t n = static_cast<int64_t>(xs.size());
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(n)}));
+  std::vector<ValueId> args = {x};
+  if (!ys.empty())
+    args.push_back(b.declare(ValueKind::Input, "y", f32({c(n)})));
+  b.add_output(b.op(op, args, std::move(attrs)));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({n}, xs)}};
+  if (!ys.empty())
+    t["y"] = tensor({n}, ys);
+  return interpret(g, Mode::Eval, {}, t)[0].data;
+}
+
+// Equal as PyTorch's float64 would print them: NaN matches NaN, infinities exactly,
+// finite values to 1e-14 relative.
+void check_same(const std::vector<double> &got, const std::vector<double> &expected) {
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element ", i, ": got ", got[i], ", expected ", expected[i]);
+    if (std::isnan(expected[i]))
+      CHECK(std::isnan(got[i]));
+    else if (std::isinf(expected[i]))
+      CHECK(got[i] == expected[i]);
+    else
+      CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-14));
+  }
+}
+
+AttrValue word(const char *w) { return {0, w}; }
+
+const std::vector<double> kXs = {-3.0, -0.5, 0.0, 0.5, 3.0};
+
+} // namespace
+
+// Expected values: Python's math module in double, with PyTorch's formulas.
+TEST_CASE("interpreter: pointwise activations match PyTorch's definitions") {
+  check_same(apply(OpKind::Relu, {-1, -0.0, 2, kNaN, -kInfinity}), {0, -0.0, 2, kNaN, 0});
+  check_same(apply(OpKind::LeakyRelu, {-2, 0, 3, kNaN, -kInfinity}),
+             {-0.02, 0, 3, kNaN, -kInfinity});
+  check_same(apply(OpKind::LeakyRelu, {-2, 3}, {{"negative_slope", num(0.2)}}), {-0.4, 3});
+  check_same(apply(OpKind::Gelu, kXs), {-0.00404969409489031, -0.15426876936299344, 0.0,
+                                        0.34573123063700656, 2.99595030590511});
+  check_same(
+      apply(OpKind::Gelu, kXs, {{"approximate", word("tanh")}}),
+      {-0.0036373920817729943, -0.15428599017485606, 0.0, 0.34571400982514394, 2.996362607918227});
+  check_same(apply(OpKind::Gelu, {kNaN, kInfinity, -kInfinity}), {kNaN, kInfinity, kNaN});
+  check_same(apply(OpKind::Silu, kXs), {-0.14227761953270035, -0.1887703343990727, 0.0,
+                                        0.3112296656009273, 2.8577223804672998});
+  check_same(apply(OpKind::Silu, {-kInfinity, kInfinity, -1000}), {kNaN, kInfinity, -0.0});
+  check_same(apply(OpKind::Sigmoid, {-kInfinity, 0, kInfinity, kNaN}), {0, 0.5, 1, kNaN});
+  check_same(apply(OpKind::Tanh, {-kInfinity, 0, kInfinity}), {-1, 0, 1});
+  check_same(apply(OpKind::Mish, kXs),
+             {-0.1456474612756246, -0.22074377465173, 0.0, 0.3752452113048951, 2.9865350049679575});
+  check_same(apply(OpKind::Mish, {kInfinity, -kInfinity, 1000}), {kInfinity, kNaN, 1000});
+  check_same(apply(OpKind::Hardsigmoid, kXs),
+             {0.0, 0.4166666666666667, 0.5, 0.5833333333333334, 1.0});
+  check_same(apply(OpKind::Hardswish, kXs),
+             {-0.0, -0.20833333333333334, 0.0, 0.2916666666666667, 3.0});
+  check_same(apply(OpKind::Hardswish, {kNaN, -kInfinity}), {kNaN, kNaN});
+  check_same(apply(OpKind::Elu, kXs, {{"alpha", num(0.5)}}),
+             {-0.475106465816068, -0.1967346701436833, 0.0, 0.5, 3.0});
+  check_same(apply(OpKind::Elu, {kNaN, -kInfinity}), {kNaN, -1});
+  check_same(apply(OpKind::Selu, kXs), {-1.6705687287671118, -0.6917581878028713, 0.0,
+                                        0.5253504936777402, 3.1521029620664414});
+}
+
+TEST_CASE("interpreter: softplus follows its threshold as PyTorch does") {
+  check_same(apply(OpKind::Softplus, kXs),
+             {0.04858735157374206, 0.4740769841801067, 0.6931471805599453, 0.9740769841801067,
+              3.048587351573742});
+  // beta=2, threshold=1: above x * beta > 1 the input is returned as is (3.0, not 3.0000012).
+  check_same(
+      apply(OpKind::Softplus, kXs, {{"beta", num(2)}, {"threshold", num(1)}}),
+      {0.0012378425688652247, 0.15663084375911143, 0.34657359027997264, 0.6566308437591114, 3.0});
+  // At the default threshold 20, 21 is returned as is; 19 goes through log1p(exp()).
+  check_same(apply(OpKind::Softplus, {21, 19, kNaN, -kInfinity}),
+             {21, 19.000000005602796, kNaN, 0});
+}
+
+TEST_CASE("interpreter: clamp and hardtanh keep NaN and take one-sided bounds") {
+  check_same(apply(OpKind::Clamp, {-5, 0.5, 5, kNaN}, {{"min", num(-1)}, {"max", num(1)}}),
+             {-1, 0.5, 1, kNaN});
+  check_same(apply(OpKind::Clamp, {-5, 5, -kInfinity}, {{"min", num(0)}}), {0, 5, 0});
+  check_same(apply(OpKind::Clamp, {-5, 5, kInfinity}, {{"max", num(0)}}), {-5, 0, 0});
+  // min > max: every value becomes max, as torch.clamp.
+  check_same(apply(OpKind::Clamp, {-5, 5}, {{"min", num(2)}, {"max", num(1)}}), {1, 1});
+  check_same(apply(OpKind::Hardtanh, {-5, 0.25, 5, kNaN}), {-1, 0.25, 1, kNaN});
+  check_same(apply(OpKind::Hardtanh, {-5, 5}, {{"min_val", num(0)}, {"max_val", num(6)}}), {0, 5});
+}
+
+TEST_CASE("interpreter: elementary functions and their edge cases") {
+  check_same(apply(OpKind::Exp, {0, 1, -kInfinity, 1000}), {1, M_E, 0, kInfinity});
+  check_same(apply(OpKind::Log, {1, 0, -1, kInfinity}), {0, -kInfinity, kNaN, kInfinity});
+  check_same(apply(OpKind::Abs, {-2, -0.0, kNaN, -kInfinity}), {2, 0, kNaN, kInfinity});
+  check_same(apply(OpKind::Neg, {2, 0, -kInfinity}), {-2, -0.0, kInfinity});
+  check_same(apply(OpKind::Sqrt, {4, 0, -1}), {2, 0, kNaN});
+  check_same(apply(OpKind::Rsqrt, {4, 0, -1, kInfinity}), {0.5, kInfinity, kNaN, 0});
+  check_same(apply(OpKind::Square, {-3, kNaN, -kInfinity}), {9, kNaN, kInfinity});
+  check_same(apply(OpKind::Reciprocal, {4, 0, -0.0, kInfinity}), {0.25, kInfinity, -kInfinity, 0});
+}
+
+TEST_CASE("interpreter: binary pointwise ops, NaN-propagating maximum and minimum") {
+  std::vector<double> a = {1, -2, kNaN, 3, 2};
+  std::vector<double> b = {2, kNaN, 1, -kInfinity, 0.5};
+  check_same(apply(OpKind::Maximum, a, {}, b), {2, kNaN, kNaN, 3, 2});
+  check_same(apply(OpKind::Minimum, a, {}, b), {1, kNaN, kNaN, -kInfinity, 0.5});
+  check_same(apply(OpKind::Pow, {2, -8, 0, 4, -2}, {}, {10, 1.0 / 3, -1, 0.5, 2}),
+             {1024, kNaN, kInfinity, 2, 4});
+  check_same(apply(OpKind::Div, {1, -1, 0}, {}, {0, 0, 0}), {kInfinity, -kInfinity, kNaN});
+}
+
+TEST_CASE("interpreter: every pointwise op of the table has semantics the interpreter runs") {
+  // A forgotten op would throw or return the input unchanged; each must change some value.
+  for (const OpInfo &op : all_ops()) {
+    if (!is_pointwise(op.kind))
+      continue;
+    INFO(op.name);
+    AttrMap attrs;
+    if (op.kind == OpKind::Clamp)
+      attrs["min"] = num(0);
+    std::vector<double> xs = {-2.5, -0.75, 0.3, 1.7, 4.2};
+    std::vector<double> ys(xs.rbegin(), xs.rend());
+    std::vector<double> got =
+        op.cls == OpClass::Binary ? apply(op.kind, xs, attrs, ys) : apply(op.kind, xs, attrs);
+    CHECK(got != xs);
+  }
 }

@@ -1,3 +1,4 @@
+#include "compiler/ir/infer.h"
 #include "compiler/ir/verifier.h"
 
 #include <doctest/doctest.h>
@@ -89,15 +90,49 @@ TEST_CASE("verifier: attributes are complete and of the right kind") {
   check_fails(changed([](ir::Graph &g) {
                 g.values[5].attrs["eps"] = {std::numeric_limits<double>::infinity(), {}};
               }),
-              5, "'bn' (%5, batchnorm): attribute 'eps' must be a finite number, got inf");
+              5, "'bn' (%5, batchnorm): attribute 'eps' must be a number > 0, got inf");
   check_fails(changed([](ir::Graph &g) {
                 g.values[5].attrs["momentum"] = {0, "N"};
               }),
-              5, "'bn' (%5, batchnorm): attribute 'momentum' must be a finite number, got 'N'");
+              5, "'bn' (%5, batchnorm): attribute 'momentum' must be a number in [0, 1], got 'N'");
   check_fails(changed([](ir::Graph &g) {
                 g.values[6].attrs["dim"] = {1.5, {}};
               }),
               6, "'s' (%6, softmax): attribute 'dim' must be an integer, got 1.5");
+  check_fails(changed([](ir::Graph &g) {
+                g.values[5].attrs["eps"] = {0, {}};
+              }),
+              5, "'bn' (%5, batchnorm): attribute 'eps' must be a number > 0, got 0");
+  check_fails(changed([](ir::Graph &g) {
+                g.values[5].attrs["momentum"] = {1.5, {}};
+              }),
+              5, "'bn' (%5, batchnorm): attribute 'momentum' must be a number in [0, 1], got 1.5");
+}
+
+TEST_CASE("verifier: choices, optional bounds and constraints between attributes") {
+  ir::GraphBuilder b("p", {"N"});
+  ir::ValueId x = b.declare(ValueKind::Input, "x", f32({Dim::symbol("N"), Dim::constant(4)}));
+  b.add_output(b.op(OpKind::Gelu, {x}, {{"approximate", {0, "tanh"}}}));
+  b.add_output(b.op(OpKind::Clamp, {x}, {{"max", {2, {}}}}));
+  b.add_output(b.op(OpKind::Hardtanh, {x}));
+  const ir::Graph good = b.finish();
+  ir::verify(good);
+  auto with = [&](ir::ValueId id, const std::string &key, ir::AttrValue a) {
+    ir::Graph g = good;
+    g.values[static_cast<size_t>(id)].attrs[key] = a;
+    return g;
+  };
+  check_fails(with(1, "approximate", {0, "fast"}), 1,
+              "%1 (gelu): attribute 'approximate' must be \"none\" or \"tanh\", got \"fast\"");
+  check_fails(with(2, "max", {-std::numeric_limits<double>::infinity(), {}}), 2,
+              "%2 (clamp): attribute 'max' must be a number, got -inf");
+  check_fails(with(2, "max", {std::numeric_limits<double>::infinity(), {}}), 2,
+              "%2 (clamp): clamp needs at least one of the attributes 'min' and 'max'");
+  check_fails(with(3, "min_val", {1, {}}), 3,
+              "%3 (hardtanh): hardtanh needs min_val < max_val (as torch.nn.Hardtanh), got "
+              "min_val=1 and max_val=1");
+  CHECK_THROWS_WITH_AS(ir::GraphBuilder("q").op(OpKind::Clamp, {}), doctest::Contains("clamp"),
+                       ir::TypeError);
 }
 
 TEST_CASE("verifier: Extent and DType attributes") {
@@ -119,16 +154,15 @@ TEST_CASE("verifier: Extent and DType attributes") {
   };
   CHECK_NOTHROW(ir::verify(with(5, "count", {64, {}})));
   check_fails(with(5, "count", {0, "M"}), 5,
-              "%5 (bn_update): attribute 'count' must be a declared dim or a positive integer, "
-              "got 'M'");
+              "%5 (bn_update): attribute 'count' names 'M', which is not a declared dim");
   check_fails(with(5, "count", {0, {}}), 5,
-              "%5 (bn_update): attribute 'count' must be a declared dim or a positive integer, "
-              "got 0");
-  check_fails(with(5, "count", {2.5, {}}), 5,
-              "%5 (bn_update): attribute 'count' must be a declared dim or a positive integer, "
-              "got 2.5");
-  check_fails(with(6, "dtype", {0, "f64"}), 6,
-              "%6 (constant): attribute 'dtype' must be an element type, got 'f64'");
+              "%5 (bn_update): attribute 'count' must be a positive integer or a dim name, got 0");
+  check_fails(
+      with(5, "count", {2.5, {}}), 5,
+      "%5 (bn_update): attribute 'count' must be a positive integer or a dim name, got 2.5");
+  check_fails(
+      with(6, "dtype", {0, "f64"}), 6,
+      "%6 (constant): attribute 'dtype' must be an element type (f32, f16 or bf16), got 'f64'");
 }
 
 TEST_CASE("verifier: types have rank 1 or 2 and declared, bounded extents") {

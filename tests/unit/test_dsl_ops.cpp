@@ -1,0 +1,141 @@
+// The op table as the DSL sees it: the op reference in docs/DSL.md, numbers as operands,
+// choices, queries by class, and NVRTC compiles of every pointwise op in every kernel kind.
+#include "compiler/dsl/parser.h"
+#include "compiler/ir/op_reference.h"
+#include "compiler/ir/ops.h"
+#include "compiler/plan/planner.h"
+#include "kfuse/kfuse.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace kfuse;
+
+namespace {
+
+std::string read(const std::string &path) {
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The text between `<!-- begin NAME -->\n` and `<!-- end NAME -->` in `doc`.
+std::string section(const std::string &doc, const std::string &name) {
+  std::string begin = "<!-- begin " + name + " -->\n", end = "<!-- end " + name + " -->";
+  size_t a = doc.find(begin), b = doc.find(end);
+  REQUIRE_MESSAGE(a != std::string::npos, "docs/DSL.md has no '", begin, "'");
+  REQUIRE_MESSAGE(b != std::string::npos, "docs/DSL.md has no '", end, "'");
+  return doc.substr(a + begin.size(), b - a - begin.size());
+}
+
+ir::Graph parse(const std::string &text) {
+  dsl::SourceFile src("t.kf", text);
+  dsl::Diagnostics diags(src);
+  return dsl::parse_kf(src, diags);
+}
+
+// linear -> every pointwise op of the table, binary ones against [F], [1], [N, 1] operands
+// and numbers, taken from the table so that a new op is compiled here without a new test.
+std::string every_pointwise_op(const std::string &tail) {
+  std::string body = "  h = linear(x, w, b)\n";
+  std::vector<std::string> others = {"f", "s", "r", "0.75"};
+  size_t k = 0;
+  for (const ir::OpInfo &op : ir::all_ops()) {
+    if (op.cls == ir::OpClass::Unary)
+      body +=
+          fmt::format("  h = {}(h{})\n", op.name, op.kind == ir::OpKind::Clamp ? ", min=-4" : "");
+    else if (op.cls == ir::OpClass::Binary)
+      body += fmt::format("  h = {}(h, {})\n", op.name, others[k++ % others.size()]);
+  }
+  return "pipeline every_op {\n  dim N\n  input x: f32[N, 32]\n  input r: f32[N, 1]\n"
+         "  param w: f32[48, 32]\n  param b: f32[48]\n  param f: f32[48]\n  param s: f32[1]\n" +
+         body + tail + "}\n";
+}
+
+} // namespace
+
+TEST_CASE("docs: DSL.md's op reference is the op table's") {
+  std::string doc = read(KFUSE_SOURCE_DIR "/docs/DSL.md");
+  for (bool internal : {false, true}) {
+    std::string name = internal ? "internal ops" : "user ops";
+    INFO("regenerate the section '", name, "' of docs/DSL.md from ir::op_reference_markdown(",
+         internal, "):\n", ir::op_reference_markdown(internal));
+    CHECK(section(doc, name) == ir::op_reference_markdown(internal));
+  }
+}
+
+TEST_CASE("op table: names are unique, and ops are listed by class and arity") {
+  for (const ir::OpInfo &op : ir::all_ops()) {
+    CHECK(ir::op_by_name(op.name) == op.kind);
+    CHECK(&ir::op_info(op.kind) == &op);
+  }
+  std::vector<ir::OpKind> binary = ir::ops_of_class(ir::OpClass::Binary, 2);
+  CHECK(binary == std::vector<ir::OpKind>{ir::OpKind::Add, ir::OpKind::Sub, ir::OpKind::Mul,
+                                          ir::OpKind::Div, ir::OpKind::Maximum, ir::OpKind::Minimum,
+                                          ir::OpKind::Pow});
+  CHECK(ir::ops_of_class(ir::OpClass::Binary, 1).empty());
+  CHECK(ir::ops_of_class(ir::OpClass::Unary).size() == 22);
+  CHECK(ir::ops_of_class(ir::OpClass::ColReduce).empty()); // internal only
+  CHECK(ir::ops_of_class(ir::OpClass::ColReduce, -1, true).size() == 2);
+  CHECK(ir::ops_of_class(ir::OpClass::Gemm, 3) == std::vector<ir::OpKind>{ir::OpKind::Linear});
+}
+
+TEST_CASE("dsl: numbers as operands become constants of their tensor operand's type") {
+  ir::Graph g = parse("pipeline p {\n  dim N\n  input x: f16[N, 4]\n"
+                      "  return mul(x, 2.5), sub(-0.5, x), pow(x, 3)\n}\n");
+  REQUIRE(g.outputs.size() == 3);
+  auto constant_arg = [&](ir::ValueId out, size_t i) {
+    const ir::Value &c = g[g[out].args.at(i)];
+    REQUIRE(c.is_op());
+    CHECK(c.op == ir::OpKind::Constant);
+    CHECK(c.type.str() == "f16[1]");
+    CHECK(c.attrs.at("dtype").dim == "f16");
+    return c.attr("value");
+  };
+  CHECK(constant_arg(g.outputs[0], 1) == 2.5);
+  CHECK(constant_arg(g.outputs[1], 0) == -0.5);
+  CHECK(constant_arg(g.outputs[2], 1) == 3);
+  CHECK(g[g.outputs[1]].type.str() == "f16[N, 4]");
+}
+
+TEST_CASE("dsl: choices and optional bounds parse, default and print back") {
+  ir::Graph g = parse("pipeline p {\n  dim N\n  input x: f32[N, 4]\n"
+                      "  return gelu(x), gelu(x, approximate=\"tanh\"), clamp(x, max=1)\n}\n");
+  CHECK(g[g.outputs[0]].attrs.at("approximate").dim == "none");
+  CHECK(g[g.outputs[1]].attrs.at("approximate").dim == "tanh");
+  CHECK(g[g.outputs[2]].attrs.at("min").number == -ir::kInf);
+  CHECK(g[g.outputs[2]].attrs.at("max").number == 1);
+}
+
+TEST_CASE("nvrtc: every pointwise op compiles in a GEMM epilogue, a row prologue and alone") {
+  char tmpl[] = "/tmp/kfuse-ops-cache-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  setenv("KFUSE_CACHE_DIR", tmpl, 1);
+  for (bool fuse : {true, false}) {
+    INFO(std::string(fuse ? "fused" : "unfused"));
+    Options o;
+    o.arch = "sm_90a";
+    o.fuse = fuse;
+    // fused: one GEMM kernel whose epilogue holds every op; then a row kernel whose prologue
+    // does (the GEMM stores its product: softmax reads the chain per row).
+    Pipeline epilogue = Pipeline::from_string(every_pointwise_op("  return h\n"), "every_op.kf", o);
+    Pipeline prologue =
+        Pipeline::from_string(every_pointwise_op("  return softmax(h, dim=1)\n"), "every_op.kf", o);
+    if (fuse)
+      CHECK(epilogue.report().kernels.size() == 1);
+    for (const Pipeline *p : {&epilogue, &prologue})
+      for (const KernelReport &k : p->report().kernels) {
+        INFO(k.name);
+        CHECK(k.spill_stores == 0);
+      }
+  }
+  unsetenv("KFUSE_CACHE_DIR");
+  std::filesystem::remove_all(tmpl);
+}
