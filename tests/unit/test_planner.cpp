@@ -1,9 +1,10 @@
 // The planner: kernel counts of the founding workloads, and proof by interpretation that
 // every pass and the final partition compute what the user wrote.
 #include "compiler/dsl/parser.h"
-#include "compiler/plan/planner.h"
 #include "compiler/passes/rewriter.h"
-#include "tests/support/agreement.h"
+#include "compiler/plan/agreement.h"
+#include "compiler/plan/planner.h"
+#include "compiler/plan/validate_plan.h"
 #include "tests/support/random_pipelines.h"
 
 #include <doctest/doctest.h>
@@ -75,8 +76,8 @@ void set(ir::TensorMap &t, const std::string &name, std::vector<double> values) 
 
 void expect_agreement(const ir::Graph &g, Mode mode, int64_t n, uint64_t seed,
                       const std::function<void(ir::TensorMap &)> &tweak = {}) {
-  auto worst = testing::first_failure(
-      testing::check_planner(g, mode, {{"N", n}}, seed, passes::pipeline(), tweak), kTolerance);
+  auto worst = plan::first_failure(
+      plan::check_planner(g, mode, {{"N", n}}, seed, passes::pipeline(), tweak), kTolerance);
   INFO(g.name, " mode ", ir::mode_name(mode), " N=", n, " worst stage ", worst.stage);
   CHECK(worst.error <= kTolerance);
 }
@@ -122,6 +123,131 @@ TEST_CASE("planner: random op chains agree with the interpreter after every pass
   CHECK(checked == 240);
 }
 
+namespace {
+
+// Issue 12, class 1: the column kernel of the batchnorm folds in g, which an elementwise
+// kernel built after it stores.
+const char *kReadBeforeStore = R"(pipeline read_before_store {
+  dim N
+  input x: f32[N, 2]
+  state rm: f32[2]
+  state rv: f32[2]
+  param a: f32[2]
+  y = batchnorm(x, rm, rv)
+  g = gelu(a)
+  return add(y, g), g
+}
+)";
+
+// Issue 12, class 2: the running mean is read after the column kernel of the batchnorm
+// updates it in place.
+const char *kStateReadAfterUpdate = R"(pipeline state_read_after_update {
+  dim N
+  input x: f32[N, 4]
+  state rm: f32[4]
+  state rv: f32[4]
+  y = batchnorm(x, rm, rv)
+  z = softmax(y, dim=1)
+  return add(z, rm)
+}
+)";
+
+size_t kernel_storing(const plan::Plan &p, const std::string &name) {
+  for (size_t k = 0; k < p.kernels.size(); ++k)
+    for (ir::ValueId s : p.kernels[k].stores)
+      if (p.graph[s].name == name)
+        return k;
+  FAIL("no kernel stores '", name, "'");
+  return 0;
+}
+
+size_t kernel_updating(const plan::Plan &p, const std::string &state) {
+  for (size_t k = 0; k < p.kernels.size(); ++k)
+    for (ir::ValueId id : p.kernels[k].computes)
+      if (p.graph[id].is_effect() && p.graph[p.graph[id].args[0]].name == state)
+        return k;
+  FAIL("no kernel updates '", state, "'");
+  return 0;
+}
+
+size_t first_kernel_reading(const plan::Plan &p, const std::string &name) {
+  for (size_t k = 0; k < p.kernels.size(); ++k)
+    for (ir::ValueId r : p.kernels[k].reads)
+      if (p.graph[r].name == name)
+        return k;
+  FAIL("no kernel reads '", name, "'");
+  return 0;
+}
+
+size_t last_kernel_reading(const plan::Plan &p, const std::string &name, size_t except) {
+  size_t last = 0;
+  for (size_t k = 0; k < p.kernels.size(); ++k)
+    for (ir::ValueId r : p.kernels[k].reads)
+      if (p.graph[r].name == name && k != except)
+        last = k;
+  return last;
+}
+
+} // namespace
+
+TEST_CASE("planner: a kernel runs after the kernels that store what it reads") {
+  ir::Graph g = parse_text(kReadBeforeStore);
+  plan::Plan p = plan::make_plan(g, Mode::Train);
+  CHECK(kernel_storing(p, "g") < first_kernel_reading(p, "g"));
+  for (Mode mode : {Mode::Train, Mode::Eval})
+    for (int64_t n : {2, 5, 64})
+      expect_agreement(g, mode, n, 31);
+}
+
+TEST_CASE("planner: reads of a state see its value on entry") {
+  ir::Graph g = parse_text(kStateReadAfterUpdate);
+  plan::Plan p = plan::make_plan(g, Mode::Train);
+  size_t update = kernel_updating(p, "rm");
+  CHECK(last_kernel_reading(p, "rm", update) < update);
+  CHECK(std::count(p.kernels[update].rules.begin(), p.kernels[update].rules.end(),
+                   "state_update_after_readers") == 1);
+  for (Mode mode : {Mode::Train, Mode::Eval})
+    for (int64_t n : {2, 5, 64})
+      expect_agreement(g, mode, n, 37);
+}
+
+TEST_CASE("planner: the validator names the kernels of an invalid plan") {
+  plan::Plan good = plan::make_plan(parse_text(kStateReadAfterUpdate), Mode::Train);
+  REQUIRE(good.kernels.size() >= 3);
+  SUBCASE("a read before the store") {
+    plan::Plan p = good;
+    std::swap(p.kernels[0], p.kernels[1]);
+    CHECK_THROWS_WITH_AS(plan::validate_plan(p),
+                         "internal error: invalid plan for 'state_read_after_update': kernel "
+                         "k1_column computes %4 (col_mean) without partials of input 'x' (%0)",
+                         plan::PlanError);
+  }
+  SUBCASE("a state read after the update") {
+    plan::Plan p = good;
+    size_t update = kernel_updating(p, "rm");
+    REQUIRE(update == 4);
+    std::rotate(p.kernels.begin() + 2, p.kernels.begin() + 4, p.kernels.end());
+    CHECK_THROWS_WITH_AS(
+        plan::validate_plan(p),
+        doctest::Contains("kernel k3_elementwise reads state 'rm' after kernel k4_column "
+                          "updated it in place"),
+        plan::PlanError);
+  }
+  SUBCASE("two kernels store one buffer") {
+    plan::Plan p = good;
+    p.kernels.push_back(p.kernels[0]);
+    p.kernels.back().name = "k9_copy";
+    CHECK_THROWS_WITH_AS(plan::validate_plan(p), doctest::Contains("kernel k9_copy"),
+                         plan::PlanError);
+  }
+  SUBCASE("an op no kernel computes") {
+    plan::Plan p = good;
+    p.kernels.pop_back();
+    CHECK_THROWS_AS(plan::validate_plan(p), plan::PlanError);
+  }
+  CHECK_NOTHROW(plan::validate_plan(good));
+}
+
 TEST_CASE("planner: adversarial parameters") {
   ir::Graph scale_bn = parse_text(kSmallScaleBn);
   ir::Graph softmax = parse_text(kSmallSoftmax);
@@ -160,13 +286,15 @@ namespace {
 
 // A wrong rewrite: the variance of a*y taken as a*var(y) instead of a^2*var(y).
 ir::Graph absorb_with_wrong_variance(const ir::Graph &g, Mode) {
-  return passes::Rewriter(g, "broken_absorb").run([](passes::Rewriter &r, ir::ValueId old) -> ir::ValueId {
-    const ir::Value &v = r.old_graph()[old];
-    const ir::Value &in = r.old_graph()[v.args.empty() ? old : v.args[0]];
-    if (v.op != ir::OpKind::ColVar || !in.is_op() || in.op != ir::OpKind::ColAffine)
-      return -1;
-    return r.op(ir::OpKind::Mul, {r.op(ir::OpKind::ColVar, {r.map(in.args[0])}), r.map(in.args[1])});
-  });
+  return passes::Rewriter(g, "broken_absorb")
+      .run([](passes::Rewriter &r, ir::ValueId old) -> ir::ValueId {
+        const ir::Value &v = r.old_graph()[old];
+        const ir::Value &in = r.old_graph()[v.args.empty() ? old : v.args[0]];
+        if (v.op != ir::OpKind::ColVar || !in.is_op() || in.op != ir::OpKind::ColAffine)
+          return -1;
+        return r.op(ir::OpKind::Mul,
+                    {r.op(ir::OpKind::ColVar, {r.map(in.args[0])}), r.map(in.args[1])});
+      });
 }
 
 } // namespace
@@ -177,10 +305,12 @@ TEST_CASE("planner: the harness rejects a wrong rewrite") {
     if (p.name == "absorb_affine_into_stats")
       p = {"broken_absorb", absorb_with_wrong_variance};
   ir::Graph g = parse_text(kSmallScaleBn);
-  auto worst = testing::first_failure(testing::check_planner(g, Mode::Train, {{"N", 4}}, 21, broken), kTolerance);
+  auto worst =
+      plan::first_failure(plan::check_planner(g, Mode::Train, {{"N", 4}}, 21, broken), kTolerance);
   CHECK(worst.stage == "broken_absorb");
   CHECK(worst.error > 1e-3);
   // The real pass on the same inputs agrees.
-  CHECK(testing::first_failure(testing::check_planner(g, Mode::Train, {{"N", 4}}, 21, passes::pipeline()), kTolerance)
+  CHECK(plan::first_failure(plan::check_planner(g, Mode::Train, {{"N", 4}}, 21, passes::pipeline()),
+                            kTolerance)
             .error <= kTolerance);
 }

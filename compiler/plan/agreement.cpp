@@ -1,4 +1,4 @@
-#include "tests/support/agreement.h"
+#include "compiler/plan/agreement.h"
 
 #include "compiler/ir/verifier.h"
 #include "compiler/plan/execute_plan.h"
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-namespace kfuse::testing {
+namespace kfuse::plan {
 
 using namespace ir;
 
@@ -22,10 +22,10 @@ RunResult run_graph(const Graph &g, Mode mode, const DimBindings &dims, TensorMa
   return r;
 }
 
-RunResult run_plan(const plan::Plan &p, const DimBindings &dims, TensorMap tensors) {
+RunResult run_plan(const Plan &p, const DimBindings &dims, TensorMap tensors) {
   RunResult r;
   try {
-    r.outputs = plan::execute_plan(p, dims, tensors);
+    r.outputs = execute_plan(p, dims, tensors);
   } catch (const InterpretError &e) {
     r.error = e.what();
   }
@@ -61,9 +61,9 @@ double disagreement(const RunResult &a, const RunResult &b) {
   return worst;
 }
 
-std::vector<StageError> check_planner(const Graph &g, Mode mode, const DimBindings &dims, uint64_t seed,
-                         const std::vector<passes::Pass> &passes,
-                         const std::function<void(TensorMap &)> &tweak) {
+std::vector<StageError> check_planner(const Graph &g, Mode mode, const DimBindings &dims,
+                                      uint64_t seed, const std::vector<passes::Pass> &passes,
+                                      const std::function<void(TensorMap &)> &tweak) {
   TensorMap tensors = random_tensors(g, dims, seed);
   if (tweak)
     tweak(tensors);
@@ -73,9 +73,11 @@ std::vector<StageError> check_planner(const Graph &g, Mode mode, const DimBindin
   for (const passes::Pass &p : passes) {
     cur = p.run(cur, mode);
     verify(cur);
-    stages.push_back({std::string(p.name), disagreement(reference, run_graph(cur, mode, dims, tensors))});
+    stages.push_back(
+        {std::string(p.name), disagreement(reference, run_graph(cur, mode, dims, tensors))});
   }
-  stages.push_back({"plan", disagreement(reference, run_plan(plan::partition(cur, mode), dims, tensors))});
+  stages.push_back(
+      {"plan", disagreement(reference, run_plan(partition(cur, mode), dims, tensors))});
   return stages;
 }
 
@@ -90,4 +92,4 @@ StageError first_failure(const std::vector<StageError> &stages, double tolerance
   return worst;
 }
 
-} // namespace kfuse::testing
+} // namespace kfuse::plan
