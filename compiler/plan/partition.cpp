@@ -288,16 +288,19 @@ private:
   // Column values a column kernel computes are stored when another kernel reads them or
   // they are returned; only now, with every kernel built, are all readers known.
   void store_column_values() {
+    std::vector<std::set<size_t>> read_by(g_.values.size()); // value -> kernels using it
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      for (ValueId u : plan_.kernels[k].computes)
+        for (ValueId a : val(u).args)
+          read_by[static_cast<size_t>(a)].insert(k);
     for (size_t c = 0; c < plan_.kernels.size(); ++c) {
       if (plan_.kernels[c].kind != KernelKind::Column)
         continue;
       for (ValueId id : plan_.kernels[c].computes) {
         if (val(id).is_effect() || kernel_of_[static_cast<size_t>(id)] != static_cast<int>(c))
           continue;
-        bool outside = is_output_.count(id) != 0;
-        for (size_t k = 0; k < plan_.kernels.size() && !outside; ++k)
-          for (ValueId u : plan_.kernels[k].computes)
-            outside = outside || (k != c && std::count(val(u).args.begin(), val(u).args.end(), id));
+        const std::set<size_t> &readers = read_by[static_cast<size_t>(id)];
+        bool outside = is_output_.count(id) != 0 || readers.size() > readers.count(c);
         if (outside)
           plan_.kernels[c].stores.push_back(id);
       }

@@ -125,32 +125,9 @@ TEST_CASE("planner: random op chains agree with the interpreter after every pass
 
 namespace {
 
-// Issue 12, class 1: the column kernel of the batchnorm folds in g, which an elementwise
-// kernel built after it stores.
-const char *kReadBeforeStore = R"(pipeline read_before_store {
-  dim N
-  input x: f32[N, 2]
-  state rm: f32[2]
-  state rv: f32[2]
-  param a: f32[2]
-  y = batchnorm(x, rm, rv)
-  g = gelu(a)
-  return add(y, g), g
+ir::Graph issue_case(const std::string &name) {
+  return dsl::parse_kf_file(std::string(KFUSE_SOURCE_DIR) + "/tests/support/pipelines/" + name);
 }
-)";
-
-// Issue 12, class 2: the running mean is read after the column kernel of the batchnorm
-// updates it in place.
-const char *kStateReadAfterUpdate = R"(pipeline state_read_after_update {
-  dim N
-  input x: f32[N, 4]
-  state rm: f32[4]
-  state rv: f32[4]
-  y = batchnorm(x, rm, rv)
-  z = softmax(y, dim=1)
-  return add(z, rm)
-}
-)";
 
 size_t kernel_storing(const plan::Plan &p, const std::string &name) {
   for (size_t k = 0; k < p.kernels.size(); ++k)
@@ -191,7 +168,7 @@ size_t last_kernel_reading(const plan::Plan &p, const std::string &name, size_t 
 } // namespace
 
 TEST_CASE("planner: a kernel runs after the kernels that store what it reads") {
-  ir::Graph g = parse_text(kReadBeforeStore);
+  ir::Graph g = issue_case("read_before_store.kf");
   plan::Plan p = plan::make_plan(g, Mode::Train);
   CHECK(kernel_storing(p, "g") < first_kernel_reading(p, "g"));
   for (Mode mode : {Mode::Train, Mode::Eval})
@@ -200,7 +177,7 @@ TEST_CASE("planner: a kernel runs after the kernels that store what it reads") {
 }
 
 TEST_CASE("planner: reads of a state see its value on entry") {
-  ir::Graph g = parse_text(kStateReadAfterUpdate);
+  ir::Graph g = issue_case("state_read_after_update.kf");
   plan::Plan p = plan::make_plan(g, Mode::Train);
   size_t update = kernel_updating(p, "rm");
   CHECK(last_kernel_reading(p, "rm", update) < update);
@@ -211,8 +188,20 @@ TEST_CASE("planner: reads of a state see its value on entry") {
       expect_agreement(g, mode, n, 37);
 }
 
+TEST_CASE("planner: a chain of 50,000 ops plans without deep recursion") {
+  std::string text = "pipeline long_chain {\n  dim N\n  input x: f32[N, 4]\n  h = relu(x)\n";
+  for (int i = 0; i < 50000; ++i)
+    text += "  h = relu(h)\n";
+  ir::Graph g = parse_text(text + "  return h\n}\n");
+  for (Mode mode : {Mode::Train, Mode::Eval}) {
+    plan::Plan p = plan::make_plan(g, mode);
+    REQUIRE(p.kernels.size() == 1);
+    CHECK(p.kernels[0].computes.size() == 50001);
+  }
+}
+
 TEST_CASE("planner: the validator names the kernels of an invalid plan") {
-  plan::Plan good = plan::make_plan(parse_text(kStateReadAfterUpdate), Mode::Train);
+  plan::Plan good = plan::make_plan(issue_case("state_read_after_update.kf"), Mode::Train);
   REQUIRE(good.kernels.size() >= 3);
   SUBCASE("a read before the store") {
     plan::Plan p = good;
