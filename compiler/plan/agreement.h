@@ -22,8 +22,9 @@ RunResult run_graph(const ir::Graph &g, ir::Mode mode, const ir::DimBindings &di
                     ir::TensorMap tensors);
 RunResult run_plan(const Plan &p, const ir::DimBindings &dims, ir::TensorMap tensors);
 
-// Largest norm-wise relative error over outputs and updated tensors; infinity when one
-// run was rejected and the other was not, or shapes differ.
+// Largest norm-wise relative error over outputs and updated tensors, with norms below 1e-3
+// per element counted as 1e-3 (rounding noise on values that are exactly zero is not a
+// disagreement); infinity when one run was rejected and the other was not, or shapes differ.
 double disagreement(const RunResult &a, const RunResult &b);
 
 struct StageError {
