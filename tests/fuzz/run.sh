@@ -41,6 +41,9 @@ if [ "$target" = parse ]; then
   cp "$root"/examples/*.kf "$root"/tests/golden/diagnostics/*.kf "$seeds"/
   inputs+=("$seeds")
   extra+=(-dict="$root/tests/fuzz/kf.dict")
+else
+  # Every input is a valid pipeline and longer inputs make larger ones: no need to grow slowly.
+  extra+=(-len_control=0 -max_len=1024)
 fi
 
 "$build/kfuse_${target}_fuzzer" "${inputs[@]}" "${extra[@]}" -max_total_time="$seconds" \
