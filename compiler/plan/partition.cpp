@@ -167,6 +167,12 @@ private:
 
   Kernel &kernel(int index) { return plan_.kernels.at(static_cast<size_t>(index)); }
 
+  // Adds `id` alone to kernel `k`'s computes.
+  void compute(int k, ValueId id) {
+    if (computed_in_[static_cast<size_t>(k)].insert(id).second)
+      kernel(k).computes.push_back(id);
+  }
+
   // Adds `id` and the inline values it reads (transitively) to kernel `k`, each once.
   void add_tree(int k, ValueId id) {
     std::set<ValueId> &in_kernel = computed_in_[static_cast<size_t>(k)];
@@ -174,9 +180,9 @@ private:
     while (!todo.empty()) {
       ValueId cur = todo.back();
       todo.pop_back();
-      if (!in_kernel.insert(cur).second)
+      if (in_kernel.count(cur))
         continue;
-      kernel(k).computes.push_back(cur); // sorted into graph order by finish()
+      compute(k, cur); // computes are sorted into graph order by finish()
       for (ValueId a : val(cur).args)
         if (!stored_[static_cast<size_t>(a)] && val(a).is_op() && !is_stats(val(a)))
           todo.push_back(a);
@@ -235,16 +241,14 @@ private:
       if (cls == OpClass::Gemm) {
         int k = new_kernel(KernelKind::Gemm, id);
         gemm_kernel_[id] = k;
-        computed_in_[static_cast<size_t>(k)].insert(id);
-        kernel(k).computes.push_back(id);
+        compute(k, id);
         if (stored_[i]) {
           kernel(k).stores.push_back(id);
           kernel_of_[i] = k;
         }
       } else if (is_stats(v)) {
         int c = column_kernel_of(v.args[0]);
-        computed_in_[static_cast<size_t>(c)].insert(id);
-        kernel(c).computes.push_back(id);
+        compute(c, id);
         kernel_of_[i] = c;
       } else if (v.is_effect() || (stats_dep_[i] && v.type.rank() < 2)) {
         int c = column_kernel_for(id);
@@ -326,8 +330,7 @@ private:
         computed_in_[c].erase(e);
         int u = new_kernel(KernelKind::Column, -1);
         kernel(u).rules.push_back("state_update_after_readers");
-        computed_in_[static_cast<size_t>(u)].insert(e);
-        kernel(u).computes.push_back(e);
+        compute(u, e);
         kernel_of_[static_cast<size_t>(e)] = u;
       }
     }
