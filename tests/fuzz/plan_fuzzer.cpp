@@ -51,6 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (const std::string &d : g.dims)
       dims[d] = d == "N" ? n : 3;
     for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
+      plan::make_plan(g, mode, {}, /*fuse=*/false); // the unfused baseline, validated too
       plan::Plan p = plan::make_plan(g, mode);
       try {
         codegen::generate(p);

@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+
 using namespace kfuse;
 using ir::Mode;
 
@@ -103,6 +105,19 @@ TEST_CASE("planner: founding workloads meet their kernel counts") {
   }
 }
 
+TEST_CASE("planner: fused and unfused plans of every example pass the validator") {
+  for (const auto &entry :
+       std::filesystem::directory_iterator(std::string(KFUSE_SOURCE_DIR) + "/examples")) {
+    if (entry.path().extension() != ".kf")
+      continue;
+    INFO(entry.path().string());
+    ir::Graph g = dsl::parse_kf_file(entry.path().string());
+    for (Mode mode : {Mode::Train, Mode::Eval})
+      for (bool fuse : {true, false})
+        CHECK_NOTHROW(plan::make_plan(g, mode, {}, fuse)); // make_plan validates
+  }
+}
+
 TEST_CASE("planner: founding workloads agree with the interpreter after every pass") {
   for (const char *file : {"gemm_scale_bn.kf", "gemm_bn_scale_softmax.kf", "gemm_scale_bn_4096.kf"})
     for (Mode mode : {Mode::Train, Mode::Eval})
@@ -133,6 +148,7 @@ TEST_CASE("planner: random pipelines agree with the interpreter after every pass
         plan::check_planner(g, mode, bind_dims(g, n), seed, passes::pipeline()), kTolerance);
     INFO("mode ", ir::mode_name(mode), " N=", n, " worst stage ", worst.stage);
     CHECK(worst.error <= kTolerance);
+    CHECK_NOTHROW(plan::make_plan(g, mode, {}, /*fuse=*/false)); // the bench baseline, validated
   }
   // The generator reaches every op of the table.
   for (const ir::OpInfo &op : ir::all_ops()) {
