@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -159,6 +160,16 @@ void discard(const std::string &path, const struct stat &seen) {
     ::unlink(path.c_str());
 }
 
+// Why a file or directory `st` describes must not be trusted, or "" when it may: it belongs
+// to someone else or others may write it.
+std::string untrusted(const struct stat &st) {
+  if (st.st_uid != ::geteuid())
+    return fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return fmt::format("writable by group or others (mode {:04o})", st.st_mode & 07777);
+  return "";
+}
+
 } // namespace
 
 std::uint64_t hash64(std::string_view data, std::uint64_t seed) {
@@ -187,9 +198,26 @@ std::string hash_hex(std::string_view data) {
                      hash64(data, 0x6b66757365000002ULL));
 }
 
-DiskCache::DiskCache(std::string directory) : directory_(std::move(directory)) {
+DiskCache::DiskCache(std::string directory, WarningSink warn)
+    : directory_(std::move(directory)), warn_(std::move(warn)) {
   while (directory_.size() > 1 && directory_.back() == '/')
     directory_.pop_back();
+}
+
+void DiskCache::warn(const std::string &message) const {
+  if (warn_)
+    warn_(message);
+  else
+    std::fprintf(stderr, "kfuse: warning: %s\n", message.c_str());
+}
+
+std::string DiskCache::untrusted_directory() const {
+  struct stat st {};
+  if (::stat(directory_.c_str(), &st) != 0)
+    return errno_text(errno);
+  if (!S_ISDIR(st.st_mode))
+    return "not a directory";
+  return untrusted(st);
 }
 
 DiskCache DiskCache::from_environment() {
@@ -213,28 +241,57 @@ std::string DiskCache::entry_path(const std::string &key) const {
 
 std::optional<std::string> DiskCache::load(const std::string &key) const {
   const std::string path = entry_path(key);
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat dir {};
+  if (::stat(directory_.c_str(), &dir) != 0 && (errno == ENOENT || errno == ENOTDIR))
+    return std::nullopt; // no cache yet
+  if (std::string why = untrusted_directory(); !why.empty()) {
+    warn(fmt::format("kfuse cache: not using '{}': {}", directory_, why));
+    return std::nullopt;
+  }
+  // O_NONBLOCK: opening a FIFO planted under an entry's name must not wait for a writer.
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (fd.get() < 0) {
-    if (errno == ENOENT || errno == ENOTDIR)
+    if (errno == ENOENT)
       return std::nullopt;
-    throw Error(fmt::format("kfuse cache: cannot open '{}': {}", path, errno_text(errno)));
+    warn(fmt::format("kfuse cache: not reading '{}': {}", path,
+                     errno == ELOOP ? "a symbolic link" : errno_text(errno)));
+    return std::nullopt;
   }
   struct stat seen {};
+  std::string refused;
   if (::fstat(fd.get(), &seen) != 0)
-    throw Error(fmt::format("kfuse cache: cannot stat '{}': {}", path, errno_text(errno)));
+    refused = errno_text(errno);
+  else if (!S_ISREG(seen.st_mode))
+    refused = "not a regular file";
+  else if (static_cast<std::uint64_t>(seen.st_size) > kMaxEntryBytes)
+    refused = fmt::format("{} bytes, over the limit of {}", seen.st_size, kMaxEntryBytes);
+  else
+    refused = untrusted(seen);
+  if (!refused.empty()) {
+    warn(fmt::format("kfuse cache: not reading '{}': {}", path, refused));
+    return std::nullopt;
+  }
 
   // Entries are only ever replaced by rename, never rewritten in place, so this file's
-  // contents are fixed; read to EOF all the same rather than trust st_size.
+  // contents are fixed; read to EOF all the same rather than trust st_size, but never more
+  // than the limit.
   std::string bytes(static_cast<std::size_t>(seen.st_size) + 1, '\0');
   std::size_t got = 0;
   for (;;) {
-    if (got == bytes.size())
+    if (got == bytes.size()) {
+      if (bytes.size() > kMaxEntryBytes) {
+        warn(fmt::format("kfuse cache: not reading '{}': over the limit of {} bytes", path,
+                         kMaxEntryBytes));
+        return std::nullopt;
+      }
       bytes.resize(bytes.size() * 2);
+    }
     ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      throw Error(fmt::format("kfuse cache: cannot read '{}': {}", path, errno_text(errno)));
+      warn(fmt::format("kfuse cache: cannot read '{}': {}", path, errno_text(errno)));
+      return std::nullopt;
     }
     if (n == 0)
       break;
@@ -248,18 +305,29 @@ std::optional<std::string> DiskCache::load(const std::string &key) const {
   return payload;
 }
 
-void DiskCache::store(const std::string &key, const std::string &payload) const {
+bool DiskCache::store(const std::string &key, const std::string &payload) const {
   const std::string path = entry_path(key);
+  auto skip = [&](const std::string &why) {
+    warn(fmt::format("kfuse cache: not storing '{}': {}", path, why));
+    return false;
+  };
   std::error_code ec;
-  std::filesystem::create_directories(directory_, ec);
+  std::filesystem::path dir(directory_);
+  if (dir.has_parent_path())
+    std::filesystem::create_directories(dir.parent_path(), ec);
   if (ec)
-    throw Error(
-        fmt::format("kfuse cache: cannot create directory '{}': {}", directory_, ec.message()));
+    return skip(
+        fmt::format("cannot create directory '{}': {}", dir.parent_path().string(), ec.message()));
+  if (::mkdir(directory_.c_str(), 0700) != 0 && errno != EEXIST)
+    return skip(fmt::format("cannot create directory '{}': {}", directory_, errno_text(errno)));
+  if (std::string why = untrusted_directory(); !why.empty())
+    return skip(fmt::format("directory '{}': {}", directory_, why));
 
   const std::string temp = temp_path(directory_, key);
-  FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  FileDescriptor fd(
+      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (fd.get() < 0)
-    throw Error(fmt::format("kfuse cache: cannot create '{}': {}", temp, errno_text(errno)));
+    return skip(fmt::format("cannot create '{}': {}", temp, errno_text(errno)));
 
   int error = write_all(fd.get(), entry_header(key, payload));
   if (error == 0)
@@ -271,14 +339,13 @@ void DiskCache::store(const std::string &key, const std::string &payload) const 
   if (error == 0 && ::rename(temp.c_str(), path.c_str()) != 0) {
     error = errno;
     ::unlink(temp.c_str());
-    throw Error(
-        fmt::format("kfuse cache: cannot rename '{}' to '{}': {}", temp, path, errno_text(error)));
+    return skip(fmt::format("cannot rename '{}' to it: {}", temp, errno_text(error)));
   }
   if (error != 0) {
     ::unlink(temp.c_str());
-    throw Error(fmt::format("kfuse cache: cannot write '{}' (via '{}'): {}", path, temp,
-                            errno_text(error)));
+    return skip(fmt::format("cannot write '{}': {}", temp, errno_text(error)));
   }
+  return true;
 }
 
 } // namespace kfuse::rt

@@ -9,18 +9,27 @@
 //   of the payload). load() verifies all of it; an entry that is torn, truncated, corrupt or
 //   filed under the wrong key is removed and reported as a miss, never returned.
 //
-// Errors: the directory is where the user asked the cache to be (KFUSE_CACHE_DIR, ...), so a
-// cache that cannot be used is an error, not something to skip silently. store() throws
-// kfuse::Error naming the path when the directory cannot be created or the entry cannot be
-// written (permissions, disk full); load() throws kfuse::Error naming the path when an entry
-// exists but cannot be read. A missing directory or entry is a miss. Failing to remove a bad
-// entry is not an error: it is still a miss, and the next store() replaces it.
+// Trust: the cache trusts only its directory's owner, who must be the current user. The
+// directory is created 0700 and entries 0600. A directory or entry owned by another user or
+// writable by group or others is refused (as ssh and ccache refuse such files), so nobody else
+// can plant an entry: the checksum guards against torn and corrupt files, not against forgery.
+// Entries are opened without following symlinks and without blocking (O_NOFOLLOW, O_NONBLOCK),
+// checked with fstat before reading (regular file, owner, mode, at most kMaxEntryBytes), and
+// read up to that limit only.
+//
+// Errors: the cache is an optimization, so a cache that cannot be used never fails the work
+// that uses it. load() reports a refused or unreadable entry or directory as a warning and a
+// miss; store() reports a directory that cannot be created or used, or an entry that cannot be
+// written, as a warning and returns false. Warnings name the path and the reason; they go to
+// the warning sink (stderr by default). A missing directory or entry is a plain miss. Failing
+// to remove a bad entry is not an error: it is still a miss, and the next store() replaces it.
 //
 // Temporary files left by a process killed mid-store are named ".<key>.tmp.*" and are never
 // read; deleting them (or the whole directory) at any time is safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,8 +38,11 @@ namespace kfuse::rt {
 
 class DiskCache {
 public:
-  // Entries live in `directory`, created on the first store().
-  explicit DiskCache(std::string directory);
+  using WarningSink = std::function<void(const std::string &)>;
+
+  // Entries live in `directory`, created on the first store(). Warnings go to `warn`; the
+  // default prints "kfuse: warning: ..." on stderr.
+  explicit DiskCache(std::string directory, WarningSink warn = {});
 
   // $KFUSE_CACHE_DIR, else $XDG_CACHE_HOME/kfuse, else $HOME/.cache/kfuse (empty variables count
   // as unset). Throws kfuse::Error when none of them is set.
@@ -41,7 +53,8 @@ public:
   // Keys are 1 to 128 characters of [0-9A-Za-z_-] (hash_hex() output qualifies); anything else
   // throws kfuse::Error.
   std::optional<std::string> load(const std::string &key) const;
-  void store(const std::string &key, const std::string &payload) const;
+  // true when the entry was written; false (after a warning) when the cache is unusable.
+  bool store(const std::string &key, const std::string &payload) const;
 
   // Where the entry for `key` lives (tests corrupt it on purpose).
   std::string entry_path(const std::string &key) const;
@@ -50,8 +63,16 @@ public:
   // different layouts sharing a directory do not delete each other's entries.
   static constexpr std::uint32_t kFormatVersion = 1;
 
+  // The largest entry load() reads (cubins are a few MiB).
+  static constexpr std::uint64_t kMaxEntryBytes = std::uint64_t{256} << 20;
+
 private:
+  // Empty when the directory (which must exist) may be used, else why not.
+  std::string untrusted_directory() const;
+  void warn(const std::string &message) const;
+
   std::string directory_;
+  WarningSink warn_;
 };
 
 // A 64-bit non-cryptographic hash (used for entry checksums). Different seeds give independent

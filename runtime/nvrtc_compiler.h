@@ -46,7 +46,8 @@ struct CompiledModule {
 // compiled before. The key covers the source, every header's name and text, the file name, the
 // architecture, the options, the NVRTC version and library, and the cache format.
 // Throws CompileError (with the annotated log) when NVRTC rejects the program or its options,
-// kfuse::Error for an invalid request or a cache that cannot be used (see DiskCache).
+// kfuse::Error for an invalid request. A cache that cannot be used is skipped with a warning
+// (see DiskCache): the compile still succeeds.
 CompiledModule compile(const CompileRequest &req, const DiskCache *cache);
 
 // The cache key compile() uses for `req`.

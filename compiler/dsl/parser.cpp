@@ -95,7 +95,9 @@ public:
       if (t.is(TokenKind::End))
         unexpected(t, fmt::format("'}}' at the end of pipeline '{}'", name.text),
                    {{open.range(), "to match this '{'"}});
-      if (return_ && !t.is(TokenKind::Error))
+      // Only a word starts a statement: `return relu(h))` has an unmatched ')', not a
+      // statement after the return.
+      if (return_ && t.is(TokenKind::Identifier))
         diags_.error(t.range(), "statement after the return statement; return comes last",
                      {{*return_, "the return statement is here"}});
       statement();
@@ -174,6 +176,8 @@ private:
       }
       unexpected(peek(1), fmt::format("'=' or '(' after '{}'", t.text));
     }
+    if (t.is(TokenKind::RParen))
+      diags_.error(t.range(), "unmatched ')'");
     unexpected(t, "a statement");
   }
 

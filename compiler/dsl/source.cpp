@@ -39,8 +39,13 @@ SourceFile SourceFile::read(const std::string &path) {
   std::string text;
   char buf[1 << 16];
   size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0)
+  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) {
+    if (text.size() + n > kMaxSourceBytes)
+      Diagnostics().error({}, "cannot read '" + path + "': larger than " +
+                                  std::to_string(kMaxSourceBytes >> 20) +
+                                  " MiB, the limit for a .kf file");
     text.append(buf, n);
+  }
   // Reading a directory opens fine and fails here (EISDIR).
   if (std::ferror(f.get()))
     cannot_read(path, errno ? errno : EIO);

@@ -1,7 +1,10 @@
 #include "compiler/plan/partition.h"
 
+#include "compiler/ir/verifier.h"
+
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 namespace kfuse::plan {
 
@@ -37,6 +40,7 @@ public:
     if (fuse_)
       fuse_gemm_epilogues();
     build_kernels();
+    separate_state_updates();
     finish();
     return std::move(plan_);
   }
@@ -85,21 +89,49 @@ private:
     return false;
   }
 
-  // The stored matrices an inline tree rooted at `id` loads per element.
-  std::set<ValueId> matrix_leaves(ValueId id) const {
-    std::set<ValueId> leaves;
-    for (ValueId a : val(id).args) {
-      const Value &arg = val(a);
-      if (arg.type.rank() != 2)
-        continue;
-      if (stored_[static_cast<size_t>(a)] || !is_matrix_elementwise(arg)) {
-        leaves.insert(a);
-      } else {
-        auto sub = matrix_leaves(a);
-        leaves.insert(sub.begin(), sub.end());
+  enum class Walk { Skip, Leaf, Descend };
+
+  // The leaves of the inline tree rooted at `id`: `step` says of each argument whether it
+  // is skipped, a leaf, or inline (walked into). Iterative and each value visited once:
+  // chains are thousands of ops long and values are shared.
+  template <class Step> std::set<ValueId> leaves(ValueId id, Step step) const {
+    std::set<ValueId> found, seen;
+    std::vector<ValueId> todo = {id};
+    while (!todo.empty()) {
+      ValueId cur = todo.back();
+      todo.pop_back();
+      for (ValueId a : val(cur).args) {
+        if (!seen.insert(a).second)
+          continue;
+        Walk w = step(a);
+        if (w == Walk::Leaf)
+          found.insert(a);
+        else if (w == Walk::Descend)
+          todo.push_back(a);
       }
     }
-    return leaves;
+    return found;
+  }
+
+  // The stored matrices an inline tree rooted at `id` loads per element.
+  std::set<ValueId> matrix_leaves(ValueId id) const {
+    return leaves(id, [&](ValueId a) {
+      const Value &arg = val(a);
+      if (arg.type.rank() != 2)
+        return Walk::Skip;
+      return stored_[static_cast<size_t>(a)] || !is_matrix_elementwise(arg) ? Walk::Leaf
+                                                                            : Walk::Descend;
+    });
+  }
+
+  // Stored rank-1 values read by the inline tree of `id`.
+  std::set<ValueId> column_leaves(ValueId id) const {
+    return leaves(id, [&](ValueId a) {
+      bool stored = stored_[static_cast<size_t>(a)];
+      if ((val(a).type.rank() == 2 && stored) || !val(a).is_op())
+        return Walk::Skip;
+      return val(a).type.rank() < 2 && stored ? Walk::Leaf : Walk::Descend;
+    });
   }
 
   // The stored end of the inline chain that starts at `id`'s only user, or -1.
@@ -129,19 +161,32 @@ private:
     k.kind = kind;
     k.anchor = anchor;
     plan_.kernels.push_back(std::move(k));
+    computed_in_.emplace_back();
     return static_cast<int>(plan_.kernels.size() - 1);
   }
 
   Kernel &kernel(int index) { return plan_.kernels.at(static_cast<size_t>(index)); }
 
-  // Adds `id` and the inline values it reads (recursively) to kernel `k`.
+  // Adds `id` alone to kernel `k`'s computes.
+  void compute(int k, ValueId id) {
+    if (computed_in_[static_cast<size_t>(k)].insert(id).second)
+      kernel(k).computes.push_back(id);
+  }
+
+  // Adds `id` and the inline values it reads (transitively) to kernel `k`, each once.
   void add_tree(int k, ValueId id) {
-    if (std::count(kernel(k).computes.begin(), kernel(k).computes.end(), id))
-      return;
-    for (ValueId a : val(id).args)
-      if (!stored_[static_cast<size_t>(a)] && val(a).is_op() && !is_stats(val(a)))
-        add_tree(k, a);
-    kernel(k).computes.push_back(id);
+    std::set<ValueId> &in_kernel = computed_in_[static_cast<size_t>(k)];
+    std::vector<ValueId> todo = {id};
+    while (!todo.empty()) {
+      ValueId cur = todo.back();
+      todo.pop_back();
+      if (in_kernel.count(cur))
+        continue;
+      compute(k, cur); // computes are sorted into graph order by finish()
+      for (ValueId a : val(cur).args)
+        if (!stored_[static_cast<size_t>(a)] && val(a).is_op() && !is_stats(val(a)))
+          todo.push_back(a);
+    }
   }
 
   // The kernel that stores `id` (-1 for declarations).
@@ -196,14 +241,14 @@ private:
       if (cls == OpClass::Gemm) {
         int k = new_kernel(KernelKind::Gemm, id);
         gemm_kernel_[id] = k;
-        kernel(k).computes.push_back(id);
+        compute(k, id);
         if (stored_[i]) {
           kernel(k).stores.push_back(id);
           kernel_of_[i] = k;
         }
       } else if (is_stats(v)) {
         int c = column_kernel_of(v.args[0]);
-        kernel(c).computes.push_back(id);
+        compute(c, id);
         kernel_of_[i] = c;
       } else if (v.is_effect() || (stats_dep_[i] && v.type.rank() < 2)) {
         int c = column_kernel_for(id);
@@ -244,39 +289,134 @@ private:
     place(new_kernel(KernelKind::Elementwise, id), id);
   }
 
-  // Stored rank-1 values read by the inline tree of `id`.
-  std::set<ValueId> column_leaves(ValueId id) const {
-    std::set<ValueId> leaves;
-    for (ValueId a : val(id).args) {
-      if (val(a).type.rank() == 2 && stored_[static_cast<size_t>(a)])
-        continue;
-      if (val(a).type.rank() < 2 && stored_[static_cast<size_t>(a)] && val(a).is_op())
-        leaves.insert(a);
-      else if (val(a).is_op()) {
-        auto sub = column_leaves(a);
-        leaves.insert(sub.begin(), sub.end());
-      }
-    }
-    return leaves;
-  }
-
   // Column values a column kernel computes are stored when another kernel reads them or
   // they are returned; only now, with every kernel built, are all readers known.
   void store_column_values() {
+    std::vector<std::set<size_t>> read_by(g_.values.size()); // value -> kernels using it
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      for (ValueId u : plan_.kernels[k].computes)
+        for (ValueId a : val(u).args)
+          read_by[static_cast<size_t>(a)].insert(k);
     for (size_t c = 0; c < plan_.kernels.size(); ++c) {
       if (plan_.kernels[c].kind != KernelKind::Column)
         continue;
       for (ValueId id : plan_.kernels[c].computes) {
         if (val(id).is_effect() || kernel_of_[static_cast<size_t>(id)] != static_cast<int>(c))
           continue;
-        bool outside = is_output_.count(id) != 0;
-        for (size_t k = 0; k < plan_.kernels.size() && !outside; ++k)
-          for (ValueId u : plan_.kernels[k].computes)
-            outside = outside || (k != c && std::count(val(u).args.begin(), val(u).args.end(), id));
+        const std::set<size_t> &readers = read_by[static_cast<size_t>(id)];
+        bool outside = is_output_.count(id) != 0 || readers.size() > readers.count(c);
         if (outside)
           plan_.kernels[c].stores.push_back(id);
       }
     }
+  }
+
+  // Reads of a state see its value on entry to the pipeline. A column kernel updates running
+  // statistics in place after its own reads; when another kernel reads one of those states
+  // too, the update moves to a column kernel of its own, which order_kernels() places after
+  // every reader (it reads the batch statistics the first column kernel then stores).
+  void separate_state_updates() {
+    size_t count = plan_.kernels.size();
+    for (size_t c = 0; c < count; ++c) {
+      if (plan_.kernels[c].kind != KernelKind::Column)
+        continue;
+      std::vector<ValueId> effects;
+      for (ValueId id : plan_.kernels[c].computes)
+        if (val(id).is_effect() && state_read_elsewhere(id, c))
+          effects.push_back(id);
+      for (ValueId e : effects) {
+        auto &computes = plan_.kernels[c].computes;
+        computes.erase(std::find(computes.begin(), computes.end(), e));
+        computed_in_[c].erase(e);
+        int u = new_kernel(KernelKind::Column, -1);
+        kernel(u).rules.push_back("state_update_after_readers");
+        compute(u, e);
+        kernel_of_[static_cast<size_t>(e)] = u;
+      }
+    }
+  }
+
+  // Whether an op outside kernel `c` reads a state that effect `e` updates.
+  bool state_read_elsewhere(ValueId e, size_t c) const {
+    for (int a : updated_args(val(e))) {
+      ValueId state = val(e).args[static_cast<size_t>(a)];
+      for (ValueId u : users(state))
+        for (size_t k = 0; k < plan_.kernels.size(); ++k)
+          if (k != c && computed_in_[k].count(u))
+            return true;
+    }
+    return false;
+  }
+
+  // Kernels run in an order of their true dependencies: a kernel follows every kernel that
+  // stores a value it reads or writes partials it merges, and a state update follows every
+  // other reader of that state. Among ready kernels the one built first goes first, so a
+  // plan built in dependency order keeps its order.
+  void order_kernels() {
+    std::vector<Kernel> &ks = plan_.kernels;
+    size_t n = ks.size();
+    std::map<ValueId, size_t> storer, partials_writer;
+    std::map<ValueId, std::vector<size_t>> updaters;
+    for (size_t k = 0; k < n; ++k) {
+      for (ValueId s : ks[k].stores)
+        storer[s] = k;
+      if (ks[k].stats_of >= 0 && ks[k].kind != KernelKind::Column)
+        partials_writer[ks[k].stats_of] = k;
+      for (ValueId id : ks[k].computes)
+        if (val(id).is_effect())
+          for (int a : updated_args(val(id)))
+            updaters[val(id).args[static_cast<size_t>(a)]].push_back(k);
+    }
+    std::vector<std::set<size_t>> after(n); // after[p]: kernels that must follow p
+    for (size_t k = 0; k < n; ++k) {
+      auto edge = [&](size_t from, size_t to) {
+        if (from != to)
+          after[from].insert(to);
+      };
+      for (ValueId r : ks[k].reads) {
+        if (auto it = storer.find(r); it != storer.end())
+          edge(it->second, k);
+        if (auto it = updaters.find(r); it != updaters.end())
+          for (size_t u : it->second)
+            edge(k, u);
+      }
+      if (ks[k].kind == KernelKind::Column && ks[k].stats_of >= 0)
+        edge(partials_writer.at(ks[k].stats_of), k);
+    }
+    std::vector<int> pending(n, 0);
+    for (size_t p = 0; p < n; ++p)
+      for (size_t k : after[p])
+        ++pending[k];
+    std::set<size_t> ready;
+    for (size_t k = 0; k < n; ++k)
+      if (pending[k] == 0)
+        ready.insert(k);
+    std::vector<Kernel> ordered;
+    while (!ready.empty()) {
+      size_t k = *ready.begin();
+      ready.erase(ready.begin());
+      ordered.push_back(std::move(ks[k]));
+      for (size_t next : after[k])
+        if (--pending[next] == 0)
+          ready.insert(next);
+    }
+    if (ordered.size() != n) {
+      std::vector<std::string> cycle;
+      for (size_t k = 0; k < n; ++k)
+        if (pending[k] > 0)
+          cycle.push_back("k" + std::to_string(k) + "_" +
+                          std::string(kernel_kind_name(ks[k].kind)));
+      throw std::logic_error("internal error: the kernels of pipeline '" + g_.name +
+                             "' depend on each other in a cycle: " + join(cycle));
+    }
+    ks = std::move(ordered);
+  }
+
+  static std::string join(const std::vector<std::string> &items) {
+    std::string s;
+    for (const std::string &i : items)
+      s += (s.empty() ? "" : ", ") + i;
+    return s;
   }
 
   void finish() {
@@ -284,7 +424,6 @@ private:
     std::set<ValueId> stored_anywhere;
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       Kernel &kr = plan_.kernels[k];
-      kr.name = "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(kr.kind));
       std::sort(kr.computes.begin(), kr.computes.end());
       std::set<ValueId> reads;
       std::set<std::string> covers, rules(kr.rules.begin(), kr.rules.end());
@@ -302,13 +441,18 @@ private:
         reads.insert(kr.stats_of);
       kr.reads.assign(reads.begin(), reads.end());
       kr.covers.assign(covers.begin(), covers.end());
-      std::stable_sort(kr.covers.begin(), kr.covers.end(), [](const std::string &a, const std::string &b) {
-        return std::stoi(a.substr(a.find('@') + 1)) < std::stoi(b.substr(b.find('@') + 1));
-      });
+      std::stable_sort(
+          kr.covers.begin(), kr.covers.end(), [](const std::string &a, const std::string &b) {
+            return std::stoi(a.substr(a.find('@') + 1)) < std::stoi(b.substr(b.find('@') + 1));
+          });
       kr.rules.assign(rules.begin(), rules.end());
       for (ValueId s : kr.stores)
         stored_anywhere.insert(s);
     }
+    order_kernels();
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      plan_.kernels[k].name =
+          "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(plan_.kernels[k].kind));
     for (ValueId s : stored_anywhere)
       if (val(s).is_op() && !is_output_.count(s))
         plan_.intermediates.push_back({s, val(s).name});
@@ -325,6 +469,7 @@ private:
   std::map<ValueId, ValueId> epilogue_of_; // chain end -> GEMM
   std::map<ValueId, int> gemm_kernel_;
   std::map<ValueId, int> column_of_;
+  std::vector<std::set<ValueId>> computed_in_; // per kernel: the values in its computes
 };
 
 } // namespace

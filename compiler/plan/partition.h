@@ -15,6 +15,11 @@ namespace kfuse::plan {
 //   row_prologue       softmax / log_softmax apply the elementwise chain before them on
 //                      load, so the pending affine map costs no pass of its own
 //   elementwise        any other elementwise chain is one kernel, stored once
+//   state_update_after_readers
+//                      a running-statistics update whose states another kernel reads is a
+//                      column kernel of its own (reads of a state see its entry value)
+// Kernels are then ordered by their dependencies (reads after stores, merges after
+// partials, state updates after the state's other readers), ties in build order.
 // Column expressions that depend on parameters only are computed inline by every kernel
 // that reads them (a few loads and an rsqrt per column).
 // With `fuse` false every matrix value is stored by a kernel of its own (the unfused

@@ -2,7 +2,10 @@
 
 #include "compiler/ir/printer.h"
 
+#include "kfuse/error.h"
+
 #include <fmt/format.h>
+#include <limits>
 #include <map>
 
 namespace kfuse::plan {
@@ -13,6 +16,28 @@ namespace {
 
 int64_t element_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
+// Byte counts are products of extents up to 2^31-1 each: two symbolic dims bound near the
+// limit overflow int64, which is reported rather than printed as a negative count.
+[[noreturn]] void byte_count_overflow(const Graph &g) {
+  throw Error(fmt::format("{}a byte count exceeds {} at these dim values",
+                          g.name.empty() ? "" : "pipeline '" + g.name + "': ",
+                          std::numeric_limits<int64_t>::max()));
+}
+
+int64_t checked_mul(int64_t a, int64_t b, const Graph &g) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    byte_count_overflow(g);
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const Graph &g) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    byte_count_overflow(g);
+  return r;
+}
+
 // Bytes of a set of tensors as a sum of monomials in the unbound dims.
 std::string bytes_sum(const Graph &g, const std::vector<ValueId> &ids, const DimBindings &dims) {
   std::map<std::string, int64_t> terms; // monomial ("" for constants, "N", "N*M") -> coefficient
@@ -22,13 +47,13 @@ std::string bytes_sum(const Graph &g, const std::vector<ValueId> &ids, const Dim
     for (const Dim &d : g[id].type.shape) {
       auto it = d.is_symbolic() ? dims.find(d.sym) : dims.end();
       if (!d.is_symbolic())
-        c *= d.value;
+        c = checked_mul(c, d.value, g);
       else if (it != dims.end())
-        c *= it->second;
+        c = checked_mul(c, it->second, g);
       else
         mono += (mono.empty() ? "" : "*") + d.sym;
     }
-    terms[mono] += c;
+    terms[mono] = checked_add(terms[mono], c, g);
   }
   std::string s;
   for (const auto &[mono, c] : terms)
@@ -98,17 +123,17 @@ int64_t bytes_moved(const Plan &p, const DimBindings &dims) {
   auto bytes = [&](ValueId id) {
     int64_t b = element_bytes(g[id].type.dtype);
     for (int64_t extent : concrete_shape(g[id].type, dims))
-      b *= extent;
+      b = checked_mul(b, extent, g);
     return b;
   };
   int64_t total = 0;
   for (const Kernel &k : p.kernels) {
     for (ValueId id : k.reads)
-      total += bytes(id);
+      total = checked_add(total, bytes(id), g);
     for (ValueId id : k.stores)
-      total += bytes(id);
+      total = checked_add(total, bytes(id), g);
     for (ValueId e : effects_of(g, k))
-      total += bytes(g[e].args[0]) + bytes(g[e].args[1]);
+      total = checked_add(total, checked_add(bytes(g[e].args[0]), bytes(g[e].args[1]), g), g);
   }
   return total;
 }

@@ -1,124 +1,387 @@
 #include "tests/support/random_pipelines.h"
 
+#include "compiler/ir/pointwise.h"
+
+#include "compiler/ir/infer.h"
+#include "compiler/ir/interpreter.h"
+#include "compiler/ir/ops.h"
+#include "compiler/ir/verifier.h"
+
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <optional>
 #include <vector>
 
 namespace kfuse::testing {
 
+using namespace ir;
+
+uint64_t SeededChoices::next() {
+  s_ += 0x9e3779b97f4a7c15ull;
+  uint64_t z = s_;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t ByteChoices::next() {
+  uint64_t v = 0;
+  for (int i = 0; i < 2 && pos_ < size_; ++i)
+    v = v << 8 | data_[pos_++];
+  return v;
+}
+
 namespace {
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+const std::vector<double> kProbes = {-1e3, -2, -0.5, 0, 0.5, 2, 1e3};
+
+// `op` at its default attributes (a required one at 0.25, as attrs() below writes it).
+double probe(OpKind op, double x, double y = 0) {
+  AttrMap attrs;
+  for (const AttrSpec &a : op_info(op).attrs)
+    attrs[std::string(a.name)] = a.required ? AttrValue{0.25, {}} : default_attr(a);
+  return eval_pointwise(op, attrs, x, y);
+}
+
+// Whether a unary op is finite on every probe (rsqrt is not).
+bool total_unary(OpKind op) {
+  for (double x : kProbes)
+    if (!std::isfinite(probe(op, x)))
+      return false;
+  return true;
+}
+
+// A bounded op keeps long chains finite: |f(x)| <= 1 on every probe (sigmoid, tanh).
+bool bounded_unary(OpKind op) {
+  for (double x : kProbes)
+    if (!std::isfinite(probe(op, x)) || std::abs(probe(op, x)) > 1)
+      return false;
+  return true;
+}
+
+// Whether a binary op is finite on every pair of probes (div is not at 0, pow not at a
+// negative base).
+bool total_binary(OpKind op) {
+  for (double x : kProbes)
+    for (double y : kProbes)
+      if (!std::isfinite(probe(op, x, y)))
+        return false;
+  return true;
+}
+
+// Whether a binary op is finite on every left probe once its right operand is made >= 1, as
+// the generator does for ops that are not total (pow is not: a negative base; the generator
+// gives it a base >= 1 and an exponent in (-1, 1)).
+bool total_for_positive_rhs(OpKind op) {
+  for (double x : kProbes)
+    for (double y : {1.0, 1.5, 2.0})
+      if (!std::isfinite(probe(op, x, y)))
+        return false;
+  return true;
+}
+
+// A tensor in scope: its name and shape, as .kf text ("N", "4") and as a type.
+struct Tensor {
+  std::string name;
+  std::vector<std::string> dims;
+  TensorType type() const {
+    TensorType t;
+    t.dtype = DType::F32;
+    for (const std::string &d : dims)
+      t.shape.push_back(std::isdigit(static_cast<unsigned char>(d[0]))
+                            ? Dim::constant(std::stoll(d))
+                            : Dim::symbol(d));
+    return t;
   }
-  int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
-  template <class T> const T &pick(const std::vector<T> &v) { return v[static_cast<size_t>(below(static_cast<int>(v.size())))]; }
+  std::string shape() const { return "[" + fmt::format("{}", fmt::join(dims, ", ")) + "]"; }
 };
 
 class Generator {
 public:
-  explicit Generator(uint64_t seed) : rng_{seed * 7919 + 1} {}
+  Generator(Choices &c, const PipelineShape &shape) : c_(c), shape_(shape) {
+    for (const OpInfo &op : all_ops())
+      by_class_[op.cls].push_back(op.kind);
+  }
 
-  std::string run(uint64_t seed) {
-    int k = 2 + rng_.below(5);
-    features_ = k;
-    decls_ += fmt::format("  input x: f32[N, {}]\n", k);
-    std::string h = "x";
-    int steps = 2 + rng_.below(6);
-    for (int i = 0; i < steps; ++i)
+  std::string run(const std::string &name) {
+    std::string dims = "  dim N\n";
+    width_ = std::to_string(1 + c_.below(6));
+    if (shape_.second_dim && c_.below(4) == 0) {
+      dims += "  dim M\n";
+      width_ = "M";
+    }
+    Tensor h = declare("input", {"N", width_});
+    int ops = shape_.min_ops + c_.below(shape_.max_ops - shape_.min_ops + 1);
+    for (int i = 0; i < ops; ++i) {
       h = step(h);
-    std::string ret = h;
-    if (rng_.below(4) == 0 && matrices_.size() > 1)
-      ret += ", " + rng_.pick(matrices_).first;
-    return fmt::format("pipeline random_{} {{\n  dim N\n{}{}  return {}\n}}\n", seed, decls_, body_,
-                       ret);
+      if (i % 8 == 7 && !bounded_.empty()) // long chains: keep magnitudes in range
+        h = assign(fmt::format("{}({})", op_info(pick(bounded_)).name, h.name), h.dims);
+    }
+    std::vector<std::string> outs = {h.name};
+    if (c_.below(4) == 0 && matrices_.size() > 1)
+      outs.push_back(pick(matrices_).name);
+    if (c_.below(4) == 0 && !column_values_.empty())
+      outs.push_back(pick(column_values_).name);
+    if (c_.below(6) == 0)
+      outs.push_back(pick(declared_).name);
+    return fmt::format("pipeline {} {{\n{}{}{}  return {}\n}}\n", name, dims, decls_, body_,
+                       fmt::join(outs, ", "));
   }
 
 private:
-  std::string declare(const char *kind, const std::string &shape) {
-    std::string name = fmt::format("{}{}", kind[0], counter_++);
-    decls_ += fmt::format("  {} {}: f32{}\n", kind, name, shape);
-    return name;
+  template <class T> const T &pick(const std::vector<T> &v) {
+    return v[static_cast<size_t>(c_.below(static_cast<int>(v.size())))];
   }
-  std::string vec(int f) { return declare("param", fmt::format("[{}]", f)); }
-  std::string column_operand() {
-    return rng_.below(3) == 0 ? declare("param", "[1]") : vec(features_);
+  bool coin(int one_in) { return c_.below(one_in) == 0; }
+
+  Tensor declare(const char *kind, std::vector<std::string> dims) {
+    Tensor t{fmt::format("{}{}", kind[0], counter_++), std::move(dims)};
+    decls_ += fmt::format("  {} {}: f32{}\n", kind, t.name, t.shape());
+    declared_.push_back(t);
+    if (t.dims.size() == 1)
+      columns_.push_back(t);
+    return t;
   }
-  std::string assign(const std::string &expr) {
-    std::string name = fmt::format("v{}", counter_++);
-    body_ += fmt::format("  {} = {}\n", name, expr);
-    matrices_.push_back({name, features_});
-    return name;
+  Tensor assign(const std::string &expr, std::vector<std::string> dims) {
+    Tensor t{fmt::format("v{}", counter_++), std::move(dims)};
+    body_ += fmt::format("  {} = {}\n", t.name, expr);
+    if (t.dims.size() == 2)
+      matrices_.push_back(t);
+    else
+      column_values_.push_back(t), columns_.push_back(t);
+    return t;
   }
-  // An earlier matrix of the current width (a second reader), or a fresh input.
-  std::string other_matrix(const std::string &h) {
-    for (auto it = matrices_.rbegin(); it != matrices_.rend(); ++it)
-      if (it->second == features_ && it->first != h && rng_.below(2) == 0)
-        return it->first;
-    return declare("input", fmt::format("[N, {}]", features_));
+  std::string one() {
+    if (one_.empty())
+      one_ = assign("constant(value=1, dtype=f32)", {"1"}).name;
+    return one_;
+  }
+  // An expression of `t`'s shape that is at least 1 everywhere: operands of div and rsqrt.
+  std::string positive(const Tensor &t) {
+    return assign(fmt::format("add(mul({0}, {0}), {1})", t.name, one()), t.dims).name;
   }
 
-  std::string step(const std::string &h) {
-    static const std::vector<std::string> binary = {"add", "sub", "mul", "div"};
-    static const std::vector<std::string> unary = {"relu", "gelu", "sigmoid", "tanh", "silu"};
-    switch (rng_.below(9)) {
-    case 0: { // linear, bias optional
-      int out = 2 + rng_.below(5);
-      std::string w = declare("param", fmt::format("[{}, {}]", out, features_));
-      std::string b = rng_.below(2) ? ", " + vec(out) : "";
-      features_ = out;
-      return assign(fmt::format("linear({}, {}{})", h, w, b));
+  // The attributes of `op` as .kf text; `dim` for row ops.
+  std::string attrs(OpKind op, int rank) {
+    std::string s;
+    for (const AttrSpec &a : op_info(op).attrs) {
+      std::string value;
+      switch (a.kind) {
+      case AttrKind::Number:
+        // The default or three times it; 0.25 for a required number (bn_update's momentum).
+        value = fmt::format("{:.6g}", a.required ? 0.25 : a.number * (coin(2) ? 1 : 3));
+        break;
+      case AttrKind::OptNumber:
+        // A bound left at "none" by default (clamp): -2 or 2, so that one is always given.
+        value =
+            fmt::format("{:.6g}", std::isinf(a.number) ? (a.number < 0 ? -2.0 : 2.0) : a.number);
+        break;
+      case AttrKind::Choice: {
+        std::vector<std::string> words;
+        std::string_view rest = a.choices;
+        for (size_t bar; (bar = rest.find('|')) != std::string_view::npos;
+             rest.remove_prefix(bar + 1))
+          words.emplace_back(rest.substr(0, bar));
+        words.emplace_back(rest);
+        value = "\"" + pick(words) + "\"";
+        break;
+      }
+      case AttrKind::Int:
+        value = std::to_string(shape_.last_axis_rows ? (coin(2) ? rank - 1 : -1)
+                                                     : pick(std::vector<int>{1, -1, 1, 0}));
+        break;
+      case AttrKind::Extent:
+        value = "N";
+        break;
+      case AttrKind::DType:
+        value = "f32";
+        break;
+      }
+      s += fmt::format(", {}={}", a.name, value);
     }
-    case 1: {
-      int out = 2 + rng_.below(5);
-      std::string w = declare("param", fmt::format("[{}, {}]", features_, out));
-      features_ = out;
-      return assign(fmt::format("matmul({}, {})", h, w));
+    return s;
+  }
+
+  // A rank-1 operand for the current width: a per-feature vector (param, state or column
+  // value already in scope, read again) or a scalar.
+  Tensor column(const std::string &width) {
+    std::vector<Tensor> fits;
+    for (const Tensor &t : columns_)
+      if (t.dims[0] == width || t.dims[0] == "1")
+        fits.push_back(t);
+    if (!fits.empty() && coin(2))
+      return pick(fits);
+    return declare("param", {coin(3) ? "1" : width});
+  }
+
+  // The second operand of a binary op with matrix `h`.
+  Tensor operand(const Tensor &h) {
+    switch (c_.below(6)) {
+    case 0: { // another matrix of this shape, read a second time, or a fresh input
+      for (auto it = matrices_.rbegin(); it != matrices_.rend(); ++it)
+        if (it->dims == h.dims && it->name != h.name && coin(2))
+          return *it;
+      return declare("input", h.dims);
     }
+    case 1:
+      return declare("input", {"N", "1"});
     case 2:
-    case 3: { // batchnorm, affine or not
-      std::string affine = rng_.below(3) ? vec(features_) + ", " + vec(features_) + ", " : "";
-      std::string rm = declare("state", fmt::format("[{}]", features_));
-      std::string rv = declare("state", fmt::format("[{}]", features_));
-      return assign(fmt::format("batchnorm({}, {}{}, {}, eps={}, momentum={})", h, affine, rm, rv,
-                                rng_.pick(std::vector<std::string>{"1e-5", "0.001"}),
-                                rng_.pick(std::vector<std::string>{"0.1", "0.3"})));
-    }
-    case 4: { // a per-column operand, on either side (never dividing by the matrix)
-      std::string op = rng_.pick(binary);
-      std::string c = column_operand();
-      bool matrix_first = op == "div" || rng_.below(2);
-      return assign(matrix_first ? fmt::format("{}({}, {})", op, h, c)
-                                 : fmt::format("{}({}, {})", op, c, h));
-    }
-    case 5: {
-      std::string op = rng_.pick(std::vector<std::string>{"add", "sub", "mul"});
-      return assign(fmt::format("{}({}, {})", op, h, other_matrix(h)));
-    }
-    case 6:
-    case 7:
-      return assign(fmt::format("{}({})", rng_.pick(unary), h));
-    default: {
-      std::string op = rng_.pick(std::vector<std::string>{"softmax", "log_softmax"});
-      return assign(fmt::format("{}({}, dim={})", op, h, rng_.pick(std::vector<int>{1, -1, 1, 0})));
-    }
+      return declare("param", {"1", h.dims[1]});
+    default:
+      return column(h.dims[1]);
     }
   }
 
-  Rng rng_;
-  int features_ = 0;
+  Tensor step(const Tensor &h) {
+    static const std::vector<OpClass> classes = {
+        OpClass::Gemm,      OpClass::Norm,      OpClass::Norm,   OpClass::Binary,
+        OpClass::Binary,    OpClass::Unary,     OpClass::Unary,  OpClass::Row,
+        OpClass::ColReduce, OpClass::ColAffine, OpClass::Effect, OpClass::Constant};
+    OpClass cls = pick(classes);
+    auto it = by_class_.find(cls);
+    if (it == by_class_.end())
+      return h;
+    OpKind op = pick(it->second);
+    std::string name(op_info(op).name);
+    switch (cls) {
+    case OpClass::Gemm:
+      return gemm(op, h);
+    case OpClass::Norm:
+      return norm(op, h);
+    case OpClass::Binary: {
+      Tensor o = operand(h);
+      if (!total_for_positive_rhs(op)) // pow: a base >= 1 and an exponent in (-1, 1)
+        return assign(fmt::format("{}({}, tanh({}))", name, positive(h), o.name), h.dims);
+      std::string rhs = total_binary(op) ? o.name : positive(o);
+      if (coin(2) || !total_binary(op))
+        return assign(fmt::format("{}({}, {})", name, h.name, rhs), h.dims);
+      return assign(fmt::format("{}({}, {})", name, o.name, h.name), h.dims);
+    }
+    case OpClass::Unary:
+      return assign(
+          fmt::format("{}({}{})", name, total_unary(op) ? h.name : positive(h), attrs(op, 2)),
+          h.dims);
+    case OpClass::Row:
+      return assign(fmt::format("{}({}{})", name, h.name, attrs(op, 2)), h.dims);
+    case OpClass::ColReduce: // a column value, used by later ops and maybe returned
+      assign(fmt::format("{}({})", name, h.name), {h.dims[1]});
+      return h;
+    case OpClass::ColAffine:
+      return assign(fmt::format("{}({}, {}, {})", name, h.name, column(h.dims[1]).name,
+                                column(h.dims[1]).name),
+                    h.dims);
+    case OpClass::Effect:
+      return effect(op, h);
+    case OpClass::Constant:
+      assign(fmt::format("{}(value={}, dtype=f32)", name, 0.25 + c_.below(8)), {"1"});
+      return h;
+    }
+    return h;
+  }
+
+  // The weight layout and bias come from the op's shape rule: whichever types.
+  Tensor gemm(OpKind op, const Tensor &h) {
+    std::string out = std::to_string(1 + c_.below(6));
+    for (bool transposed : {false, true}) {
+      Tensor w{"", transposed ? std::vector<std::string>{h.dims[1], out}
+                              : std::vector<std::string>{out, h.dims[1]}};
+      Tensor b{"", {out}};
+      bool bias = op_info(op).max_args >= 3 && coin(2);
+      std::vector<TensorType> args = {h.type(), w.type()};
+      if (bias)
+        args.push_back(b.type());
+      try {
+        infer_type(op, args, {});
+      } catch (const TypeError &) {
+        continue;
+      }
+      Tensor wd = declare("param", w.dims);
+      std::string bias_text = bias ? ", " + declare("param", b.dims).name : "";
+      return assign(fmt::format("{}({}, {}{})", op_info(op).name, h.name, wd.name, bias_text),
+                    {"N", out});
+    }
+    return h;
+  }
+
+  // batchnorm(x, [weight, bias,] running_mean, running_var): the updated arguments are
+  // fresh states; afterwards they are in scope, so later ops may read them.
+  Tensor norm(OpKind op, const Tensor &h) {
+    const OpInfo &info = op_info(op);
+    Value probe;
+    probe.kind = ValueKind::Op;
+    probe.op = op;
+    probe.args.assign(static_cast<size_t>(coin(3) ? info.min_args : info.max_args), 0);
+    std::vector<int> updated = updated_args(probe);
+    std::vector<std::string> args = {h.name};
+    std::vector<Tensor> states;
+    for (size_t i = 1; i < probe.args.size(); ++i) {
+      bool state = std::count(updated.begin(), updated.end(), static_cast<int>(i)) > 0;
+      Tensor t = declare(state ? "state" : "param", {h.dims[1]});
+      args.push_back(t.name);
+    }
+    return assign(fmt::format("{}({}{})", info.name, fmt::join(args, ", "), attrs(op, 2)), h.dims);
+  }
+
+  // bn_update(running_mean, running_var, mean, var): column statistics of `h` into fresh
+  // states, an explicit effect statement.
+  Tensor effect(OpKind op, const Tensor &h) {
+    const std::vector<OpKind> &reduce = by_class_[OpClass::ColReduce];
+    if (reduce.empty())
+      return h;
+    std::vector<std::string> args;
+    Value probe;
+    probe.kind = ValueKind::Op;
+    probe.op = op;
+    probe.args.assign(static_cast<size_t>(op_info(op).min_args), 0);
+    std::vector<int> updated = updated_args(probe);
+    for (size_t i = 0; i < probe.args.size(); ++i) {
+      if (std::count(updated.begin(), updated.end(), static_cast<int>(i)))
+        args.push_back(declare("state", {h.dims[1]}).name);
+      else
+        args.push_back(
+            assign(fmt::format("{}({})", op_info(reduce[i % reduce.size()]).name, h.name),
+                   {h.dims[1]})
+                .name);
+    }
+    std::string a = attrs(op, 2);
+    // count=N with N=1 divides by zero in the unbiased variance: use a fixed count.
+    if (auto pos = a.find("count=N"); pos != std::string::npos)
+      a.replace(pos, 7, "count=8");
+    body_ += fmt::format("  {}({}{})\n", op_info(op).name, fmt::join(args, ", "), a);
+    return h;
+  }
+
+  Choices &c_;
+  PipelineShape shape_;
+  std::map<OpClass, std::vector<OpKind>> by_class_;
+  std::vector<OpKind> bounded_ = [] {
+    std::vector<OpKind> out;
+    for (const OpInfo &op : all_ops())
+      if (op.cls == OpClass::Unary && bounded_unary(op.kind))
+        out.push_back(op.kind);
+    return out;
+  }();
+  std::string width_, one_;
   int counter_ = 0;
   std::string decls_, body_;
-  std::vector<std::pair<std::string, int>> matrices_; // assigned values and their widths
+  std::vector<Tensor> declared_, matrices_, columns_, column_values_;
 };
 
 } // namespace
 
-std::string random_pipeline(uint64_t seed) { return Generator(seed).run(seed); }
+std::string random_pipeline(Choices &choices, const PipelineShape &shape, const std::string &name) {
+  return Generator(choices, shape).run(name);
+}
+
+std::string random_pipeline(uint64_t seed) {
+  SeededChoices c(seed);
+  PipelineShape shape;
+  shape.second_dim = false;
+  return random_pipeline(c, shape, fmt::format("random_{}", seed));
+}
 
 } // namespace kfuse::testing

@@ -1,14 +1,61 @@
-// Random .kf pipelines for the planner's proof-by-interpretation tests: op chains over
-// small features that mix every user op, with values reused (so some have several
-// readers) and an occasional second output.
+// Random valid .kf pipelines for the planner's proof-by-interpretation tests and fuzzer.
+//
+// Ops are drawn from the op table by class (compiler/ir/ops.h), user and internal ops alike,
+// so an op added to the table is generated without a change here; operand shapes come from
+// the op's own shape rule (infer_type), argument domains from its scalar semantics
+// (eval_unary / eval_binary are probed: an op that is not finite everywhere gets operands
+// kept away from its poles). Pipelines mix GEMMs, batchnorm, row ops and elementwise chains
+// and cover: reads of running statistics after the batchnorm that updates them, returned
+// declarations and column values, [N, 1] and [1, F] operands, scalars, a second dim, values
+// read several times, explicit bn_update effects, and chains of thousands of ops (squashed
+// now and then by a bounded op so values stay finite).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace kfuse::testing {
 
-// Deterministic in `seed`. Every pipeline has `dim N`, input x: f32[N, K].
+// Where the generator's decisions come from.
+class Choices {
+public:
+  virtual ~Choices() = default;
+  virtual uint64_t next() = 0;
+  int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
+};
+
+// A deterministic stream (splitmix64).
+class SeededChoices final : public Choices {
+public:
+  explicit SeededChoices(uint64_t seed) : s_(seed * 7919 + 1) {}
+  uint64_t next() override;
+
+private:
+  uint64_t s_;
+};
+
+// The bytes of a fuzzer input, two per decision, then zeros: libFuzzer's mutations of the
+// bytes become structural changes of the pipeline.
+class ByteChoices final : public Choices {
+public:
+  ByteChoices(const uint8_t *data, size_t size) : data_(data), size_(size) {}
+  uint64_t next() override;
+
+private:
+  const uint8_t *data_;
+  size_t size_, pos_ = 0;
+};
+
+struct PipelineShape {
+  int min_ops = 2, max_ops = 8; // op statements of the main chain (helpers come on top)
+  bool second_dim = true;       // may declare `dim M` (bind every dim of the graph)
+  bool last_axis_rows = false;  // row ops only over the last axis (what the GPU generates)
+};
+
+std::string random_pipeline(Choices &choices, const PipelineShape &shape, const std::string &name);
+
+// The small pipelines of the GPU test: one dim N, a few ops.
 std::string random_pipeline(uint64_t seed);
 
 } // namespace kfuse::testing

@@ -3,49 +3,24 @@
 // and on the examples, and checks its 0-or-1 exit code contract.
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/printer.h"
+#include "tests/support/run_tool.h"
 
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 using namespace kfuse;
+using testing::run_kfuse;
+using testing::ToolRun;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-struct ToolRun {
-  int exit_code;
-  std::string out, err;
-};
-
-// Runs `kfuse ARGS` in the source directory, so paths in messages are repository-relative.
-ToolRun run_kfuse(const std::string &args) {
-  static int counter = 0;
-  fs::path base = fs::temp_directory_path() / ("kfuse_check_test_" + std::to_string(getpid()) +
-                                               "_" + std::to_string(counter++));
-  fs::path out = base.string() + ".out", err = base.string() + ".err";
-  std::string cmd = "cd '" KFUSE_SOURCE_DIR "' && '" KFUSE_TOOL "' " + args + " >'" + out.string() +
-                    "' 2>'" + err.string() + "'";
-  int status = std::system(cmd.c_str());
-  ToolRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
+std::string read_file(const fs::path &p) { return testing::read_text(p.string()); }
 
 std::vector<fs::path> files(const fs::path &dir, const std::string &extension) {
   std::vector<fs::path> paths;
@@ -152,10 +127,10 @@ TEST_CASE("kfuse check: usage errors and unreadable files exit 1 with a message"
        "kfuse check: error: unknown option '--frobnicate'\n"
        "usage: kfuse check FILE.kf [--print] [--dim NAME=VALUE]...\n"},
       {"check examples/gemm_scale_bn.kf --dim N=0",
-       "kfuse check: error: --dim N: '0' is not a positive integer\n"
+       "kfuse check: error: --dim N: '0' is not an integer in [1, 2147483647]\n"
        "usage: kfuse check FILE.kf [--print] [--dim NAME=VALUE]...\n"},
       {"check examples/gemm_scale_bn.kf --dim M=4",
-       "kfuse check: error: --dim M=4: pipeline 'gemm_scale_bn' has no dim 'M'\n"
+       "kfuse check: error: --dim M=4: pipeline 'gemm_scale_bn' has no dim 'M' (its dims: N)\n"
        "usage: kfuse check FILE.kf [--print] [--dim NAME=VALUE]...\n"},
       {"check no/such/file.kf",
        "error: cannot read 'no/such/file.kf': No such file or directory\n"},

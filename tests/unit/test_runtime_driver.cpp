@@ -10,7 +10,6 @@
 
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -59,18 +58,11 @@ TEST_CASE("runtime: a missing driver library is reported, not fatal") {
 
 TEST_CASE("runtime: the CUDA stub library is loaded but reported unusable") {
   // The toolkit's link stub exports the API but fails cuInit; it must never count as a driver.
-  std::string stub;
-  const char *const candidates[] = {std::getenv("CUDA_HOME"), std::getenv("CUDA_PATH"),
-                                    "/usr/local/cuda"};
-  for (const char *dir : candidates)
-    if (dir && std::filesystem::exists(std::string(dir) + "/lib64/stubs/libcuda.so")) {
-      stub = std::string(dir) + "/lib64/stubs/libcuda.so";
-      break;
-    }
-  if (stub.empty()) {
-    MESSAGE("no CUDA stub library found; skipped");
-    return;
-  }
+  // CMake finds it in the toolkit the build uses (KFUSE_CUDA_STUB).
+  const std::string stub = KFUSE_CUDA_STUB;
+  REQUIRE_MESSAGE(std::filesystem::exists(stub),
+                  "the CUDA toolkit's stubs/libcuda.so was not found at configure time ('", stub,
+                  "')");
   Driver driver(stub);
   check_unusable(driver);
   CHECK(contains(driver.why_unavailable(), "cuInit failed: CUDA_ERROR_STUB_LIBRARY"));

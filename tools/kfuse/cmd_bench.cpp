@@ -488,7 +488,7 @@ std::string utc_now() {
 
 int cmd_bench(int argc, char **argv) {
   CommandLine cl = parse_command_line(
-      argc, argv, {"mode", "precision", "arch", "json", "iters", "warmup", "seed"}, {});
+      argc, argv, {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim"}, {});
   Options options = pipeline_options(cl);
   if (options.precision == Precision::BF16)
     throw UsageError(fmt::format("--precision: bench times fp32, 3xtf32 and tf32\n{}", kUsage));
@@ -504,13 +504,7 @@ int cmd_bench(int argc, char **argv) {
 
   // Everything that needs no GPU first, so a usage mistake is reported before device setup.
   ir::Graph g = dsl::parse_kf_file(file);
-  ir::DimBindings dims = cl.dims;
-  for (const auto &[name, value] : dims)
-    if (std::find(g.dims.begin(), g.dims.end(), name) == g.dims.end())
-      throw UsageError(fmt::format("--dim {}: pipeline '{}' has no dim {}", name, g.name, name));
-  for (const std::string &d : g.dims)
-    if (!dims.count(d))
-      throw UsageError(fmt::format("dim {} needs a value: --dim {}=...\n{}", d, d, kUsage));
+  const ir::DimBindings dims = cl.dims_of(g, /*all=*/true);
   const ir::Mode mode = ir_mode(options.mode);
   const std::string mode_text(ir::mode_name(mode));
   plan::Plan fused_plan = plan::make_plan(g, mode);

@@ -25,11 +25,7 @@ ir::TensorType bind(ir::TensorType t, const std::map<std::string, int64_t> &dims
   return t;
 }
 
-std::string report(const ir::Graph &g, const std::map<std::string, int64_t> &dims) {
-  for (const auto &[name, value] : dims)
-    if (std::find(g.dims.begin(), g.dims.end(), name) == g.dims.end())
-      throw UsageError(
-          fmt::format("--dim {}={}: pipeline '{}' has no dim '{}'", name, value, g.name, name));
+std::string report(const ir::Graph &g, const ir::DimBindings &dims) {
   std::vector<std::string> names = ir::printed_names(g);
   size_t ops = 0;
   for (const ir::Value &v : g.values)
@@ -59,16 +55,16 @@ std::string report(const ir::Graph &g, const std::map<std::string, int64_t> &dim
 
 int cmd_check(int argc, char **argv) {
   try {
-    CommandLine cl = parse_command_line(argc, argv, {}, {"print", "help"});
+    CommandLine cl = parse_command_line(argc, argv, {"dim"}, {"print", "help"});
     if (cl.flag("help")) {
       std::fputs(kUsage, stdout);
       return 0;
     }
     ir::Graph g = dsl::parse_kf_file(cl.file());
-    std::string out = report(g, cl.dims);
+    std::string out = report(g, cl.dims_of(g, /*all=*/false));
     if (cl.flag("print"))
       out += "\n" + ir::print_kf(g);
-    std::fputs(out.c_str(), stdout);
+    write_stdout(out);
     return 0;
   } catch (const dsl::DiagnosticError &e) {
     std::fputs(e.what(), stderr);

@@ -6,13 +6,11 @@
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
-#include <cstdio>
-#include <fstream>
-
 namespace kfuse::tool {
 
 int cmd_emit(int argc, char **argv) {
-  CommandLine cl = parse_command_line(argc, argv, {"mode", "output", "precision", "arch"}, {"standalone"});
+  CommandLine cl =
+      parse_command_line(argc, argv, {"mode", "output", "precision", "arch"}, {"standalone"});
   Options options = pipeline_options(cl);
   ir::Graph g = dsl::parse_kf_file(cl.file());
   codegen::Program prog =
@@ -20,15 +18,10 @@ int cmd_emit(int argc, char **argv) {
                         rt::target_arch(options.arch));
   std::string text = cl.flag("standalone") ? codegen::inline_templates(prog.source) : prog.source;
   std::string out = cl.option("output", "");
-  if (out.empty()) {
-    std::fputs(text.c_str(), stdout);
-    return 0;
-  }
-  std::ofstream f(out, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f)
-    throw std::runtime_error("cannot write '" + out + "'");
+  if (out.empty())
+    write_stdout(text);
+  else
+    write_file(out, text);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 // random inputs on the GPU, compared with the fp64 reference interpreter. Exits 1 when an
 // error is over the precision's bound or a result is not finite. --no-reference skips the
 // CPU reference (hours at the founding sizes) for runs another reference judges (--save).
+#include "compiler/dsl/parser.h"
 #include "compiler/dsl/source.h"
 #include "runtime/reference_check.h"
 #include "tools/kfuse/command_line.h"
@@ -27,14 +28,17 @@ int positive(const CommandLine &cl, const std::string &name, int fallback) {
 } // namespace
 
 int cmd_run(int argc, char **argv) {
-  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch", "seed", "steps", "save"},
+  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch", "seed", "steps", "save", "dim"},
                                       {"no-reference"});
   rt::CheckRequest req;
   dsl::SourceFile src = dsl::SourceFile::read(cl.file());
   req.kf_text = src.text();
   req.file_name = cl.file();
   req.options = pipeline_options(cl);
-  req.dims = cl.dims;
+  {
+    dsl::Diagnostics diags(src);
+    req.dims = cl.dims_of(dsl::parse_kf(src, diags), /*all=*/false);
+  }
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
   req.save_dir = cl.option("save", "");

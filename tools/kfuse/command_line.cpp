@@ -2,8 +2,13 @@
 
 #include "tools/kfuse/commands.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cerrno>
-#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <memory>
 
 namespace kfuse::tool {
 
@@ -20,18 +25,54 @@ const std::string &CommandLine::file() const {
   return positional[0];
 }
 
-static int64_t parse_dim_value(const std::string &binding) {
+ir::DimBindings CommandLine::dims_of(const ir::Graph &g, bool all) const {
+  for (const auto &[name, value] : dims)
+    if (std::find(g.dims.begin(), g.dims.end(), name) == g.dims.end())
+      throw UsageError(fmt::format(
+          "--dim {}={}: pipeline '{}' has no dim '{}'{}", name, value, g.name, name,
+          g.dims.empty() ? "" : fmt::format(" (its dims: {})", fmt::join(g.dims, ", "))));
+  if (all)
+    for (const std::string &d : g.dims)
+      if (!dims.count(d))
+        throw UsageError(fmt::format("dim '{}' needs a value: --dim {}=...", d, d));
+  return dims;
+}
+
+static void add_dim(std::map<std::string, int64_t> &dims, const std::string &binding) {
   auto eq = binding.find('=');
   if (eq == std::string::npos || eq == 0)
     throw UsageError("--dim expects NAME=VALUE, got '" + binding + "'");
-  std::string text = binding.substr(eq + 1);
-  char *end = nullptr;
+  std::string name = binding.substr(0, eq), text = binding.substr(eq + 1);
+  bool digits = !text.empty() && text.size() <= 10 &&
+                std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  int64_t v = digits ? std::stoll(text) : 0;
+  if (!digits || v < 1 || v > kMaxDim)
+    throw UsageError(
+        fmt::format("--dim {}: '{}' is not an integer in [1, {}]", name, text, kMaxDim));
+  if (!dims.emplace(name, v).second)
+    throw UsageError(fmt::format("--dim {} is given twice ({} and {})", name, dims[name], v));
+}
+
+void write_stdout(const std::string &text) {
   errno = 0;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v <= 0)
-    throw UsageError("--dim " + binding.substr(0, eq) + ": '" + text +
-                     "' is not a positive integer");
-  return v;
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+    throw std::runtime_error(
+        fmt::format("cannot write to standard output: {}", std::strerror(errno ? errno : EIO)));
+}
+
+void write_file(const std::string &path, const std::string &text) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE *)> f(std::fopen(path.c_str(), "wb"), std::fclose);
+  auto fail = [&] {
+    throw std::runtime_error(
+        fmt::format("cannot write '{}': {}", path, std::strerror(errno ? errno : EIO)));
+  };
+  if (!f)
+    fail();
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size() || std::fflush(f.get()) != 0)
+    fail();
+  if (std::fclose(f.release()) != 0)
+    fail();
 }
 
 CommandLine parse_command_line(int argc, char **argv, const std::set<std::string> &valued,
@@ -54,7 +95,7 @@ CommandLine parse_command_line(int argc, char **argv, const std::set<std::string
       name = name.substr(0, eq);
       inline_value = true;
     }
-    bool takes_value = name == "dim" || valued.count(name);
+    bool takes_value = valued.count(name) != 0;
     if (!takes_value) {
       if (!known_flags.count(name))
         throw UsageError("unknown option '--" + name + "'");
@@ -69,7 +110,7 @@ CommandLine parse_command_line(int argc, char **argv, const std::set<std::string
       value = argv[++i];
     }
     if (name == "dim") {
-      cl.dims[value.substr(0, value.find('='))] = parse_dim_value(value);
+      add_dim(cl.dims, value);
     } else {
       cl.options[name] = value;
     }

@@ -1,6 +1,8 @@
 // Command-line parsing shared by every `kfuse` subcommand.
 #pragma once
 
+#include "compiler/ir/interpreter.h"
+
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -19,18 +21,32 @@ struct CommandLine {
   std::string command;
   std::vector<std::string> positional;
   std::map<std::string, std::string> options; // --mode train -> {"mode", "train"}
-  std::map<std::string, int64_t> dims;        // --dim N=1024 (repeatable)
+  std::map<std::string, int64_t> dims;        // --dim N=1024 (repeatable, once per dim)
   std::set<std::string> flags;                // --print, --json, ...
 
   std::string option(const std::string &name, const std::string &fallback) const;
   bool flag(const std::string &name) const { return flags.count(name) != 0; }
   // The single .kf file argument; throws UsageError when missing or repeated.
   const std::string &file() const;
+  // The --dim bindings, every one naming a dim of `g`; with `all`, every dim of `g` bound.
+  // Throws UsageError naming the dim otherwise.
+  ir::DimBindings dims_of(const ir::Graph &g, bool all) const;
 };
 
-// `valued` names the options that take a value (besides --dim); every other --name is a flag.
-// `-o X` is the same as `--output X`. Throws UsageError on an unknown option.
+// The largest --dim value: extents are 32-bit on the GPU.
+constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
+
+// `valued` names the options that take a value (`dim` among them for the commands that take
+// --dim); every other --name is a flag. `-o X` is the same as `--output X`. Throws UsageError
+// on an unknown option, and on a --dim that is not NAME=DIGITS in [1, kMaxDim] or repeats a
+// name.
 CommandLine parse_command_line(int argc, char **argv, const std::set<std::string> &valued,
                                const std::set<std::string> &known_flags);
+
+// Writes `text` to standard output, or to the file `path`; throws std::runtime_error naming
+// the destination and the reason when a write or the final flush/close fails (a full disk,
+// `> /dev/full`), so no command reports success for output that was lost.
+void write_stdout(const std::string &text);
+void write_file(const std::string &path, const std::string &text);
 
 } // namespace kfuse::tool

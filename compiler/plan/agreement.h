@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-namespace kfuse::testing {
+namespace kfuse::plan {
 
 struct RunResult {
   std::vector<ir::HostTensor> outputs;
@@ -20,10 +20,11 @@ struct RunResult {
 
 RunResult run_graph(const ir::Graph &g, ir::Mode mode, const ir::DimBindings &dims,
                     ir::TensorMap tensors);
-RunResult run_plan(const plan::Plan &p, const ir::DimBindings &dims, ir::TensorMap tensors);
+RunResult run_plan(const Plan &p, const ir::DimBindings &dims, ir::TensorMap tensors);
 
-// Largest norm-wise relative error over outputs and updated tensors; infinity when one
-// run was rejected and the other was not, or shapes differ.
+// Largest norm-wise relative error over outputs and updated tensors, with norms below 1e-3
+// per element counted as 1e-3 (rounding noise on values that are exactly zero is not a
+// disagreement); infinity when one run was rejected and the other was not, or shapes differ.
 double disagreement(const RunResult &a, const RunResult &b);
 
 struct StageError {
@@ -33,11 +34,12 @@ struct StageError {
 
 // Runs `passes` in order, then partitions; returns each stage's disagreement with the
 // input graph, in order. Tensors are random (seeded); `tweak` may edit them first.
-std::vector<StageError> check_planner(const ir::Graph &g, ir::Mode mode, const ir::DimBindings &dims,
-                         uint64_t seed, const std::vector<passes::Pass> &passes,
-                         const std::function<void(ir::TensorMap &)> &tweak = {});
+std::vector<StageError> check_planner(const ir::Graph &g, ir::Mode mode,
+                                      const ir::DimBindings &dims, uint64_t seed,
+                                      const std::vector<passes::Pass> &passes,
+                                      const std::function<void(ir::TensorMap &)> &tweak = {});
 
 // The first stage over `tolerance`, else the worst stage.
 StageError first_failure(const std::vector<StageError> &stages, double tolerance);
 
-} // namespace kfuse::testing
+} // namespace kfuse::plan

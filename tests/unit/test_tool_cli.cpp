@@ -1,0 +1,94 @@
+// The `kfuse` command line on bad input and failing output: exit codes and the exact reason.
+#include "tests/support/run_tool.h"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+using kfuse::testing::run_kfuse;
+using kfuse::testing::ToolRun;
+
+TEST_CASE("cli: --dim follows one set of rules in every command that takes it") {
+  struct Case {
+    std::string args, reason;
+  };
+  const std::string kf = "examples/gemm_scale_bn.kf";
+  for (const Case &c : {
+           Case{"--dim M=5", "--dim M=5: pipeline 'gemm_scale_bn' has no dim 'M' (its dims: N)"},
+           Case{"--dim N=+5", "--dim N: '+5' is not an integer in [1, 2147483647]"},
+           Case{"--dim N=-1", "--dim N: '-1' is not an integer in [1, 2147483647]"},
+           Case{"--dim N=0", "--dim N: '0' is not an integer in [1, 2147483647]"},
+           Case{"--dim N=2147483648", "--dim N: '2147483648' is not an integer in [1, 2147483647]"},
+           Case{"--dim N=99999999999999",
+                "--dim N: '99999999999999' is not an integer in [1, 2147483647]"},
+           Case{"--dim N=4 --dim N=8", "--dim N is given twice (4 and 8)"},
+           Case{"--dim N", "--dim expects NAME=VALUE, got 'N'"},
+       }) {
+    for (const char *command : {"plan", "run", "bench"}) {
+      INFO(command, " ", c.args);
+      ToolRun r = run_kfuse(std::string(command) + " " + kf + " " + c.args);
+      CHECK(r.exit_code == 2);
+      CHECK(r.err == "kfuse " + std::string(command) + ": " + c.reason + "\n");
+      CHECK(r.out.empty());
+    }
+    // check keeps its documented 0-or-1 contract: the same reason, exit 1.
+    ToolRun r = run_kfuse("check " + kf + " " + c.args);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.rfind("kfuse check: error: " + c.reason + "\n", 0) == 0);
+  }
+  ToolRun emit = run_kfuse("emit " + kf + " --dim N=4");
+  CHECK(emit.exit_code == 2);
+  CHECK(emit.err == "kfuse emit: unknown option '--dim'\n");
+  CHECK(run_kfuse("plan " + kf + " --dim N=2147483647").exit_code == 0);
+}
+
+TEST_CASE("cli: byte counts that overflow 64 bits are an error, not a negative number") {
+  const std::string kf = "tests/support/pipelines/two_dims.kf";
+  ToolRun r = run_kfuse("plan " + kf + " --dim N=2147483647 --dim M=2147483647");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "kfuse plan: error: pipeline 'two_dims': a byte count exceeds "
+                 "9223372036854775807 at these dim values\n");
+  ToolRun fits = run_kfuse("plan " + kf + " --dim N=2147483647 --dim M=4");
+  CHECK(fits.exit_code == 0);
+  CHECK(fits.out.find("34359738352 read") != std::string::npos);
+}
+
+TEST_CASE("cli: a failed write is reported and fails the command") {
+  if (!std::filesystem::exists("/dev/full"))
+    return; // not Linux
+  const std::string kf = "examples/gemm_scale_bn.kf";
+  for (const char *args : {"emit", "plan", "plan --json", "check --print", "plan --prove"}) {
+    std::string command(args);
+    std::string name = command.substr(0, command.find(' '));
+    INFO(args);
+    ToolRun r = run_kfuse(name + " " + kf + command.substr(name.size()), "/dev/full");
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot write to standard output: No space left on device\n") !=
+          std::string::npos);
+  }
+  ToolRun o = run_kfuse("emit " + kf + " -o /dev/full");
+  CHECK(o.exit_code == 1);
+  CHECK(o.err == "kfuse emit: error: cannot write '/dev/full': No space left on device\n");
+}
+
+TEST_CASE("cli: an input file larger than the limit is refused before it is read whole") {
+  if (!std::filesystem::exists("/dev/zero"))
+    return;
+  ToolRun r = run_kfuse("check /dev/zero");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "error: cannot read '/dev/zero': larger than 16 MiB, the limit for a .kf file\n");
+}
+
+TEST_CASE("cli: plan --prove checks a file in both modes and fails on a disagreement") {
+  const std::string kf = "tests/support/pipelines/state_read_after_update.kf";
+  ToolRun r = run_kfuse("plan --prove " + kf);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("train N=5") != std::string::npos);
+  CHECK(r.out.find("eval  N=5") != std::string::npos);
+  CHECK(r.out.find("PROVED: every pass and the plan agree with the file\n") != std::string::npos);
+  ToolRun sized = run_kfuse("plan --prove " + kf + " --dim N=64");
+  CHECK(sized.exit_code == 0);
+  CHECK(sized.out.find("train N=64") != std::string::npos);
+  ToolRun mixed = run_kfuse("plan --prove --mode eval " + kf);
+  CHECK(mixed.exit_code == 2);
+}
