@@ -6,6 +6,7 @@
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/printer.h"
+#include "compiler/lower.h"
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "runtime/device_buffer.h"
@@ -154,13 +155,12 @@ Pipeline rt::PipelineAccess::compile(const std::string &kf_text, const std::stri
   auto impl = std::make_unique<Pipeline::Impl>();
   impl->options = options;
   impl->fuse = fuse;
-  dsl::SourceFile src(file_name, kf_text);
-  dsl::Diagnostics diags(src);
-  impl->graph = dsl::parse_kf(src, diags);
   ir::Mode mode = options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
-  impl->plan = plan::make_plan(impl->graph, mode, {}, fuse);
+  Lowered lowered = lower(dsl::SourceFile(file_name, kf_text), {mode, rt::gemm_math(options.precision), fuse});
+  impl->graph = std::move(lowered.graph);
+  impl->plan = std::move(lowered.plan);
+  impl->program = std::move(lowered.program);
   impl->names = ir::printed_names(impl->plan.graph);
-  impl->program = codegen::generate(impl->plan, rt::gemm_math(options.precision));
 
   rt::CompileRequest req;
   req.source = impl->program.source;

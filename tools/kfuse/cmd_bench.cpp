@@ -12,6 +12,7 @@
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/plan/plan_printer.h"
+#include "compiler/lower.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
 #include "runtime/device_buffer.h"
@@ -513,8 +514,9 @@ int cmd_bench(int argc, char **argv) {
       throw UsageError(fmt::format("dim {} needs a value: --dim {}=...\n{}", d, d, kUsage));
   const ir::Mode mode = ir_mode(options.mode);
   const std::string mode_text(ir::mode_name(mode));
-  plan::Plan fused_plan = plan::make_plan(g, mode);
-  plan::Plan unfused_plan = plan::make_plan(g, mode, {}, false);
+  const dsl::SourceFile src = dsl::SourceFile::read(file);
+  plan::Plan fused_plan = lower(src, {mode, codegen::GemmMath::Fp32, true}).plan;
+  plan::Plan unfused_plan = lower(src, {mode, codegen::GemmMath::Fp32, false}).plan;
   const int64_t min_bytes = minimum_bytes(g, fused_plan, dims);
   const std::vector<GemmShape> gemms = gemm_shapes(g, dims);
   double flop = 0;
