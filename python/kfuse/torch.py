@@ -8,8 +8,8 @@ The .kf file's params and state are the module's parameters and buffers, by name
 key with '.' replaced by '_' ("bn.running_mean" -> bn_running_mean), or `mapping`
 {kf name: state_dict key}. They are read in place, so optimizer steps and load_state_dict are
 seen; train mode updates BatchNorm running statistics in place (and num_batches_tracked, as
-PyTorch does). One pipeline is compiled per (mode, precision, dtype) and kept, so switching
-train/eval does not recompile (and NVRTC's output is cached on disk across processes).
+PyTorch does). One pipeline is compiled per (mode, precision, dtype, device) and kept, so
+switching train/eval does not recompile (and NVRTC's output is cached on disk across processes).
 Forward only: with autograd recording and a parameter or input that requires grad, it raises.
 """
 
@@ -29,7 +29,7 @@ class Fused(nn.Module):
         self.precision = precision
         self.arch = arch
         self._mapping = dict(mapping or {})
-        self._pipelines = {}  # (mode, precision, dtype) -> kfuse.Pipeline
+        self._pipelines = {}  # (mode, precision, dtype, device) -> kfuse.Pipeline (one per device)
         self._bound = {}  # same key -> {kf name: (data_ptr, shape) bound last}
         self._owners = None  # kf name -> (owning submodule, attribute), resolved once
 
@@ -41,21 +41,27 @@ class Fused(nn.Module):
         if not tensors:
             raise kfuse.Error(f"kfuse.torch.Fused({self.kf_file}): forward needs the pipeline's inputs")
         self._refuse_autograd(tensors)
-        mode = "train" if self.module.training else "eval"
-        key = (mode, self.precision, tensors[0].dtype)
-        pipeline = self._pipelines.get(key)
-        if pipeline is None:
-            pipeline = kfuse.Pipeline(self.kf_file, mode=mode, precision=self.precision, arch=self.arch)
-            self._pipelines[key] = pipeline
-            self._bound[key] = {}
-        self._bind(pipeline, self._bound[key])
+        pipeline = self.pipeline(tensors[0])
+        self._bind(pipeline, self._bound[self._key(tensors[0])])
         on_gpu = tensors[0].is_cuda
         with torch.cuda.device(tensors[0].device) if on_gpu else contextlib.nullcontext():
             out = pipeline(*inputs, **named)
-        if mode == "train":
+        if self.module.training:
             for bn in self._batchnorms():
                 bn.num_batches_tracked.add_(1)
         return out
+
+    def pipeline(self, x):
+        """The kfuse.Pipeline a forward on `x` runs in the module's current mode (compiled on
+        first use, then kept): its .plan, .cuda_source and .report."""
+        key = self._key(x)
+        if key not in self._pipelines:
+            self._pipelines[key] = kfuse.Pipeline(self.kf_file, mode=key[0], precision=self.precision, arch=self.arch)
+            self._bound[key] = {}
+        return self._pipelines[key]
+
+    def _key(self, x):
+        return ("train" if self.module.training else "eval", self.precision, x.dtype, x.device)
 
     def _refuse_autograd(self, tensors):
         if not torch.is_grad_enabled():

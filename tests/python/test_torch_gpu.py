@@ -66,6 +66,7 @@ def test_fused_matches_the_module_in_train_then_eval_over_several_steps(case):
                 x = torch.randn(N, features, device="cuda")
                 assert_same(original, fused, original(x), fused(x), f"{case} {mode} step {step}")
     assert len(fused._pipelines) == 2  # one per mode, each compiled once
+    assert fused.pipeline(x).plan.startswith(f"plan {fused.pipeline(x).name} (mode eval)")
 
 
 def test_inference_mode_out_and_current_stream():
@@ -77,8 +78,7 @@ def test_inference_mode_out_and_current_stream():
         x = torch.randn(N, features, device="cuda")
         out = torch.empty(N, features, device="cuda")
         y = fused(x)
-        p = next(iter(fused._pipelines.values()))
-        assert p(x, out=out) is out
+        assert fused.pipeline(x)(x, out=out) is out
         ref = original(x)
     side.synchronize()
     assert rel(y, ref) <= 4 * BOUND and rel(out, ref) <= 4 * BOUND
