@@ -146,6 +146,8 @@ Pipeline rt::PipelineAccess::unfused_from_file(const std::string &path, const Op
   return compile(src.text(), path, options, false);
 }
 
+const ir::Graph &rt::PipelineAccess::graph(const Pipeline &p) { return p.impl().graph; }
+
 Pipeline rt::PipelineAccess::compile(const std::string &kf_text, const std::string &file_name,
                                      const Options &options, bool fuse) {
   if (options.mode != Mode::Train && options.mode != Mode::Eval)

@@ -36,6 +36,8 @@ struct PipelineAccess {
   static Pipeline compile(const std::string &kf_text, const std::string &file_name,
                           const Options &options, bool fuse);
   static Pipeline unfused_from_file(const std::string &path, const Options &options);
+  // The pipeline's graph as parsed (before any pass): what the fp64 reference interprets.
+  static const ir::Graph &graph(const Pipeline &p);
   // Unfused pipelines only: run every GEMM kernel through `gemm` instead (benchmarks put
   // cuBLAS here). Throws on a fused pipeline, whose GEMMs carry epilogues.
   static void set_gemm_override(Pipeline &p, std::function<void(const GemmCall &, CUstream)> gemm);

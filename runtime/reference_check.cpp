@@ -1,9 +1,9 @@
 #include "runtime/reference_check.h"
 
-#include "compiler/dsl/parser.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/npy_file.h"
+#include "runtime/pipeline.h"
 #include "runtime/stream.h"
 
 #include <cmath>
@@ -112,9 +112,7 @@ TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::strin
 
 CheckResult check_against_reference(const CheckRequest &req) {
   Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
-  dsl::SourceFile src(req.file_name, req.kf_text);
-  dsl::Diagnostics diags(src);
-  Graph g = dsl::parse_kf(src, diags);
+  const Graph &g = PipelineAccess::graph(pipeline); // as parsed: the reference runs it
   ir::Mode mode = req.options.mode == kfuse::Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
 
   // The user's files are read and checked first: their errors need no GPU.
