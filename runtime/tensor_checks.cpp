@@ -64,9 +64,9 @@ void check_device_memory(const std::string &where, const std::string &tensor, co
   d.check(d.cuPointerGetAttributes(2, attributes, values, reinterpret_cast<CUdeviceptr>(t.data)),
           fmt::format("cuPointerGetAttributes(tensor '{}')", tensor));
   if (memory_type == CU_MEMORYTYPE_HOST)
-    throw Error(
-        fmt::format("{}: tensor '{}' {} at {} is pinned host memory; kfuse needs device memory",
-                    where, tensor, describe(t), t.data));
+    throw Error(fmt::format("{}: tensor '{}' {} at {} is host memory (pinned or mapped); kfuse needs device "
+                            "memory",
+                            where, tensor, describe(t), t.data));
   if (memory_type != CU_MEMORYTYPE_DEVICE && memory_type != CU_MEMORYTYPE_UNIFIED)
     throw Error(fmt::format(
         "{}: tensor '{}' {} at {} is not CUDA memory (host memory?); kfuse needs device memory",

@@ -19,7 +19,8 @@ void check_layout(const std::string &where, const std::string &tensor,
                   const ir::TensorType &declared, const Tensor &t);
 
 // Throws unless `t.data` is device memory (or managed memory) on `device` (an ordinal):
-// pageable or pinned host memory and another device's memory are refused. Needs the driver.
+// host memory (pageable, pinned or mapped) and another device's memory are refused. Needs the
+// driver.
 void check_device_memory(const std::string &where, const std::string &tensor, const Tensor &t,
                          int device);
 

@@ -99,9 +99,16 @@ Tensor tensor_from_dlpack(PyObject *capsule, const std::string &where, const std
           "{} has strides ({}): the elements of a row are not contiguous; pass a contiguous "
           "tensor (.contiguous())",
           what, fmt::join(dl.strides, dl.strides + dl.ndim, ", ")));
-    // A row stride of one row is meaningless: rows of a single row are contiguous.
-    if (dl.ndim == 2 && dl.shape[0] > 1)
+    // A row stride of one row is meaningless: rows of a single row are contiguous. A zero row
+    // stride (a broadcast, expanded tensor) is refused here: kfuse::Tensor's 0 means contiguous.
+    if (dl.ndim == 2 && dl.shape[0] > 1) {
+      if (dl.strides[0] == 0)
+        throw Error(fmt::format(
+            "{} has strides (0, {}): every row is the same memory (a broadcast); pass a "
+            "contiguous tensor (.contiguous())",
+            what, dl.strides[1]));
       t.row_stride = dl.strides[0];
+    }
   }
   if (dl.device.device_type != kDLCUDA && dl.device.device_type != kDLCUDAManaged)
     throw Error(fmt::format("{} is on {}; kfuse runs on CUDA devices (move it there, e.g. .cuda())",

@@ -37,7 +37,7 @@ TEST_CASE("gpu api: host memory is refused as input, output and param, device me
   CHECK_THROWS_WITH_AS(p.run({{"x", on(x, {2, 4})}}, {on(out, {2, 3})}),
                        doctest::Contains("tensor 'weight' f32[3, 4] at"), Error);
   CHECK_THROWS_WITH_AS(p.run({{"x", on(x, {2, 4})}}, {on(out, {2, 3})}),
-                       doctest::Contains("is not CUDA memory (host memory?)"), Error);
+                       doctest::Contains("host memory"), Error);
   p.bind("weight", on(weight, {3, 4}));
   CHECK_THROWS_WITH_AS(p.run({{"x", {host.data(), {2, 4}}}}, {on(out, {2, 3})}),
                        doctest::Contains("tensor 'x' f32[2, 4] at"), Error);

@@ -82,6 +82,9 @@ def test_non_contiguous_rows_are_refused(small):
     transposed = np.ones((6, 3), np.float32).T
     with pytest.raises(kfuse.Error, match=r"tensor 'x' f32\[3, 6\] has strides \(1, 3\): the elements of a row"):
         small(transposed)
+    broadcast = np.lib.stride_tricks.as_strided(np.ones(6, np.float32), shape=(3, 6), strides=(0, 4))
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' f32\[3, 6\] has strides \(0, 1\): every row is the same"):
+        small(broadcast)
     every_other = np.ones(10, np.float32)[::2]
     with pytest.raises(kfuse.Error, match=r"tensor 'scale' f32\[5\] has strides \(2\)"):
         small.bind(scale=every_other)

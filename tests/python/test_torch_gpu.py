@@ -21,6 +21,8 @@ _spec = importlib.util.spec_from_file_location("compare_torch", REPO / "bench" /
 compare_torch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compare_torch)
 
+from test_pipeline import SMALL  # noqa: E402
+
 N = 64
 STEPS = 3
 BOUND = 1e-5  # DESIGN.md's fp32 bound on ||x - fp64|| / ||fp64||; kfuse and torch each meet it
@@ -149,3 +151,18 @@ def test_cuda_graph_capture_and_replay_with_new_inputs_and_parameters(mode):
             y_ref = original(x)
             torch.cuda.synchronize()
             assert_same(original, fused, y_ref, static_y, f"graph {mode} replay {step}")
+
+
+def test_padded_rows_and_other_devices_tensors_are_refused_clearly():
+    p = kfuse.Pipeline(text=SMALL, file_name="small.kf", mode="eval")
+    p.bind(weight=torch.ones(5, 6, device="cuda"), scale=torch.ones(1, device="cuda"))
+    padded = torch.ones(3, 8, device="cuda")[:, :6]
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' f32\[3, 6\] has row stride 8; kfuse takes contiguous"):
+        p(padded)
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' is bf16\[3, 6\], declared f32\[N, 6\]"):
+        p(torch.ones(3, 6, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(kfuse.Error, match=r"output 0 \[3, 5\] at 0x[0-9a-f]+ overlaps input 'x'"):
+        x = torch.ones(3, 6, device="cuda")
+        p(x, out=x.view(-1)[:15].view(3, 5))
+    y = p(torch.ones(3, 6, device="cuda"))
+    torch.testing.assert_close(y, torch.full((3, 5), 0.2, device="cuda"))
