@@ -160,9 +160,9 @@ fi
 # tests/python runs: kfuse.torch.Fused against PyTorch for every example, CUDA graph replay.
 if ! skipped python; then
   start=$SECONDS
-  cmd="python3 -m pip install --no-build-isolation --no-deps . && python3 -m pytest -q tests/python"
+  cmd="python3 -m pip install --no-build-isolation --no-deps . && KFUSE_TOOL=BUILD/kfuse python3 -m pytest -q tests/python"
   say "python: $cmd"
-  run_logged "$OUT/python.log" 300 bash -c "python3 -m pip install -q --no-build-isolation --no-deps '$ROOT' && python3 -m pytest -q -rs '$ROOT/tests/python'"
+  run_logged "$OUT/python.log" 300 bash -c "python3 -m pip install -q --no-build-isolation --no-deps '$ROOT' && KFUSE_TOOL='$KFUSE' python3 -m pytest -q -rs '$ROOT/tests/python'"
   status python $? $((SECONDS - start)) "$cmd"
 fi
 
