@@ -274,8 +274,9 @@ def load_saved(directory):
     meta = json.loads((directory / "meta.json").read_text())
     tensors = {}
     for name, info in meta["tensors"].items():
-        data = np.fromfile(directory / f"{name}.f32", dtype="<f4")
-        tensors[name] = (torch.from_numpy(data.reshape(info["shape"])), info["role"])
+        data = np.load(directory / f"{name}.npy")
+        assert list(data.shape) == info["shape"] and data.dtype == np.float32, (name, data.shape, data.dtype)
+        tensors[name] = (torch.from_numpy(data), info["role"])
     return meta, tensors
 
 

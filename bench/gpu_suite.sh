@@ -7,6 +7,7 @@
 # kfuse_gpu_tests); without it, or when its kfuse does not start, kfuse is built here into
 # build-gpu with cmake + ninja. Then, in this order, each phase timed and logged:
 #   tests      ctest -L gpu (the GPU tests)
+#   python     pip install . and pytest tests/python (kfuse.torch.Fused vs PyTorch, CUDA graphs)
 #   sanitizer  compute-sanitizer memcheck over a small GPU test filter
 #   bench      kfuse bench for every founding case, train and eval, fp32, 3xtf32 and tf32
 #   compile    kfuse compile with an empty KFUSE_CACHE_DIR (cold NVRTC), then again (warm)
@@ -152,6 +153,17 @@ if ! skipped tests; then
     run_logged "$OUT/tests.log" "$TESTS_TIMEOUT" "$BUILD/kfuse_gpu_tests"
   fi
   status tests $? $((SECONDS - start)) "$cmd"
+fi
+
+# ------------------------------------------------------------------ the Python package
+# pip builds kfuse._kfuse here (nanobind and scikit-build-core are installed; no network), then
+# tests/python runs: kfuse.torch.Fused against PyTorch for every example, CUDA graph replay.
+if ! skipped python; then
+  start=$SECONDS
+  cmd="python3 -m pip install --no-build-isolation --no-deps . && KFUSE_TOOL=BUILD/kfuse python3 -m pytest -q tests/python"
+  say "python: $cmd"
+  run_logged "$OUT/python.log" 300 bash -c "python3 -m pip install -q --no-build-isolation --no-deps '$ROOT' && KFUSE_TOOL='$KFUSE' python3 -m pytest -q -rs '$ROOT/tests/python'"
+  status python $? $((SECONDS - start)) "$cmd"
 fi
 
 # ------------------------------------------------------------------ compute-sanitizer

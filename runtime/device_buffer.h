@@ -8,8 +8,8 @@
 
 namespace kfuse::rt {
 
-// A cuMemAlloc'ed range in device 0's primary context, freed on destruction. Move-only.
-// Copies are synchronous with respect to the host (legacy default stream semantics).
+// A cuMemAlloc'ed range in the current context (rt::Driver::make_current), freed on destruction.
+// Move-only. Copies are synchronous with respect to the host (legacy default stream semantics).
 class DeviceBuffer {
 public:
   DeviceBuffer() = default; // empty: ptr() == 0, size() == 0

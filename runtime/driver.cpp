@@ -98,21 +98,13 @@ void Driver::load(const std::string &library) {
     why_unavailable_ = "no CUDA device";
     return;
   }
-  char name[256] = {};
   CUresult r = cuDeviceGet(&device_, 0);
-  if (r == CUDA_SUCCESS)
-    r = cuDeviceGetAttribute(&cc_major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
-  if (r == CUDA_SUCCESS)
-    r = cuDeviceGetAttribute(&cc_minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
-  if (r == CUDA_SUCCESS)
-    r = cuDeviceGetName(name, sizeof(name) - 1, device_);
   if (r == CUDA_SUCCESS)
     r = cuDriverGetVersion(&driver_version_);
   if (r != CUDA_SUCCESS) {
     why_unavailable_ = failure(r, "querying device 0");
     return;
   }
-  device_name_ = name;
   available_ = true;
 }
 
@@ -121,8 +113,12 @@ void Driver::require() const {
     throw Error("CUDA driver unavailable: " + why_unavailable_);
 }
 
-void Driver::make_current() {
+CUcontext Driver::make_current() {
   require();
+  CUcontext current = nullptr;
+  check(cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current != nullptr)
+    return current;
   CUcontext context = context_.load(std::memory_order_acquire);
   if (context == nullptr) {
     std::lock_guard<std::mutex> lock(context_mutex_);
@@ -132,20 +128,35 @@ void Driver::make_current() {
       context_.store(context, std::memory_order_release);
     }
   }
+  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  return context;
+}
+
+CUdevice Driver::current_device() const {
+  require();
   CUcontext current = nullptr;
   check(cuCtxGetCurrent(&current), "cuCtxGetCurrent");
-  if (current != context)
-    check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  if (current == nullptr)
+    return device_;
+  CUdevice device = 0;
+  check(cuCtxGetDevice(&device), "cuCtxGetDevice");
+  return device;
 }
 
 std::string Driver::device_name() const {
-  require();
-  return device_name_;
+  char name[256] = {};
+  check(cuDeviceGetName(name, sizeof(name) - 1, current_device()), "cuDeviceGetName");
+  return name;
 }
 
 int Driver::compute_capability() const {
-  require();
-  return cc_major_ * 10 + cc_minor_;
+  CUdevice device = current_device();
+  int major = 0, minor = 0;
+  check(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+        "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
+  check(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+        "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)");
+  return major * 10 + minor;
 }
 
 std::string Driver::arch() const {

@@ -4,11 +4,12 @@
 // GPU (parsing, planning, emitting, NVRTC compiling) runs on machines with no driver. <cuda.h>
 // is used for types, enums and function signatures only.
 //
-// Driver::get() is the process-wide instance, loaded on first use. It works in device 0's
-// primary context, the one the CUDA runtime, cuBLAS and PyTorch use, so memory and streams are
-// shared with them. Every thread that calls into the driver through kfuse calls make_current()
-// first (Module, DeviceBuffer, launch... do it for you); it makes the primary context current on
-// that thread, replacing whatever context was current there.
+// Driver::get() is the process-wide instance, loaded on first use. It works in the CUDA context
+// current on the calling thread (the CUDA runtime's, cuBLAS's and PyTorch's for the device they
+// selected), so memory and streams are shared with them; where no context is current it makes
+// device 0's primary context current, the one the CUDA runtime would use. Every thread that
+// calls into the driver through kfuse calls make_current() first (Module, DeviceBuffer,
+// launch... do it for you).
 //
 // The function pointers below are named after the API (cuMemAlloc, ...). Where <cuda.h> maps a
 // name to a versioned symbol (cuMemAlloc -> cuMemAlloc_v2) the macro applies to the member too,
@@ -41,6 +42,8 @@
   X(cuCtxGetCurrent)                                                                               \
   X(cuCtxSetCurrent)                                                                               \
   X(cuCtxSynchronize)                                                                              \
+  X(cuCtxGetDevice)                                                                                \
+  X(cuPointerGetAttributes)                                                                        \
   X(cuModuleLoadData)                                                                              \
   X(cuModuleUnload)                                                                                \
   X(cuModuleGetFunction)                                                                           \
@@ -92,16 +95,21 @@ public:
   // Throws kfuse::Error("CUDA driver unavailable: <why>") unless available().
   void require() const;
 
-  // Retains device 0's primary context (once per process; it is never released, so it lives
-  // as long as the process) and makes it current on the calling thread. Thread-safe. Throws
-  // kfuse::Error when unavailable, CudaError when the driver fails.
-  void make_current();
+  // Returns the context current on the calling thread; where there is none, retains device
+  // 0's primary context (once per process; never released, so it lives as long as the
+  // process), makes it current and returns it. Thread-safe. Throws kfuse::Error when
+  // unavailable, CudaError when the driver fails.
+  CUcontext make_current();
 
-  // Device 0's properties. Throw kfuse::Error when unavailable.
+  // The device of the context current on the calling thread, or device 0 where none is
+  // current (without creating a context). Throws kfuse::Error when unavailable.
+  CUdevice current_device() const;
+
+  // Properties of current_device(). Throw kfuse::Error when unavailable.
   std::string device_name() const;
   int compute_capability() const; // major * 10 + minor, e.g. 90
-  // The NVRTC target for device 0: "sm_XYa" where the device has arch-specific features the
-  // templates use (9.0 -> wgmma/setmaxnreg, 10.0 and 10.3 -> tcgen05), otherwise "sm_XY".
+  // The NVRTC target for the current device: "sm_XYa" where the device has arch-specific
+  // features the templates use (9.0 -> wgmma/setmaxnreg, 10.0 and 10.3 -> tcgen05), else "sm_XY".
   std::string arch() const;
   int driver_version() const; // e.g. 13000
 
@@ -119,14 +127,11 @@ private:
   void *library_ = nullptr;
   bool available_ = false;
   std::string why_unavailable_;
-  CUdevice device_ = 0;
-  int cc_major_ = 0;
-  int cc_minor_ = 0;
+  CUdevice device_ = 0; // device 0, whose primary context is used where none is current
   int driver_version_ = 0;
-  std::string device_name_;
 
   std::mutex context_mutex_;                // serialises the one cuDevicePrimaryCtxRetain
-  std::atomic<CUcontext> context_{nullptr}; // null until retained, then never changes
+  std::atomic<CUcontext> context_{nullptr}; // device 0's primary; null until retained
 };
 
 } // namespace kfuse::rt

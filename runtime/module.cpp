@@ -40,9 +40,10 @@ Module::Module(const std::string &cubin) {
   CUresult r = driver.cuModuleLoadData(&loaded->module, cubin.data());
   if (r != CUDA_SUCCESS) {
     loaded->module = nullptr; // nothing to unload
-    driver.check(r, fmt::format("cuModuleLoadData (a {}-byte CUBIN; built for device 0's arch, "
-                                "{}?)",
-                                cubin.size(), driver.arch()));
+    driver.check(
+        r, fmt::format("cuModuleLoadData (a {}-byte CUBIN; built for the current device's arch, "
+                       "{}?)",
+                       cubin.size(), driver.arch()));
   }
   loaded_ = std::move(loaded);
 }

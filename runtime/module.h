@@ -33,8 +33,9 @@ struct Function {
 
 class Module {
 public:
-  // Loads a CUBIN into device 0's primary context. Throws kfuse::Error when the driver is
-  // unavailable, CudaError when the driver rejects the image (e.g. built for another arch).
+  // Loads a CUBIN into the current context (rt::Driver::make_current). Throws kfuse::Error when the
+  // driver is unavailable, CudaError when the driver rejects the image (e.g. built for another
+  // arch).
   explicit Module(const std::string &cubin);
   Module(Module &&) noexcept = default;
   Module &operator=(Module &&) noexcept = default;

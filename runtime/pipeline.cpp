@@ -6,6 +6,7 @@
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/printer.h"
+#include "compiler/lower.h"
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "runtime/device_buffer.h"
@@ -14,21 +15,28 @@
 #include "runtime/launch_geometry.h"
 #include "runtime/module.h"
 #include "runtime/nvrtc_compiler.h"
+#include "runtime/tensor_checks.h"
 #include "runtime/tensor_map.h"
 
 #include <climits>
 #include <fmt/format.h>
 #include <mutex>
+#include <set>
 
 namespace kfuse {
 
 using codegen::KernelLaunch;
 using codegen::LaunchParam;
 using ir::ValueId;
+using rt::GemmCall;
 
 namespace rt {
 
 void require_supported(Precision p) {
+  if (p != Precision::FP32 && p != Precision::TF32 && p != Precision::BF16 &&
+      p != Precision::FP32x3)
+    throw Error(fmt::format("{} is not a kfuse::Precision value (FP32, TF32, BF16, FP32x3)",
+                            static_cast<int>(p)));
   if (p == Precision::BF16)
     throw Error("precision bf16 is not implemented yet: kfuse's GEMM templates take f32 data "
                 "(use fp32, tf32 or 3xtf32)");
@@ -52,7 +60,8 @@ std::string target_arch(const std::string &requested) {
 
 struct Pipeline::Impl {
   Options options;
-  ir::Graph graph; // as parsed
+  bool fuse = true; // false: the unfused baseline (rt::PipelineAccess)
+  ir::Graph graph;  // as parsed
   plan::Plan plan;
   codegen::Program program;
   rt::CompiledModule compiled;
@@ -62,8 +71,11 @@ struct Pipeline::Impl {
   std::mutex mutex; // run() and bind() on one pipeline are serialised
   std::unique_ptr<rt::Module> module;
   std::vector<rt::Function> functions;
-  int multiprocessors = 0; // of the device the module was loaded on
+  CUcontext context = nullptr; // the module's: current at the first run
+  CUdevice device = 0;         // the context's
+  int multiprocessors = 0;     // of that device
   std::map<std::string, Tensor> bound;
+  std::set<std::string> on_device;             // bound tensors found in device memory of `device`
   std::map<ValueId, rt::DeviceBuffer> scratch; // intermediates and partials, grown as needed
   std::map<std::pair<size_t, size_t>, rt::CachedTensorMap> tensor_maps; // (launch, param)
   std::function<void(const GemmCall &, CUstream)> gemm_override;
@@ -105,20 +117,18 @@ int64_t value_of(const ir::Dim &d, const std::map<std::string, int64_t> &dims) {
   return d.is_symbolic() ? dims.at(d.sym) : d.value;
 }
 
-void check_pointer(const std::string &where, const std::string &tensor, const void *p) {
-  if (!p)
-    throw Error(fmt::format("{}: tensor '{}' is a null pointer", where, tensor));
-  if (reinterpret_cast<uintptr_t>(p) % 4 != 0)
-    throw Error(
-        fmt::format("{}: tensor '{}' at {} is not 4-byte aligned (f32 data)", where, tensor, p));
-}
-
 } // namespace
 
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::Pipeline(Pipeline &&) noexcept = default;
 Pipeline &Pipeline::operator=(Pipeline &&) noexcept = default;
 Pipeline::~Pipeline() = default;
+
+Pipeline::Impl &Pipeline::impl() const {
+  if (!impl_)
+    throw Error("kfuse::Pipeline used after it was moved from");
+  return *impl_;
+}
 
 Pipeline Pipeline::from_file(const std::string &path, const Options &options) {
   dsl::SourceFile src = dsl::SourceFile::read(path);
@@ -127,17 +137,33 @@ Pipeline Pipeline::from_file(const std::string &path, const Options &options) {
 
 Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &file_name,
                                const Options &options) {
+  return rt::PipelineAccess::compile(kf_text, file_name, options, true);
+}
+
+Pipeline rt::PipelineAccess::unfused_from_file(const std::string &path, const Options &options) {
+  dsl::SourceFile src = dsl::SourceFile::read(path);
+  return compile(src.text(), path, options, false);
+}
+
+const ir::Graph &rt::PipelineAccess::graph(const Pipeline &p) { return p.impl().graph; }
+
+Pipeline rt::PipelineAccess::compile(const std::string &kf_text, const std::string &file_name,
+                                     const Options &options, bool fuse) {
+  if (options.mode != Mode::Train && options.mode != Mode::Eval)
+    throw Error(
+        fmt::format("{} is not a kfuse::Mode value (Train, Eval)", static_cast<int>(options.mode)));
   rt::require_supported(options.precision);
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Pipeline::Impl>();
   impl->options = options;
-  dsl::SourceFile src(file_name, kf_text);
-  dsl::Diagnostics diags(src);
-  impl->graph = dsl::parse_kf(src, diags);
+  impl->fuse = fuse;
   ir::Mode mode = options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
-  impl->plan = plan::make_plan(impl->graph, mode, {}, options.fuse);
-  impl->names = ir::printed_names(impl->plan.graph);
   const std::string arch = rt::target_arch(options.arch);
-  impl->program = codegen::generate(impl->plan, rt::gemm_math(options.precision), arch);
+  Lowered lowered = lower(dsl::SourceFile(file_name, kf_text),
+                          {mode, rt::gemm_math(options.precision), fuse, arch});
+  impl->graph = std::move(lowered.graph);
+  impl->plan = std::move(lowered.plan);
+  impl->program = std::move(lowered.program);
+  impl->names = ir::printed_names(impl->plan.graph);
 
   rt::CompileRequest req;
   req.source = impl->program.source;
@@ -160,27 +186,27 @@ Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &fi
   return Pipeline(std::move(impl));
 }
 
-const std::string &Pipeline::name() const { return impl_->graph.name; }
-const std::string &Pipeline::cuda_source() const { return impl_->program.source; }
-std::string Pipeline::plan_text() const { return plan::print_plan_text(impl_->plan, {}); }
-const CompileReport &Pipeline::report() const { return impl_->report; }
+const std::string &Pipeline::name() const { return impl().graph.name; }
+const std::string &Pipeline::cuda_source() const { return impl().program.source; }
+std::string Pipeline::plan_text() const { return plan::print_plan_text(impl().plan, {}); }
+const CompileReport &Pipeline::report() const { return impl().report; }
 
 std::vector<std::string> Pipeline::inputs() const {
   std::vector<std::string> out;
-  for (ValueId id : impl_->graph.declared(ir::ValueKind::Input))
+  for (ValueId id : impl().graph.declared(ir::ValueKind::Input))
     out.push_back(impl_->graph[id].name);
   return out;
 }
 
 std::vector<std::string> Pipeline::params() const {
   std::vector<std::string> out;
-  for (const ir::Value &v : impl_->graph.values)
+  for (const ir::Value &v : impl().graph.values)
     if (v.kind == ir::ValueKind::Param || v.kind == ir::ValueKind::State)
       out.push_back(v.name);
   return out;
 }
 
-size_t Pipeline::output_count() const { return impl_->graph.outputs.size(); }
+size_t Pipeline::output_count() const { return impl().graph.outputs.size(); }
 
 namespace {
 
@@ -199,7 +225,7 @@ std::vector<int64_t> bound_shape(const std::string &where, const ir::TensorType 
 
 std::vector<int64_t> Pipeline::shape(const std::string &name,
                                      const std::map<std::string, int64_t> &dims) const {
-  const ir::Graph &g = impl_->graph;
+  const ir::Graph &g = impl().graph;
   ValueId id = g.find(name);
   if (id < 0)
     throw Error(fmt::format("{}: no input, param or state named '{}'", impl_->where(), name));
@@ -208,36 +234,55 @@ std::vector<int64_t> Pipeline::shape(const std::string &name,
 
 std::vector<int64_t> Pipeline::output_shape(size_t i,
                                             const std::map<std::string, int64_t> &dims) const {
-  const ir::Graph &g = impl_->graph;
+  const ir::Graph &g = impl().graph;
   if (i >= g.outputs.size())
     throw Error(fmt::format("{}: no output {} (it has {})", impl_->where(), i, g.outputs.size()));
   return bound_shape(impl_->where(), g[g.outputs[i]].type, dims);
 }
 
-void Pipeline::bind(const std::string &name, const Tensor &t) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  const ir::Graph &g = impl_->graph;
-  ValueId id = g.find(name);
-  if (id < 0 || g[id].kind == ir::ValueKind::Input)
-    throw Error(
-        fmt::format("{}: '{}' is not a param or state of the pipeline", impl_->where(), name));
-  check_pointer(impl_->where(), name, t.data);
+std::map<std::string, int64_t>
+Pipeline::dims(const std::map<std::string, std::vector<int64_t>> &shapes) const {
+  const Impl &im = impl();
   std::map<std::string, int64_t> dims;
   std::map<std::string, std::string> bound_by;
-  unify(impl_->where(), name, g[id].type, t.shape, dims, bound_by);
-  impl_->bound[name] = t;
+  for (const auto &[name, shape] : shapes) {
+    ValueId id = im.graph.find(name);
+    if (id < 0 || im.graph[id].is_op())
+      throw Error(fmt::format("{}: no input, param or state named '{}'", im.where(), name));
+    unify(im.where(), name, im.graph[id].type, shape, dims, bound_by);
+  }
+  return dims;
 }
 
-void Pipeline::set_gemm_override(std::function<void(const GemmCall &, CUstream)> gemm) {
-  if (impl_->options.fuse)
-    throw Error(impl_->where() +
-                ": a GEMM override needs an unfused pipeline (Options::fuse = false)");
-  impl_->gemm_override = std::move(gemm);
+// Where the memory lives is checked at the first run after binding (it needs the driver and
+// the pipeline's context; bind() needs neither).
+void Pipeline::bind(const std::string &name, const Tensor &t) {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  const ir::Graph &g = im.graph;
+  ValueId id = g.find(name);
+  if (id < 0 || g[id].kind == ir::ValueKind::Input)
+    throw Error(fmt::format("{}: '{}' is not a param or state of the pipeline", im.where(), name));
+  rt::check_layout(im.where(), name, g[id].type, t);
+  std::map<std::string, int64_t> dims;
+  std::map<std::string, std::string> bound_by;
+  unify(im.where(), name, g[id].type, t.shape, dims, bound_by);
+  im.bound[name] = t;
+  im.on_device.erase(name);
+}
+
+void rt::PipelineAccess::set_gemm_override(Pipeline &p,
+                                           std::function<void(const GemmCall &, CUstream)> gemm) {
+  Pipeline::Impl &im = p.impl();
+  if (im.fuse)
+    throw Error(im.where() +
+                ": a GEMM override needs an unfused pipeline (PipelineAccess::unfused_from_file)");
+  im.gemm_override = std::move(gemm);
 }
 
 void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vector<Tensor> &outputs,
                    CUstream stream) {
-  Impl &im = *impl_;
+  Impl &im = impl();
   std::lock_guard<std::mutex> lock(im.mutex);
   const ir::Graph &g = im.plan.graph;
   const std::string where = im.where();
@@ -268,7 +313,7 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
                                 v.type.str()));
       t = &it->second;
     }
-    check_pointer(where, v.name, t->data);
+    rt::check_layout(where, v.name, v.type, *t);
     unify(where, v.name, v.type, t->shape, dims, bound_by);
     pointers[v.name] = t->data;
   }
@@ -278,7 +323,7 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
   std::map<ValueId, void *> output_of;
   for (size_t i = 0; i < outputs.size(); ++i) {
     std::string name = fmt::format("output {}", i);
-    check_pointer(where, name, outputs[i].data);
+    rt::check_layout(where, name, g[g.outputs[i]].type, outputs[i]);
     unify(where, name, g[g.outputs[i]].type, outputs[i].shape, dims, bound_by);
     output_of[g.outputs[i]] = outputs[i].data;
   }
@@ -293,17 +338,46 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
         throw Error(fmt::format("{}: batchnorm in train mode needs more than 1 row, got {}{}",
                                 where, c.dim.empty() ? "" : c.dim + "=", count));
     }
+  {
+    std::vector<rt::TensorBytes> written, read;
+    for (size_t i = 0; i < outputs.size(); ++i)
+      written.push_back(rt::bytes_of(fmt::format("output {}", i), outputs[i]));
+    for (const ir::Value &v : g.values) {
+      if (v.is_op())
+        continue;
+      const Tensor &t = v.kind == ir::ValueKind::Input ? inputs.at(v.name) : im.bound.at(v.name);
+      (v.kind == ir::ValueKind::State ? written : read)
+          .push_back(rt::bytes_of(fmt::format("{} '{}'", ir::value_kind_name(v.kind), v.name), t));
+    }
+    rt::check_no_aliasing(where, written, read);
+  }
 
   rt::Driver &driver = rt::Driver::get();
-  driver.make_current();
+  CUcontext context = driver.make_current();
   if (!im.module) { // first run: load once, so later runs only launch
     im.module = std::make_unique<rt::Module>(im.compiled.cubin);
     for (const KernelLaunch &l : im.program.launches)
       im.functions.push_back(im.module->function(l.entry));
+    im.context = context;
+    im.device = driver.current_device();
     driver.check(driver.cuDeviceGetAttribute(&im.multiprocessors,
-                                             CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+                                             CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, im.device),
                  "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
   }
+  if (context != im.context)
+    throw Error(fmt::format(
+        "{}: the current CUDA context is not the one the pipeline ran in first (device {}); "
+        "use one Pipeline per device or context",
+        where, im.device));
+  for (const auto &[name, t] : inputs)
+    rt::check_device_memory(where, name, t, im.device);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    rt::check_device_memory(where, fmt::format("output {}", i), outputs[i], im.device);
+  for (const auto &[name, t] : im.bound)
+    if (!im.on_device.count(name)) {
+      rt::check_device_memory(where, name, t, im.device);
+      im.on_device.insert(name);
+    }
   const int sms = im.multiprocessors;
   auto buffer = [&](ValueId key, size_t bytes) -> CUdeviceptr {
     rt::DeviceBuffer &b = im.scratch[key];

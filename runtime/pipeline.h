@@ -1,17 +1,46 @@
-// Internals of kfuse::Pipeline (include/kfuse/kfuse.h) that tools share.
+// Internals of kfuse::Pipeline (include/kfuse/kfuse.h) that tools share, and the benchmark
+// hooks that stay out of the public API.
 #pragma once
 
 #include "compiler/codegen/program.h"
 #include "kfuse/kfuse.h"
 
+#include <cuda.h>
+
+#include <functional>
+
 namespace kfuse::rt {
 
-// Throws kfuse::Error for a precision the GEMM templates do not implement (bf16).
+// Throws kfuse::Error for a value that is no Precision, and for a precision the GEMM
+// templates do not implement (bf16).
 void require_supported(Precision p);
 // The GEMM template a precision runs on (after require_supported).
 codegen::GemmMath gemm_math(Precision p);
 
-// The NVRTC target: `requested`, else the GPU's, else sm_90a (compiling needs no GPU).
+// The NVRTC target: `requested`, else the current GPU's, else sm_90a (compiling needs no GPU).
 std::string target_arch(const std::string &requested);
+
+// A bare GEMM of an unfused pipeline, row-major: C = A @ B^T when trans_b, else A @ B.
+struct GemmCall {
+  bool trans_b;
+  int64_t m, n, k;
+  const float *a;
+  const float *b;
+  float *c;
+  int64_t lda, ldb, ldc;
+};
+
+struct PipelineAccess {
+  // Every Pipeline is made here. `fuse` false: the unfused baseline benchmarks compare
+  // against (lowering only, one kernel per matrix op, every GEMM a bare product).
+  static Pipeline compile(const std::string &kf_text, const std::string &file_name,
+                          const Options &options, bool fuse);
+  static Pipeline unfused_from_file(const std::string &path, const Options &options);
+  // The pipeline's graph as parsed (before any pass): what the fp64 reference interprets.
+  static const ir::Graph &graph(const Pipeline &p);
+  // Unfused pipelines only: run every GEMM kernel through `gemm` instead (benchmarks put
+  // cuBLAS here). Throws on a fused pipeline, whose GEMMs carry epilogues.
+  static void set_gemm_override(Pipeline &p, std::function<void(const GemmCall &, CUstream)> gemm);
+};
 
 } // namespace kfuse::rt

@@ -1,8 +1,9 @@
 #include "runtime/reference_check.h"
 
-#include "compiler/dsl/parser.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
+#include "runtime/npy_file.h"
+#include "runtime/pipeline.h"
 #include "runtime/stream.h"
 
 #include <cmath>
@@ -67,27 +68,58 @@ CheckEntry compare(const std::string &name, const std::vector<double> &gpu, cons
   return e;
 }
 
-void save(const std::string &dir, const std::string &file, const std::vector<double> &data) {
-  std::vector<float> f(data.begin(), data.end());
-  std::ofstream out(dir + "/" + file + ".f32", std::ios::binary);
-  out.write(reinterpret_cast<const char *>(f.data()), static_cast<std::streamsize>(f.size() * sizeof(float)));
-  if (!out)
-    throw Error("cannot write " + dir + "/" + file + ".f32");
+void save(const std::string &dir, const std::string &file, const std::vector<int64_t> &shape,
+          const std::vector<double> &data) {
+  write_npy(dir + "/" + file + ".npy", shape, std::vector<float>(data.begin(), data.end()));
+}
+
+// Every input, param and state from DIR/<name>.npy; `dims` (from --dim) are checked against the
+// dims the files bind, and completed by them.
+TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::string &dir,
+                      DimBindings &dims) {
+  TensorMap host;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::vector<std::string> names;
+  for (const Value &v : g.values)
+    if (!v.is_op())
+      names.push_back(v.name);
+  for (const std::string &name : names) {
+    std::string path = dir + "/" + name + ".npy";
+    if (!std::filesystem::exists(path))
+      throw Error(fmt::format(
+          "{}: no such file; --inputs DIR reads every input, param and state of '{}' as "
+          "DIR/<name>.npy: {}",
+          path, g.name, fmt::join(names, ", ")));
+    NpyArray a = read_npy(path);
+    shapes[name] = a.shape;
+    host[name] = HostTensor{a.shape, std::vector<double>(a.data.begin(), a.data.end())};
+  }
+  DimBindings found = pipeline.dims(shapes);
+  for (const auto &[dim, value] : dims) {
+    auto it = found.find(dim);
+    if (it == found.end())
+      throw Error(fmt::format("--dim {}={}: '{}' has no dim {}", dim, value, g.name, dim));
+    if (it->second != value)
+      throw Error(fmt::format("--dim {}={} but the files in {} bind {}={}", dim, value, dir, dim,
+                              it->second));
+  }
+  dims = found;
+  return host;
 }
 
 
 } // namespace
 
 CheckResult check_against_reference(const CheckRequest &req) {
-  Driver::get().require();
   Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
-  dsl::SourceFile src(req.file_name, req.kf_text);
-  dsl::Diagnostics diags(src);
-  Graph g = dsl::parse_kf(src, diags);
+  const Graph &g = PipelineAccess::graph(pipeline); // as parsed: the reference runs it
   ir::Mode mode = req.options.mode == kfuse::Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
 
+  // The user's files are read and checked first: their errors need no GPU.
+  DimBindings dims = req.dims;
+  TensorMap host = req.inputs_dir.empty() ? random_tensors(g, dims, req.seed)
+                                          : read_inputs(g, pipeline, req.inputs_dir, dims);
   Driver::get().make_current();
-  TensorMap host = random_tensors(g, req.dims, req.seed);
   std::map<std::string, DeviceTensor> device;
   for (auto &[name, t] : host)
     device.emplace(name, upload(t));
@@ -105,7 +137,7 @@ CheckResult check_against_reference(const CheckRequest &req) {
   std::vector<DeviceTensor> outs;
   std::vector<Tensor> out_refs;
   for (size_t i = 0; i < pipeline.output_count(); ++i) {
-    std::vector<int64_t> shape = pipeline.output_shape(i, req.dims);
+    std::vector<int64_t> shape = pipeline.output_shape(i, dims);
     size_t n = 1;
     for (int64_t e : shape)
       n *= static_cast<size_t>(e);
@@ -121,7 +153,7 @@ CheckResult check_against_reference(const CheckRequest &req) {
     pipeline.run(inputs, out_refs, stream.handle());
     stream.synchronize();
     if (req.reference)
-      ref_outs = interpret(g, mode, req.dims, host);
+      ref_outs = interpret(g, mode, dims, host);
   }
   if (!req.reference) { // judged elsewhere: compare with itself, which only checks finiteness
     for (size_t i = 0; i < outs.size(); ++i)
@@ -144,35 +176,49 @@ CheckResult check_against_reference(const CheckRequest &req) {
     add(compare(g[id].name, download(device.at(g[id].name), host.at(g[id].name).data.size()),
                 host.at(g[id].name).data));
 
-  if (!req.save_dir.empty()) {
-    std::filesystem::create_directories(req.save_dir);
-    std::string meta = fmt::format("{{\n  \"pipeline\": \"{}\",\n  \"mode\": \"{}\",\n  \"steps\": {},\n  \"tensors\": {{\n",
-                                   g.name, mode_name(mode), req.steps);
-    std::vector<std::string> rows;
-    for (const Value &v : g.values) {
-      if (v.is_op())
-        continue;
-      if (v.kind == ValueKind::State) {
-        save(req.save_dir, v.name + ".in", initial.at(v.name).data);
-        save(req.save_dir, v.name + ".out", download(device.at(v.name), initial.at(v.name).data.size()));
-        rows.push_back(fmt::format("    \"{0}.in\": {{\"shape\": {1}, \"role\": \"state_in\"}},\n"
-                                   "    \"{0}.out\": {{\"shape\": {1}, \"role\": \"state_out\"}}",
-                                   v.name, shape_text(initial.at(v.name).shape)));
-      } else {
-        save(req.save_dir, v.name, initial.at(v.name).data);
-        rows.push_back(fmt::format("    \"{}\": {{\"shape\": {}, \"role\": \"{}\"}}", v.name,
-                                   shape_text(initial.at(v.name).shape),
-                                   v.kind == ValueKind::Input ? "input" : "param"));
-      }
+  // --save DIR: every tensor, states before and after, and meta.json (docs/PERF.md). --inputs
+  // DIR alone: the results beside the inputs, outputs and updated state.
+  const std::string &dir = req.save_dir.empty() ? req.inputs_dir : req.save_dir;
+  const bool everything = !req.save_dir.empty();
+  if (dir.empty())
+    return result;
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string &file, const std::vector<int64_t> &shape,
+                   const std::vector<double> &data) {
+    save(dir, file, shape, data);
+    result.files.push_back(dir + "/" + file + ".npy");
+  };
+  std::string meta = fmt::format(
+      "{{\n  \"pipeline\": \"{}\",\n  \"mode\": \"{}\",\n  \"steps\": {},\n  \"tensors\": {{\n",
+      g.name, mode_name(mode), req.steps);
+  std::vector<std::string> rows;
+  for (const Value &v : g.values) {
+    if (v.is_op() || (!everything && v.kind != ValueKind::State))
+      continue;
+    const std::vector<int64_t> &shape = initial.at(v.name).shape;
+    if (v.kind == ValueKind::State) {
+      if (everything)
+        write(v.name + ".in", shape, initial.at(v.name).data);
+      write(v.name + ".out", shape, download(device.at(v.name), initial.at(v.name).data.size()));
+      rows.push_back(fmt::format("    \"{0}.in\": {{\"shape\": {1}, \"role\": \"state_in\"}},\n"
+                                 "    \"{0}.out\": {{\"shape\": {1}, \"role\": \"state_out\"}}",
+                                 v.name, shape_text(shape)));
+    } else {
+      write(v.name, shape, initial.at(v.name).data);
+      rows.push_back(fmt::format("    \"{}\": {{\"shape\": {}, \"role\": \"{}\"}}", v.name,
+                                 shape_text(shape),
+                                 v.kind == ValueKind::Input ? "input" : "param"));
     }
-    for (size_t i = 0; i < outs.size(); ++i) {
-      save(req.save_dir, fmt::format("out{}", i), gpu_outs[i]);
-      rows.push_back(fmt::format("    \"out{}\": {{\"shape\": {}, \"role\": \"output\"}}", i,
-                                 shape_text(outs[i].shape)));
-    }
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    write(fmt::format("out{}", i), outs[i].shape, gpu_outs[i]);
+    rows.push_back(fmt::format("    \"out{}\": {{\"shape\": {}, \"role\": \"output\"}}", i,
+                               shape_text(outs[i].shape)));
+  }
+  if (everything) {
     for (size_t i = 0; i < rows.size(); ++i)
       meta += rows[i] + (i + 1 < rows.size() ? ",\n" : "\n");
-    std::ofstream(req.save_dir + "/meta.json") << meta << "  }\n}\n";
+    std::ofstream(dir + "/meta.json") << meta << "  }\n}\n";
   }
   return result;
 }

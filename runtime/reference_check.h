@@ -1,5 +1,5 @@
-// Runs a pipeline on the GPU on random inputs and compares it with the fp64 reference
-// interpreter: what `kfuse run` prints and what the GPU tests assert.
+// Runs a pipeline on the GPU on random inputs (or the user's, from .npy files) and compares it
+// with the fp64 reference interpreter: what `kfuse run` prints and what the GPU tests assert.
 #pragma once
 
 #include "compiler/ir/interpreter.h"
@@ -20,6 +20,7 @@ struct CheckEntry {
 struct CheckResult {
   std::vector<CheckEntry> entries;
   double worst = 0; // the largest relative error; infinity when something is not finite
+  std::vector<std::string> files; // the .npy files written (save_dir, or inputs_dir alone)
 };
 
 struct CheckRequest {
@@ -29,7 +30,11 @@ struct CheckRequest {
   ir::DimBindings dims;
   uint64_t seed = 1;
   int steps = 1;        // runs back to back; state carries over (train-mode running stats)
-  std::string save_dir; // non-empty: write every tensor there (see docs/PERF.md)
+  std::string save_dir; // non-empty: write every tensor there as .npy (see docs/PERF.md)
+  // Non-empty: every input, param and state from <inputs_dir>/<name>.npy instead of random
+  // data (dims bound by them; `dims` must agree); the outputs (out0.npy, ...) and the updated
+  // state (<name>.out.npy) are written there too unless save_dir is given.
+  std::string inputs_dir;
   // false: skip the CPU interpreter (too slow at the founding sizes; an external reference
   // such as PyTorch in float64 judges the saved tensors). Results are then only checked to be
   // finite, and their `relative` is 0.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what kfuse builds with, from Debian/Ubuntu packages, where it is missing:
-# CMake + Ninja + g++ + ccache, fmt and doctest, clang and libFuzzer's runtime (the parser fuzz test).
+# CMake + Ninja + g++ + ccache, fmt and doctest, clang and libFuzzer's runtime (the parser fuzz test),
+# Python's headers and venv (the Python package; pip brings nanobind and scikit-build-core).
 # CUDA 13 is expected at /usr/local/cuda (NVRTC and the headers; no GPU or driver needed).
 set -euo pipefail
-packages=(cmake ninja-build g++ ccache libfmt-dev doctest-dev clang libclang-rt-14-dev)
+packages=(cmake ninja-build g++ ccache libfmt-dev doctest-dev clang libclang-rt-14-dev python3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

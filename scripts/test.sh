@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # Builds kfuse and runs every test: unit, golden, planner proof-by-interpretation, NVRTC
-# compiles of every example, the cache, a bounded parser fuzz run, and the GPU tests
-# (label gpu; they report "skipped" where there is no GPU). Then the same unit tests under
-# AddressSanitizer + UndefinedBehaviorSanitizer (build-asan, KFUSE_SANITIZE=ON) and a bounded
-# run of the planner fuzzer (build-fuzz, also ASan + UBSan). CI runs this on 2 cores.
+# compiles of every example, the cache, the install test, a bounded parser fuzz run, and the
+# GPU tests (label gpu; they report "skipped" where there is no GPU); then builds the Python
+# package with pip into a virtual environment (build/venv) and runs its tests (tests/python;
+# the GPU ones skip without torch and a GPU). Then the same unit tests under AddressSanitizer +
+# UndefinedBehaviorSanitizer (build-asan, KFUSE_SANITIZE=ON) and a bounded run of the planner
+# fuzzer (build-fuzz, also ASan + UBSan). CI runs this on 2 cores.
 #
 #   scripts/test.sh            KFUSE_PLAN_FUZZ_SECONDS (default 120) bounds the fuzz step
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
+# pip builds the C++ libraries again in build-python/: with paths relative to this checkout
+# and the build directory left out of the hash, ccache serves them from the build below.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build
 ctest --test-dir build --output-on-failure -j2
+
+[ -x build/venv/bin/python ] || python3 -m venv build/venv
+build/venv/bin/pip install -q --disable-pip-version-check nanobind scikit-build-core numpy pytest
+build/venv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
+build/venv/bin/python -m pytest -q tests/python
 
 # The sanitizer build: every unit test (GPU and fuzz labels excluded: no GPU binary is built
 # here and the fuzzers have their own sanitized build below). Leaks are reported too.

@@ -6,15 +6,18 @@
 //   ...
 //   p.run({{"x", {d_x, {1024, 8192}}}}, {{d_out, {1024, 8192}}}, stream);
 //
-// Every error is a kfuse::Error (runtime/error.h) whose message names the pipeline, the
+// Every error is a kfuse::Error (kfuse/error.h) whose message names the pipeline, the
 // tensor and what was expected. Compiling is thread-safe; one Pipeline runs on one stream
 // at a time (its intermediates are its own), so use a Pipeline per concurrent stream.
+//
+// A Pipeline works in the CUDA context current on the calling thread when it first runs (the
+// CUDA runtime's, PyTorch's: the device you selected), or in device 0's primary context where
+// none is current; it then runs in that context only.
 #pragma once
 
-#include "runtime/error.h"
+#include "kfuse/error.h"
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,27 +34,21 @@ enum class Precision { FP32, TF32, BF16, FP32x3 };
 struct Options {
   Mode mode = Mode::Train;
   Precision precision = Precision::FP32;
-  std::string arch; // "sm_90a"; empty: the GPU's, or sm_90a where there is none
-  // false: the unfused baseline benchmarks compare against (lowering only, one kernel per
-  // matrix op, every GEMM a bare product).
-  bool fuse = true;
+  std::string arch; // "sm_90a"; empty: the current GPU's, or sm_90a where there is none
 };
 
-// A bare GEMM of an unfused pipeline, row-major: C = A @ B^T when trans_b, else A @ B.
-struct GemmCall {
-  bool trans_b;
-  int64_t m, n, k;
-  const float *a;
-  const float *b;
-  float *c;
-  int64_t lda, ldb, ldc;
-};
+// Element types. Pipelines take f32 tensors today; f16 and bf16 tensors are refused clearly.
+enum class DType { F32, F16, BF16 };
 
-// A device tensor: a pointer from cudaMalloc/cuMemAlloc (or a framework) and its shape.
-// kfuse tensors are f32, row-major, contiguous, 4-byte aligned.
+// A device tensor: a pointer from cudaMalloc/cuMemAlloc (or a framework) in the pipeline's
+// CUDA context, its shape, dtype and row stride. Rows are stored one after another
+// (row-major); the elements of a row are contiguous. kfuse takes 4-byte aligned, contiguous
+// tensors today: row_stride 0 (or the row length); anything else is refused clearly.
 struct Tensor {
   void *data = nullptr;
   std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  int64_t row_stride = 0; // elements from one row's start to the next (rank 2); 0: contiguous
 };
 
 struct KernelReport {
@@ -66,6 +63,10 @@ struct CompileReport {
   std::string cache_key;
   std::vector<KernelReport> kernels;
 };
+
+namespace rt {
+struct PipelineAccess; // the runtime's and the tools' way in (runtime/pipeline.h)
+}
 
 class Pipeline {
 public:
@@ -89,22 +90,25 @@ public:
   // param or state, and of output `i`.
   std::vector<int64_t> shape(const std::string &name, const std::map<std::string, int64_t> &dims) const;
   std::vector<int64_t> output_shape(size_t i, const std::map<std::string, int64_t> &dims) const;
+  // The dims that tensors of these shapes (inputs, params or state, by name) bind, checked as
+  // run() checks them: to allocate outputs, output_shape(i, dims({{"x", x_shape}})).
+  std::map<std::string, int64_t> dims(const std::map<std::string, std::vector<int64_t>> &shapes) const;
 
   // Binds a param or state; its shape is checked against the declaration (symbolic dims
   // are bound by it and checked against every other tensor at run).
   void bind(const std::string &name, const Tensor &t);
   // Runs every kernel on `stream` (asynchronously). Dims are inferred from the tensors'
-  // shapes; each input, output and bound tensor is checked. State is updated in place.
+  // shapes; each input, output and bound tensor is checked: shape, dtype, stride, that it is
+  // device memory of the pipeline's context, and that no output overlaps another tensor.
+  // State is updated in place.
   void run(const std::map<std::string, Tensor> &inputs, const std::vector<Tensor> &outputs,
            CUstream stream = nullptr);
 
-  // Unfused pipelines only: run every GEMM kernel through `gemm` instead (benchmarks put
-  // cuBLAS here). Throws on a fused pipeline, whose GEMMs carry epilogues.
-  void set_gemm_override(std::function<void(const GemmCall &, CUstream)> gemm);
-
 private:
+  friend struct rt::PipelineAccess;
   struct Impl;
   explicit Pipeline(std::unique_ptr<Impl> impl);
+  Impl &impl() const; // throws kfuse::Error on a moved-from Pipeline
   std::unique_ptr<Impl> impl_;
 };
 

@@ -5,6 +5,7 @@
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
+#include "runtime/pipeline.h"
 
 #include <cstdlib>
 #include <doctest/doctest.h>
@@ -54,6 +55,14 @@ const char *kSmall = R"(pipeline small {
   return softmax(mul(h, scale), dim=1)
 }
 )";
+
+// kSmall compiled for sm_90a (no GPU needed), in `mode`.
+Pipeline small_pipeline(Mode mode) {
+  Options o;
+  o.arch = "sm_90a";
+  o.mode = mode;
+  return Pipeline::from_string(kSmall, "small.kf", o);
+}
 
 } // namespace
 
@@ -106,8 +115,8 @@ TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unf
         Options o;
         o.mode = mode;
         o.arch = "sm_90a";
-        o.fuse = fuse;
-        Pipeline p = Pipeline::from_file(entry.path().string(), o);
+        Pipeline p = fuse ? Pipeline::from_file(entry.path().string(), o)
+                          : rt::PipelineAccess::unfused_from_file(entry.path().string(), o);
         const CompileReport &r = p.report();
         CHECK_FALSE(r.cache_hit);
         REQUIRE(!r.kernels.empty());
@@ -137,10 +146,7 @@ TEST_CASE("nvrtc: the second compile of a pipeline is a cache hit") {
 
 TEST_CASE("api: bad bindings and runs name the pipeline, the tensor and the shapes") {
   TempCache cache;
-  Options o;
-  o.arch = "sm_90a";
-  o.mode = Mode::Eval;
-  Pipeline p = Pipeline::from_string(kSmall, "small.kf", o);
+  Pipeline p = small_pipeline(Mode::Eval);
   alignas(16) static float storage[64];
   CHECK(p.inputs() == std::vector<std::string>{"x"});
   CHECK(p.params() == std::vector<std::string>{"weight", "scale"});
@@ -166,6 +172,100 @@ TEST_CASE("api: bad bindings and runs name the pipeline, the tensor and the shap
   CHECK_THROWS_WITH_AS(p.run({{"x", {storage, {3, 6}}}}, {{storage, {4, 5}}}),
                        doctest::Contains("dim N is 3 from tensor 'x' but 4 from tensor 'output 0'"), Error);
   CHECK(p.output_shape(0, {{"N", 7}}) == std::vector<int64_t>{7, 5});
+  CHECK(p.dims({{"x", {7, 6}}}) == std::map<std::string, int64_t>{{"N", 7}});
+  CHECK_THROWS_WITH_AS(p.dims({{"x", {7, 5}}}), doctest::Contains("tensor 'x' must be f32[N, 6], got shape [7, 5]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(p.dims({{"h", {7, 5}}}), doctest::Contains("no input, param or state named 'h'"), Error);
+}
+
+TEST_CASE(
+    "api: dtype, row stride and invalid enum values are refused, naming tensor, shape and dtype") {
+  TempCache cache;
+  Pipeline p = small_pipeline(Mode::Eval);
+  alignas(16) static float storage[64];
+  CHECK_THROWS_WITH_AS(p.bind("weight", {storage, {5, 6}, DType::BF16}),
+                       doctest::Contains("tensor 'weight' is bf16[5, 6], declared f32[5, 6]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(p.bind("weight", {storage, {5, 6}, DType::F16}),
+                       doctest::Contains("is f16[5, 6]"), Error);
+  CHECK_THROWS_WITH_AS(
+      p.bind("weight", {storage, {5, 6}, static_cast<DType>(42)}),
+      doctest::Contains("tensor 'weight' [5, 6]: dtype value 42 is not a kfuse::DType"), Error);
+  CHECK_THROWS_WITH_AS(
+      p.bind("weight", {storage, {5, 6}, DType::F32, 8}),
+      doctest::Contains("tensor 'weight' f32[5, 6] has row stride 8; kfuse takes contiguous "
+                        "tensors only (row stride 6 or 0)"),
+      Error);
+  CHECK_THROWS_WITH_AS(p.bind("scale", {storage, {1}, DType::F32, 1}),
+                       doctest::Contains("row stride 0 for rank 1"), Error);
+  p.bind("weight", {storage, {5, 6}, DType::F32, 6}); // the row length is contiguous
+  CHECK_THROWS_WITH_AS(p.run({{"x", {storage, {3, 6}, DType::F16}}}, {{storage, {3, 5}}}),
+                       doctest::Contains("tensor 'x' is f16[3, 6], declared f32[N, 6]"), Error);
+
+  Options bad;
+  bad.precision = static_cast<Precision>(42);
+  CHECK_THROWS_WITH_AS(Pipeline::from_string(kSmall, "small.kf", bad),
+                       doctest::Contains("42 is not a kfuse::Precision value"), Error);
+  bad = {};
+  bad.mode = static_cast<Mode>(7);
+  CHECK_THROWS_WITH_AS(Pipeline::from_string(kSmall, "small.kf", bad),
+                       doctest::Contains("7 is not a kfuse::Mode value"), Error);
+}
+
+TEST_CASE("api: a moved-from Pipeline throws instead of crashing") {
+  TempCache cache;
+  Pipeline p = small_pipeline(Mode::Train);
+  Pipeline q = std::move(p);
+  CHECK(q.name() == "small");
+  const char *moved = "kfuse::Pipeline used after it was moved from";
+  CHECK_THROWS_WITH_AS(p.name(), moved, Error);
+  CHECK_THROWS_WITH_AS(p.plan_text(), moved, Error);
+  CHECK_THROWS_WITH_AS(p.inputs(), moved, Error);
+  CHECK_THROWS_WITH_AS(p.bind("weight", {}), moved, Error);
+  CHECK_THROWS_WITH_AS(p.run({}, {}), moved, Error);
+}
+
+TEST_CASE("api: outputs and state overlapping other tensors are refused before anything runs") {
+  TempCache cache;
+  Pipeline p = small_pipeline(Mode::Eval);
+  alignas(16) static float storage[256];
+  p.bind("weight", {storage, {5, 6}});
+  p.bind("scale", {storage + 30, {1}});
+  CHECK_THROWS_WITH_AS(p.run({{"x", {storage + 64, {3, 6}}}}, {{storage + 70, {3, 5}}}),
+                       doctest::Contains("output 0 [3, 5] at 0x"), Error);
+  CHECK_THROWS_WITH_AS(p.run({{"x", {storage + 64, {3, 6}}}}, {{storage + 70, {3, 5}}}),
+                       doctest::Contains("overlaps input 'x' [3, 6]"), Error);
+  CHECK_THROWS_WITH_AS(p.run({{"x", {storage + 64, {3, 6}}}}, {{storage + 29, {3, 5}}}),
+                       doctest::Contains("overlaps param 'weight' [5, 6]"), Error);
+
+  const char *bn_text = R"(pipeline bn_small {
+  dim N
+  input  x: f32[N, 4]
+  param  weight: f32[4, 4]
+  param  bn_weight: f32[4]
+  param  bn_bias: f32[4]
+  state  running_mean: f32[4]
+  state  running_var: f32[4]
+  h = linear(x, weight)
+  return batchnorm(h, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
+}
+)";
+  Options o;
+  o.arch = "sm_90a";
+  Pipeline bn = Pipeline::from_string(bn_text, "bn_small.kf", o);
+  bn.bind("weight", {storage, {4, 4}});
+  bn.bind("bn_weight", {storage + 16, {4}});
+  bn.bind("bn_bias", {storage + 20, {4}});
+  bn.bind("running_mean", {storage + 24, {4}});
+  bn.bind("running_var", {storage + 26, {4}});
+  Tensor x{storage + 64, {2, 4}};
+  CHECK_THROWS_WITH_AS(bn.run({{"x", x}}, {{storage + 80, {2, 4}}}),
+                       doctest::Contains("state 'running_var' [4] at 0x"), Error);
+  CHECK_THROWS_WITH_AS(bn.run({{"x", x}}, {{storage + 80, {2, 4}}}),
+                       doctest::Contains("overlaps state 'running_mean'"), Error);
+  bn.bind("running_var", {storage + 28, {4}});
+  CHECK_THROWS_WITH_AS(bn.run({{"x", x}}, {{storage + 30, {2, 4}}}),
+                       doctest::Contains("overlaps output 0 [2, 4]"), Error);
 }
 
 TEST_CASE("api: precisions without GEMM templates are refused, not approximated") {

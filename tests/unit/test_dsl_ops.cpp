@@ -5,6 +5,7 @@
 #include "compiler/ir/ops.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
+#include "runtime/pipeline.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -122,12 +123,12 @@ TEST_CASE("nvrtc: every pointwise op compiles in a GEMM epilogue, a row prologue
     INFO(std::string(fuse ? "fused" : "unfused"));
     Options o;
     o.arch = "sm_90a";
-    o.fuse = fuse;
     // fused: one GEMM kernel whose epilogue holds every op; then a row kernel whose prologue
     // does (the GEMM stores its product: softmax reads the chain per row).
-    Pipeline epilogue = Pipeline::from_string(every_pointwise_op("  return h\n"), "every_op.kf", o);
-    Pipeline prologue =
-        Pipeline::from_string(every_pointwise_op("  return softmax(h, dim=1)\n"), "every_op.kf", o);
+    Pipeline epilogue =
+        rt::PipelineAccess::compile(every_pointwise_op("  return h\n"), "every_op.kf", o, fuse);
+    Pipeline prologue = rt::PipelineAccess::compile(
+        every_pointwise_op("  return softmax(h, dim=1)\n"), "every_op.kf", o, fuse);
     if (fuse)
       CHECK(epilogue.report().kernels.size() == 1);
     for (const Pipeline *p : {&epilogue, &prologue})

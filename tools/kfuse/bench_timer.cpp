@@ -16,8 +16,7 @@ namespace {
 std::size_t device_l2_bytes() {
   rt::Driver &driver = rt::Driver::get();
   driver.make_current();
-  CUdevice device = 0;
-  driver.check(driver.cuDeviceGet(&device, 0), "cuDeviceGet");
+  CUdevice device = driver.current_device();
   int l2 = 0;
   driver.check(driver.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device),
                "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)");

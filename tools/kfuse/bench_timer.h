@@ -14,9 +14,9 @@
 
 namespace kfuse::tool {
 
-// A device buffer of at least twice device 0's L2 cache. Writing all of it evicts whatever
-// the previous run left in L2, so a timed run starts with its inputs in device memory, as it
-// would inside a model where other layers run in between.
+// A device buffer of at least twice the current device's L2 cache. Writing all of it evicts
+// whatever the previous run left in L2, so a timed run starts with its inputs in device memory, as
+// it would inside a model where other layers run in between.
 class L2Flush {
 public:
   // Throws kfuse::Error when the driver is unavailable.

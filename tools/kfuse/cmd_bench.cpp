@@ -3,8 +3,8 @@
 //
 // Times three contenders in one process, on one stream, over the same device tensors:
 //   fused        the kfuse pipeline as planned;
-//   unfused      the same pipeline planned with Options::fuse = false (one kfuse kernel per
-//                op), its GEMMs run by cuBLAS at the requested precision;
+//   unfused      the same pipeline unfused (rt::PipelineAccess::unfused_from_file: one kfuse
+//                kernel per op), its GEMMs run by cuBLAS at the requested precision;
 //   cublas_gemm  the pipeline's GEMMs alone through cuBLAS: the floor a fused chain chases.
 // Every contender is timed the same way (bench_timer.h). A contender that cannot run says so
 // ("fused: not supported at tf32 (...)"); no number is ever made up. docs/PERF.md describes
@@ -12,6 +12,7 @@
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/plan/plan_printer.h"
+#include "compiler/lower.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
 #include "runtime/device_buffer.h"
@@ -507,8 +508,9 @@ int cmd_bench(int argc, char **argv) {
   const ir::DimBindings dims = cl.dims_of(g, /*all=*/true);
   const ir::Mode mode = ir_mode(options.mode);
   const std::string mode_text(ir::mode_name(mode));
-  plan::Plan fused_plan = plan::make_plan(g, mode);
-  plan::Plan unfused_plan = plan::make_plan(g, mode, {}, false);
+  const dsl::SourceFile src = dsl::SourceFile::read(file);
+  plan::Plan fused_plan = lower(src, {mode, codegen::GemmMath::Fp32, true}).plan;
+  plan::Plan unfused_plan = lower(src, {mode, codegen::GemmMath::Fp32, false}).plan;
   const int64_t min_bytes = minimum_bytes(g, fused_plan, dims);
   const std::vector<GemmShape> gemms = gemm_shapes(g, dims);
   double flop = 0;
@@ -638,10 +640,9 @@ int cmd_bench(int argc, char **argv) {
     try {
       Options o = options;
       o.precision = Precision::FP32;
-      o.fuse = false;
-      unfused.emplace(Pipeline::from_file(file, o));
+      unfused.emplace(rt::PipelineAccess::unfused_from_file(file, o));
       if (cublas)
-        unfused->set_gemm_override([&](const GemmCall &c, CUstream st) {
+        rt::PipelineAccess::set_gemm_override(*unfused, [&](const rt::GemmCall &c, CUstream st) {
           cublas->gemm(math, c.trans_b, c.m, c.n, c.k, c.a, c.lda, c.b, c.ldb, c.c, c.ldc, st);
         });
       bind_all(*unfused);

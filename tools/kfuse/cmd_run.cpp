@@ -3,6 +3,12 @@
 // random inputs on the GPU, compared with the fp64 reference interpreter. Exits 1 when an
 // error is over the precision's bound or a result is not finite. --no-reference skips the
 // CPU reference (hours at the founding sizes) for runs another reference judges (--save).
+//
+// kfuse run F.kf --inputs DIR [--steps K] [--save OUT] [--reference]:
+// the user's data: every input, param and state from DIR/<name>.npy (float32, C order; the
+// dims come from the shapes), K steps, then the outputs (out0.npy, ...) and the updated state
+// (<name>.out.npy) written to DIR, or everything to OUT with --save. The fp64 reference runs
+// only with --reference; without it results are only checked to be finite.
 #include "compiler/dsl/parser.h"
 #include "compiler/dsl/source.h"
 #include "runtime/reference_check.h"
@@ -28,8 +34,11 @@ int positive(const CommandLine &cl, const std::string &name, int fallback) {
 } // namespace
 
 int cmd_run(int argc, char **argv) {
-  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch", "seed", "steps", "save", "dim"},
-                                      {"no-reference"});
+  CommandLine cl = parse_command_line(
+      argc, argv, {"mode", "precision", "arch", "seed", "steps", "save", "dim", "inputs"},
+      {"no-reference", "reference"});
+  if (cl.flag("reference") && cl.flag("no-reference"))
+    throw UsageError("--reference and --no-reference contradict each other");
   rt::CheckRequest req;
   dsl::SourceFile src = dsl::SourceFile::read(cl.file());
   req.kf_text = src.text();
@@ -42,16 +51,21 @@ int cmd_run(int argc, char **argv) {
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
   req.save_dir = cl.option("save", "");
-  req.reference = !cl.flag("no-reference");
+  req.inputs_dir = cl.option("inputs", "");
+  req.reference = req.inputs_dir.empty() ? !cl.flag("no-reference") : cl.flag("reference");
   rt::CheckResult r = rt::check_against_reference(req);
   double bound = rt::error_bound(req.options.precision);
   std::printf("%-16s %12s %14s  (bound %.0e, %d step%s, seed %llu%s)\n", "tensor", "max abs err",
               "rel err", bound, req.steps, req.steps == 1 ? "" : "s",
               static_cast<unsigned long long>(req.seed),
-              req.reference ? "" : "; --no-reference: finiteness only");
+              req.reference ? "" : "; no reference: finiteness only");
   for (const rt::CheckEntry &e : r.entries)
     std::printf("%-16s %12.3e %14.3e  %s\n", e.name.c_str(), e.max_abs, e.relative,
-                !e.finite ? "NOT FINITE" : e.relative <= bound ? "ok" : "OVER BOUND");
+                !e.finite             ? "NOT FINITE"
+                : e.relative <= bound ? "ok"
+                                      : "OVER BOUND");
+  for (const std::string &f : r.files)
+    std::printf("wrote %s\n", f.c_str());
   bool ok = r.worst <= bound;
   std::printf("%s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;

@@ -4,9 +4,9 @@
 // but `bench` works) on machines without cuBLAS. <cublas_v2.h> is used for types and enums
 // only; the loader takes the exact symbols named below.
 //
-// cuBLAS runs in the current context of the calling thread; kfuse's tools make device 0's
-// primary context current first (rt::Driver::make_current), the one cuBLAS's own runtime
-// would pick, so buffers and streams from kfuse are valid there.
+// cuBLAS runs in the current context of the calling thread; kfuse's tools make a context
+// current first (rt::Driver::make_current: device 0's primary where none is), the one
+// cuBLAS's own runtime would pick, so buffers and streams from kfuse are valid there.
 #pragma once
 
 #include <cuda.h>

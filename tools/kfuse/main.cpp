@@ -20,7 +20,7 @@ const Command kCommands[] = {
     {"plan", kfuse::tool::cmd_plan, "show the kernels the planner makes and why"},
     {"emit", kfuse::tool::cmd_emit, "print the generated CUDA source"},
     {"compile", kfuse::tool::cmd_compile, "compile with NVRTC through the disk cache, show resources"},
-    {"run", kfuse::tool::cmd_run, "run on the GPU on random inputs, compare with the fp64 reference"},
+    {"run", kfuse::tool::cmd_run, "run on the GPU on random or .npy inputs, compare with the fp64 reference"},
     {"bench", kfuse::tool::cmd_bench, "time fused vs unfused vs cuBLAS's GEMM alone on the GPU"},
     {"eval-op", kfuse::tool::cmd_eval_op, "evaluate one expression with the fp64 reference (stdin)"},
 };

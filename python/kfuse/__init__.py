@@ -1,0 +1,131 @@
+"""kfuse: fused GPU kernels for chains of tensor operators, described in a small .kf file.
+
+    p = kfuse.Pipeline("examples/gemm_bn_scale_softmax.kf", mode="train", precision="tf32")
+    print(p.plan); print(p.cuda_source); print(p.report)
+    p.bind(weight=w, bias=b, ...)     # params and state: any DLPack tensor (torch, cupy, jax)
+    y = p(x)                          # outputs allocated like x; or p(x, out=y)
+
+Tensors travel through DLPack (``__dlpack__``); kfuse never imports a tensor library. A call
+runs on the caller's current stream: for torch tensors ``torch.cuda.current_stream()``, for
+cupy arrays cupy's current stream, otherwise the legacy default stream; ``stream=`` (an int
+handle or an object with ``.cuda_stream``/``.ptr``) overrides it. It runs on the inputs'
+device. Compiling and planning need no GPU. docs/PYTHON.md has the details and
+``kfuse.torch.Fused`` (an ``nn.Module`` wrapper).
+"""
+
+import sys
+
+from ._kfuse import Error
+from ._kfuse import Pipeline as _CorePipeline
+
+__all__ = ["Error", "Pipeline"]
+
+_CUDA_DEVICES = (2, 13)  # DLPack's kDLCUDA and kDLCUDAManaged
+
+
+def _on_cuda(t):
+    return hasattr(t, "__dlpack_device__") and t.__dlpack_device__()[0] in _CUDA_DEVICES
+
+
+def _library(t):
+    return type(t).__module__.split(".")[0]
+
+
+def _run_stream(t, stream):
+    """(the stream handle kfuse launches on, the `stream` argument for __dlpack__)."""
+    if stream is not None:
+        handle = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
+        if not isinstance(handle, int):
+            raise TypeError(f"stream must be an int handle or have .cuda_stream or .ptr, got {type(stream).__name__}")
+        # DLPack: 1 names the legacy default stream; the producer orders its work before ours.
+        return handle, handle if handle != 0 else 1
+    library = _library(t)
+    if library == "torch" and t.device.type == "cuda":
+        current = sys.modules["torch"].cuda.current_stream(t.device).cuda_stream
+        return current, -1  # the tensor's own current stream: nothing to synchronise
+    if library == "cupy":
+        return sys.modules["cupy"].cuda.get_current_stream().ptr, -1
+    return 0, 1
+
+
+def _capsule(where, name, t, dl_stream):
+    if not hasattr(t, "__dlpack__") or not hasattr(t, "__dlpack_device__"):
+        raise Error(f"{where}: tensor '{name}': a {type(t).__module__}.{type(t).__name__} is not a DLPack tensor "
+                    "(no __dlpack__); pass a torch, cupy or jax array")
+    if _on_cuda(t):
+        return t.__dlpack__(stream=dl_stream)
+    return t.__dlpack__()  # refused by the core, which names the device
+
+
+def _empty_like(where, t, shape):
+    """A new tensor of `shape` from `t`'s library, on its device: torch (new_empty) or cupy."""
+    if hasattr(t, "new_empty"):
+        return t.new_empty(shape)
+    if _library(t) == "cupy":
+        return sys.modules["cupy"].empty(shape, dtype=t.dtype)
+    raise Error(f"{where}: kfuse allocates outputs for torch and cupy tensors only, not "
+                f"{type(t).__module__}.{type(t).__name__}: pass out=")
+
+
+class Pipeline:
+    """A .kf pipeline compiled for `mode` ("train" or "eval") and `precision` ("fp32",
+    "3xtf32", "tf32"; "bf16" is refused for now). `arch` ("sm_90a") defaults to the current
+    GPU's, or sm_90a without one. Give a file, or the .kf text as text= (named file_name=)."""
+
+    def __init__(self, file=None, mode="train", precision="fp32", *, text=None, file_name="<text>", arch=""):
+        if (file is None) == (text is None):
+            raise TypeError("kfuse.Pipeline takes a .kf file or text=, not both or neither")
+        if text is None:
+            self._core = _CorePipeline.from_file(str(file), mode, precision, arch)
+        else:
+            self._core = _CorePipeline.from_string(text, file_name, mode, precision, arch)
+        self.mode = mode
+        self.precision = precision
+        self._bound = {}  # name -> (tensor, capsule): kept alive while kfuse holds the pointer
+        self._where = f"pipeline '{self._core.name}'"
+
+    name = property(lambda self: self._core.name)
+    plan = property(lambda self: self._core.plan, doc="the kernels and the ops each holds, as `kfuse plan`")
+    cuda_source = property(lambda self: self._core.cuda_source, doc="the generated CUDA translation unit")
+    report = property(lambda self: self._core.report, doc="NVRTC: time, cache hit, arch, per-kernel resources")
+    inputs = property(lambda self: self._core.inputs, doc="input names, in declaration order")
+    params = property(lambda self: self._core.params, doc="param and state names, in declaration order")
+    output_count = property(lambda self: self._core.output_count)
+
+    def bind(self, **tensors):
+        """Binds params and state by name. State (BatchNorm running statistics) is updated in
+        place by every train-mode call. The tensors must stay alive; kfuse keeps a reference."""
+        for name, t in tensors.items():
+            dl_stream = _run_stream(t, None)[1] if _on_cuda(t) else None
+            capsule = _capsule(self._where, name, t, dl_stream)
+            self._core.bind(name, capsule)
+            self._bound[name] = (t, capsule)
+
+    def __call__(self, *args, out=None, stream=None, **named):
+        """Runs the pipeline on its inputs (positional in declaration order, or by name) and
+        returns its output (a tuple where it has several): `out` (one tensor or a sequence)
+        when given, otherwise new tensors from the first input's library."""
+        if len(args) > len(self.inputs):
+            raise Error(f"{self._where} takes {len(self.inputs)} input(s) ({', '.join(self.inputs)}), "
+                        f"got {len(args)} positional")
+        inputs = dict(zip(self.inputs, args))
+        for name, t in named.items():
+            if name in inputs:
+                raise Error(f"{self._where}: input '{name}' given twice")
+            inputs[name] = t
+        if not inputs:
+            raise Error(f"{self._where} needs its inputs: {', '.join(self.inputs)}")
+        first = next(iter(inputs.values()))
+        handle, dl_stream = _run_stream(first, stream) if _on_cuda(first) else (0, None)
+        capsules = {name: _capsule(self._where, name, t, dl_stream) for name, t in inputs.items()}
+        if out is None:
+            dims = self._core.dims({name: self._core.tensor_shape(name, c) for name, c in capsules.items()})
+            outs = [_empty_like(self._where, first, self._core.output_shape(i, dims)) for i in range(self.output_count)]
+        else:
+            outs = [out] if hasattr(out, "__dlpack__") else list(out)
+        out_capsules = [_capsule(self._where, f"output {i}", o, dl_stream) for i, o in enumerate(outs)]
+        self._core.run(capsules, out_capsules, handle)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self):
+        return f"kfuse.Pipeline('{self.name}', mode='{self.mode}', precision='{self.precision}')"

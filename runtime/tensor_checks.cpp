@@ -1,0 +1,109 @@
+#include "runtime/tensor_checks.h"
+
+#include "compiler/ir/interpreter.h"
+#include "runtime/driver.h"
+
+#include <fmt/format.h>
+
+namespace kfuse::rt {
+
+namespace {
+
+ir::DType ir_dtype(DType t) {
+  switch (t) {
+  case DType::F32:
+    return ir::DType::F32;
+  case DType::F16:
+    return ir::DType::F16;
+  case DType::BF16:
+    return ir::DType::BF16;
+  }
+  throw Error(fmt::format("{} is not a kfuse::DType value", static_cast<int>(t)));
+}
+
+// "f16[3, 6]": the tensor as given.
+std::string describe(const Tensor &t) {
+  return fmt::format("{}{}", ir::dtype_name(ir_dtype(t.dtype)), ir::shape_text(t.shape));
+}
+
+} // namespace
+
+void check_layout(const std::string &where, const std::string &tensor,
+                  const ir::TensorType &declared, const Tensor &t) {
+  if (static_cast<int>(t.dtype) < 0 || static_cast<int>(t.dtype) > static_cast<int>(DType::BF16))
+    throw Error(fmt::format("{}: tensor '{}' {}: dtype value {} is not a kfuse::DType", where,
+                            tensor, ir::shape_text(t.shape), static_cast<int>(t.dtype)));
+  if (!t.data)
+    throw Error(fmt::format("{}: tensor '{}' is a null pointer", where, tensor));
+  if (ir_dtype(t.dtype) != declared.dtype)
+    throw Error(fmt::format("{}: tensor '{}' is {}, declared {}: kfuse takes {} tensors here",
+                            where, tensor, describe(t), declared.str(),
+                            ir::dtype_name(declared.dtype)));
+  if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0)
+    throw Error(fmt::format("{}: tensor '{}' {} at {} is not 4-byte aligned", where, tensor,
+                            describe(t), t.data));
+  if (t.row_stride < 0 ||
+      (t.row_stride != 0 && (t.shape.size() != 2 || t.row_stride != t.shape[1])))
+    throw Error(
+        fmt::format("{}: tensor '{}' {} has row stride {}; kfuse takes contiguous tensors only{}",
+                    where, tensor, describe(t), t.row_stride,
+                    t.shape.size() == 2 ? fmt::format(" (row stride {} or 0)", t.shape[1])
+                                        : " (row stride 0 for rank 1)"));
+}
+
+void check_device_memory(const std::string &where, const std::string &tensor, const Tensor &t,
+                         int device) {
+  Driver &d = Driver::get();
+  // cuPointerGetAttributes (unlike the singular call) reports memory CUDA does not know as
+  // type 0 instead of failing, so one call tells host from device memory.
+  unsigned memory_type = 0;
+  int ordinal = -1;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void *values[] = {&memory_type, &ordinal};
+  d.check(d.cuPointerGetAttributes(2, attributes, values, reinterpret_cast<CUdeviceptr>(t.data)),
+          fmt::format("cuPointerGetAttributes(tensor '{}')", tensor));
+  if (memory_type == CU_MEMORYTYPE_HOST)
+    throw Error(fmt::format("{}: tensor '{}' {} at {} is host memory (pinned or mapped); kfuse needs device "
+                            "memory",
+                            where, tensor, describe(t), t.data));
+  if (memory_type != CU_MEMORYTYPE_DEVICE && memory_type != CU_MEMORYTYPE_UNIFIED)
+    throw Error(fmt::format(
+        "{}: tensor '{}' {} at {} is not CUDA memory (host memory?); kfuse needs device memory",
+        where, tensor, describe(t), t.data));
+  if (ordinal != device)
+    throw Error(fmt::format("{}: tensor '{}' {} is on device {}, the pipeline runs on device {}",
+                            where, tensor, describe(t), ordinal, device));
+}
+
+TensorBytes bytes_of(std::string name, const Tensor &t) {
+  size_t n = 1;
+  for (int64_t e : t.shape)
+    n *= static_cast<size_t>(e);
+  uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
+  return {std::move(name), t.shape, begin, begin + n * sizeof(float)};
+}
+
+void check_no_aliasing(const std::string &where, const std::vector<TensorBytes> &written,
+                       const std::vector<TensorBytes> &read) {
+  auto overlap = [](const TensorBytes &a, const TensorBytes &b) {
+    return a.begin < b.end && b.begin < a.end;
+  };
+  auto fail = [&](const TensorBytes &out, const TensorBytes &other) {
+    throw Error(
+        fmt::format("{}: {} {} at {:#x} overlaps {} {} at {:#x}; outputs and state are written and "
+                    "must not overlap any other tensor",
+                    where, out.name, ir::shape_text(out.shape), out.begin, other.name,
+                    ir::shape_text(other.shape), other.begin));
+  };
+  for (size_t i = 0; i < written.size(); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      if (overlap(written[i], written[j]))
+        fail(written[i], written[j]);
+    for (const TensorBytes &r : read)
+      if (overlap(written[i], r))
+        fail(written[i], r);
+  }
+}
+
+} // namespace kfuse::rt

@@ -1,0 +1,108 @@
+"""kfuse.Pipeline without a GPU: compile, plan, source, report, errors, and the DLPack checks
+(numpy arrays on the CPU stand in for tensors; CI has no torch)."""
+import numpy as np
+import pytest
+
+import kfuse
+
+SMALL = """pipeline small {
+  dim N
+  input  x: f32[N, 6]
+  param  weight: f32[5, 6]
+  param  scale: f32[1]
+  h = linear(x, weight)
+  return softmax(mul(h, scale), dim=1)
+}
+"""
+
+
+@pytest.fixture
+def small():
+    return kfuse.Pipeline(text=SMALL, file_name="small.kf", mode="eval")
+
+
+def test_compile_plan_source_and_report_need_no_gpu(examples):
+    p = kfuse.Pipeline(examples / "gemm_bn_scale_softmax.kf", mode="train", precision="tf32", arch="sm_90a")
+    assert p.name == "gemm_bn_scale_softmax"
+    assert p.inputs == ["x"]
+    assert p.params == ["weight", "bias", "bn_weight", "bn_bias", "running_mean", "running_var", "scale"]
+    assert p.output_count == 1
+    assert p.plan.startswith("plan gemm_bn_scale_softmax (mode train): 3 kernels")
+    assert "kf::gemm_tc<true, 0>" in p.cuda_source  # tf32 runs on the tensor-core GEMM
+    r = p.report
+    assert r["arch"] == "sm_90a" and not r["cache_hit"]
+    assert [k["name"] for k in r["kernels"]] == ["k0_gemm", "k1_column", "k2_row"]
+    assert all(k["registers"] > 0 and k["spill_stores"] == 0 for k in r["kernels"])
+    again = kfuse.Pipeline(examples / "gemm_bn_scale_softmax.kf", mode="train", precision="tf32", arch="sm_90a")
+    assert again.report["cache_hit"] and again.report["cache_key"] == r["cache_key"]
+
+
+def test_eval_mode_folds_batchnorm_into_fewer_kernels(examples):
+    p = kfuse.Pipeline(str(examples / "gemm_scale_bn.kf"), mode="eval", arch="sm_90a")
+    assert p.plan.startswith("plan gemm_scale_bn (mode eval): 1 kernel")
+    assert repr(p) == "kfuse.Pipeline('gemm_scale_bn', mode='eval', precision='fp32')"
+
+
+def test_dsl_errors_carry_the_diagnostics_text():
+    with pytest.raises(kfuse.Error) as e:
+        kfuse.Pipeline(text="pipeline p {\n  dim N\n  input x: f32[N, 4]\n  return relu(y)\n}\n", file_name="bad.kf")
+    assert str(e.value) == "bad.kf:4:15: error: unknown name 'y'\n  return relu(y)\n              ^\n"
+
+
+def test_bad_options_and_files_are_kfuse_errors(examples):
+    with pytest.raises(kfuse.Error, match="mode must be 'train' or 'eval', got 'training'"):
+        kfuse.Pipeline(examples / "gemm_scale_bn.kf", mode="training")
+    with pytest.raises(kfuse.Error, match="precision must be 'fp32', '3xtf32', 'tf32' or 'bf16', got 'fp16'"):
+        kfuse.Pipeline(examples / "gemm_scale_bn.kf", precision="fp16")
+    with pytest.raises(kfuse.Error, match="bf16 is not implemented yet"):
+        kfuse.Pipeline(examples / "gemm_scale_bn.kf", precision="bf16")
+    with pytest.raises(kfuse.Error, match="no_such.kf"):
+        kfuse.Pipeline(examples / "no_such.kf")
+    with pytest.raises(TypeError, match="a .kf file or text="):
+        kfuse.Pipeline()
+
+
+def test_cpu_arrays_are_refused_naming_tensor_shape_dtype_and_device(small):
+    with pytest.raises(kfuse.Error) as e:
+        small(np.ones((3, 6), np.float32))
+    assert str(e.value) == ("pipeline 'small': tensor 'x' f32[3, 6] is on cpu; kfuse runs on CUDA devices "
+                            "(move it there, e.g. .cuda())")
+    with pytest.raises(kfuse.Error, match=r"pipeline 'small': tensor 'weight' f32\[5, 6\] is on cpu"):
+        small.bind(weight=np.ones((5, 6), np.float32))
+
+
+def test_dtypes_other_than_f32_are_refused(small):
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' f64\[3, 6\]: kfuse takes f32 tensors"):
+        small(np.ones((3, 6)))
+    with pytest.raises(kfuse.Error, match=r"tensor 'weight' i32\[5, 6\]: kfuse takes f32 tensors"):
+        small.bind(weight=np.ones((5, 6), np.int32))
+
+
+def test_non_contiguous_rows_are_refused(small):
+    transposed = np.ones((6, 3), np.float32).T
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' f32\[3, 6\] has strides \(1, 3\): the elements of a row"):
+        small(transposed)
+    broadcast = np.lib.stride_tricks.as_strided(np.ones(6, np.float32), shape=(3, 6), strides=(0, 4))
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' f32\[3, 6\] has strides \(0, 1\): every row is the same"):
+        small(broadcast)
+    every_other = np.ones(10, np.float32)[::2]
+    with pytest.raises(kfuse.Error, match=r"tensor 'scale' f32\[5\] has strides \(2\)"):
+        small.bind(scale=every_other)
+
+
+def test_objects_without_dlpack_and_bad_arguments_are_refused(small):
+    with pytest.raises(kfuse.Error, match="tensor 'scale': a builtins.list is not a DLPack tensor"):
+        small.bind(scale=[1.0])
+    with pytest.raises(kfuse.Error, match=r"takes 1 input\(s\) \(x\), got 2 positional"):
+        small(np.ones((3, 6), np.float32), np.ones((3, 6), np.float32))
+    with pytest.raises(kfuse.Error, match="input 'x' given twice"):
+        small(np.ones((3, 6), np.float32), x=np.ones((3, 6), np.float32))
+    with pytest.raises(kfuse.Error, match="needs its inputs: x"):
+        small()
+
+
+def test_dims_and_output_shapes_follow_the_declarations(small):
+    assert small._core.dims({"x": [7, 6]}) == {"N": 7}
+    assert small._core.output_shape(0, {"N": 7}) == [7, 5]
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' must be f32\[N, 6\], got shape \[7, 5\]"):
+        small._core.dims({"x": [7, 5]})

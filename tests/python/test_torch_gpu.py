@@ -1,0 +1,168 @@
+"""kfuse.torch.Fused against the original PyTorch module on the GPU: every example, train and
+eval, several steps (outputs and BatchNorm running statistics), and capture and replay in a
+CUDA graph. Skipped without torch or a CUDA device."""
+import copy
+import importlib.util
+
+import pytest
+
+import kfuse
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs PyTorch with a CUDA device")
+
+import kfuse.torch  # noqa: E402  (imports torch)
+
+from conftest import REPO  # noqa: E402
+
+# The PyTorch modules of the founding chains and the .kf -> state_dict names, as the PyTorch
+# comparison benchmark defines them.
+_spec = importlib.util.spec_from_file_location("compare_torch", REPO / "bench" / "compare_torch.py")
+compare_torch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare_torch)
+
+from test_pipeline import SMALL  # noqa: E402
+
+N = 64
+STEPS = 3
+BOUND = 1e-5  # DESIGN.md's fp32 bound on ||x - fp64|| / ||fp64||; kfuse and torch each meet it
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def make_pair(case):
+    kf, features, _, chain = compare_torch.CASES[case]
+    torch.manual_seed(0)
+    original = compare_torch.make_module(chain, features).cuda()
+    with torch.no_grad():  # non-trivial BatchNorm affine and scale
+        for p in original.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+    fused = kfuse.torch.Fused(copy.deepcopy(original), REPO / kf, mapping=compare_torch.PARAM_MAP)
+    return original, fused, features
+
+
+def assert_same(original, fused, y_ref, y, what):
+    assert y.shape == y_ref.shape and y.dtype == y_ref.dtype, what
+    assert rel(y, y_ref) <= 4 * BOUND, f"{what}: output rel err {rel(y, y_ref):.2e}"
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        a, b = getattr(fused.module.bn, name), getattr(original.bn, name)
+        if name == "num_batches_tracked":
+            assert a.item() == b.item(), f"{what}: {name} {a.item()} vs {b.item()}"
+        else:
+            assert rel(a, b) <= 4 * BOUND, f"{what}: {name} rel err {rel(a, b):.2e}"
+
+
+@pytest.mark.parametrize("case", list(compare_torch.CASES))
+def test_fused_matches_the_module_in_train_then_eval_over_several_steps(case):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    original, fused, features = make_pair(case)
+    with torch.no_grad():
+        for mode in ("train", "eval"):
+            original.train(mode == "train")
+            fused.train(mode == "train")
+            assert fused.module.training == (mode == "train")
+            for step in range(STEPS):
+                x = torch.randn(N, features, device="cuda")
+                assert_same(original, fused, original(x), fused(x), f"{case} {mode} step {step}")
+    assert len(fused._pipelines) == 2  # one per mode, each compiled once
+    assert fused.pipeline(x).plan.startswith(f"plan {fused.pipeline(x).name} (mode eval)")
+
+
+def test_inference_mode_out_and_current_stream():
+    original, fused, features = make_pair("gemm_scale_bn")
+    original.eval()
+    fused.eval()
+    side = torch.cuda.Stream()
+    with torch.inference_mode(), torch.cuda.stream(side):
+        x = torch.randn(N, features, device="cuda")
+        out = torch.empty(N, features, device="cuda")
+        y = fused(x)
+        assert fused.pipeline(x)(x, out=out) is out
+        ref = original(x)
+    side.synchronize()
+    assert rel(y, ref) <= 4 * BOUND and rel(out, ref) <= 4 * BOUND
+
+
+def test_autograd_is_refused_unless_no_grad():
+    original, fused, features = make_pair("gemm_scale_bn")
+    x = torch.randn(N, features, device="cuda")
+    with pytest.raises(kfuse.Error, match=r"forward pass only .* linear.weight, linear.bias"):
+        fused(x)
+    for p in fused.module.parameters():
+        p.requires_grad_(False)
+    fused(x)  # frozen parameters: nothing to differentiate
+    with pytest.raises(kfuse.Error, match="input 0 require grad"):
+        fused(x.clone().requires_grad_(True))
+
+
+def test_names_map_by_state_dict_key_and_unknown_names_are_refused(tmp_path):
+    class Chain(torch.nn.Module):  # state_dict keys with '.' -> '_' are the .kf names
+        def __init__(self, features):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(features, features) / features**0.5)
+            self.bias = torch.nn.Parameter(torch.zeros(features))
+            self.scale = torch.nn.Parameter(torch.ones(features))
+            self.bn = torch.nn.BatchNorm1d(features)
+
+        def forward(self, x):
+            return self.bn(torch.nn.functional.linear(x, self.weight, self.bias) * self.scale)
+
+    # The example with the running statistics named as Chain's state_dict has them.
+    kf = tmp_path / "chain.kf"
+    text = (REPO / "examples" / "gemm_scale_bn_4096.kf").read_text()
+    kf.write_text(text.replace("running_mean", "bn_running_mean").replace("running_var", "bn_running_var"))
+    module = Chain(4096).cuda().eval()
+    fused = kfuse.torch.Fused(copy.deepcopy(module), kf)
+    x = torch.randn(N, 4096, device="cuda")
+    with torch.no_grad():
+        assert rel(fused(x), module(x)) <= 4 * BOUND
+    wrong = kfuse.torch.Fused(module, kf, mapping={"scale": "gain"})
+    with torch.no_grad(), pytest.raises(kfuse.Error, match="'scale' is mapped to 'gain', which is no parameter"):
+        wrong(x)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_cuda_graph_capture_and_replay_with_new_inputs_and_parameters(mode):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    original, fused, features = make_pair("gemm_bn_scale_softmax")
+    original.train(mode == "train")
+    fused.train(mode == "train")
+    static_x = torch.randn(N, features, device="cuda")
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up: compile, load, size the workspaces
+            fused(static_x)
+            original(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = fused(static_x)
+        for step in range(STEPS):
+            x = torch.randn(N, features, device="cuda")
+            static_x.copy_(x)
+            # Parameters updated in place (as an optimizer step does) are seen by the replay.
+            for p in (original.bn.weight, fused.module.bn.weight):
+                p.mul_(1.01)
+            graph.replay()
+            y_ref = original(x)
+            torch.cuda.synchronize()
+            assert_same(original, fused, y_ref, static_y, f"graph {mode} replay {step}")
+
+
+def test_padded_rows_and_other_devices_tensors_are_refused_clearly():
+    p = kfuse.Pipeline(text=SMALL, file_name="small.kf", mode="eval")
+    p.bind(weight=torch.ones(5, 6, device="cuda"), scale=torch.ones(1, device="cuda"))
+    padded = torch.ones(3, 8, device="cuda")[:, :6]
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' f32\[3, 6\] has row stride 8; kfuse takes contiguous"):
+        p(padded)
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' is bf16\[3, 6\], declared f32\[N, 6\]"):
+        p(torch.ones(3, 6, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(kfuse.Error, match=r"output 0 \[3, 5\] at 0x[0-9a-f]+ overlaps input 'x'"):
+        x = torch.ones(3, 6, device="cuda")
+        p(x, out=x.view(-1)[:15].view(3, 5))
+    y = p(torch.ones(3, 6, device="cuda"))
+    torch.testing.assert_close(y, torch.full((3, 5), 0.2, device="cuda"))

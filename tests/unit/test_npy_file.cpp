@@ -1,0 +1,116 @@
+// .npy files: what numpy.save writes is read, what kfuse writes numpy reads (tests/python
+// checks that side), and every other file is refused naming the file and what it holds.
+#include "kfuse/error.h"
+#include "runtime/npy_file.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+
+using namespace kfuse;
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/kfuse-npy-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string &name) const { return (path / name).string(); }
+};
+
+// A .npy file as numpy.save writes it: version 1.0, `header` padded to 64 bytes, then `data`.
+std::string npy_bytes(const std::string &header, const std::string &data, char major = 1) {
+  std::string h = header;
+  size_t fixed = major == 1 ? 10 : 12;
+  h.append((64 - (fixed + h.size() + 1) % 64) % 64, ' ');
+  h += '\n';
+  std::string out = "\x93NUMPY";
+  out += major;
+  out += '\0';
+  out += static_cast<char>(h.size() & 0xff);
+  out += static_cast<char>(h.size() >> 8);
+  if (major != 1)
+    out += std::string(2, '\0');
+  return out + h + data;
+}
+
+void write_bytes(const std::string &path, const std::string &bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string floats(std::initializer_list<float> values) {
+  std::string s(values.size() * sizeof(float), '\0');
+  std::memcpy(s.data(), values.begin(), s.size());
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("npy: numpy.save's layout is read; kfuse's writes round-trip") {
+  TempDir dir;
+  write_bytes(dir.file("a.npy"),
+              npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+                        floats({1, 2, 3, 4, 5, 6})));
+  rt::NpyArray a = rt::read_npy(dir.file("a.npy"));
+  CHECK(a.shape == std::vector<int64_t>{2, 3});
+  CHECK(a.data == std::vector<float>{1, 2, 3, 4, 5, 6});
+
+  write_bytes(
+      dir.file("v2.npy"),
+      npy_bytes("{'shape': (3,), 'descr': '<f4', 'fortran_order': False}", floats({7, 8, 9}), 2));
+  CHECK(rt::read_npy(dir.file("v2.npy")).shape == std::vector<int64_t>{3});
+
+  rt::write_npy(dir.file("b.npy"), {4}, {0.5f, -1, 2, 3});
+  rt::NpyArray b = rt::read_npy(dir.file("b.npy"));
+  CHECK(b.shape == std::vector<int64_t>{4});
+  CHECK(b.data == std::vector<float>{0.5f, -1, 2, 3});
+  CHECK(std::filesystem::file_size(dir.file("b.npy")) == 64 + 16); // header padded to 64 bytes
+
+  rt::write_npy(dir.file("c.npy"), {2, 1}, {1, 2});
+  CHECK(rt::read_npy(dir.file("c.npy")).shape == std::vector<int64_t>{2, 1});
+}
+
+TEST_CASE("npy: other dtypes, Fortran order, wrong sizes and non-npy files are refused by name") {
+  TempDir dir;
+  auto refused = [&](const std::string &name, const std::string &bytes) {
+    write_bytes(dir.file(name), bytes);
+    std::string what;
+    try {
+      rt::read_npy(dir.file(name));
+    } catch (const Error &e) {
+      what = e.what();
+    }
+    CHECK(what.find(dir.file(name) + ": ") == 0);
+    return what;
+  };
+  CHECK(refused("f8.npy", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+                                    floats({1, 2, 3, 4})))
+            .find("dtype '<f8' (2); kfuse reads float32 ('<f4'): np.save(path, "
+                  "a.astype(np.float32))") != std::string::npos);
+  CHECK(
+      refused("fortran.npy", npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 1), }",
+                                       floats({1, 2})))
+          .find("Fortran order (2, 1); kfuse reads C order") != std::string::npos);
+  CHECK(refused("short.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }",
+                                       floats({1, 2})))
+            .find("shape (3) needs 12 bytes of float32 data, the file has 8") != std::string::npos);
+  CHECK(refused("long.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
+                                      floats({1, 2})))
+            .find("needs 4 bytes of float32 data, the file has 8") != std::string::npos);
+  CHECK(refused("text.npy", "x,y\n1,2\n").find("not a .npy file") != std::string::npos);
+  CHECK(refused("extra.npy",
+                npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}",
+                          floats({1})))
+            .find("keys other than descr, fortran_order and shape") != std::string::npos);
+  CHECK(refused("shape.npy",
+                npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", ""))
+            .find("not a tuple of non-negative integers") != std::string::npos);
+  CHECK_THROWS_WITH_AS(rt::read_npy(dir.file("missing.npy")),
+                       doctest::Contains("missing.npy: cannot open"), Error);
+}
