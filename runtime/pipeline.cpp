@@ -410,6 +410,22 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
                   bytes);
   };
 
+  // An output that is a declared tensor, or a value returned twice, is copied into place. A
+  // returned state is its value at entry, as every read of state sees it: copied before any
+  // kernel can update it in place; a returned op value once the kernels have written it.
+  auto copy_outputs = [&](bool declared) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (g[g.outputs[i]].is_op() == declared)
+        continue;
+      CUdeviceptr written = pointer_of(g.outputs[i]);
+      CUdeviceptr dest = reinterpret_cast<CUdeviceptr>(outputs[i].data);
+      if (written != dest)
+        driver.check(driver.cuMemcpyDtoDAsync(
+                         dest, written, elements(g[g.outputs[i]].type) * sizeof(float), stream),
+                     "cuMemcpyDtoDAsync(output)");
+    }
+  };
+  copy_outputs(/*declared=*/true);
   for (size_t k = 0; k < im.program.launches.size(); ++k) {
     const KernelLaunch &l = im.program.launches[k];
     const rt::LaunchShape shape = rt::resolve(l.geometry, dims, sms);
@@ -464,15 +480,7 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
     rt::launch(im.functions[k], shape.grid, shape.block, shape.shared_bytes, stream, args.data(),
                shape.cluster);
   }
-  // An output that is a declared tensor, or a value returned twice, is copied into place.
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    CUdeviceptr written = pointer_of(g.outputs[i]);
-    CUdeviceptr dest = reinterpret_cast<CUdeviceptr>(outputs[i].data);
-    if (written != dest)
-      driver.check(driver.cuMemcpyDtoDAsync(dest, written,
-                                            elements(g[g.outputs[i]].type) * sizeof(float), stream),
-                   "cuMemcpyDtoDAsync(output)");
-  }
+  copy_outputs(/*declared=*/false);
 }
 
 } // namespace kfuse
