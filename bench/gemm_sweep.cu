@@ -1,6 +1,6 @@
 // GEMM-alone check and sweep of the sm90 mainloop (templates/gemm_sm90.cuh) against cuBLAS, on
 // the GPU machine: C = A @ B^T with A [m, k], B [n, k] row-major, a plain store (identity
-// epilogue), tf32 / bf16 / f16 operands.
+// epilogue), tf32 / bf16 / f16 operands and 3xtf32 (against cuBLAS's fp32 SGEMM).
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/gemm_sweep.cu \
 //        -o gemm_sweep -lcuda -lcublas && ./gemm_sweep [check|sweep]
@@ -99,6 +99,12 @@ template <> struct Types<kf::sm90::Operand::Tf32> {
   static constexpr CUtensorMapDataType map = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   static constexpr cudaDataType blas = CUDA_R_32F;
   static constexpr const char *name = "tf32";
+};
+template <> struct Types<kf::sm90::Operand::Tf32x3> {
+  using T = float;
+  static constexpr CUtensorMapDataType map = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  static constexpr cudaDataType blas = CUDA_R_32F;
+  static constexpr const char *name = "3xtf32";
 };
 template <> struct Types<kf::sm90::Operand::Bf16> {
   using T = __nv_bfloat16;
@@ -205,7 +211,8 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng) {
       if (!std::isfinite(hmean[idx]) || !std::isfinite(hm2[idx]))
         stat_err = INFINITY;
     }
-  const double bound = 2e-5;
+  // 3xTF32 against exact fp32 operands: fp32-level accuracy.
+  const double bound = Cfg::OPERAND == kf::sm90::Operand::Tf32x3 ? 2e-6 : 2e-5;
   bool ok = bad == 0 && rel <= bound && stat_err <= 1e-5;
   std::printf("check %-4s BN=%d %5d x %5d x %5d: rel %.3e (bound %.0e), unwritten %zu, stats %.3e  %s\n",
               Types<Cfg::OPERAND>::name, Cfg::BN, m, n, k, rel, bound, bad, stat_err, ok ? "PASS" : "FAIL");
@@ -255,6 +262,7 @@ template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &ti
   double ours = timer.median_ms([&] { launch<Cfg>(ma, mb, m, n, k, c, nullptr, nullptr); });
   CHECK_CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
+  // tf32 against cuBLAS's tf32 GEMM, 3xtf32 against its fp32 SGEMM, bf16/f16 against its own.
   cublasComputeType_t ct = Cfg::OPERAND == kf::sm90::Operand::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // Row-major C[m,n] = A[m,k] B[n,k]^T is column-major C^T[n,m] = B^T... : op(B)=T on B (k x n col-major).
   double blas = timer.median_ms([&] {
@@ -288,6 +296,7 @@ int main(int argc, char **argv) {
   using Tf32n128 = kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128>;
   using Bf16 = kf::Sm90Gemm<kf::sm90::Operand::Bf16, 256>;
   using F16 = kf::Sm90Gemm<kf::sm90::Operand::F16, 256>;
+  using Tf32x3 = kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>;
   bool ok = true;
   if (mode == "check" || mode == "all") {
     std::mt19937 rng(1);
@@ -297,6 +306,7 @@ int main(int argc, char **argv) {
       ok &= check<Tf32n128>(s[0], s[1], s[2], rng);
       ok &= check<Bf16>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
       ok &= check<F16>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
+      ok &= check<Tf32x3>(s[0], s[1], s[2], rng);
     }
   }
   if (mode == "sweep" || mode == "all") {
@@ -309,6 +319,8 @@ int main(int argc, char **argv) {
         sweep<Bf16>(m, nk, nk, h, timer);
       }
     sweep<Tf32n128>(1024, 8192, 8192, h, timer);
+    sweep<Tf32x3>(1024, 8192, 8192, h, timer);
+    sweep<Tf32x3>(16384, 4096, 4096, h, timer);
   }
   std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
   return ok ? 0 : 1;

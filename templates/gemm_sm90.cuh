@@ -7,7 +7,13 @@
 // A is [m, k] and B is [n, k] (a PyTorch Linear weight), both row-major, so both operands are
 // K-major as tf32 wgmma requires. They are read through tensor maps (the launcher encodes them,
 // see Sm90Gemm's traits); C is [m, n] row-major (ldc) and aliases neither A, B nor any epilogue
-// input. Operands: Tf32 (fp32 data, the tensor cores ignore the low 13 mantissa bits), Bf16, F16.
+// input. Operands: Tf32 (fp32 data, the tensor cores ignore the low 13 mantissa bits), Bf16, F16,
+// and Tf32x3: each fp32 value x of a stage is split by the consumers into big = x rounded to
+// tf32 (written back in place) and small = x - big (exact in fp32, written to a second,
+// double-buffered tile of the same layout), then acc += a_small*b_big + a_big*b_small +
+// a_big*b_big (small*small dropped) with three wgmma per k-step, small terms first. Each stage's
+// products go into a zeroed partial sum that is added to the accumulator with an fp32 add: the
+// tensor cores' truncating accumulation would otherwise bias a long K (as in gemm_tc.cuh).
 //
 // Launch (Sm90Gemm<Op, BN> holds every number): block = THREADS (384), grid = min(tiles, SMs)
 // persistent blocks, dynamic shared memory = smem_bytes(Epilogue::COLUMN_FLOATS) (above 48 KiB:
@@ -49,7 +55,10 @@ template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
   static constexpr sm90::Operand OPERAND = Op;
   static constexpr int BM = 128;    // two consumer warpgroups of 64 rows
   static constexpr int BN = BlockN; // 128 or 256 (wgmma n)
-  static constexpr int ELEMENT_BYTES = Op == sm90::Operand::Tf32 ? 4 : 2;
+  static constexpr bool SPLIT = Op == sm90::Operand::Tf32x3;
+  // The wgmma operand type: 3xTF32 multiplies tf32 parts.
+  static constexpr sm90::Operand MMA = SPLIT ? sm90::Operand::Tf32 : Op;
+  static constexpr int ELEMENT_BYTES = MMA == sm90::Operand::Tf32 ? 4 : 2;
   static constexpr int BK = 128 / ELEMENT_BYTES; // one 128-byte swizzled row of K per stage
   static constexpr int K_STEPS = 4;              // wgmma k-steps of 32 bytes per stage
   static constexpr int THREADS = 384;
@@ -58,11 +67,13 @@ template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
   static constexpr int A_BYTES = BM * 128;
   static constexpr int B_BYTES = BN * 128;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr int STAGES = BN == 256 ? 4 : 6;
+  static constexpr int STAGES = SPLIT ? 4 : BN == 256 ? 4 : 6;
+  static constexpr int SMALL_BYTES = SPLIT ? 2 * STAGE_BYTES : 0; // two tiles of small parts
   static constexpr int STATS_BYTES = 2 * CONSUMER_WARPS * BN * 4;
   // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, then the stages, the
-  // statistics scratch and the full/empty barriers.
-  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + STATS_BYTES + 2 * STAGES * 8;
+  // small parts (3xTF32), the statistics scratch and the full/empty barriers.
+  static constexpr int SMEM_BYTES =
+      1024 + STAGES * STAGE_BYTES + SMALL_BYTES + STATS_BYTES + 2 * STAGES * 8;
   static constexpr int ACCUMULATORS = BN / 2; // fp32 registers per consumer thread
   // Epilogues whose Column holds 1..MAX_CACHED_COLUMN_FLOATS floats have it computed once per
   // tile column (not once per thread and column) into a double-buffered shared-memory cache.
@@ -75,6 +86,7 @@ template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
     return SMEM_BYTES + (caches_columns(column_floats) ? 2 * BN * 4 * column_floats : 0);
   }
   static_assert(BN == 128 || BN == 256, "wgmma tiles of 128 or 256 columns");
+  static_assert(!SPLIT || BN == 128, "3xTF32 keeps a per-stage partial sum: 128 columns");
   static_assert(SMEM_BYTES <= 227 * 1024, "sm_90 allows at most 227 KiB per block");
   static_assert(BN <= 256, "one consumer thread per column merges the statistics");
   static_assert(smem_bytes(MAX_CACHED_COLUMN_FLOATS) <= 227 * 1024, "the column cache fits");
@@ -91,9 +103,10 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   extern __shared__ unsigned char kf_sm90_smem[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
-  float *stats = reinterpret_cast<float *>(smem + STAGES * Config::STAGE_BYTES);
-  unsigned long long *full = reinterpret_cast<unsigned long long *>(
-      smem + STAGES * Config::STAGE_BYTES + Config::STATS_BYTES);
+  unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [2][STAGE_BYTES] (3xTF32)
+  float *stats = reinterpret_cast<float *>(small + Config::SMALL_BYTES);
+  unsigned long long *full =
+      reinterpret_cast<unsigned long long *>(small + Config::SMALL_BYTES + Config::STATS_BYTES);
   unsigned long long *empty = full + STAGES;
   using Column = typename Epilogue::Column;
   constexpr bool kCache = Config::caches_columns(Epilogue::COLUMN_FLOATS);
@@ -165,31 +178,73 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
       int previous = -1;
       for (int kb = 0; kb < kblocks; ++kb) {
         mbar_wait(&full[stage], phase);
-        const unsigned char *a = smem + stage * Config::STAGE_BYTES + half * 64 * 128;
-        const unsigned char *b = smem + stage * Config::STAGE_BYTES + Config::A_BYTES;
-        const unsigned long long da = smem_descriptor(a), db = smem_descriptor(b);
-        wgmma_fence();
+        unsigned char *tile = smem + stage * Config::STAGE_BYTES;
+        const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
+        const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
+        if constexpr (Config::SPLIT) {
+          // Split the stage: big parts in place, small parts into this k-block's small tile.
+          // The other small tile may still be read by the other warpgroup's wgmma of the
+          // previous k-block; this one was last read two k-blocks ago, before everyone reached
+          // the barrier of the previous k-block. Elementwise, so the swizzled layout carries over.
+          unsigned char *lo = small + (kb & 1) * Config::STAGE_BYTES;
+          for (int i = ct; i < Config::STAGE_BYTES / 16; i += 256) {
+            const float4 x = reinterpret_cast<const float4 *>(tile)[i];
+            float4 big, part;
+            split_tf32(x.x, big.x, part.x);
+            split_tf32(x.y, big.y, part.y);
+            split_tf32(x.z, big.z, part.z);
+            split_tf32(x.w, big.w, part.w);
+            reinterpret_cast<float4 *>(tile)[i] = big;
+            reinterpret_cast<float4 *>(lo)[i] = part;
+          }
+          fence_proxy_async();
+          named_barrier(3, 256);
+          const unsigned long long la = smem_descriptor(lo + half * 64 * 128);
+          const unsigned long long lb = smem_descriptor(lo + Config::A_BYTES);
+          float part[Config::ACCUMULATORS];
+          wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Config::K_STEPS; ++kk)
-          Wgmma<Config::OPERAND, BN>::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
-        wgmma_commit();
-        if (kb == 0)
-          fill_cache(); // its loads overlap the first wgmma
-        // The previous k-block's wgmma has completed: its stage can be refilled.
-        wgmma_wait<1>();
-        fence_registers(acc);
-        if (previous >= 0 && lane == 0)
-          mbar_arrive(&empty[previous]);
-        previous = stage;
+          for (int kk = 0; kk < Config::K_STEPS; ++kk) {
+            Wgmma<Config::MMA, BN>::mma(part, la + 2 * kk, db + 2 * kk, kk > 0);
+            Wgmma<Config::MMA, BN>::mma(part, da + 2 * kk, lb + 2 * kk, 1);
+            Wgmma<Config::MMA, BN>::mma(part, da + 2 * kk, db + 2 * kk, 1);
+          }
+          wgmma_commit();
+          if (kb == 0)
+            fill_cache();
+          wgmma_wait<0>();
+          fence_registers(part);
+#pragma unroll
+          for (int i = 0; i < Config::ACCUMULATORS; ++i)
+            acc[i] = kb > 0 ? acc[i] + part[i] : part[i];
+          if (lane == 0)
+            mbar_arrive(&empty[stage]);
+        } else {
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < Config::K_STEPS; ++kk)
+            Wgmma<Config::MMA, BN>::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+          wgmma_commit();
+          if (kb == 0)
+            fill_cache(); // its loads overlap the first wgmma
+          // The previous k-block's wgmma has completed: its stage can be refilled.
+          wgmma_wait<1>();
+          fence_registers(acc);
+          if (previous >= 0 && lane == 0)
+            mbar_arrive(&empty[previous]);
+          previous = stage;
+        }
         if (++stage == STAGES) {
           stage = 0;
           phase ^= 1u;
         }
       }
-      wgmma_wait<0>();
-      fence_registers(acc);
-      if (previous >= 0 && lane == 0)
-        mbar_arrive(&empty[previous]);
+      if constexpr (!Config::SPLIT) {
+        wgmma_wait<0>();
+        fence_registers(acc);
+        if (previous >= 0 && lane == 0)
+          mbar_arrive(&empty[previous]);
+      }
 
       // Epilogue from registers. Accumulator 4j + 2h + e holds row 16 * warp + g + 8h (of the
       // tile), column 8j + 2q + e. The cache of this turn is complete after the barrier; the

@@ -20,8 +20,9 @@ struct alignas(64) TensorMap {
   unsigned long long opaque[16];
 };
 
-// The element type the tensor cores read.
-enum class Operand { Tf32, Bf16, F16 };
+// What the tensor cores read: tf32 (fp32 data), bf16, f16, or fp32 data split into tf32 big
+// and small parts multiplied three times (3xTF32, fp32-level accuracy).
+enum class Operand { Tf32, Bf16, F16, Tf32x3 };
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
@@ -93,6 +94,21 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 __device__ __forceinline__ unsigned long long smem_descriptor(const void *p) {
   const unsigned long long addr = smem_u32(p);
   return ((addr & 0x3ffffull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+// x = big + small: big is x rounded to tf32 (nearest, ties away from zero; its low 13 bits are
+// zero, so the tensor cores read it exactly), small = x - big is exact in fp32 and has at most
+// 12 significant bits, of which the tensor cores' truncation drops at most one. NaN and inf stay
+// NaN/inf in the product (small becomes NaN).
+__device__ __forceinline__ void split_tf32(float x, float &big, float &small) {
+  big = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+  small = x - big;
+}
+
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy reads
+// (wgmma operands written by ordinary stores).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 __device__ __forceinline__ void wgmma_fence() {

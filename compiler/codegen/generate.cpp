@@ -104,12 +104,44 @@ private:
     return fmt::format("struct {} {{\n{}", type, w.member_declarations("  "));
   }
 
-  // The Hopper mainloop takes tf32 Linear GEMMs (both operands K-major) on sm_90a whose inner
-  // extent is a constant multiple of 4 (TMA row strides are multiples of 16 bytes).
+  // The Hopper mainloop takes tf32 and 3xtf32 Linear GEMMs (both operands K-major) on sm_90a
+  // whose inner extent is a constant multiple of 4 (TMA row strides are multiples of 16 bytes).
   bool use_sm90(const Value &mm) const {
     const Dim &inner = g_[mm.args[0]].type.shape[1];
-    return arch_ == "sm_90a" && math_ == GemmMath::Tf32 && mm.op == OpKind::Linear &&
-           !inner.is_symbolic() && inner.value % 4 == 0;
+    return arch_ == "sm_90a" && (math_ == GemmMath::Tf32 || math_ == GemmMath::Tf32x3) &&
+           mm.op == OpKind::Linear && !inner.is_symbolic() && inner.value % 4 == 0;
+  }
+
+  // The generated entry point of the sm90 GEMM of `Config`, named as in the source.
+  template <class Config>
+  std::string sm90_gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
+                        const std::string &config, int column_floats, ValueId a, ValueId b,
+                        ValueId out, const std::string &type, const std::string &stats) {
+    LaunchGeometry &geo = launch.geometry;
+    geo.grid = LaunchGeometry::Grid::Persistent;
+    geo.tile_rows = Config::BM;
+    geo.tile_cols = Config::BN;
+    geo.block_threads = Config::THREADS;
+    geo.smem_bytes = Config::smem_bytes(column_floats);
+    if (k.stats_of >= 0)
+      partial_rows_[k.stats_of] = Config::BM;
+    auto map = [&](ValueId v, int box_rows) {
+      LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
+      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, 4};
+      return lp;
+    };
+    launch.params = {map(a, Config::BM), map(b, Config::BN)};
+    includes_.insert("gemm_sm90.cuh");
+    return fmt::format(
+        "extern \"C\" __global__ void __launch_bounds__({1}::THREADS, 1)\n"
+        "{0}(const __grid_constant__ kf::sm90::TensorMap {2}_map, "
+        "const __grid_constant__ kf::sm90::TensorMap {3}_map, {4}) {{\n"
+        "  const {5} epi{6};\n"
+        "  kf::gemm_sm90<{1}>({2}_map, {3}_map, kf::GemmShape{{{7}, {8}, {9}}}, {10}, "
+        "{8}, epi, {11});\n}}\n",
+        k.name, config, w.ptr(a), w.ptr(b), w.param_list(), type, w.member_initializer(),
+        KernelWriter::extent(launch.rows), KernelWriter::extent(launch.cols),
+        KernelWriter::extent(launch.inner), w.ptr(out), stats);
   }
 
   std::string gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
@@ -154,32 +186,14 @@ private:
     geo.rows = launch.rows;
     geo.cols = launch.cols;
     if (use_sm90(mm)) {
-      using Config = kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>;
-      geo.grid = LaunchGeometry::Grid::Persistent;
-      geo.tile_rows = Config::BM;
-      geo.tile_cols = Config::BN;
-      geo.block_threads = Config::THREADS;
-      geo.smem_bytes = Config::smem_bytes(static_cast<int>(cols.size()));
-      if (k.stats_of >= 0)
-        partial_rows_[k.stats_of] = Config::BM;
-      auto map = [&](ValueId v, int box_rows) {
-        LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
-        lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, 4};
-        return lp;
-      };
-      launch.params = {map(a, Config::BM), map(b, Config::BN)};
-      const std::string config = "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>";
-      s += fmt::format(
-          "extern \"C\" __global__ void __launch_bounds__({1}::THREADS, 1)\n"
-          "{0}(const __grid_constant__ kf::sm90::TensorMap {2}_map, "
-          "const __grid_constant__ kf::sm90::TensorMap {3}_map, {4}) {{\n"
-          "  const {5} epi{6};\n"
-          "  kf::gemm_sm90<{1}>({2}_map, {3}_map, kf::GemmShape{{{7}, {8}, {9}}}, {10}, "
-          "{8}, epi, {11});\n}}\n",
-          k.name, config, w.ptr(a), w.ptr(b), w.param_list(), type, w.member_initializer(), m, n,
-          inner, w.ptr(out), stats);
-      includes_.insert("gemm_sm90.cuh");
-      return s;
+      const int floats = static_cast<int>(cols.size());
+      if (math_ == GemmMath::Tf32)
+        return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>(
+                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>", floats, a, b,
+                       out, type, stats);
+      return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>(
+                     k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>", floats, a, b,
+                     out, type, stats);
     }
     bool simt = math_ == GemmMath::Fp32;
     int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision

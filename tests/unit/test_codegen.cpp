@@ -275,7 +275,7 @@ TEST_CASE("api: precisions without GEMM templates are refused, not approximated"
                        Error);
 }
 
-TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM, tf32 on the sm90 mainloop") {
+TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on the sm90 mainloop") {
   TempCache cache;
   for (const char *example : {"gemm_bn_scale_softmax", "gemm_scale_bn"})
     for (Precision precision : {Precision::TF32, Precision::FP32x3}) {
@@ -285,7 +285,8 @@ TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM, tf32 on t
       Pipeline p = Pipeline::from_file(root() + "/examples/" + example + ".kf", o);
       CHECK(p.cuda_source().find(precision == Precision::TF32
                                      ? "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>"
-                                     : "kf::gemm_tc<true, 1>") != std::string::npos);
+                                     : "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>") !=
+            std::string::npos);
       for (const KernelReport &k : p.report().kernels) {
         INFO(example, " ", k.name);
         CHECK(k.spill_stores == 0);
