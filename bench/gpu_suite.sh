@@ -7,6 +7,8 @@
 # kfuse_gpu_tests); without it, or when its kfuse does not start, kfuse is built here into
 # build-gpu with cmake + ninja. Then, in this order, each phase timed and logged:
 #   tests      ctest -L gpu (the GPU tests)
+#   gemm       bench/gemm_sweep.cu built with nvcc: the sm90 mainloop alone on odd shapes against
+#              an fp64 reference, then timed against cuBLAS (tf32, bf16, 3xtf32); gemm_sweep.log
 #   python     pip install . and pytest tests/python (kfuse.torch.Fused vs PyTorch, CUDA graphs)
 #   sanitizer  compute-sanitizer memcheck over a small GPU test filter
 #   bench      kfuse bench for every founding case, train and eval, fp32, 3xtf32 and tf32
@@ -25,7 +27,7 @@
 #
 # Knobs (environment): KFUSE_SUITE_DEADLINE_S (default 560: seconds the suite plans to end
 # by), KFUSE_SUITE_SKIP (comma list of phases to skip), KFUSE_SANITIZER_TESTS (doctest
-# --test-case filter), KFUSE_TESTS_TIMEOUT_S (default 150), KFUSE_BENCH_ITERS (default 100), KFUSE_BENCH_WARMUP (default 10),
+# --test-case filter), KFUSE_TESTS_TIMEOUT_S (default 300), KFUSE_BENCH_ITERS (default 100), KFUSE_BENCH_WARMUP (default 10),
 # KFUSE_CHECK_N (default 0: the PyTorch output check runs at each case's benchmark N).
 set -uo pipefail
 
@@ -63,7 +65,7 @@ DEADLINE=${KFUSE_SUITE_DEADLINE_S:-560}
 SKIP=",${KFUSE_SUITE_SKIP:-},"
 # Small pipelines with odd sizes: every tile has a tail, where out-of-bounds accesses live.
 SANITIZER_TESTS=${KFUSE_SANITIZER_TESTS:-"gpu: founding chains with odd sizes*"}
-TESTS_TIMEOUT=${KFUSE_TESTS_TIMEOUT_S:-150}
+TESTS_TIMEOUT=${KFUSE_TESTS_TIMEOUT_S:-300}
 ITERS=${KFUSE_BENCH_ITERS:-100}
 WARMUP=${KFUSE_BENCH_WARMUP:-10}
 CHECK_N=${KFUSE_CHECK_N:-0}
@@ -153,6 +155,15 @@ if ! skipped tests; then
     run_logged "$OUT/tests.log" "$TESTS_TIMEOUT" "$BUILD/kfuse_gpu_tests"
   fi
   status tests $? $((SECONDS - start)) "$cmd"
+fi
+
+# ------------------------------------------------------------------ the GEMM mainloop alone
+if ! skipped gemm; then
+  start=$SECONDS
+  cmd="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/gemm_sweep.cu -o gemm_sweep -lcuda -lcublas && ./gemm_sweep all"
+  say "gemm: $cmd"
+  run_logged "$OUT/gemm_sweep.log" 240 bash -c "nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I'$ROOT/templates' '$ROOT/bench/gemm_sweep.cu' -o '$WORK/gemm_sweep' -lcuda -lcublas && '$WORK/gemm_sweep' all"
+  status gemm $? $((SECONDS - start)) "$cmd"
 fi
 
 # ------------------------------------------------------------------ the Python package
@@ -484,6 +495,8 @@ if [[ $ON_DEVICE -eq 0 ]]; then
 fi
 say "done in ${SECONDS}s"
 python3 "$WORK/report.py" summary "$WORK" "$OUT" 2>&1 | tee -a "$LOG"
+[[ -f "$OUT/gemm_sweep.log" ]] && grep -E '^(sweep|epilogue)|PASS$|FAIL$' "$OUT/gemm_sweep.log" |
+  grep -vE ' PASS$' | tee -a "$LOG"
 # The exit status says whether every phase that ran succeeded (an unsupported precision is
 # not a failure: kfuse bench exits 0 for it).
 awk -F'\t' '$2 != 0 { bad = 1 } END { exit bad }' "$WORK/status/phases.tsv"
