@@ -29,11 +29,11 @@ struct Dump {
     const char *env = std::getenv("KFUSE_DUMP");
     std::stringstream items(env ? env : "");
     for (std::string item; std::getline(items, item, ',');) {
-      if (item != "ir" && item != "plan" && item != "cuda")
-        throw Error(
-            fmt::format("KFUSE_DUMP: '{}' is not one of ir, plan, cuda (ptx, sass and launch dumps "
-                        "do not exist yet)",
-                        item));
+      if (item != "ir" && item != "plan" && item != "cuda" && item != "launch")
+        throw Error(fmt::format(
+            "KFUSE_DUMP: '{}' is not one of ir, plan, cuda, launch (ptx and sass dumps do not "
+            "exist yet)",
+            item));
       what.insert(item);
     }
     const char *d = std::getenv("KFUSE_DUMP_DIR");
@@ -78,6 +78,8 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   l.program = codegen::generate(l.plan, options.math, options.arch);
   if (dump.wants("cuda"))
     dump.emit("cuda", ".cu", l.program.source);
+  if (dump.wants("launch"))
+    dump.emit("launch", ".txt", codegen::launch_text(l.program, l.plan));
   return l;
 }
 

@@ -96,6 +96,10 @@ struct Program {
 // `arch` is the NVRTC target ("sm_90a", ...): on sm_90a tf32 GEMMs use the Hopper mainloop.
 Program generate(const plan::Plan &p, GemmMath math = GemmMath::Fp32, const std::string &arch = "");
 
+// Every kernel's launch description and parameters as text (KFUSE_DUMP=launch), values named
+// as in the plan.
+std::string launch_text(const Program &program, const plan::Plan &plan);
+
 // `source` with every #include of a template replaced by the template's text (once
 // each), so `nvcc -c` compiles it with no other file.
 std::string inline_templates(const std::string &source);

@@ -48,12 +48,12 @@ TEST_CASE("lower: .kf text to plan and CUDA in one call, fused or not") {
   CHECK(unfused.plan.kernels.size() == 2);
 }
 
-TEST_CASE("lower: KFUSE_DUMP=ir,plan,cuda writes every step to KFUSE_DUMP_DIR") {
+TEST_CASE("lower: KFUSE_DUMP=ir,plan,cuda,launch writes every step to KFUSE_DUMP_DIR") {
   char tmpl[] = "/tmp/kfuse-dump-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   std::filesystem::path dir = tmpl;
   {
-    Env what("KFUSE_DUMP", "ir,plan,cuda");
+    Env what("KFUSE_DUMP", "ir,plan,cuda,launch");
     Env where("KFUSE_DUMP_DIR", dir.string());
     Lowered l = lower(dsl::SourceFile("chain.kf", kChain),
                       {ir::Mode::Train, codegen::GemmMath::Fp32, true});
@@ -61,9 +61,14 @@ TEST_CASE("lower: KFUSE_DUMP=ir,plan,cuda writes every step to KFUSE_DUMP_DIR") 
     CHECK(read(dir / "chain.train.cuda.cu") == l.program.source);
     CHECK(read(dir / "chain.train.0-parsed.kf").rfind("pipeline chain {", 0) == 0);
     CHECK(std::filesystem::exists(dir / "chain.train.1-canonicalize_linear.kf"));
+    // Each kernel's launch description, as the runtime will evaluate it.
+    const std::string launch = read(dir / "chain.train.launch.txt");
+    CHECK(launch.rfind("k0_gemm: 2-D grid over N x ", 0) == 0);
+    CHECK(launch.find("block 256") != std::string::npos);
   }
   std::filesystem::remove_all(dir);
   Env bad("KFUSE_DUMP", "plan,sass");
   CHECK_THROWS_WITH_AS(lower(dsl::SourceFile("chain.kf", kChain), {}),
-                       doctest::Contains("KFUSE_DUMP: 'sass' is not one of ir, plan, cuda"), Error);
+                       doctest::Contains("KFUSE_DUMP: 'sass' is not one of ir, plan, cuda, launch"),
+                       Error);
 }

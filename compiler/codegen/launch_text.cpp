@@ -1,0 +1,71 @@
+// The launch descriptions of a program as text: what KFUSE_DUMP=launch prints.
+#include "compiler/codegen/program.h"
+#include "compiler/ir/printer.h"
+
+#include <fmt/format.h>
+
+namespace kfuse::codegen {
+
+namespace {
+
+std::string dim_text(const ir::Dim &d) { return d.is_symbolic() ? d.sym : std::to_string(d.value); }
+
+std::string grid_text(const LaunchGeometry &g) {
+  const std::string space = fmt::format("{} x {} in {} x {} tiles", dim_text(g.rows),
+                                        dim_text(g.cols), g.tile_rows, g.tile_cols);
+  switch (g.grid) {
+  case LaunchGeometry::Grid::Tiles2D:
+    return "2-D grid over " + space;
+  case LaunchGeometry::Grid::Tiles:
+    return "a block per tile of " + space;
+  case LaunchGeometry::Grid::Persistent:
+    return fmt::format("persistent, at most {} block(s) per SM, over {}", g.blocks_per_sm, space);
+  case LaunchGeometry::Grid::Elements:
+    return fmt::format("grid-stride, at most {} blocks per SM, over {} x {} elements, {} per block",
+                       g.blocks_per_sm, dim_text(g.rows), dim_text(g.cols),
+                       g.tile_rows * g.tile_cols);
+  }
+  return {};
+}
+
+std::string param_text(const LaunchParam &p, const std::vector<std::string> &names) {
+  auto name = [&](ir::ValueId v) { return names.at(static_cast<size_t>(v)); };
+  switch (p.kind) {
+  case LaunchParam::Kind::Buffer:
+    return name(p.value);
+  case LaunchParam::Kind::PartialMean:
+    return fmt::format("{}.partial_mean (per {} rows)", name(p.value), p.tile_rows);
+  case LaunchParam::Kind::PartialM2:
+    return fmt::format("{}.partial_m2 (per {} rows)", name(p.value), p.tile_rows);
+  case LaunchParam::Kind::Dim:
+    return "dim " + p.dim;
+  case LaunchParam::Kind::SmemFloats:
+    return "resident row floats";
+  case LaunchParam::Kind::TensorMap:
+    return fmt::format("tensor map of {} ({} x {}, box {} x {}, {}-byte elements, 128B swizzle)",
+                       name(p.value), dim_text(p.map.rows), dim_text(p.map.inner), p.map.box_rows,
+                       p.map.box_inner, p.map.element_bytes);
+  }
+  return {};
+}
+
+} // namespace
+
+std::string launch_text(const Program &program, const plan::Plan &plan) {
+  const std::vector<std::string> names = ir::printed_names(plan.graph);
+  std::string s;
+  for (const KernelLaunch &l : program.launches) {
+    const LaunchGeometry &g = l.geometry;
+    s += fmt::format("{}: {}; block {}; dynamic smem {} B", l.entry, grid_text(g), g.block_threads,
+                     g.smem_bytes);
+    if (g.row_bytes_cap > 0)
+      s += fmt::format(" + a resident row of {} floats when it fits in {} B",
+                       dim_text(g.row_length), g.row_bytes_cap);
+    s += fmt::format("; cluster {}\n", g.cluster);
+    for (const LaunchParam &p : l.params)
+      s += "  " + param_text(p, names) + "\n";
+  }
+  return s;
+}
+
+} // namespace kfuse::codegen
