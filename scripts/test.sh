@@ -13,10 +13,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build
 ctest --test-dir build --output-on-failure -j2
 
-# The sanitizer build: every unit test (GPU and fuzz labels excluded: no GPU binary is built
-# here and the fuzzers have their own sanitized build below). Leaks are reported too.
+# The sanitizer build: every unit test (the GPU tests are built but skipped by label, the
+# fuzzers have their own sanitized build below). Leaks are reported too.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFUSE_SANITIZE=ON
-cmake --build build-asan --target kfuse kfuse_tests
+cmake --build build-asan --target kfuse kfuse_tests kfuse_gpu_tests
 ctest --test-dir build-asan --output-on-failure -j2 -LE 'gpu|fuzz'
 
 bash tests/fuzz/run.sh "${KFUSE_PLAN_FUZZ_SECONDS:-120}" plan
