@@ -23,10 +23,10 @@ build/venv/bin/pip install -q --disable-pip-version-check nanobind scikit-build-
 build/venv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
 build/venv/bin/python -m pytest -q tests/python
 
-# The sanitizer build: every unit test (GPU and fuzz labels excluded: no GPU binary is built
-# here and the fuzzers have their own sanitized build below). Leaks are reported too.
+# The sanitizer build: every unit test (the GPU tests are built but skipped by label, the
+# fuzzers have their own sanitized build below). Leaks are reported too.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFUSE_SANITIZE=ON
-cmake --build build-asan --target kfuse kfuse_tests
+cmake --build build-asan --target kfuse kfuse_tests kfuse_gpu_tests
 ctest --test-dir build-asan --output-on-failure -j2 -LE 'gpu|fuzz'
 
 bash tests/fuzz/run.sh "${KFUSE_PLAN_FUZZ_SECONDS:-120}" plan

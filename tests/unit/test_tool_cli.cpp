@@ -56,7 +56,8 @@ TEST_CASE("cli: byte counts that overflow 64 bits are an error, not a negative n
 TEST_CASE("cli: a failed write is reported and fails the command") {
   if (!std::filesystem::exists("/dev/full"))
     return; // not Linux
-  const std::string kf = "examples/gemm_scale_bn.kf";
+  // A small file: --prove interprets every stage (the examples' 8192-wide GEMMs take long).
+  const std::string kf = "tests/support/pipelines/state_read_after_update.kf";
   for (const char *args : {"emit", "plan", "plan --json", "check --print", "plan --prove"}) {
     std::string command(args);
     std::string name = command.substr(0, command.find(' '));
@@ -79,7 +80,7 @@ TEST_CASE("cli: an input file larger than the limit is refused before it is read
   CHECK(r.err == "error: cannot read '/dev/zero': larger than 16 MiB, the limit for a .kf file\n");
 }
 
-TEST_CASE("cli: plan --prove checks a file in both modes and fails on a disagreement") {
+TEST_CASE("cli: plan --prove checks a file in both modes at several sizes") {
   const std::string kf = "tests/support/pipelines/state_read_after_update.kf";
   ToolRun r = run_kfuse("plan --prove " + kf);
   CHECK(r.exit_code == 0);
