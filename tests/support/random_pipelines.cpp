@@ -55,6 +55,15 @@ bool total_unary(OpKind op) {
   return true;
 }
 
+// Whether a unary op is finite once its operand is made >= 1 (log, sqrt, rsqrt: their domain);
+// exp is not (it overflows), and gets a bounded operand instead.
+bool total_for_positive(OpKind op) {
+  for (double x : {1.0, 1.5, 2.0, 1e3})
+    if (!std::isfinite(probe(op, x)))
+      return false;
+  return true;
+}
+
 // A bounded op keeps long chains finite: |f(x)| <= 1 on every probe (sigmoid, tanh).
 bool bounded_unary(OpKind op) {
   for (double x : kProbes)
@@ -262,9 +271,12 @@ private:
       return assign(fmt::format("{}({}, {})", name, o.name, h.name), h.dims);
     }
     case OpClass::Unary:
-      return assign(
-          fmt::format("{}({}{})", name, total_unary(op) ? h.name : positive(h), attrs(op, 2)),
-          h.dims);
+      return assign(fmt::format("{}({}{})", name,
+                                total_unary(op)          ? h.name
+                                : total_for_positive(op) ? positive(h)
+                                                         : "tanh(" + h.name + ")",
+                                attrs(op, 2)),
+                    h.dims);
     case OpClass::Row:
       return assign(fmt::format("{}({}{})", name, h.name, attrs(op, 2)), h.dims);
     case OpClass::ColReduce: // a column value, used by later ops and maybe returned
