@@ -28,7 +28,7 @@ def test_compile_plan_source_and_report_need_no_gpu(examples):
     assert p.params == ["weight", "bias", "bn_weight", "bn_bias", "running_mean", "running_var", "scale"]
     assert p.output_count == 1
     assert p.plan.startswith("plan gemm_bn_scale_softmax (mode train): 3 kernels")
-    assert "kf::gemm_tc<true, 0>" in p.cuda_source  # tf32 runs on the tensor-core GEMM
+    assert "kf::gemm_sm90<" in p.cuda_source  # tf32 runs on the Hopper mainloop (sm_90a)
     r = p.report
     assert r["arch"] == "sm_90a" and not r["cache_hit"]
     assert [k["name"] for k in r["kernels"]] == ["k0_gemm", "k1_column", "k2_row"]

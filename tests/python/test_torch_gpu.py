@@ -29,7 +29,10 @@ BOUND = 1e-5  # DESIGN.md's fp32 bound on ||x - fp64|| / ||fp64||; kfuse and tor
 
 
 def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+    """||a - b|| / ||b||; 0 when both are zero (eval mode leaves zero running stats as they are)."""
+    den = b.double().norm().item()
+    num = (a.double() - b.double()).norm().item()
+    return num / den if den > 0 else num
 
 
 def make_pair(case):
