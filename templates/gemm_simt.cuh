@@ -8,11 +8,20 @@
 //
 // Launch geometry (the generated entry point must use exactly this):
 //   block = dim3(GEMM_THREADS), grid = dim3(ceil(n / GEMM_BN), ceil(m / GEMM_BM)),
-//   dynamic shared memory = gemm_smem_bytes (below 48 KiB: no opt-in attribute needed),
-//   entry point declared __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS) so that the register
-//   cap keeps two blocks per SM.
+//   dynamic shared memory = gemm_smem_bytes (above 48 KiB: the launcher raises
+//   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
+//   __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS) so that the register cap keeps two blocks
+//   per SM.
 // Block (bx, by) computes the BM x BN tile at rows by*BM, cols bx*BN; blocks write disjoint
 // parts of C and of the partial statistics.
+//
+// Mainloop: a GEMM_STAGES-deep cp.async pipeline of BK = 16 K-slices into K-major shared tiles
+// ([BK][BM] for A, [BK][BN] for B), so that a thread reads its 4-wide row and column fragments
+// as float4 (LDS.128) and does 64 FFMAs per 4 fragment loads; fragments of slice k + 1 are
+// loaded while slice k is multiplied (double-buffered registers). A k-contiguous operand (A,
+// and B when TransB) is transposed by the copies themselves: 4-byte cp.async, a warp covering
+// 4 rows x 8 k (32-byte global segments, 32 distinct banks in shared memory). B when !TransB
+// is already n-major and goes in with 16-byte cp.async.cg where allowed (see Sizes).
 //
 // Epilogue concept:
 //   struct Column { ... };  copy-constructible per-column constants
@@ -31,10 +40,12 @@
 // two-pass mean/M2 of its (at most 8) rows from registers, then one thread per column merges the
 // 16 row groups with Chan's formula in a fixed order: deterministic, no atomics.
 //
-// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). float4 global loads/stores are used
-// only where the base pointer is 16-byte aligned and the leading dimension is a multiple of 4
-// (checked at run time, uniformly per matrix) and all four elements are in bounds; everything
-// else falls back to guarded scalar accesses. Addresses are computed in 64-bit.
+// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Out-of-range elements of a K-slice
+// are zero-filled by the copies (src-size 0, nothing read; the source address is then the
+// matrix base). 16-byte copies (of B when !TransB) and float4 stores of C are used only where
+// the base pointer is 16-byte aligned and the leading dimension is a multiple of 4 (checked at
+// run time, uniformly per matrix); a 16-byte copy reads only its in-bounds bytes, and C falls
+// back to guarded scalar stores. Addresses are computed in 64-bit.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
 // code generator can take the geometry constants from the same source.
@@ -50,26 +61,30 @@ struct GemmShape {
 
 inline constexpr int GEMM_BM = 128;       // tile rows (the statistics tile height as well)
 inline constexpr int GEMM_BN = 128;       // tile columns
-inline constexpr int GEMM_BK = 8;         // K depth of one shared-memory stage
+inline constexpr int GEMM_BK = 16;        // K depth of one shared-memory stage
+inline constexpr int GEMM_STAGES = 3;     // cp.async pipeline depth (STAGES - 1 slices in flight)
 inline constexpr int GEMM_TM = 8;         // accumulator rows per thread: two groups of 4, 64 rows apart
 inline constexpr int GEMM_TN = 8;         // accumulator cols per thread: two groups of 4, 64 cols apart
 inline constexpr int GEMM_THREADS = 256;  // (BM / TM) * (BN / TN)
 inline constexpr int GEMM_MIN_BLOCKS = 2; // second __launch_bounds__ argument: caps registers at 128
-// Shared tiles are K-major ([BK][BM] for A, [BK][BN] for B) so a thread reads its 4-wide row
-// and column fragments as float4. The row stride is padded by 4 floats so that the transposing
-// stores of the k-contiguous loads hit 32 distinct banks (4 * 132 = 16 mod 32), and stays a
-// multiple of 4 floats for 16-byte fragment reads.
+// Shared tiles are K-major ([BK][BM] for A, [BK][BN] for B). The row stride is padded by 4
+// floats so that the transposing 4-byte copies (a warp: 8 k x 4 rows) hit 32 distinct banks
+// (132 = 4 mod 32), and stays a multiple of 4 floats for 16-byte fragment reads and copies.
 inline constexpr int GEMM_LDS = GEMM_BM + 4;
-inline constexpr int GEMM_STAGE_FLOATS = GEMM_BK * GEMM_LDS * 2;      // A tile + B tile
+inline constexpr int GEMM_TILE_FLOATS = GEMM_BK * GEMM_LDS;          // one operand's K-slice
+inline constexpr int GEMM_STAGE_FLOATS = 2 * GEMM_TILE_FLOATS;       // A tile + B tile
 inline constexpr int GEMM_ROW_GROUPS = GEMM_BM / GEMM_TM;             // threads sharing one column: 16
-inline constexpr int gemm_mainloop_bytes = 2 * GEMM_STAGE_FLOATS * 4; // two stages
+inline constexpr int gemm_mainloop_bytes = GEMM_STAGES * GEMM_STAGE_FLOATS * 4; // 50688
 inline constexpr int gemm_stats_bytes = 2 * GEMM_ROW_GROUPS * GEMM_BN * 4; // mean and M2 per group
 inline constexpr int gemm_smem_bytes =
     gemm_mainloop_bytes > gemm_stats_bytes ? gemm_mainloop_bytes : gemm_stats_bytes;
 
-static_assert(GEMM_BM == 128 && GEMM_BN == 128 && GEMM_BK == 8 && GEMM_THREADS == 256,
-              "the load and fragment mappings below are written for this configuration");
-static_assert(GEMM_LDS % 4 == 0, "fragment reads are 16 bytes");
+static_assert(GEMM_BM == 128 && GEMM_BN == 128 && GEMM_BK == 16 && GEMM_THREADS == 256,
+              "the copy and fragment mappings below are written for this configuration");
+static_assert(GEMM_STAGES >= 2, "the pipeline needs at least two stages");
+static_assert(GEMM_LDS % 4 == 0 && GEMM_LDS % 32 == 4,
+              "fragment reads are 16 bytes; the transposing copies need stride = 4 mod 32");
+static_assert(GEMM_MIN_BLOCKS * gemm_smem_bytes <= 227 * 1024, "two blocks must fit an SM");
 
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -81,44 +96,48 @@ __device__ __forceinline__ bool vec4_ok(const float *p, int ld) {
   return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0 && (ld & 3) == 0;
 }
 
-// P[row, col .. col+3] of a row-major [rows, cols] matrix, zero outside it. col % 4 == 0.
-__device__ __forceinline__ float4 load4(const float *__restrict__ p, int ld, int row, int col,
-                                        int rows, int cols, bool vec) {
-  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (row < rows) {
-    const float *q = p + (static_cast<long long>(row) * ld + col);
-    if (vec && col + 3 < cols) {
-      v = __ldg(reinterpret_cast<const float4 *>(q));
-    } else {
-      if (col < cols)
-        v.x = __ldg(q);
-      if (col + 1 < cols)
-        v.y = __ldg(q + 1);
-      if (col + 2 < cols)
-        v.z = __ldg(q + 2);
-      if (col + 3 < cols)
-        v.w = __ldg(q + 3);
-    }
-  }
-  return v;
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned long long a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return static_cast<unsigned>(a);
+}
+// 16-byte async copy; only src_bytes (0..16) are read, the rest of the 16 is zero-filled.
+__device__ __forceinline__ void cp_async16(unsigned dst, const float *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+// 4-byte async copy; src_bytes is 0 (zero-fill, nothing read) or 4.
+__device__ __forceinline__ void cp_async4(unsigned dst, const float *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Thread t of the block loads 4 consecutive k of one tile row (k-contiguous operand: A, or B
-// when TransB): row t / 2, k offset (t % 2) * 4. 128 rows x 8 k = 1024 floats = 256 float4.
-__device__ __forceinline__ int kmajor_row(int t) { return t >> 1; }
-__device__ __forceinline__ int kmajor_k(int t) { return (t & 1) * 4; }
-// Thread t loads 4 consecutive n of one k row of B when !TransB: k row t / 32, n offset
-// (t % 32) * 4.
-__device__ __forceinline__ int nmajor_k(int t) { return t >> 5; }
-__device__ __forceinline__ int nmajor_col(int t) { return (t & 31) * 4; }
-
-// Stores a k-contiguous float4 transposed into a K-major tile.
-__device__ __forceinline__ void store_transposed(float *tile, int t, float4 v) {
-  const int r = kmajor_row(t), kk = kmajor_k(t);
-  tile[(kk + 0) * GEMM_LDS + r] = v.x;
-  tile[(kk + 1) * GEMM_LDS + r] = v.y;
-  tile[(kk + 2) * GEMM_LDS + r] = v.z;
-  tile[(kk + 3) * GEMM_LDS + r] = v.w;
+// Copies one K-slice of a k-contiguous operand P ([rows, k] row-major) into the K-major tile at
+// shared address dst (tile[kk * LDS + r] = P[r0 + r, k0 + kk]). Thread t copies rows
+// t / 8 + 32 * i (i < 4) at k offsets t % 8 + 8 * h (h < 2): a warp covers 4 rows x 8 k, so
+// each global segment is 32 contiguous bytes and the 32 shared words land in bank
+// 4 * (t % 8) + (t / 8) % 4 (+ a warp constant): all distinct. p is &P[r0 + t / 8, t % 8],
+// row32 = 32 * ld, rows_left = rows - (r0 + t / 8), k_left = k - (k0 + t % 8).
+__device__ __forceinline__ void copy_kmajor(unsigned dst, const float *__restrict__ P,
+                                            const float *p, long long row32, int k0,
+                                            int rows_left, int k_left) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool ok = 32 * i < rows_left && 8 * h < k_left;
+      const float *src = p + (i * row32 + (k0 + 8 * h));
+      cp_async4(dst + ((8 * h) * GEMM_LDS + 32 * i) * 4, ok ? src : P, ok ? 4 : 0);
+    }
+  }
 }
 
 // Tile-local row (column) of a thread's accumulator row i (column j): thread row group ty owns
@@ -153,7 +172,6 @@ __device__ void gemm_simt(GemmShape s, const float *__restrict__ A, int lda,
   const int t = threadIdx.x;
   const int m0 = blockIdx.y * GEMM_BM;
   const int n0 = blockIdx.x * GEMM_BN;
-  const bool vec_a = vec4_ok(A, lda);
   const bool vec_b = vec4_ok(B, ldb);
 
   // Compute mapping: a warp is 4 (rows) x 8 (cols) threads, the 8 warps are 4 x 2, so a warp's
@@ -169,65 +187,113 @@ __device__ void gemm_simt(GemmShape s, const float *__restrict__ A, int lda,
     for (int j = 0; j < GEMM_TN; ++j)
       acc[i][j] = 0.0f;
 
-  // Global -> register loads of K-tile kt (kept in registers while the previous tile is
-  // multiplied, then stored to the other shared stage).
-  auto load_a = [&](int kt) {
-    return load4(A, lda, m0 + kmajor_row(t), kt * GEMM_BK + kmajor_k(t), s.m, s.k, vec_a);
-  };
-  auto load_b = [&](int kt) {
-    if constexpr (TransB)
-      return load4(B, ldb, n0 + kmajor_row(t), kt * GEMM_BK + kmajor_k(t), s.n, s.k, vec_b);
-    else
-      return load4(B, ldb, kt * GEMM_BK + nmajor_k(t), n0 + nmajor_col(t), s.k, s.n, vec_b);
-  };
-  auto store_stage = [&](int stage, float4 a, float4 b) {
-    float *as = kf_gemm_smem + stage * GEMM_STAGE_FLOATS;
-    float *bs = as + GEMM_BK * GEMM_LDS;
-    store_transposed(as, t, a);
-    if constexpr (TransB)
-      store_transposed(bs, t, b);
-    else
-      *reinterpret_cast<float4 *>(bs + nmajor_k(t) * GEMM_LDS + nmajor_col(t)) = b;
-  };
-
-  const int ktiles = (s.k + GEMM_BK - 1) / GEMM_BK;
-  {
-    const float4 a = load_a(0), b = load_b(0);
-    store_stage(0, a, b);
+  // Per-thread copy state (see copy_kmajor): the k-contiguous operands start at row t / 8 and
+  // k offset t % 8 of the tile; B when !TransB at k row t / 32 (+ 8) and columns (t % 32) * 4.
+  const unsigned smem0 = smem_addr(kf_gemm_smem);
+  const int cr = t >> 3, ck = t & 7;
+  const unsigned kmajor_dst = ((ck * GEMM_LDS + cr) * 4);
+  const float *pa = A + (static_cast<long long>(m0 + cr) * lda + ck);
+  const long long a_row32 = 32ll * lda;
+  const int a_rows_left = s.m - (m0 + cr);
+  // TransB: B's rows (= columns of C) as for A. !TransB: pb = &B[t / 32, n0 + (t % 32) * 4],
+  // b_step = 8 * ldb (the second copy's k row), b_left = n - (n0 + (t % 32) * 4) columns.
+  const float *pb;
+  long long b_step;
+  int b_left;
+  if constexpr (TransB) {
+    pb = B + (static_cast<long long>(n0 + cr) * ldb + ck);
+    b_step = 32ll * ldb;
+    b_left = s.n - (n0 + cr);
+  } else {
+    pb = B + (static_cast<long long>(t >> 5) * ldb + (n0 + (t & 31) * 4));
+    b_step = 8ll * ldb;
+    b_left = s.n - (n0 + (t & 31) * 4);
   }
-  __syncthreads();
 
-  for (int kt = 0; kt < ktiles; ++kt) {
-    const int cur = kt & 1;
-    const bool more = kt + 1 < ktiles;
-    float4 next_a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), next_b = next_a;
-    if (more) {
-      next_a = load_a(kt + 1);
-      next_b = load_b(kt + 1);
+  // Issues the copies of K-slice kt into stage st (the caller makes one commit group).
+  auto load_stage = [&](int st, int kt) {
+    const int k0 = kt * GEMM_BK;
+    const unsigned a_dst = smem0 + st * (GEMM_STAGE_FLOATS * 4);
+    const unsigned b_dst = a_dst + GEMM_TILE_FLOATS * 4;
+    copy_kmajor(a_dst + kmajor_dst, A, pa, a_row32, k0, a_rows_left, s.k - (k0 + ck));
+    if constexpr (TransB) {
+      copy_kmajor(b_dst + kmajor_dst, B, pb, b_step, k0, b_left, s.k - (k0 + ck));
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int krow = (t >> 5) + 8 * h;
+        const bool k_ok = k0 + krow < s.k;
+        const unsigned dst = b_dst + (krow * GEMM_LDS + (t & 31) * 4) * 4;
+        const float *src = pb + (static_cast<long long>(k0) * ldb + h * b_step);
+        if (vec_b) {
+          int bytes = k_ok ? b_left * 4 : 0;
+          bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
+          cp_async16(dst, bytes > 0 ? src : B, bytes);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const bool ok = k_ok && e < b_left;
+            cp_async4(dst + e * 4, ok ? src + e : B, ok ? 4 : 0);
+          }
+        }
+      }
     }
-    const float *as = kf_gemm_smem + cur * GEMM_STAGE_FLOATS;
-    const float *bs = as + GEMM_BK * GEMM_LDS;
+  };
+
+  // The fragments of slice kk of a stage: rows ty*4 + {0..3} and 64 + ty*4 + {0..3} of A,
+  // the same columns of B (via tx).
+  struct Frag {
+    float4 a_lo, a_hi, b_lo, b_hi;
+  };
+  auto load_frag = [&](const float *as, int kk, Frag &f) {
+    const float *bs = as + GEMM_TILE_FLOATS;
+    f.a_lo = *reinterpret_cast<const float4 *>(as + kk * GEMM_LDS + ty * 4);
+    f.a_hi = *reinterpret_cast<const float4 *>(as + kk * GEMM_LDS + 64 + ty * 4);
+    f.b_lo = *reinterpret_cast<const float4 *>(bs + kk * GEMM_LDS + tx * 4);
+    f.b_hi = *reinterpret_cast<const float4 *>(bs + kk * GEMM_LDS + 64 + tx * 4);
+  };
+
+  // Multistage pipeline: STAGES - 1 slices in flight ahead of the one being multiplied. One
+  // commit group per iteration (possibly empty) keeps the wait_group count uniform.
+  const int ktiles = (s.k + GEMM_BK - 1) / GEMM_BK;
+#pragma unroll
+  for (int st = 0; st < GEMM_STAGES - 1; ++st) {
+    if (st < ktiles)
+      load_stage(st, st);
+    cp_async_commit();
+  }
+  int stage = 0;                    // kt % STAGES
+  int next_stage = GEMM_STAGES - 1; // (kt + STAGES - 1) % STAGES
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<GEMM_STAGES - 2>(); // this thread's copies of slice kt have landed
+    __syncthreads(); // everyone's have; and everyone is done reading slice kt - 1's stage
+    if (kt + GEMM_STAGES - 1 < ktiles)
+      load_stage(next_stage, kt + GEMM_STAGES - 1); // overwrites the stage of slice kt - 1
+    cp_async_commit();
+
+    const float *as = kf_gemm_smem + stage * GEMM_STAGE_FLOATS;
+    Frag frag[2];
+    load_frag(as, 0, frag[0]);
 #pragma unroll
     for (int kk = 0; kk < GEMM_BK; ++kk) {
-      const float4 a_lo = *reinterpret_cast<const float4 *>(as + kk * GEMM_LDS + ty * 4);
-      const float4 a_hi = *reinterpret_cast<const float4 *>(as + kk * GEMM_LDS + 64 + ty * 4);
-      const float4 b_lo = *reinterpret_cast<const float4 *>(bs + kk * GEMM_LDS + tx * 4);
-      const float4 b_hi = *reinterpret_cast<const float4 *>(bs + kk * GEMM_LDS + 64 + tx * 4);
-      const float a[GEMM_TM] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
-      const float b[GEMM_TN] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w};
+      if (kk + 1 < GEMM_BK)
+        load_frag(as, kk + 1, frag[(kk + 1) & 1]);
+      const Frag &f = frag[kk & 1];
+      const float a[GEMM_TM] = {f.a_lo.x, f.a_lo.y, f.a_lo.z, f.a_lo.w,
+                                f.a_hi.x, f.a_hi.y, f.a_hi.z, f.a_hi.w};
+      const float b[GEMM_TN] = {f.b_lo.x, f.b_lo.y, f.b_lo.z, f.b_lo.w,
+                                f.b_hi.x, f.b_hi.y, f.b_hi.z, f.b_hi.w};
 #pragma unroll
       for (int i = 0; i < GEMM_TM; ++i)
 #pragma unroll
         for (int j = 0; j < GEMM_TN; ++j)
           acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
-    // The other stage was last read in iteration kt - 1, which ended with a barrier.
-    if (more)
-      store_stage(cur ^ 1, next_a, next_b);
-    __syncthreads();
+    stage = stage + 1 == GEMM_STAGES ? 0 : stage + 1;
+    next_stage = next_stage + 1 == GEMM_STAGES ? 0 : next_stage + 1;
   }
-  // Every thread is past its last shared-memory read here (the loop, or the prologue when
-  // ktiles == 0, ends with a barrier), so the statistics below may reuse the shared memory.
+  // No copy is pending (every slice's group was waited for, later groups are empty). The
+  // statistics below reuse the shared memory after a barrier of their own.
 
   // Epilogue: apply, store, and keep the stored value in acc for the statistics.
   const bool vec_c = vec4_ok(C, ldc);
@@ -284,6 +350,8 @@ __device__ void gemm_simt(GemmShape s, const float *__restrict__ A, int lda,
 #pragma unroll
   for (int i = 0; i < GEMM_TM; ++i)
     count += frag_offset(ty, i) < tile_rows;
+  cp_async_wait<0>();
+  __syncthreads(); // every thread is past its last mainloop read of the shared memory
   float *sm_mean = kf_gemm_smem;                           // [ROW_GROUPS][BN]
   float *sm_m2 = kf_gemm_smem + GEMM_ROW_GROUPS * GEMM_BN; // [ROW_GROUPS][BN]
   const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
