@@ -114,9 +114,10 @@ TEST_CASE("kfuse check: an effect is listed with the states it updates") {
                  "t2: f32[N, 16]\n");
 }
 
-TEST_CASE("kfuse check: usage errors and unreadable files exit 1 with a message") {
+TEST_CASE("kfuse check: usage errors exit 2, unreadable files 1, each with a message") {
   struct Case {
     std::string args, err;
+    int exit_code = 2;
   };
   std::vector<Case> cases = {
       {"check", "kfuse check: error: missing the .kf file argument\n"
@@ -132,14 +133,14 @@ TEST_CASE("kfuse check: usage errors and unreadable files exit 1 with a message"
       {"check examples/gemm_scale_bn.kf --dim M=4",
        "kfuse check: error: --dim M=4: pipeline 'gemm_scale_bn' has no dim 'M' (its dims: N)\n"
        "usage: kfuse check FILE.kf [--print] [--dim NAME=VALUE]...\n"},
-      {"check no/such/file.kf",
-       "error: cannot read 'no/such/file.kf': No such file or directory\n"},
-      {"check examples", "error: cannot read 'examples': Is a directory\n"},
+      {"check no/such/file.kf", "error: cannot read 'no/such/file.kf': No such file or directory\n",
+       1},
+      {"check examples", "error: cannot read 'examples': Is a directory\n", 1},
   };
   for (const Case &c : cases) {
     INFO(c.args);
     ToolRun r = run_kfuse(c.args);
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == c.exit_code);
     CHECK(r.out.empty());
     CHECK(r.err == c.err);
   }

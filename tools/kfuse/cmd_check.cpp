@@ -69,7 +69,9 @@ int cmd_check(int argc, char **argv) {
   } catch (const dsl::DiagnosticError &e) {
     std::fputs(e.what(), stderr);
   } catch (const UsageError &e) {
+    // The command line, not the file, is wrong: exit 2, as every kfuse command does for it.
     std::fprintf(stderr, "kfuse check: error: %s\n%s", e.what(), kUsage);
+    return 2;
   } catch (const std::exception &e) {
     std::fprintf(stderr, "kfuse check: error: %s\n", e.what());
   } catch (...) {
