@@ -1,5 +1,6 @@
 #include "compiler/lower.h"
 
+#include "compiler/codegen/gpu_support.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/printer.h"
 #include "compiler/plan/plan_printer.h"
@@ -62,6 +63,8 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   Lowered l;
   dsl::Diagnostics diags(src);
   l.graph = dsl::parse_kf(src, diags);
+  if (auto unsupported = codegen::gpu_unsupported(l.graph))
+    diags.error(l.graph[unsupported->value].loc, unsupported->message);
   const Dump dump(l.graph.name, options.mode);
   if (dump.wants("ir"))
     dump.emit("0-parsed", ".kf", ir::print_kf(l.graph));

@@ -27,7 +27,8 @@ struct Lowered {
   codegen::Program program;
 };
 
-// Throws dsl::DiagnosticError for a .kf error, kfuse::Error for a KFUSE_DUMP it cannot honour.
+// Throws dsl::DiagnosticError for a .kf error or what the GPU path does not run
+// (codegen::gpu_unsupported), kfuse::Error for a KFUSE_DUMP it cannot honour.
 Lowered lower(const dsl::SourceFile &src, const LowerOptions &options);
 
 } // namespace kfuse

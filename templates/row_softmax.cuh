@@ -8,9 +8,9 @@
 // One block of Threads threads per row: the generated entry point calls
 //   row_softmax<Threads, Log>(blockIdx.x, n, in, ld_in, out, ld_out, pre, smem, smem_floats)
 // with grid = dim3(m), block = dim3(Threads), and smem / smem_floats its dynamic shared memory
-// (16-byte aligned): round_up(n, 4) floats where that fits in ROW_SOFTMAX_SMEM_CAP_BYTES, none
-// otherwise (smem_floats = 0: the kernel streams). Threads: a multiple of 32, at most 1024;
-// row_softmax_threads(n) is a reasonable choice.
+// (16-byte aligned): round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES, none otherwise
+// (smem_floats = 0: the kernel streams). Threads: a multiple of 32, at most 1024; row_threads(n)
+// is a reasonable choice. The shared machinery is in row_kernel.cuh.
 //
 // Two paths, chosen per call:
 // - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared
@@ -24,135 +24,15 @@
 // element of the row is written (resident path), or by the thread that later overwrites it
 // (streaming path).
 //
-// Deterministic: each thread accumulates its elements in a fixed order, warps reduce with a
-// butterfly (each step is commutative, so all lanes agree bitwise), and the per-warp results are
-// combined in warp order.
-//
 // Special values follow PyTorch: a NaN in the row makes the row NaN; -inf elements give 0
 // (-inf for Log); a row of only -inf gives NaN.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// code generator can size shared memory with the same constants.
 #pragma once
 
-#include "host_device.cuh"
+#include "row_kernel.cuh"
 
 namespace kf {
 
-// Default cap on the dynamic shared memory of one row block. An H100 block may opt in to
-// 227 KiB; above 48 KiB the launcher must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
-inline constexpr int ROW_SOFTMAX_SMEM_CAP_BYTES = 200 * 1024;
-
-// Block size by row length: about 8 to 32 elements per thread.
-KF_HOST_DEVICE constexpr int row_softmax_threads(int n) {
-  return n <= 1024 ? 128 : n <= 4096 ? 256 : n <= 16384 ? 512 : 1024;
-}
-
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-
-namespace row_detail {
-
-// NVRTC has no <cmath> INFINITY.
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-__device__ __forceinline__ bool aligned16(const void *p) {
-  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
-}
-
-// All threads of the block get the max / sum of v over the block. Uses red[32] of shared memory
-// and leaves it free for the next call (trailing barrier).
-template <int Threads> __device__ __forceinline__ float block_max(float v, float *red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if ((threadIdx.x & 31) == 0)
-    red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = red[0];
-#pragma unroll
-  for (int w = 1; w < Threads / 32; ++w)
-    r = fmaxf(r, red[w]);
-  __syncthreads();
-  return r;
-}
-
-template <int Threads> __device__ __forceinline__ float block_sum(float v, float *red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  if ((threadIdx.x & 31) == 0)
-    red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = red[0];
-#pragma unroll
-  for (int w = 1; w < Threads / 32; ++w)
-    r += red[w];
-  __syncthreads();
-  return r;
-}
-
-// Online softmax summary: the running max m and sum s of exp(y - m) over the values seen.
-struct MaxSum {
-  float m, s;
-};
-
-__device__ __forceinline__ void online_add(MaxSum &a, float y) {
-  if (y > a.m) {
-    a.s = a.s * expf(a.m - y) + 1.0f; // a.m = -inf: exp(-inf) = 0
-    a.m = y;
-  } else {
-    // -inf adds 0 (exp(-inf - -inf) would be NaN); NaN fails y > a.m and poisons s.
-    a.s += y == neg_inf() ? 0.0f : expf(y - a.m);
-  }
-}
-
-// Commutative bitwise (fmaxf and + are), so butterfly lanes agree.
-__device__ __forceinline__ MaxSum online_merge(MaxSum a, MaxSum b) {
-  const float m = fmaxf(a.m, b.m);
-  // An empty side (s == 0, m == -inf) adds 0 rather than 0 * exp(NaN).
-  const float sa = a.s == 0.0f ? 0.0f : a.s * expf(a.m - m);
-  const float sb = b.s == 0.0f ? 0.0f : b.s * expf(b.m - m);
-  return MaxSum{m, sa + sb};
-}
-
-template <int Threads> __device__ __forceinline__ MaxSum block_max_sum(MaxSum v, float *red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
-    v = online_merge(v, other);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    red[threadIdx.x >> 5] = v.m;
-    red[32 + (threadIdx.x >> 5)] = v.s;
-  }
-  __syncthreads();
-  MaxSum r{red[0], red[32]};
-#pragma unroll
-  for (int w = 1; w < Threads / 32; ++w)
-    r = online_merge(r, MaxSum{red[w], red[32 + w]});
-  __syncthreads();
-  return r;
-}
-
-// Four consecutive elements starting at a multiple of 4; p + i*4 is 16-byte aligned when vec.
-__device__ __forceinline__ float4 load4(const float *p, int i, bool vec) {
-  if (vec)
-    return __ldg(reinterpret_cast<const float4 *>(p) + i);
-  return make_float4(__ldg(p + 4 * i), __ldg(p + 4 * i + 1), __ldg(p + 4 * i + 2),
-                     __ldg(p + 4 * i + 3));
-}
-__device__ __forceinline__ void store4(float *p, int i, float4 v, bool vec) {
-  if (vec) {
-    reinterpret_cast<float4 *>(p)[i] = v;
-  } else {
-    p[4 * i] = v.x;
-    p[4 * i + 1] = v.y;
-    p[4 * i + 2] = v.z;
-    p[4 * i + 3] = v.w;
-  }
-}
-
-} // namespace row_detail
 
 // Pre concept: __device__ float operator()(int col, float x) const.
 template <int Threads, bool Log, class Pre>

@@ -8,7 +8,7 @@
 #include "templates/gemm_simt.cuh"
 #include "templates/gemm_sm90.cuh"
 #include "templates/gemm_tc.cuh"
-#include "templates/row_softmax.cuh"
+#include "templates/row_kernel.cuh"
 
 #include <algorithm>
 #include <fmt/format.h>
@@ -64,7 +64,6 @@ public:
         body += gemm(k, w, launch);
         break;
       case KernelKind::Row:
-        includes_.insert("row_softmax.cuh");
         body += row(k, w, launch);
         break;
       case KernelKind::Elementwise:
@@ -220,28 +219,35 @@ private:
     return s;
   }
 
-  std::string row(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) const {
+  // A row kernel: a block per row of the anchor's input, the inline chain before it applied
+  // on load (the prologue); the anchor's class picks the template.
+  std::string row(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
     const Value &op = g_[k.anchor];
-    int rank = op.type.rank();
-    double d = op.attr("dim");
-    if (!(d == -1 || d == rank - 1))
-      throw CodegenError(fmt::format("pipeline '{}': {} over dim={} of {} is not supported on the "
-                                     "GPU (only the last axis)",
-                                     g_.name, op_info(op.op).name, d, op.type.str()));
     ValueId in = op.args[0], leaf = matrix_read(g_, k);
+    const TensorType &t = g_[in].type;
+    int rank = t.rank();
+    if (op.attrs.count("dim")) { // softmax and the reductions name their axis
+      double d = op.attr("dim");
+      if (!(d == -1 || d == rank - 1))
+        throw CodegenError(fmt::format("pipeline '{}': {} over dim={} of {} is not supported on "
+                                       "the GPU (only the last axis)",
+                                       g_.name, op_info(op.op).name, d, t.str()));
+    }
     if (leaf < 0)
       leaf = in; // a rank-1 row: the input itself is stored
-    launch.rows = rank == 2 ? op.type.shape[0] : Dim::constant(1);
-    launch.cols = op.type.shape[static_cast<size_t>(rank - 1)];
-    const int threads = launch.cols.is_symbolic()
-                            ? 256
-                            : kf::row_softmax_threads(static_cast<int>(launch.cols.value));
+    launch.rows = rank == 2 ? t.shape[0] : Dim::constant(1);
+    launch.cols = t.shape.back();
+    const int threads =
+        launch.cols.is_symbolic() ? 256 : kf::row_threads(static_cast<int>(launch.cols.value));
+    bool reduce = op_info(op.op).cls == OpClass::Reduce;
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Tiles; // a block per row
     geo.rows = launch.rows;
     geo.block_threads = threads;
-    geo.row_length = launch.cols;
-    geo.row_bytes_cap = kf::ROW_SOFTMAX_SMEM_CAP_BYTES;
+    if (!reduce) { // a reduction reads its row once and keeps nothing resident
+      geo.row_length = launch.cols;
+      geo.row_bytes_cap = kf::ROW_SMEM_CAP_BYTES;
+    }
     std::string type = k.name + "_prologue";
     std::string s = functor_head(type, w);
     s += fmt::format(
@@ -249,16 +255,58 @@ private:
         "{}{}return {};\n  }}\n}};\n",
         w.column_statements(kIndent), kIndent, w.var(leaf), w.element_statements(kIndent, {leaf}),
         kIndent, w.var(in));
-    std::string n = KernelWriter::extent(launch.cols);
-    s += fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n"
-        "  extern __shared__ __align__(16) float smem[];\n"
-        "  const {} pre{};\n"
-        "  kf::row_softmax<{}, {}>(blockIdx.x, {}, {}, {}, {}, {}, pre, smem, smem_floats);\n}}\n",
-        threads, k.name, w.param_list(), type, w.member_initializer(), threads,
-        op.op == OpKind::LogSoftmax ? "true" : "false", n, w.ptr(leaf), n, w.ptr(k.stores.at(0)),
-        n);
-    return s;
+    std::string n = KernelWriter::extent(launch.cols), src = w.ptr(leaf),
+                dst = w.ptr(k.stores.at(0));
+    std::string head =
+        fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n", threads,
+                    k.name, w.param_list());
+    std::string pre = fmt::format("  const {} pre{};\n", type, w.member_initializer());
+    switch (op_info(op.op).cls) {
+    case OpClass::Row:
+      includes_.insert("row_softmax.cuh");
+      return s + head + "  extern __shared__ __align__(16) float smem[];\n" + pre +
+             fmt::format("  kf::row_softmax<{}, {}>(blockIdx.x, {}, {}, {}, {}, {}, pre, smem, "
+                         "smem_floats);\n}}\n",
+                         threads, op.op == OpKind::LogSoftmax ? "true" : "false", n, src, n, dst,
+                         n);
+    case OpClass::RowNorm: {
+      includes_.insert("row_norm.cuh");
+      std::string affine = "y";
+      if (op.args.size() > 1)
+        affine += fmt::format(" * {}[col]", w.ptr(op.args[1]));
+      if (op.args.size() > 2)
+        affine += fmt::format(" + {}[col]", w.ptr(op.args[2]));
+      s += fmt::format("struct {0}_affine {{\n{1}  __device__ float operator()(int col, float y) "
+                       "const {{ return {2}; }}\n}};\n",
+                       k.name, w.member_declarations("  "), affine);
+      return s + head + "  extern __shared__ __align__(16) float smem[];\n" + pre +
+             fmt::format("  const {}_affine post{};\n", k.name, w.member_initializer()) +
+             fmt::format("  kf::row_norm<{}, {}>(blockIdx.x, {}, {}, {}, {}, {}, {}, pre, post, "
+                         "smem, smem_floats);\n}}\n",
+                         threads, op.op == OpKind::RmsNorm ? "true" : "false", n, src, n, dst, n,
+                         float_literal(op.attr("eps")));
+    }
+    case OpClass::Reduce: {
+      includes_.insert("row_reduce.cuh");
+      double correction = op.attrs.count("correction") ? op.attr("correction") : 0.0;
+      return s + head + pre +
+             fmt::format("  kf::row_reduce<{}, kf::Reduce::{}>(blockIdx.x, {}, {}, {}, {}, {}, "
+                         "pre);\n}}\n",
+                         threads, op_info(op.op).reducer, n, src, n, dst,
+                         float_literal(correction));
+    }
+    case OpClass::Gemm:
+    case OpClass::Norm:
+    case OpClass::Binary:
+    case OpClass::Unary:
+    case OpClass::ColReduce:
+    case OpClass::ColAffine:
+    case OpClass::Effect:
+    case OpClass::Constant:
+      break;
+    }
+    throw CodegenError(fmt::format("internal error: kernel {} is a row kernel around {}", k.name,
+                                   op_info(op.op).name));
   }
 
   std::string elementwise(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) const {

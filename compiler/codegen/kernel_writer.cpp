@@ -36,7 +36,8 @@ KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
   }
   for (const std::string &d : g_.dims)
     params_.push_back({LaunchParam::Kind::Dim, -1, d});
-  if (k.kind == plan::KernelKind::Row)
+  // Row kernels keep a resident row in shared memory, except reductions (one read, no row).
+  if (k.kind == plan::KernelKind::Row && op_info(g_[k.anchor].op).cls != OpClass::Reduce)
     params_.push_back({LaunchParam::Kind::SmemFloats, -1, {}});
 }
 
@@ -85,6 +86,8 @@ static std::string cuda_attr(const AttrSpec &spec, const AttrValue &a) {
     return float_literal(a.number);
   case AttrKind::Choice:
     return a.dim;
+  case AttrKind::Bool:
+    return a.number != 0 ? "true" : "false";
   case AttrKind::Extent:
   case AttrKind::DType:
     break;

@@ -387,10 +387,16 @@ private:
     std::string takes = info.min_args == info.max_args
                             ? fmt::format("{}", info.min_args)
                             : fmt::format("{} to {}", info.min_args, info.max_args);
-    if (n > info.max_args)
-      diags_.error(
-          args[static_cast<size_t>(info.max_args)].range,
-          fmt::format("too many arguments to {}: it takes {}, got {}", info.name, takes, n));
+    if (n > info.max_args) {
+      // `max(a, b)` is torch.max's elementwise form: point at the op the call fits.
+      CallShape written{n, {}};
+      for (const auto &[key, range] : attr_keys)
+        written.attrs.push_back(key);
+      std::optional<std::string_view> fits = extension_fitting(info.name, written);
+      diags_.error(args[static_cast<size_t>(info.max_args)].range,
+                   fmt::format("too many arguments to {}: it takes {}, got {}{}", info.name, takes,
+                               n, fits ? fmt::format("; did you mean '{}'?", *fits) : ""));
+    }
     if (n < info.min_args)
       diags_.error(name.range(), fmt::format("too few arguments to {}: it takes {}, got {}",
                                              info.name, takes, n));
@@ -495,6 +501,13 @@ private:
   // suggest `sub`). A known op that starts with the word comes first (`max(a, b)`:
   // `maximum`), then the closest spelling.
   static std::string op_suggestion(std::string_view word, const std::optional<CallShape> &shape) {
+    if (std::optional<std::string_view> longer = extension_fitting(word, shape))
+      return fmt::format("; did you mean '{}'?", *longer);
+    return suggestion(word, fitting_ops(shape));
+  }
+
+  // The ops a call as written fits (all ops when its shape is unknown).
+  static std::vector<std::string_view> fitting_ops(const std::optional<CallShape> &shape) {
     std::vector<std::string_view> candidates;
     for (const ir::OpInfo &op : ir::all_ops()) {
       bool fits = !shape || (op.min_args <= shape->args && shape->args <= op.max_args);
@@ -506,10 +519,16 @@ private:
       if (fits)
         candidates.push_back(op.name);
     }
-    for (std::string_view c : candidates)
+    return candidates;
+  }
+
+  // An op the call fits whose name extends `word` (`max` -> `maximum`), if any.
+  static std::optional<std::string_view> extension_fitting(std::string_view word,
+                                                           const std::optional<CallShape> &shape) {
+    for (std::string_view c : fitting_ops(shape))
       if (word.size() >= 3 && c.size() > word.size() && c.substr(0, word.size()) == word)
-        return fmt::format("; did you mean '{}'?", c);
-    return suggestion(word, candidates);
+        return c;
+    return std::nullopt;
   }
 
   // The running statistics an op updates must be distinct states, each updated once.
@@ -620,6 +639,11 @@ private:
         diags_.error(
             at, fmt::format("{} must be an element type (f32, f16 or bf16), got {}", what, got));
       value = {0, std::string(t.text)};
+      break;
+    case ir::AttrKind::Bool:
+      if (!t.is(TokenKind::Identifier) || (t.text != "true" && t.text != "false"))
+        diags_.error(at, fmt::format("{} must be true or false, got {}", what, got));
+      value = {t.text == "true" ? 1.0 : 0.0, {}};
       break;
     case ir::AttrKind::Choice:
       if (!string)

@@ -10,7 +10,7 @@
 //   expr      := NAME | call
 //   call      := OP '(' [arg (',' arg)*] ')'
 //   arg       := expr | NAME '=' attrvalue     # attributes after positional arguments
-//   attrvalue := NUMBER | '-' NUMBER | NAME    # NAME: a dim (Extent) or a dtype (DType)
+//   attrvalue := NUMBER | '-' NUMBER | NAME | STRING  # NAME: a dim, a dtype, true or false
 //   dtype     := 'f32' | 'f16' | 'bf16'        extent := INTEGER | NAME (a declared dim)
 //
 // Newlines are whitespace; '#' starts a comment. The statement keywords (pipeline, dim,

@@ -8,21 +8,20 @@ namespace {
 void expect_rank(const OpInfo &op, const std::vector<TensorType> &args, int i, int rank,
                  std::string_view what) {
   if (args[i].rank() != rank)
-    throw TypeError(i, fmt::format("{} expects {} of rank {}, got {}", op.name, what, rank,
-                                   args[i].str()));
+    throw TypeError(
+        i, fmt::format("{} expects {} of rank {}, got {}", op.name, what, rank, args[i].str()));
 }
 
 void expect_dtype(const OpInfo &op, const std::vector<TensorType> &args) {
   for (size_t i = 1; i < args.size(); ++i)
     if (args[i].dtype != args[0].dtype)
-      throw TypeError(static_cast<int>(i),
-                      fmt::format("type mismatch in {}: {} and {}", op.name, args[0].str(),
-                                  args[i].str()));
+      throw TypeError(static_cast<int>(i), fmt::format("type mismatch in {}: {} and {}", op.name,
+                                                       args[0].str(), args[i].str()));
 }
 
 // Both extents must be the same constant or the same symbolic dim.
-void unify(const OpInfo &op, const std::vector<TensorType> &args, int i, const Dim &a,
-           const Dim &b, std::string_view what) {
+void unify(const OpInfo &op, const std::vector<TensorType> &args, int i, const Dim &a, const Dim &b,
+           std::string_view what) {
   if (a != b)
     throw TypeError(i, fmt::format("dims cannot unify in {}: {} is {} in the input {} but {} in "
                                    "argument {} {}",
@@ -36,6 +35,17 @@ void expect_feature_vector(const OpInfo &op, const std::vector<TensorType> &args
   if (args[i].rank() != 1 || args[i].shape[0] != c)
     throw TypeError(i, fmt::format("shape mismatch in {}: {} must be [{}] to match {}, got {}",
                                    op.name, what, c.str(), args[0].str(), args[i].str()));
+}
+
+// The axis the `dim` attribute names, in [0, rank) (a negative dim counts from the end).
+size_t axis_of(const OpInfo &op, const TensorType &x,
+               const std::map<std::string, AttrValue> &attrs) {
+  double d = attrs.at("dim").number;
+  int rank = x.rank();
+  if (d < -rank || d >= rank)
+    throw TypeError(
+        -1, fmt::format("{}: dim={} is out of range for {} (rank {})", op.name, d, x.str(), rank));
+  return static_cast<size_t>(d < 0 ? d + rank : d);
 }
 
 } // namespace
@@ -112,13 +122,30 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
   }
   case OpClass::Unary:
     return args[0];
-  case OpClass::Row: {
-    double d = attrs.at("dim").number;
-    int rank = args[0].rank();
-    if (d < -rank || d >= rank)
-      throw TypeError(-1, fmt::format("{}: dim={} is out of range for {} (rank {})", op.name, d,
-                                      args[0].str(), rank));
+  case OpClass::Row:
+    axis_of(op, args[0], attrs);
     return args[0];
+  case OpClass::RowNorm: {
+    const Dim &f = args[0].shape.back();
+    static const char *names[] = {"", "weight", "bias"};
+    for (int i = 1; i < n; ++i)
+      expect_feature_vector(op, args, i, f, names[i]);
+    return args[0];
+  }
+  case OpClass::Reduce: {
+    size_t axis = axis_of(op, args[0], attrs);
+    int rank = args[0].rank();
+    bool keepdim = attrs.at("keepdim").number != 0;
+    if (rank == 1 && !keepdim)
+      throw TypeError(-1, fmt::format("{} of {} needs keepdim=true: the result would have rank 0, "
+                                      "and tensors have rank 1 or 2",
+                                      op.name, args[0].str()));
+    std::vector<Dim> shape = args[0].shape;
+    if (keepdim)
+      shape[axis] = Dim::constant(1);
+    else
+      shape.erase(shape.begin() + static_cast<std::ptrdiff_t>(axis));
+    return {dt, shape};
   }
   case OpClass::ColReduce:
     expect_rank(op, args, 0, 2, "its input");
@@ -128,9 +155,9 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     for (int i = 1; i < 3; ++i)
       if (!(args[i].rank() == 1 &&
             (args[i].shape[0] == args[0].shape[1] || args[i].shape[0] == Dim::constant(1))))
-        throw TypeError(i, fmt::format("shape mismatch in col_affine: {} must be [{}] or [1], got {}",
-                                       i == 1 ? "alpha" : "beta", args[0].shape[1].str(),
-                                       args[i].str()));
+        throw TypeError(
+            i, fmt::format("shape mismatch in col_affine: {} must be [{}] or [1], got {}",
+                           i == 1 ? "alpha" : "beta", args[0].shape[1].str(), args[i].str()));
     return args[0];
   }
   case OpClass::Effect: {

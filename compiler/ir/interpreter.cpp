@@ -169,6 +169,55 @@ HostTensor softmax(const HostTensor &x, int dim, bool take_log) {
   return out;
 }
 
+// A reduction along `dim`, viewing the tensor as [outer, len, inner]; `shape` is the result's
+// (the reduced axis kept as 1 or dropped: the same values in the same order).
+HostTensor reduction(const Value &v, const HostTensor &x, int dim, std::vector<int64_t> shape) {
+  const OpInfo &info = op_info(v.op);
+  std::vector<double> attr = attr_numbers(info, v.attrs);
+  int64_t outer = 1, inner = 1, len = x.shape[static_cast<size_t>(dim)];
+  for (int d = 0; d < dim; ++d)
+    outer *= x.shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(dim) + 1; d < x.shape.size(); ++d)
+    inner *= x.shape[d];
+  HostTensor out = zeros(std::move(shape));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in)
+      out.data[o * inner + in] =
+          info.reduce(&x.data[o * len * inner + in], len, inner, attr.data());
+  return out;
+}
+
+// layernorm / rmsnorm over the last axis, as F.layer_norm (biased variance, two passes) and
+// F.rms_norm compute them, then the optional per-feature weight and bias.
+HostTensor row_norm(const Value &v, const std::vector<const HostTensor *> &args) {
+  const HostTensor &x = *args[0];
+  int64_t f = x.shape.back(), rows = x.numel() / f;
+  double eps = v.attr("eps");
+  bool layer = v.op == OpKind::LayerNorm;
+  HostTensor out = zeros(x.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *row = &x.data[r * f];
+    double mean = 0, m2 = 0;
+    if (layer) {
+      for (int64_t j = 0; j < f; ++j)
+        mean += row[j];
+      mean /= static_cast<double>(f);
+    }
+    for (int64_t j = 0; j < f; ++j)
+      m2 += (row[j] - mean) * (row[j] - mean);
+    double scale = 1.0 / std::sqrt(m2 / static_cast<double>(f) + eps);
+    for (int64_t j = 0; j < f; ++j) {
+      double y = (row[j] - mean) * scale;
+      if (args.size() > 1)
+        y *= args[1]->data[j];
+      if (args.size() > 2)
+        y += args[2]->data[j];
+      out.data[r * f + j] = y;
+    }
+  }
+  return out;
+}
+
 // y * alpha[j] + beta[j]; alpha and beta are [C] or [1].
 HostTensor col_affine(const HostTensor &y, const HostTensor &alpha, const HostTensor &beta) {
   int64_t n = y.shape[0], c = y.shape[1];
@@ -413,6 +462,19 @@ void Interpreter::eval(ValueId id) {
     int rank = static_cast<int>(arg(0).shape.size());
     int dim = static_cast<int>(v.attr("dim"));
     out = softmax(arg(0), dim < 0 ? dim + rank : dim, v.op == OpKind::LogSoftmax);
+    break;
+  }
+  case OpClass::RowNorm: {
+    std::vector<const HostTensor *> args;
+    for (size_t i = 0; i < v.args.size(); ++i)
+      args.push_back(&arg(i));
+    out = row_norm(v, args);
+    break;
+  }
+  case OpClass::Reduce: {
+    int rank = static_cast<int>(arg(0).shape.size());
+    int dim = static_cast<int>(v.attr("dim"));
+    out = reduction(v, arg(0), dim < 0 ? dim + rank : dim, concrete_shape(v.type, dims_));
     break;
   }
   case OpClass::ColReduce: {

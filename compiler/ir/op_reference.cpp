@@ -25,6 +25,9 @@ std::string signature(const OpInfo &op) {
     case AttrKind::OptNumber:
       attrs.push_back(fmt::format("{}=none", spec.name));
       break;
+    case AttrKind::Bool:
+      attrs.push_back(fmt::format("{}={}", spec.name, spec.number != 0 ? "true" : "false"));
+      break;
     case AttrKind::Number:
     case AttrKind::Int:
     case AttrKind::Extent:
@@ -48,6 +51,8 @@ std::string shapes(const OpInfo &op) {
     return "any → same";
   case OpClass::Gemm:
   case OpClass::Norm:
+  case OpClass::RowNorm:
+  case OpClass::Reduce:
   case OpClass::ColReduce:
   case OpClass::ColAffine:
   case OpClass::Effect:

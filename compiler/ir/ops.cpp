@@ -2,6 +2,7 @@
 
 #include "compiler/ir/pointwise.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/reduce.h"
 #include "compiler/ir/types.h"
 #include "compiler/ir/verifier.h"
 
@@ -27,7 +28,11 @@ constexpr AttrSpec choice(std::string_view name, std::string_view words) {
 constexpr AttrSpec optional_number(std::string_view name, double none) {
   return {name, AttrKind::OptNumber, false, none, {}, {}};
 }
+constexpr AttrSpec boolean(std::string_view name, bool def) {
+  return {name, AttrKind::Bool, false, def ? 1.0 : 0.0, {}, {}};
+}
 constexpr Range positive{0, kInf, true, false};
+constexpr Range non_negative{0, kInf, false, false};
 constexpr Range unit{0, 1, false, false};
 
 constexpr AttrSpec kBatchNormAttrs[] = {number("eps", 1e-5, positive),
@@ -39,6 +44,12 @@ constexpr AttrSpec kClampAttrs[] = {optional_number("min", -kInf), optional_numb
 constexpr AttrSpec kSoftplusAttrs[] = {number("beta", 1.0, positive), number("threshold", 20.0)};
 constexpr AttrSpec kEluAttrs[] = {number("alpha", 1.0)};
 constexpr AttrSpec kDimAttrs[] = {required("dim", AttrKind::Int)};
+constexpr AttrSpec kReduceAttrs[] = {required("dim", AttrKind::Int), boolean("keepdim", false)};
+constexpr AttrSpec kVarAttrs[] = {required("dim", AttrKind::Int), boolean("keepdim", false),
+                                  number("correction", 1.0, non_negative)};
+constexpr AttrSpec kLayerNormAttrs[] = {number("eps", 1e-5, positive)};
+// PyTorch's F.rms_norm default: eps=None means torch.finfo(torch.float32).eps.
+constexpr AttrSpec kRmsNormAttrs[] = {number("eps", 1.1920928955078125e-07, positive)};
 constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {}, unit},
                                        required("count", AttrKind::Extent)};
 constexpr AttrSpec kConstantAttrs[] = {required("value", AttrKind::Number),
@@ -69,20 +80,54 @@ constexpr std::string_view kAny = "";
 constexpr OpInfo unary(OpKind k, std::string_view name, ScalarFn f, std::string_view cuda,
                        std::string_view semantics, Span<AttrSpec> attrs = {},
                        AttrRule rule = nullptr) {
-  return {k, name, OpClass::Unary, 1, 1, "x", attrs, false, f, cuda, rule, kAny, semantics};
+  return {k, name, OpClass::Unary, 1,    1,         "x",     attrs, false,
+          f, cuda, rule,           kAny, semantics, nullptr, {}};
 }
 constexpr OpInfo binary(OpKind k, std::string_view name, ScalarFn f, std::string_view cuda,
                         std::string_view semantics) {
-  return {k, name, OpClass::Binary, 2, 2, "a, b", {}, false, f, cuda, nullptr, kAny, semantics};
+  return {k, name, OpClass::Binary, 2,    2,         "a, b",  {}, false,
+          f, cuda, nullptr,         kAny, semantics, nullptr, {}};
 }
 
 // A row normalization along `dim`.
 constexpr OpInfo row(OpKind k, std::string_view name, std::string_view semantics) {
-  return {k,     name,    OpClass::Row, 1,       1,    "x",      kDimAttrs,
-          false, nullptr, {},           nullptr, kAny, semantics};
+  return {k,       name, OpClass::Row, 1,    1,         "x",     kDimAttrs, false,
+          nullptr, {},   nullptr,      kAny, semantics, nullptr, {}};
+}
+
+// A normalization over the feature axis (the last) with optional per-feature vectors.
+constexpr OpInfo row_norm(OpKind k, std::string_view name, int max_args, std::string_view operands,
+                          Span<AttrSpec> attrs, std::string_view semantics) {
+  return {k,         name,     OpClass::RowNorm,
+          1,         max_args, operands,
+          attrs,     false,    nullptr,
+          {},        nullptr,  "`x: [N, F]`, the others `[F]` → `[N, F]`",
+          semantics, nullptr,  {}};
+}
+
+// A reduction along `dim`; `reducer` names its kf::Reduce in templates/row_reduce.cuh.
+constexpr OpInfo reduction(OpKind k, std::string_view name, ReduceFn f, std::string_view reducer,
+                           std::string_view semantics, Span<AttrSpec> attrs = kReduceAttrs) {
+  return {k,
+          name,
+          OpClass::Reduce,
+          1,
+          1,
+          "x",
+          attrs,
+          false,
+          nullptr,
+          {},
+          nullptr,
+          "`x: [N, F]` → `[N, 1]` (`dim=1`, `keepdim=true`), `[N]` (`dim=1`), `[1, F]` or `[F]` "
+          "(`dim=0`)",
+          semantics,
+          f,
+          reducer};
 }
 
 namespace pw = pointwise;
+namespace rd = reduce;
 
 constexpr OpInfo kOps[] = {
     {OpKind::Linear,
@@ -97,7 +142,9 @@ constexpr OpInfo kOps[] = {
      {},
      nullptr,
      "`x: [N, K]`, `weight: [M, K]`, `bias: [M]` → `[N, M]`",
-     "`F.linear(x, weight, bias)` = `x @ weight.T + bias`"},
+     "`F.linear(x, weight, bias)` = `x @ weight.T + bias`",
+     nullptr,
+     {}},
     {OpKind::Matmul,
      "matmul",
      OpClass::Gemm,
@@ -110,7 +157,9 @@ constexpr OpInfo kOps[] = {
      {},
      nullptr,
      "`a: [N, K]`, `b: [K, M]` → `[N, M]`",
-     "`a @ b`"},
+     "`a @ b`",
+     nullptr,
+     {}},
     {OpKind::BatchNorm,
      "batchnorm",
      OpClass::Norm,
@@ -124,7 +173,9 @@ constexpr OpInfo kOps[] = {
      nullptr,
      "`x: [N, C]`, the others `[C]` → `[N, C]`",
      "`F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)`; "
-     "below"},
+     "below",
+     nullptr,
+     {}},
 
     binary(OpKind::Add, "add", pw::add, "{0} + {1}", "`a + b`"),
     binary(OpKind::Sub, "sub", pw::sub, "{0} - {1}", "`a - b`"),
@@ -179,6 +230,30 @@ constexpr OpInfo kOps[] = {
     row(OpKind::LogSoftmax, "log_softmax",
         "`torch.log_softmax(x, dim)`, computed as `(x - max) - log(Σ exp(x - max))`"),
 
+    row_norm(OpKind::LayerNorm, "layernorm", 3, "x, weight?, bias?", kLayerNormAttrs,
+             "`F.layer_norm(x, [F], weight, bias, eps)`: `(x - mean) / sqrt(var + eps) * weight + "
+             "bias`, biased variance over the feature axis"),
+    row_norm(OpKind::RmsNorm, "rmsnorm", 2, "x, weight?", kRmsNormAttrs,
+             "`F.rms_norm(x, [F], weight, eps)`: `x * rsqrt(mean(x²) + eps) * weight` over the "
+             "feature axis; `eps` defaults to PyTorch's `finfo(float32).eps`"),
+
+    reduction(OpKind::Sum, "sum", rd::sum, "Sum", "`torch.sum(x, dim, keepdim)`"),
+    reduction(OpKind::Mean, "mean", rd::mean, "Mean", "`torch.mean(x, dim, keepdim)`"),
+    reduction(OpKind::Max, "max", rd::max, "Max",
+              "the values of `torch.max(x, dim, keepdim)`: NaN if the slice holds a NaN"),
+    reduction(OpKind::Min, "min", rd::min, "Min",
+              "the values of `torch.min(x, dim, keepdim)`: NaN if the slice holds a NaN"),
+    reduction(OpKind::Amax, "amax", rd::max, "Max", "`torch.amax(x, dim, keepdim)`"),
+    reduction(OpKind::Amin, "amin", rd::min, "Min", "`torch.amin(x, dim, keepdim)`"),
+    reduction(OpKind::Logsumexp, "logsumexp", rd::logsumexp, "LogSumExp",
+              "`torch.logsumexp(x, dim, keepdim)`: `max + log(Σ exp(x - max))`, the max taken as "
+              "0 where infinite"),
+    reduction(OpKind::Var, "var", rd::var, "Var",
+              "`torch.var(x, dim, correction, keepdim)`: `Σ (x - mean)² / max(0, n - correction)`",
+              kVarAttrs),
+    reduction(OpKind::Std, "std", rd::std, "Std",
+              "`torch.std(x, dim, correction, keepdim)`: `sqrt(var)`", kVarAttrs),
+
     {OpKind::ColMean,
      "col_mean",
      OpClass::ColReduce,
@@ -191,7 +266,9 @@ constexpr OpInfo kOps[] = {
      {},
      nullptr,
      kAny,
-     "`y.mean(0)`"},
+     "`y.mean(0)`",
+     nullptr,
+     {}},
     {OpKind::ColVar,
      "col_var",
      OpClass::ColReduce,
@@ -204,7 +281,9 @@ constexpr OpInfo kOps[] = {
      {},
      nullptr,
      kAny,
-     "`y.var(0, unbiased=False)` (biased)"},
+     "`y.var(0, unbiased=False)` (biased)",
+     nullptr,
+     {}},
     {OpKind::ColAffine,
      "col_affine",
      OpClass::ColAffine,
@@ -217,7 +296,9 @@ constexpr OpInfo kOps[] = {
      "{0} * {1} + {2}",
      nullptr,
      "`y: [N, C]`, `alpha`, `beta`: `[C]` or `[1]` → `[N, C]`",
-     "`y * alpha + beta`, per column"},
+     "`y * alpha + beta`, per column",
+     nullptr,
+     {}},
     {OpKind::BnUpdate,
      "bn_update",
      OpClass::Effect,
@@ -231,9 +312,24 @@ constexpr OpInfo kOps[] = {
      nullptr,
      "`[C]` each → effect",
      "`running_mean ← (1 - momentum) * running_mean + momentum * mean`, `running_var ← (1 - "
-     "momentum) * running_var + momentum * var * count / (count - 1)`"},
-    {OpKind::Constant, "constant", OpClass::Constant, 0, 0, "", kConstantAttrs, true, nullptr,
-     "{value}", nullptr, "no arguments → `dtype[1]`", "a one-element tensor holding `value`"},
+     "momentum) * running_var + momentum * var * count / (count - 1)`",
+     nullptr,
+     {}},
+    {OpKind::Constant,
+     "constant",
+     OpClass::Constant,
+     0,
+     0,
+     "",
+     kConstantAttrs,
+     true,
+     nullptr,
+     "{value}",
+     nullptr,
+     "no arguments → `dtype[1]`",
+     "a one-element tensor holding `value`",
+     nullptr,
+     {}},
 };
 
 constexpr bool in_enum_order() {
@@ -258,6 +354,17 @@ constexpr bool pointwise_complete() {
 static_assert(pointwise_complete(),
               "every pointwise op needs fp64 semantics and a CUDA expression");
 
+// Reductions, and only they, have reduction semantics and a template reducer.
+constexpr bool reductions_complete() {
+  for (const OpInfo &op : kOps) {
+    bool reduce = op.cls == OpClass::Reduce;
+    if (reduce != (op.reduce != nullptr) || reduce == op.reducer.empty())
+      return false;
+  }
+  return true;
+}
+static_assert(reductions_complete(), "every reduction needs fp64 semantics and a reducer");
+
 std::string bound_text(double v) { return format_number(v); }
 
 } // namespace
@@ -274,6 +381,10 @@ std::string_view op_class_name(OpClass c) {
     return "pointwise unary";
   case OpClass::Row:
     return "row normalization";
+  case OpClass::RowNorm:
+    return "feature normalization";
+  case OpClass::Reduce:
+    return "reduction";
   case OpClass::ColReduce:
     return "column statistics";
   case OpClass::ColAffine:
@@ -338,6 +449,8 @@ std::string attr_expectation(const AttrSpec &spec) {
   }
   case AttrKind::OptNumber:
     return "a number";
+  case AttrKind::Bool:
+    return "true or false";
   case AttrKind::Int:
     return "an integer";
   case AttrKind::Extent:
@@ -375,6 +488,10 @@ std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a) 
     return std::nullopt;
   case AttrKind::Int:
     if (!a.dim.empty() || !is_integer || std::fabs(a.number) > kMaxExtent)
+      return wrong();
+    return std::nullopt;
+  case AttrKind::Bool:
+    if (!a.dim.empty() || (a.number != 0 && a.number != 1))
       return wrong();
     return std::nullopt;
   case AttrKind::Extent: // a dim name is checked against the graph's dims by the verifier

@@ -64,6 +64,19 @@ enum class OpKind : uint8_t {
   // row normalization
   Softmax,
   LogSoftmax,
+  // feature normalization
+  LayerNorm,
+  RmsNorm,
+  // reduction
+  Sum,
+  Mean,
+  Max,
+  Min,
+  Amax,
+  Amin,
+  Logsumexp,
+  Var,
+  Std,
   // internal
   ColMean,
   ColVar,
@@ -81,6 +94,8 @@ enum class OpClass : uint8_t {
   Binary,    // pointwise, two operands, broadcast
   Unary,     // pointwise, one operand, same shape
   Row,       // row normalization along `dim` (softmax)
+  RowNorm,   // normalization over the feature axis with a per-feature affine (layernorm)
+  Reduce,    // reduction along `dim`: [N, F] -> [N, 1] / [N] (dim=1) or [1, F] / [F] (dim=0)
   ColReduce, // column statistics: [N, C] -> [C]
   ColAffine, // per-column affine map of a matrix
   Effect,    // no value; updates states
@@ -91,8 +106,9 @@ std::string_view op_class_name(OpClass c); // "pointwise binary", ...
 // Number: a finite double. Int: an integer. Extent: a dim name or a positive integer
 // (`count=N`). DType: a type name (`dtype=f32`). Choice: one of a fixed set of words,
 // written as a string (`approximate="tanh"`). OptNumber: a finite double or absent
-// (PyTorch's None), held as the spec's infinite `number` default.
-enum class AttrKind : uint8_t { Number, Int, Extent, DType, Choice, OptNumber };
+// (PyTorch's None), held as the spec's infinite `number` default. Bool: `true` or `false`,
+// held as 1 or 0.
+enum class AttrKind : uint8_t { Number, Int, Extent, DType, Choice, OptNumber, Bool };
 
 // An attribute value: a number (`eps=1e-5`, `dim=1`) or a word: a dim name (`count=N`), a
 // type name (`dtype=f32`) or a choice (`approximate="tanh"`), held in `dim`.
@@ -136,6 +152,9 @@ template <class T> struct Span {
 // The fp64 semantics of a pointwise op: operands x and y (y unused by unary ops) and the
 // attributes as numbers in table order (a Choice as the index of its word).
 using ScalarFn = double (*)(double x, double y, const double *attr);
+// The fp64 semantics of a reduction: the n values x[0], x[stride], ..., x[(n-1)*stride] and the
+// attributes as numbers in table order.
+using ReduceFn = double (*)(const double *x, int64_t n, int64_t stride, const double *attr);
 // A constraint between attributes: nullopt when `a` satisfies it, else the problem.
 using AttrRule = std::optional<std::string> (*)(const AttrMap &a);
 
@@ -154,6 +173,8 @@ struct OpInfo {
   AttrRule rule;              // nullptr: no constraint between attributes
   std::string_view shapes;    // DSL.md: the shape rule, "" for the class's own
   std::string_view semantics; // DSL.md: the meaning, PyTorch's spelling
+  ReduceFn reduce = nullptr;  // reductions; nullptr otherwise
+  std::string_view reducer;   // reductions: the template's kf::Reduce value ("Sum", ...)
 };
 
 const OpInfo &op_info(OpKind k);

@@ -13,23 +13,6 @@ namespace {
 bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
 
-std::string format_attr(const AttrSpec &spec, const AttrValue &a) {
-  switch (spec.kind) {
-  case AttrKind::Number:
-  case AttrKind::OptNumber:
-    return format_number(a.number);
-  case AttrKind::Int:
-    return fmt::format("{}", static_cast<int64_t>(a.number));
-  case AttrKind::Extent:
-    return a.dim.empty() ? fmt::format("{}", static_cast<int64_t>(a.number)) : a.dim;
-  case AttrKind::DType:
-    return a.dim;
-  case AttrKind::Choice:
-    return "\"" + a.dim + "\"";
-  }
-  return "?";
-}
-
 // An OptNumber left at "none" (its infinite default) has no .kf spelling: it is omitted,
 // which parses back to the same value.
 bool printed(const AttrSpec &spec, const AttrValue &a) {
@@ -52,6 +35,25 @@ bool is_kf_name(std::string_view name) {
     if (!is_ident_char(c))
       return false;
   return !is_kf_keyword(name);
+}
+
+std::string format_attr(const AttrSpec &spec, const AttrValue &a) {
+  switch (spec.kind) {
+  case AttrKind::Number:
+  case AttrKind::OptNumber:
+    return format_number(a.number);
+  case AttrKind::Int:
+    return fmt::format("{}", static_cast<int64_t>(a.number));
+  case AttrKind::Extent:
+    return a.dim.empty() ? fmt::format("{}", static_cast<int64_t>(a.number)) : a.dim;
+  case AttrKind::DType:
+    return a.dim;
+  case AttrKind::Choice:
+    return "\"" + a.dim + "\"";
+  case AttrKind::Bool:
+    return a.number != 0 ? "true" : "false";
+  }
+  return "?";
 }
 
 std::string format_number(double v) {

@@ -34,6 +34,9 @@ std::vector<std::string> printed_names(const Graph &g);
 // `g` must pass verify().
 std::string print_kf(const Graph &g);
 
+// An attribute value as .kf writes it: `1e-5`, `-1`, `N`, `f32`, `"tanh"`, `true`.
+std::string format_attr(const AttrSpec &spec, const AttrValue &a);
+
 // The shortest decimal text that reads back as exactly `v` ("1e-5", "0.1", "8192").
 std::string format_number(double v);
 

@@ -22,6 +22,13 @@ bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && v.type.
 
 bool is_stats(const Value &v) { return v.is_op() && op_info(v.op).cls == OpClass::ColReduce; }
 
+// Ops a row kernel is built around: one block per row reads it (after the inline prologue)
+// and writes the row's result: softmax, layernorm, or a reduction's one value per row.
+bool is_row_op(const Value &v) {
+  OpClass c = op_info(v.op).cls;
+  return v.is_op() && (c == OpClass::Row || c == OpClass::RowNorm || c == OpClass::Reduce);
+}
+
 class Partitioner {
 public:
   Partitioner(const Graph &g, Mode mode, bool fuse) : g_(g), users_(g.users()), fuse_(fuse) {
@@ -61,6 +68,10 @@ private:
       }
       for (ValueId a : v.args)
         stats_dep_[i] = stats_dep_[i] || stats_dep_[static_cast<size_t>(a)] || is_stats(val(a));
+      // A row op's result is a buffer its kernel stores, even when rank 1 ([N] per row):
+      // readers load it, whatever its argument depended on.
+      if (is_row_op(v))
+        stats_dep_[i] = false;
       if (v.is_effect())
         continue;
       bool out = is_output_.count(id) != 0;
@@ -84,7 +95,7 @@ private:
     const Value &user = val(u);
     if (is_matrix_elementwise(user))
       return true;
-    if (op_info(user.op).cls == OpClass::Row)
+    if (is_row_op(user) && user.args[0] == id)
       return matrix_leaves(id).size() == 1;
     return false;
   }
@@ -250,16 +261,16 @@ private:
         int c = column_kernel_of(v.args[0]);
         compute(c, id);
         kernel_of_[i] = c;
+      } else if (is_row_op(v)) {
+        int k = new_kernel(KernelKind::Row, id);
+        kernel(k).rules.push_back("row_prologue");
+        place(k, id);
       } else if (v.is_effect() || (stats_dep_[i] && v.type.rank() < 2)) {
         int c = column_kernel_for(id);
         if (c < 0)
           c = new_kernel(KernelKind::Column, -1);
         add_tree(c, id);
         kernel_of_[i] = c;
-      } else if (cls == OpClass::Row) {
-        int k = new_kernel(KernelKind::Row, id);
-        kernel(k).rules.push_back("row_prologue");
-        place(k, id);
       } else if (stored_[i]) {
         place_elementwise(id);
       }

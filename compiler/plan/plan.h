@@ -18,7 +18,8 @@ enum class KernelKind : uint8_t {
   Gemm,        // a GEMM with an elementwise epilogue, optionally producing column partials
   ColPartials, // column partials of a stored matrix not produced by a GEMM
   Column,      // per feature: merges partials, updates running stats, stores vectors
-  Row,         // softmax / log_softmax over the last axis, elementwise prologue on load
+  Row,         // a block per row, elementwise prologue on load: softmax / log_softmax,
+               // layernorm / rmsnorm, a reduction along the last axis (stores [N, 1] or [N])
   Elementwise, // any elementwise expression of stored tensors, stored once
 };
 std::string_view kernel_kind_name(KernelKind k);
@@ -35,8 +36,8 @@ struct Kernel {
   // Gemm / ColPartials: the stored matrix whose column partials this kernel writes.
   // Column: the matrix whose partials it merges into col_mean / col_var. -1: none.
   ir::ValueId stats_of = -1;
-  std::vector<std::string> covers;   // user op statements ("batchnorm@12"), by line
-  std::vector<std::string> rules;    // rewrites and partition rules that shaped it, sorted
+  std::vector<std::string> covers; // user op statements ("batchnorm@12"), by line
+  std::vector<std::string> rules;  // rewrites and partition rules that shaped it, sorted
 };
 
 // A buffer the pipeline owns (values that are neither declared nor outputs).

@@ -19,9 +19,9 @@ int64_t element_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 // Byte counts are products of extents up to 2^31-1 each: two symbolic dims bound near the
 // limit overflow int64, which is reported rather than printed as a negative count.
 [[noreturn]] void byte_count_overflow(const Graph &g) {
-  throw Error(fmt::format("{}a byte count exceeds {} at these dim values",
-                          g.name.empty() ? "" : "pipeline '" + g.name + "': ",
-                          std::numeric_limits<int64_t>::max()));
+  throw Error(fmt::format(
+      "{}a byte count exceeds {} at these dim values",
+      g.name.empty() ? "" : "pipeline '" + g.name + "': ", std::numeric_limits<int64_t>::max()));
 }
 
 int64_t checked_mul(int64_t a, int64_t b, const Graph &g) {
@@ -57,7 +57,8 @@ std::string bytes_sum(const Graph &g, const std::vector<ValueId> &ids, const Dim
   }
   std::string s;
   for (const auto &[mono, c] : terms)
-    s += (s.empty() ? "" : " + ") + (mono.empty() ? fmt::format("{}", c) : fmt::format("{}*{}", mono, c));
+    s += (s.empty() ? "" : " + ") +
+         (mono.empty() ? fmt::format("{}", c) : fmt::format("{}*{}", mono, c));
   return s.empty() ? "0" : s;
 }
 
@@ -68,7 +69,8 @@ std::string join(const std::vector<std::string> &items, std::string_view sep) {
   return s;
 }
 
-std::vector<std::string> names_of(const std::vector<std::string> &names, const std::vector<ValueId> &ids) {
+std::vector<std::string> names_of(const std::vector<std::string> &names,
+                                  const std::vector<ValueId> &ids) {
   std::vector<std::string> out;
   for (ValueId id : ids)
     out.push_back(names[static_cast<size_t>(id)]);
@@ -153,7 +155,7 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
       std::vector<std::string> parts = names_of(names, v.args);
       for (const AttrSpec &spec : op_info(v.op).attrs) {
         const AttrValue &a = v.attrs.at(std::string(spec.name));
-        parts.push_back(std::string(spec.name) + "=" + (a.dim.empty() ? format_number(a.number) : a.dim));
+        parts.push_back(std::string(spec.name) + "=" + format_attr(spec, a));
       }
       std::string args = join(parts, ", ");
       std::string lhs = v.is_effect() ? "" : names[static_cast<size_t>(id)] + " = ";
@@ -184,8 +186,8 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     s += " none";
   s += "\n";
   for (const Intermediate &i : p.intermediates)
-    s += fmt::format("  {} {} ({} B)\n", names[static_cast<size_t>(i.value)],
-                     g[i.value].type.str(), bytes_text(g[i.value].type, dims));
+    s += fmt::format("  {} {} ({} B)\n", names[static_cast<size_t>(i.value)], g[i.value].type.str(),
+                     bytes_text(g[i.value].type, dims));
   for (ValueId v : p.partials)
     s += fmt::format("  partials({}): count, mean, M2 per column per row tile\n",
                      names[static_cast<size_t>(v)]);

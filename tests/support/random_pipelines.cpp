@@ -199,6 +199,9 @@ private:
         value = "\"" + pick(words) + "\"";
         break;
       }
+      case AttrKind::Bool:
+        value = coin(2) ? "true" : "false";
+        break;
       case AttrKind::Int:
         value = std::to_string(shape_.last_axis_rows ? (coin(2) ? rank - 1 : -1)
                                                      : pick(std::vector<int>{1, -1, 1, 0}));
@@ -227,6 +230,18 @@ private:
     return declare("param", {coin(3) ? "1" : width});
   }
 
+  // A per-feature vector of exactly `width` features (no scalar): one in scope, read again, or
+  // a fresh param.
+  Tensor feature_vector(const std::string &width) {
+    std::vector<Tensor> fits;
+    for (const Tensor &t : columns_)
+      if (t.dims[0] == width)
+        fits.push_back(t);
+    if (!fits.empty() && coin(2))
+      return pick(fits);
+    return declare("param", {width});
+  }
+
   // The second operand of a binary op with matrix `h`.
   Tensor operand(const Tensor &h) {
     switch (c_.below(6)) {
@@ -247,9 +262,10 @@ private:
 
   Tensor step(const Tensor &h) {
     static const std::vector<OpClass> classes = {
-        OpClass::Gemm,      OpClass::Norm,      OpClass::Norm,   OpClass::Binary,
-        OpClass::Binary,    OpClass::Unary,     OpClass::Unary,  OpClass::Row,
-        OpClass::ColReduce, OpClass::ColAffine, OpClass::Effect, OpClass::Constant};
+        OpClass::Gemm,      OpClass::Norm,   OpClass::Norm,    OpClass::Binary,
+        OpClass::Binary,    OpClass::Unary,  OpClass::Unary,   OpClass::Row,
+        OpClass::RowNorm,   OpClass::Reduce, OpClass::Reduce,  OpClass::ColReduce,
+        OpClass::ColAffine, OpClass::Effect, OpClass::Constant};
     OpClass cls = pick(classes);
     auto it = by_class_.find(cls);
     if (it == by_class_.end())
@@ -279,6 +295,15 @@ private:
                     h.dims);
     case OpClass::Row:
       return assign(fmt::format("{}({}{})", name, h.name, attrs(op, 2)), h.dims);
+    case OpClass::RowNorm: { // the optional per-feature vectors, some or all of them
+      std::string args = h.name;
+      int vectors = c_.below(op_info(op).max_args);
+      for (int i = 0; i < vectors; ++i)
+        args += ", " + feature_vector(h.dims[1]).name;
+      return assign(fmt::format("{}({}{})", name, args, attrs(op, 2)), h.dims);
+    }
+    case OpClass::Reduce:
+      return reduce(op, h);
     case OpClass::ColReduce: // a column value, used by later ops and maybe returned
       assign(fmt::format("{}({})", name, h.name), {h.dims[1]});
       return h;
@@ -293,6 +318,36 @@ private:
       return h;
     }
     return h;
+  }
+
+  // A reduction of `h`, then (when its result broadcasts against `h`: [N, 1], [1, F], [F]) a
+  // total binary op of the table that uses it, so per-row and per-column results flow back
+  // into the chain; an [N] result stays a returnable rank-1 value.
+  Tensor reduce(OpKind op, const Tensor &h) {
+    std::string a = attrs(op, 2);
+    // var / std: a correction below the row length, so the divisor stays positive.
+    if (auto pos = a.find("correction="); pos != std::string::npos) {
+      size_t end = a.find(',', pos);
+      bool wide = std::isdigit(static_cast<unsigned char>(h.dims[1][0])) && h.dims[1] != "1";
+      a.replace(pos, end == std::string::npos ? std::string::npos : end - pos,
+                std::string("correction=") + (wide && coin(2) ? "1" : "0"));
+    }
+    bool keepdim = a.find("keepdim=true") != std::string::npos;
+    int dim = std::stoi(a.substr(a.find("dim=") + 4));
+    size_t axis = static_cast<size_t>(dim < 0 ? dim + 2 : dim);
+    std::vector<std::string> dims = h.dims;
+    if (keepdim)
+      dims[axis] = "1";
+    else
+      dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(axis));
+    Tensor r = assign(fmt::format("{}({}{})", op_info(op).name, h.name, a), dims);
+    std::vector<OpKind> total;
+    for (OpKind b : by_class_[OpClass::Binary])
+      if (total_binary(b))
+        total.push_back(b);
+    if ((dims.size() == 1 && axis == 1) || total.empty())
+      return h;
+    return assign(fmt::format("{}({}, {})", op_info(pick(total)).name, h.name, r.name), h.dims);
   }
 
   // The weight layout and bias come from the op's shape rule: whichever types.

@@ -263,6 +263,82 @@ TEST_CASE("interpreter: unary ops by hand") {
   check_values(out[5], {2}, {0.5, 2});
 }
 
+TEST_CASE("interpreter: reductions along either axis, as torch computes them") {
+  GraphBuilder b("red");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2), c(4)}));
+  auto reduce = [&](OpKind op, double dim, bool keepdim, AttrMap extra = {}) {
+    extra["dim"] = num(dim);
+    extra["keepdim"] = num(keepdim ? 1 : 0);
+    return b.op(op, {x}, extra);
+  };
+  for (ValueId id :
+       {reduce(OpKind::Sum, 1, true), reduce(OpKind::Mean, -1, false), reduce(OpKind::Max, 1, true),
+        reduce(OpKind::Amin, 1, false), reduce(OpKind::Logsumexp, 1, true),
+        reduce(OpKind::Var, 1, true), reduce(OpKind::Std, 1, false, {{"correction", num(0)}}),
+        reduce(OpKind::Sum, 0, true), reduce(OpKind::Mean, 0, false)})
+    b.add_output(id);
+  Graph g = b.finish();
+  CHECK(g[g.outputs[0]].type.str() == "f32[2, 1]");
+  CHECK(g[g.outputs[1]].type.str() == "f32[2]");
+  CHECK(g[g.outputs[7]].type.str() == "f32[1, 4]");
+  CHECK(g[g.outputs[8]].type.str() == "f32[4]");
+  const double inf = std::numeric_limits<double>::infinity();
+  // Row 0: 1 2 3 6 (mean 3, squared deviations 4 1 0 9 = 14); row 1 holds -inf and a NaN.
+  TensorMap t{{"x", tensor({2, 4}, {1, 2, 3, 6, -inf, 0, std::nan(""), 5})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  CHECK(out[0].data[0] == 12);
+  CHECK(out[1].data[0] == 3);
+  CHECK(out[2].data[0] == 6);
+  CHECK(std::isnan(out[2].data[1])); // max propagates NaN
+  CHECK(out[3].data[0] == 1);
+  CHECK(out[4].data[0] ==
+        doctest::Approx(6 + std::log(std::exp(-5) + std::exp(-4) + std::exp(-3) + 1)));
+  CHECK(std::isnan(out[4].data[1]));
+  CHECK(out[5].data[0] == doctest::Approx(14.0 / 3)); // correction=1 by default
+  CHECK(out[6].data[0] == doctest::Approx(std::sqrt(14.0 / 4)));
+  CHECK(out[7].shape == std::vector<int64_t>{1, 4});
+  CHECK(out[7].data[0] == -inf);
+  CHECK(out[7].data[1] == 2);
+  CHECK(std::isnan(out[7].data[2]));
+  CHECK(out[7].data[3] == 11);
+  CHECK(out[8].data[3] == 5.5);
+}
+
+TEST_CASE("interpreter: logsumexp of infinite rows, var with correction >= n") {
+  GraphBuilder b("edge");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2), c(2)}));
+  b.add_output(b.op(OpKind::Logsumexp, {x}, {{"dim", num(1)}, {"keepdim", num(0)}}));
+  b.add_output(b.op(OpKind::Var, {x}, {{"dim", num(1)}, {"correction", num(2)}}));
+  Graph g = b.finish();
+  const double inf = std::numeric_limits<double>::infinity();
+  TensorMap t{{"x", tensor({2, 2}, {-inf, -inf, 1, inf})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  CHECK(out[0].data[0] == -inf); // torch.logsumexp: the max is not subtracted when infinite
+  CHECK(out[0].data[1] == inf);
+  CHECK(std::isnan(out[1].data[0])); // -inf - -inf
+  CHECK(std::isnan(out[1].data[1]));
+}
+
+TEST_CASE("interpreter: layernorm and rmsnorm over the feature axis") {
+  GraphBuilder b("norms");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(1), c(4)}));
+  ValueId w = b.declare(ValueKind::Param, "w", f32({c(4)}));
+  ValueId bias = b.declare(ValueKind::Param, "b", f32({c(4)}));
+  b.add_output(b.op(OpKind::LayerNorm, {x, w, bias}, {{"eps", num(0.5)}}));
+  b.add_output(b.op(OpKind::LayerNorm, {x}, {{"eps", num(0.5)}}));
+  b.add_output(b.op(OpKind::RmsNorm, {x, w}, {{"eps", num(0.5)}}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({1, 4}, {1, 2, 3, 6})},
+              {"w", tensor({4}, {1, 2, 0.5, -1})},
+              {"b", tensor({4}, {0, 1, 0, 10})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  // mean 3, biased var 14/4 = 3.5: rstd = 1/sqrt(4); mean square 50/4 = 12.5: 1/sqrt(13).
+  check_values(out[0], {1, 4}, {-1, 1 - 1, 0, -1.5 + 10});
+  check_values(out[1], {1, 4}, {-1, -0.5, 0, 1.5});
+  double r = 1 / std::sqrt(13.0);
+  check_values(out[2], {1, 4}, {r, 4 * r, 1.5 * r, -6 * r});
+}
+
 TEST_CASE("interpreter: softmax and log_softmax") {
   SUBCASE("by hand, with large values") {
     GraphBuilder b("sm");

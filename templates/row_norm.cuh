@@ -1,0 +1,121 @@
+// layernorm / rmsnorm over each row of an [m, n] row-major matrix, with a per-column transform
+// applied on load (the pending elementwise prologue of the plan) and the per-feature affine
+// applied on store:
+//
+//   y = pre(col, in[row, col])
+//   layernorm: out[row, col] = post(col, (y - mean) * rstd),  rstd = 1 / sqrt(var + eps)
+//   rmsnorm:   out[row, col] = post(col, y * (1 / sqrt(mean(y^2) + eps)))
+//
+// with mean and the biased var over the row, as F.layer_norm and F.rms_norm compute them; post
+// applies the optional weight and bias (`* weight[col] + bias[col]`).
+//
+// One block of Threads threads per row: the generated entry point calls
+//   row_norm<Threads, Rms>(blockIdx.x, n, in, ld_in, out, ld_out, eps, pre, post, smem,
+//                          smem_floats)
+// with grid = dim3(m), block = dim3(Threads) and the resident-row shared memory of
+// row_kernel.cuh. Two paths, chosen per call:
+// - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared
+//   memory; the mean, then the squared deviations from it, are summed over it (two exact
+//   passes, no cancellation). One read and one write per element.
+// - streaming (longer rows): a Welford pass (layernorm) or a sum of squares (rmsnorm), then a
+//   second read of the row that writes it. Two reads, one write.
+// Deterministic (row_kernel.cuh). in == out (in place) is allowed as in row_softmax.cuh.
+#pragma once
+
+#include "row_kernel.cuh"
+
+namespace kf {
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+namespace row_detail {
+
+// Writes dst[col] = post(col, (y - shift) * scale) for this thread's elements of a row of n, y
+// from get4(i) (the float4 group i) and get1(c) (a tail element): the same elements per thread
+// as for_each_loaded, float4 stores where dst is 16-byte aligned.
+template <int Threads, class Post, class Get4, class Get1>
+__device__ __forceinline__ void write_normalized(float *dst, int n, float shift, float scale,
+                                                 const Post &post, Get4 get4, Get1 get1) {
+  const bool vec = aligned16(dst);
+  const int n4 = n / 4;
+  for (int i = threadIdx.x; i < n4; i += Threads) {
+    float4 v = get4(i);
+    v.x = post(4 * i, (v.x - shift) * scale);
+    v.y = post(4 * i + 1, (v.y - shift) * scale);
+    v.z = post(4 * i + 2, (v.z - shift) * scale);
+    v.w = post(4 * i + 3, (v.w - shift) * scale);
+    store4(dst, i, v, vec);
+  }
+  for (int c = 4 * n4 + threadIdx.x; c < n; c += Threads)
+    dst[c] = post(c, (get1(c) - shift) * scale);
+}
+
+} // namespace row_detail
+
+// Pre concept: __device__ float operator()(int col, float x) const; Post likewise, given the
+// normalized value.
+template <int Threads, bool Rms, class Pre, class Post>
+__device__ void row_norm(int row, int n, const float *in, int ld_in, float *out, int ld_out,
+                         float eps, const Pre &pre, const Post &post, float *smem,
+                         int smem_floats) {
+  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+  using namespace row_detail;
+  __shared__ float red[96];
+  const float *src = in + static_cast<long long>(row) * ld_in;
+  float *dst = out + static_cast<long long>(row) * ld_out;
+  const bool vin = aligned16(src);
+  const int n4 = n / 4;
+  const int tid = threadIdx.x;
+  const float count = static_cast<float>(n);
+
+  if (smem != nullptr && n <= smem_floats) {
+    // Resident: each thread revisits exactly the elements it stored, so no barrier is needed.
+    float lsum = 0.0f;
+    for_each_loaded<Threads>(src, n, pre, [&](int c, float y) {
+      smem[c] = y;
+      lsum += Rms ? y * y : y;
+    });
+    const float mean = Rms ? 0.0f : block_sum<Threads>(lsum, red) / count;
+    float lsq = lsum;
+    if constexpr (!Rms) {
+      lsq = 0.0f;
+      for (int i = tid; i < n4; i += Threads)
+        for (int c = 4 * i; c < 4 * i + 4; ++c)
+          lsq += (smem[c] - mean) * (smem[c] - mean);
+      for (int c = 4 * n4 + tid; c < n; c += Threads)
+        lsq += (smem[c] - mean) * (smem[c] - mean);
+    }
+    const float var = block_sum<Threads>(lsq, red) / count;
+    write_normalized<Threads>(
+        dst, n, mean, 1.0f / sqrtf(var + eps), post,
+        [&](int i) { return reinterpret_cast<const float4 *>(smem)[i]; },
+        [&](int c) { return smem[c]; });
+    return;
+  }
+
+  // Streaming: the statistics in one pass, then re-read, transform and write.
+  float mean = 0.0f, var;
+  if constexpr (Rms) {
+    float lsq = 0.0f;
+    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { lsq += y * y; });
+    var = block_sum<Threads>(lsq, red) / count;
+  } else {
+    Welford acc{0.0f, 0.0f, 0.0f};
+    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { welford_add(acc, y); });
+    const Welford tot = block_welford<Threads>(acc, red);
+    mean = tot.mean;
+    var = tot.m2 / count;
+  }
+  write_normalized<Threads>(
+      dst, n, mean, 1.0f / sqrtf(var + eps), post,
+      [&](int i) {
+        float4 v = load4(src, i, vin);
+        return make_float4(pre(4 * i, v.x), pre(4 * i + 1, v.y), pre(4 * i + 2, v.z),
+                           pre(4 * i + 3, v.w));
+      },
+      [&](int c) { return pre(c, __ldg(src + c)); });
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf

@@ -1,0 +1,89 @@
+// A reduction over each row of an [m, n] row-major matrix, with a per-column transform applied
+// on load (the pending elementwise prologue of the plan), writing one value per row:
+//
+//   y = pre(col, in[row, col]);   out[row] = reduce over the row of y
+//
+// torch.sum / mean / amax (max) / amin (min) / logsumexp / var / std along the last axis,
+// keepdim or not (the [m, 1] and [m] results are the same m floats). One read of the row, no
+// shared memory beyond the block reduction: one block of Threads threads per row calls
+//   row_reduce<Threads, R>(blockIdx.x, n, in, ld_in, out, correction, pre)
+// with grid = dim3(m), block = dim3(Threads) (row_kernel.cuh: row_threads(n)); `correction` is
+// var / std's (the divisor is max(0, n - correction)), unused by the others.
+//
+// Accumulation in fp32, deterministic (row_kernel.cuh). Special values follow PyTorch: max / min
+// are NaN when the row holds a NaN; logsumexp is NaN with a NaN, +inf with a +inf, -inf for a
+// row of -inf; var and std are NaN with a NaN or an infinity.
+#pragma once
+
+#include "math.cuh"
+#include "row_kernel.cuh"
+
+namespace kf {
+
+enum class Reduce { Sum, Mean, Max, Min, LogSumExp, Var, Std };
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+namespace row_detail {
+
+struct MaximumOp {
+  __device__ float operator()(float a, float b) const { return maximum(a, b); }
+};
+struct MinimumOp {
+  __device__ float operator()(float a, float b) const { return minimum(a, b); }
+};
+
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }
+
+} // namespace row_detail
+
+// Pre concept: __device__ float operator()(int col, float x) const.
+template <int Threads, Reduce R, class Pre>
+__device__ void row_reduce(int row, int n, const float *in, int ld_in, float *out, float correction,
+                           const Pre &pre) {
+  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+  using namespace row_detail;
+  __shared__ float red[96];
+  const float *src = in + static_cast<long long>(row) * ld_in;
+  float result;
+  if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
+    float s = 0.0f;
+    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { s += y; });
+    s = block_sum<Threads>(s, red);
+    result = R == Reduce::Mean ? s / static_cast<float>(n) : s;
+  } else if constexpr (R == Reduce::Max) {
+    float m = neg_inf();
+    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { m = maximum(m, y); });
+    result = block_combine<Threads>(m, red, MaximumOp{});
+  } else if constexpr (R == Reduce::Min) {
+    float m = inf();
+    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { m = minimum(m, y); });
+    result = block_combine<Threads>(m, red, MinimumOp{});
+  } else if constexpr (R == Reduce::LogSumExp) {
+    MaxSum acc{neg_inf(), 0.0f};
+    float any_nan = 0.0f;
+    for_each_loaded<Threads>(src, n, pre, [&](int, float y) {
+      any_nan = y != y ? 1.0f : any_nan;
+      online_add(acc, y);
+    });
+    any_nan = block_max<Threads>(any_nan, red);
+    const MaxSum tot = block_max_sum<Threads>(acc, red);
+    // An infinite max is the result itself (torch.logsumexp shifts by 0 there).
+    result = any_nan != 0.0f                        ? quiet_nan()
+             : tot.m == inf() || tot.m == neg_inf() ? tot.m
+                                                    : tot.m + logf(tot.s);
+  } else {
+    static_assert(R == Reduce::Var || R == Reduce::Std, "a Reduce");
+    Welford acc{0.0f, 0.0f, 0.0f};
+    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { welford_add(acc, y); });
+    const Welford tot = block_welford<Threads>(acc, red);
+    const float var = tot.m2 / fmaxf(0.0f, static_cast<float>(n) - correction);
+    result = R == Reduce::Std ? sqrtf(var) : var;
+  }
+  if (threadIdx.x == 0)
+    out[row] = result;
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf
