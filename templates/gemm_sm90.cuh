@@ -9,9 +9,10 @@
 // see Sm90Gemm's traits); C is [m, n] row-major (ldc) and aliases neither A, B nor any epilogue
 // input. Operands: Tf32 (fp32 data, the tensor cores ignore the low 13 mantissa bits), Bf16, F16,
 // and Tf32x3: each fp32 value x of a stage is split by the consumers into big = x rounded to
-// tf32 (written back in place) and small = x - big (exact in fp32, written to a second,
-// double-buffered tile of the same layout), then acc += a_small*b_big + a_big*b_small +
-// a_big*b_big (small*small dropped) with three wgmma per k-step, small terms first. Each stage's
+// tf32 (written back in place) and small = x - big (exact in fp32, written to a second tile of
+// the same layout, three of them in rotation), then acc += a_small*b_big + a_big*b_small +
+// a_big*b_big (small*small dropped) with three wgmma per k-step, small terms first; the split
+// of the next k-block runs while this one's wgmma do. Each stage's
 // products go into a zeroed partial sum that is added to the accumulator with an fp32 add: the
 // tensor cores' truncating accumulation would otherwise bias a long K (as in gemm_tc.cuh).
 //
@@ -67,8 +68,8 @@ template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
   static constexpr int A_BYTES = BM * 128;
   static constexpr int B_BYTES = BN * 128;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr int STAGES = SPLIT ? 4 : BN == 256 ? 4 : 6;
-  static constexpr int SMALL_BYTES = SPLIT ? 2 * STAGE_BYTES : 0; // two tiles of small parts
+  static constexpr int STAGES = SPLIT ? 3 : BN == 256 ? 4 : 6;
+  static constexpr int SMALL_BYTES = SPLIT ? 3 * STAGE_BYTES : 0; // three tiles of small parts
   static constexpr int STATS_BYTES = 2 * CONSUMER_WARPS * BN * 4;
   // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, then the stages, the
   // small parts (3xTF32), the statistics scratch and the full/empty barriers.
@@ -103,7 +104,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   extern __shared__ unsigned char kf_sm90_smem[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
-  unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [2][STAGE_BYTES] (3xTF32)
+  unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [3][STAGE_BYTES] (3xTF32)
   float *stats = reinterpret_cast<float *>(small + Config::SMALL_BYTES);
   unsigned long long *full =
       reinterpret_cast<unsigned long long *>(small + Config::SMALL_BYTES + Config::STATS_BYTES);
@@ -159,6 +160,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     unsigned phase = 0;
     float acc[Config::ACCUMULATORS];
     int turn = 0;
+    int splits = 0; // 3xTF32: stages split so far, across tiles
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++turn) {
       const TileCoord tc = grouped_tile(tile, tiles_m, tiles_n, Config::GROUP_M);
       const int m0 = tc.m * BM, n0 = tc.n * BN;
@@ -175,30 +177,35 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
         for (int i = 0; i < Config::ACCUMULATORS; ++i)
           acc[i] = 0.0f;
       }
-      int previous = -1;
-      for (int kb = 0; kb < kblocks; ++kb) {
-        mbar_wait(&full[stage], phase);
-        unsigned char *tile = smem + stage * Config::STAGE_BYTES;
-        const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
-        const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
-        if constexpr (Config::SPLIT) {
-          // Split the stage: big parts in place, small parts into this k-block's small tile.
-          // The other small tile may still be read by the other warpgroup's wgmma of the
-          // previous k-block; this one was last read two k-blocks ago, before everyone reached
-          // the barrier of the previous k-block. Elementwise, so the swizzled layout carries over.
-          unsigned char *lo = small + (kb & 1) * Config::STAGE_BYTES;
+      if constexpr (Config::SPLIT) {
+        // 3xTF32. split() waits for a stage, writes its big parts in place and its small parts
+        // into the next small tile (in rotation of three), and makes both visible to wgmma. The
+        // small tile written by split j was last read by the wgmma of split j - 3, which every
+        // consumer thread has waited for before it reached the barrier of split j - 1.
+        auto split = [&](int st, unsigned ph) {
+          mbar_wait(&full[st], ph);
+          float4 *tile = reinterpret_cast<float4 *>(smem + st * Config::STAGE_BYTES);
+          unsigned char *lo = small + (splits % 3) * Config::STAGE_BYTES;
+          ++splits;
           for (int i = ct; i < Config::STAGE_BYTES / 16; i += 256) {
-            const float4 x = reinterpret_cast<const float4 *>(tile)[i];
+            const float4 x = tile[i];
             float4 big, part;
             split_tf32(x.x, big.x, part.x);
             split_tf32(x.y, big.y, part.y);
             split_tf32(x.z, big.z, part.z);
             split_tf32(x.w, big.w, part.w);
-            reinterpret_cast<float4 *>(tile)[i] = big;
+            tile[i] = big;
             reinterpret_cast<float4 *>(lo)[i] = part;
           }
           fence_proxy_async();
           named_barrier(3, 256);
+          return lo;
+        };
+        unsigned char *lo = kblocks > 0 ? split(stage, phase) : nullptr;
+        for (int kb = 0; kb < kblocks; ++kb) {
+          unsigned char *tile = smem + stage * Config::STAGE_BYTES;
+          const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
+          const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
           const unsigned long long la = smem_descriptor(lo + half * 64 * 128);
           const unsigned long long lb = smem_descriptor(lo + Config::A_BYTES);
           float part[Config::ACCUMULATORS];
@@ -212,6 +219,10 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           wgmma_commit();
           if (kb == 0)
             fill_cache();
+          const int next = stage + 1 == STAGES ? 0 : stage + 1;
+          const unsigned next_phase = next == 0 ? phase ^ 1u : phase;
+          // The next k-block's split overlaps this one's wgmma.
+          unsigned char *next_lo = kb + 1 < kblocks ? split(next, next_phase) : nullptr;
           wgmma_wait<0>();
           fence_registers(part);
 #pragma unroll
@@ -219,7 +230,17 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
             acc[i] = kb > 0 ? acc[i] + part[i] : part[i];
           if (lane == 0)
             mbar_arrive(&empty[stage]);
-        } else {
+          stage = next;
+          phase = next_phase;
+          lo = next_lo;
+        }
+      } else {
+        int previous = -1;
+        for (int kb = 0; kb < kblocks; ++kb) {
+          mbar_wait(&full[stage], phase);
+          unsigned char *tile = smem + stage * Config::STAGE_BYTES;
+          const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
+          const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < Config::K_STEPS; ++kk)
@@ -233,13 +254,11 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           if (previous >= 0 && lane == 0)
             mbar_arrive(&empty[previous]);
           previous = stage;
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
-        if (++stage == STAGES) {
-          stage = 0;
-          phase ^= 1u;
-        }
-      }
-      if constexpr (!Config::SPLIT) {
         wgmma_wait<0>();
         fence_registers(acc);
         if (previous >= 0 && lane == 0)
