@@ -89,7 +89,8 @@ std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &
 // Deterministic in `seed`.
 TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed);
 
-// Norm-wise relative error (tests and `kfuse run`): ||a - b|| / ||b|| (0 when both are zero).
+// Norm-wise relative error (tests and `kfuse run`): ||a - b|| / ||b||; where b is zero up to
+// fp64 rounding (a value zero in exact arithmetic), the root mean square of a - b instead.
 double relative_error(const std::vector<double> &a, const std::vector<double> &b);
 
 } // namespace kfuse::ir

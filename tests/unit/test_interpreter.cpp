@@ -681,7 +681,10 @@ TEST_CASE("relative_error") {
   CHECK(relative_error({1, 1}, {1, 0}) == 1);
   CHECK(relative_error({1, 2}, {2, 2}) == doctest::Approx(1 / std::sqrt(8.0)));
   CHECK(relative_error({0, 0}, {0, 0}) == 0);
-  CHECK(relative_error({3, 4}, {0, 0}) == 5);
+  CHECK(relative_error({3, 4}, {0, 0}) == doctest::Approx(std::sqrt(12.5)));
+  // A reference that is zero up to fp64 rounding has no scale: the rms of the difference.
+  CHECK(relative_error({0, 0}, {1e-16, 0}) == doctest::Approx(1e-16 / std::sqrt(2.0)));
+  CHECK(relative_error({1e-6, 0}, {1e-16, 0}) > 5e-7);
   CHECK_THROWS_AS(relative_error({1}, {1, 2}), std::invalid_argument);
 }
 
