@@ -10,7 +10,10 @@
 #   gemm       bench/gemm_sweep.cu built with nvcc: the sm90 mainloop alone on odd shapes against
 #              an fp64 reference, then timed against cuBLAS (tf32, bf16, 3xtf32); gemm_sweep.log
 #   python     pip install . and pytest tests/python (kfuse.torch.Fused vs PyTorch, CUDA graphs)
-#   sanitizer  compute-sanitizer memcheck over a small GPU test filter
+#   sanitizer  compute-sanitizer memcheck over a small GPU test filter (the full sanitizer run,
+#              every GPU test under memcheck and racecheck/synccheck/initcheck over the cases
+#              that instantiate every template, is bench/gpu_sanitize.sh BUILD: a second call,
+#              as the two do not fit one 10-minute command together)
 #   bench      kfuse bench for every founding case, train and eval, fp32, 3xtf32 and tf32
 #   compile    kfuse compile with an empty KFUSE_CACHE_DIR (cold NVRTC), then again (warm)
 #   torch      bench/compare_torch.py: PyTorch eager and torch.compile vs kfuse, output check
