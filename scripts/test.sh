@@ -24,9 +24,11 @@ build/venv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
 build/venv/bin/python -m pytest -q tests/python
 
 # The sanitizer build: every unit test (the GPU tests are built but skipped by label, the
-# fuzzers have their own sanitized build below). Leaks are reported too.
+# fuzzers have their own sanitized build below, and the install test, which builds a program
+# against the installed libraries as a user would, runs on the plain build above: sanitized
+# static libraries need the sanitizer runtime at link time). Leaks are reported too.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFUSE_SANITIZE=ON
 cmake --build build-asan --target kfuse kfuse_tests kfuse_gpu_tests
-ctest --test-dir build-asan --output-on-failure -j2 -LE 'gpu|fuzz'
+ctest --test-dir build-asan --output-on-failure -j2 -LE 'gpu|fuzz|install'
 
 bash tests/fuzz/run.sh "${KFUSE_PLAN_FUZZ_SECONDS:-120}" plan
