@@ -1,14 +1,16 @@
 // A reduction over each row of an [m, n] row-major matrix, with a per-column transform applied
-// on load (the pending elementwise prologue of the plan), writing one value per row:
+// on load (the pending elementwise prologue of the plan), giving one value per row:
 //
-//   y = pre(col, in[row, col]);   out[row] = reduce over the row of y
+//   y = pre(col, in[row, col]);   result = reduce over the row of y
 //
 // torch.sum / mean / amax (max) / amin (min) / logsumexp / var / std along the last axis,
 // keepdim or not (the [m, 1] and [m] results are the same m floats). One read of the row, no
 // shared memory beyond the block reduction: one block of Threads threads per row calls
-//   row_reduce<Threads, R>(blockIdx.x, n, in, ld_in, out, correction, pre)
-// with grid = dim3(m), block = dim3(Threads) (row_kernel.cuh: row_threads(n)); `correction` is
-// var / std's (the divisor is max(0, n - correction)), unused by the others.
+//   float r = row_reduce<Threads, R>(row, n, in, ld_in, correction, pre)
+// with grid = dim3(m), block = dim3(Threads) (row_kernel.cuh: row_threads(n)); every thread
+// gets the result, so later passes over the same row (a pre reading r) follow without a
+// barrier, and the entry point writes r where the plan stores it. `correction` is var / std's
+// (the divisor is max(0, n - correction)), unused by the others.
 //
 // Accumulation in fp32, deterministic (row_kernel.cuh). Special values follow PyTorch: max / min
 // are NaN when the row holds a NaN; logsumexp is NaN with a NaN, +inf with a +inf, -inf for a
@@ -39,8 +41,8 @@ __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff)
 
 // Pre concept: __device__ float operator()(int col, float x) const.
 template <int Threads, Reduce R, class Pre>
-__device__ void row_reduce(int row, int n, const float *in, int ld_in, float *out, float correction,
-                           const Pre &pre) {
+__device__ __forceinline__ float row_reduce(int row, int n, const float *in, int ld_in,
+                                            float correction, const Pre &pre) {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
   using namespace row_detail;
   __shared__ float red[96];
@@ -80,8 +82,7 @@ __device__ void row_reduce(int row, int n, const float *in, int ld_in, float *ou
     const float var = tot.m2 / fmaxf(0.0f, static_cast<float>(n) - correction);
     result = R == Reduce::Std ? sqrtf(var) : var;
   }
-  if (threadIdx.x == 0)
-    out[row] = result;
+  return result;
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

@@ -36,14 +36,6 @@ std::string comment(const Kernel &k) {
                      plan::kernel_kind_name(k.kind), rules.empty() ? "" : "; " + rules);
 }
 
-// The one matrix a kernel loads per element (row kernels, elementwise stores of a tree).
-ValueId matrix_read(const Graph &g, const Kernel &k) {
-  for (ValueId r : k.reads)
-    if (g[r].type.rank() == 2)
-      return r;
-  return -1;
-}
-
 class Generator {
 public:
   Generator(const plan::Plan &p, GemmMath math, const std::string &arch)
@@ -219,94 +211,149 @@ private:
     return s;
   }
 
-  // A row kernel: a block per row of the anchor's input, the inline chain before it applied
-  // on load (the prologue); the anchor's class picks the template.
+  // A row kernel: a block per row of the stored matrix rows_of, one pass over the row per row
+  // stage, in plan order. Each pass that reads the row gets a generated functor (col, x) ->
+  // value computing the stage's input from the loaded element (the prologue), the row index and
+  // the per-row results of earlier passes (members); the stage's class picks the template.
+  // Per-row values computed from those results alone (row_result) are computed in the entry
+  // point and written by thread 0.
   std::string row(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
-    const Value &op = g_[k.anchor];
-    ValueId in = op.args[0], leaf = matrix_read(g_, k);
-    const TensorType &t = g_[in].type;
-    int rank = t.rank();
-    if (op.attrs.count("dim")) { // softmax and the reductions name their axis
+    const TensorType &t = g_[k.rows_of].type;
+    bool resident = false;
+    for (ValueId st : k.row_stages) {
+      const Value &op = g_[st];
+      OpClass cls = op_info(op.op).cls;
+      resident = resident || cls == OpClass::Row || cls == OpClass::RowNorm;
+      if (!op.attrs.count("dim"))
+        continue;
+      int rank = g_[op.args[0]].type.rank();
       double d = op.attr("dim");
       if (!(d == -1 || d == rank - 1))
         throw CodegenError(fmt::format("pipeline '{}': {} over dim={} of {} is not supported on "
                                        "the GPU (only the last axis)",
-                                       g_.name, op_info(op.op).name, d, t.str()));
+                                       g_.name, op_info(op.op).name, d, g_[op.args[0]].type.str()));
     }
-    if (leaf < 0)
-      leaf = in; // a rank-1 row: the input itself is stored
-    launch.rows = rank == 2 ? t.shape[0] : Dim::constant(1);
+    launch.rows = t.rank() == 2 ? t.shape[0] : Dim::constant(1);
     launch.cols = t.shape.back();
     const int threads =
         launch.cols.is_symbolic() ? 256 : kf::row_threads(static_cast<int>(launch.cols.value));
-    bool reduce = op_info(op.op).cls == OpClass::Reduce;
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Tiles; // a block per row
     geo.rows = launch.rows;
     geo.block_threads = threads;
-    if (!reduce) { // a reduction reads its row once and keeps nothing resident
+    if (resident) { // reductions and elementwise passes read the row and keep nothing
       geo.row_length = launch.cols;
       geo.row_bytes_cap = kf::ROW_SMEM_CAP_BYTES;
     }
-    std::string type = k.name + "_prologue";
-    std::string s = functor_head(type, w);
-    s += fmt::format(
-        "  __device__ float operator()(int col, float x) const {{\n{}{}const float {} = x;\n"
-        "{}{}return {};\n  }}\n}};\n",
-        w.column_statements(kIndent), kIndent, w.var(leaf), w.element_statements(kIndent, {leaf}),
-        kIndent, w.var(in));
-    std::string n = KernelWriter::extent(launch.cols), src = w.ptr(leaf),
-                dst = w.ptr(k.stores.at(0));
-    std::string head =
-        fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n", threads,
-                    k.name, w.param_list());
-    std::string pre = fmt::format("  const {} pre{};\n", type, w.member_initializer());
-    switch (op_info(op.op).cls) {
-    case OpClass::Row:
-      includes_.insert("row_softmax.cuh");
-      return s + head + "  extern __shared__ __align__(16) float smem[];\n" + pre +
-             fmt::format("  kf::row_softmax<{}, {}>(blockIdx.x, {}, {}, {}, {}, {}, pre, smem, "
-                         "smem_floats);\n}}\n",
-                         threads, op.op == OpKind::LogSoftmax ? "true" : "false", n, src, n, dst,
-                         n);
-    case OpClass::RowNorm: {
-      includes_.insert("row_norm.cuh");
-      std::string affine = "y";
-      if (op.args.size() > 1)
-        affine += fmt::format(" * {}[col]", w.ptr(op.args[1]));
-      if (op.args.size() > 2)
-        affine += fmt::format(" + {}[col]", w.ptr(op.args[2]));
-      s += fmt::format("struct {0}_affine {{\n{1}  __device__ float operator()(int col, float y) "
-                       "const {{ return {2}; }}\n}};\n",
-                       k.name, w.member_declarations("  "), affine);
-      return s + head + "  extern __shared__ __align__(16) float smem[];\n" + pre +
-             fmt::format("  const {}_affine post{};\n", k.name, w.member_initializer()) +
-             fmt::format("  kf::row_norm<{}, {}>(blockIdx.x, {}, {}, {}, {}, {}, {}, pre, post, "
-                         "smem, smem_floats);\n}}\n",
-                         threads, op.op == OpKind::RmsNorm ? "true" : "false", n, src, n, dst, n,
-                         float_literal(op.attr("eps")));
+    std::string n = KernelWriter::extent(launch.cols), src = w.ptr(k.rows_of);
+    std::string defs,
+        body = resident ? "  extern __shared__ __align__(16) float smem[];\n" : std::string();
+    body += "  const int row = blockIdx.x;\n";
+    std::vector<ValueId> row_values; // per-row results so far, in registers
+    std::set<ValueId> in_entry;      // values the entry point has computed
+    for (size_t i = 0; i < k.row_stages.size(); ++i) {
+      const ValueId st = k.row_stages[i];
+      const Value &op = g_[st];
+      const OpClass cls = op_info(op.op).cls;
+      const bool stored = std::count(k.stores.begin(), k.stores.end(), st) != 0;
+      const bool row_op = cls == OpClass::Row || cls == OpClass::RowNorm || cls == OpClass::Reduce;
+      if (!row_op && op.type != t) { // row_result: from this row's results only
+        std::set<ValueId> given(row_values.begin(), row_values.end());
+        given.insert(in_entry.begin(), in_entry.end());
+        body += w.tree_statements("  ", st, given);
+        body += fmt::format("  if (threadIdx.x == 0)\n    {}[row] = {};\n", w.ptr(st), w.var(st));
+        collect_tree(k, st, given, in_entry);
+        row_values.push_back(st);
+        continue;
+      }
+      // The functor of this pass: the stage's input (a row op's argument, or the elementwise
+      // value itself) from the loaded element.
+      const ValueId input = row_op ? op.args[0] : st;
+      const std::string type = fmt::format("{}_pass{}", k.name, i);
+      std::set<ValueId> given(row_values.begin(), row_values.end());
+      given.insert(k.rows_of);
+      std::string members = w.member_declarations("  ") + "  int row;\n";
+      std::vector<std::string> init = {"row"};
+      for (ValueId r : row_values) {
+        members += fmt::format("  float {};\n", w.var(r));
+        init.push_back(w.var(r));
+      }
+      defs += fmt::format("struct {} {{\n{}  __device__ float operator()(int col, float x) const "
+                          "{{\n{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
+                          type, members, kIndent, w.var(k.rows_of),
+                          w.tree_statements(kIndent, input, given), kIndent, w.var(input));
+      const std::string pre = type + w.member_initializer(init);
+      switch (cls) {
+      case OpClass::Row:
+        includes_.insert("row_softmax.cuh");
+        body += fmt::format("  kf::row_softmax<{}, {}>(row, {}, {}, {}, {}, {}, {}, smem, "
+                            "smem_floats);\n",
+                            threads, op.op == OpKind::LogSoftmax ? "true" : "false", n, src, n,
+                            w.ptr(st), n, pre);
+        break;
+      case OpClass::RowNorm: {
+        includes_.insert("row_norm.cuh");
+        std::string affine = "y";
+        if (op.args.size() > 1)
+          affine += fmt::format(" * {}[col]", w.ptr(op.args[1]));
+        if (op.args.size() > 2)
+          affine += fmt::format(" + {}[col]", w.ptr(op.args[2]));
+        defs += fmt::format("struct {0}_affine {{\n{1}  __device__ float operator()(int col, "
+                            "float y) const {{ return {2}; }}\n}};\n",
+                            type, w.member_declarations("  "), affine);
+        body +=
+            fmt::format("  kf::row_norm<{}, {}>(row, {}, {}, {}, {}, {}, {}, {}, {}_affine{}, "
+                        "smem, smem_floats);\n",
+                        threads, op.op == OpKind::RmsNorm ? "true" : "false", n, src, n, w.ptr(st),
+                        n, float_literal(op.attr("eps")), pre, type, w.member_initializer());
+        break;
+      }
+      case OpClass::Reduce: {
+        includes_.insert("row_reduce.cuh");
+        double correction = op.attrs.count("correction") ? op.attr("correction") : 0.0;
+        body += fmt::format("  const float {} = kf::row_reduce<{}, kf::Reduce::{}>(row, {}, {}, "
+                            "{}, {}, {});\n",
+                            w.var(st), threads, op_info(op.op).reducer, n, src, n,
+                            float_literal(correction), pre);
+        if (stored)
+          body += fmt::format("  if (threadIdx.x == 0)\n    {}[row] = {};\n", w.ptr(st), w.var(st));
+        row_values.push_back(st);
+        break;
+      }
+      case OpClass::Gemm:
+      case OpClass::Norm:
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::ColReduce:
+      case OpClass::ColAffine:
+      case OpClass::Constant:
+        includes_.insert("row_map.cuh");
+        body += fmt::format("  kf::row_map<{}>(row, {}, {}, {}, {}, {}, {});\n", threads, n, src, n,
+                            w.ptr(st), n, pre);
+        break;
+      case OpClass::Effect:
+        throw CodegenError(
+            fmt::format("internal error: kernel {} has an effect as a row pass", k.name));
+      }
     }
-    case OpClass::Reduce: {
-      includes_.insert("row_reduce.cuh");
-      double correction = op.attrs.count("correction") ? op.attr("correction") : 0.0;
-      return s + head + pre +
-             fmt::format("  kf::row_reduce<{}, kf::Reduce::{}>(blockIdx.x, {}, {}, {}, {}, {}, "
-                         "pre);\n}}\n",
-                         threads, op_info(op.op).reducer, n, src, n, dst,
-                         float_literal(correction));
+    return defs +
+           fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n{}}}\n",
+                       threads, k.name, w.param_list(), body);
+  }
+
+  // Adds to `done` the inline values of kernel `k` that `root`'s tree computes (as
+  // KernelWriter::tree_statements emits them), stopping at `given`.
+  void collect_tree(const Kernel &k, ValueId root, const std::set<ValueId> &given,
+                    std::set<ValueId> &done) const {
+    std::vector<ValueId> todo = {root};
+    while (!todo.empty()) {
+      ValueId cur = todo.back();
+      todo.pop_back();
+      if (given.count(cur) || !std::count(k.computes.begin(), k.computes.end(), cur) ||
+          !done.insert(cur).second)
+        continue;
+      todo.insert(todo.end(), g_[cur].args.begin(), g_[cur].args.end());
     }
-    case OpClass::Gemm:
-    case OpClass::Norm:
-    case OpClass::Binary:
-    case OpClass::Unary:
-    case OpClass::ColReduce:
-    case OpClass::ColAffine:
-    case OpClass::Effect:
-    case OpClass::Constant:
-      break;
-    }
-    throw CodegenError(fmt::format("internal error: kernel {} is a row kernel around {}", k.name,
-                                   op_info(op.op).name));
   }
 
   std::string elementwise(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) const {

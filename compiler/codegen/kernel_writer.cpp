@@ -36,8 +36,14 @@ KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
   }
   for (const std::string &d : g_.dims)
     params_.push_back({LaunchParam::Kind::Dim, -1, d});
-  // Row kernels keep a resident row in shared memory, except reductions (one read, no row).
-  if (k.kind == plan::KernelKind::Row && op_info(g_[k.anchor].op).cls != OpClass::Reduce)
+  // Row kernels with a softmax or norm pass keep a resident row in shared memory; reductions
+  // and elementwise passes read the row and keep nothing.
+  bool resident = false;
+  for (ValueId s : k.row_stages) {
+    OpClass c = op_info(g_[s].op).cls;
+    resident = resident || c == OpClass::Row || c == OpClass::RowNorm;
+  }
+  if (resident)
     params_.push_back({LaunchParam::Kind::SmemFloats, -1, {}});
 }
 
@@ -154,6 +160,25 @@ std::string KernelWriter::element_statements(const std::string &indent,
   return s;
 }
 
+std::string KernelWriter::tree_statements(const std::string &indent, ValueId root,
+                                          const std::set<ValueId> &given) const {
+  std::set<ValueId> tree;
+  std::vector<ValueId> todo = {root};
+  while (!todo.empty()) {
+    ValueId cur = todo.back();
+    todo.pop_back();
+    if (given.count(cur) || !computed_here(cur) || !is_inline_op(g_[cur]) ||
+        !tree.insert(cur).second)
+      continue;
+    todo.insert(todo.end(), g_[cur].args.begin(), g_[cur].args.end());
+  }
+  std::string s;
+  for (ValueId id : k_.computes)
+    if (tree.count(id))
+      s += indent + statement(id, g_[id].type.rank() == 2, given);
+  return s;
+}
+
 std::string KernelWriter::param_list() const {
   std::vector<std::string> parts;
   for (const LaunchParam &lp : params_) {
@@ -197,7 +222,7 @@ std::string KernelWriter::member_declarations(const std::string &indent) const {
   return s;
 }
 
-std::string KernelWriter::member_initializer() const {
+std::string KernelWriter::member_initializer(const std::vector<std::string> &extra) const {
   std::string s;
   for (const LaunchParam &lp : params_) {
     if (lp.kind == LaunchParam::Kind::Buffer)
@@ -205,6 +230,8 @@ std::string KernelWriter::member_initializer() const {
     else if (lp.kind == LaunchParam::Kind::Dim)
       s += (s.empty() ? "" : ", ") + dim_var(lp.dim);
   }
+  for (const std::string &e : extra)
+    s += (s.empty() ? "" : ", ") + e;
   return "{" + s + "}";
 }
 

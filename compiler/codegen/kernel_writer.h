@@ -26,7 +26,12 @@ public:
   std::string column_statements(const std::string &indent) const;
   // Statements computing the kernel's matrix values at (row, col), skipping `given`
   // (values already in registers: the GEMM accumulator, the row kernel's loaded value).
-  std::string element_statements(const std::string &indent, const std::set<ir::ValueId> &given) const;
+  std::string element_statements(const std::string &indent,
+                                 const std::set<ir::ValueId> &given) const;
+  // Statements computing `root` and the inline values of this kernel it reads (any rank, in
+  // graph order), stopping at `given` values (in registers already).
+  std::string tree_statements(const std::string &indent, ir::ValueId root,
+                              const std::set<ir::ValueId> &given) const;
   // Column values a functor carries as members (used by matrix values).
   std::vector<ir::ValueId> column_values() const;
   // Buffers, partials and dims in entry-point order, and the C++ parameter list for them.
@@ -35,7 +40,8 @@ public:
   // The functor members forwarding the parameters (`float *p_x;` lines) and the braced
   // initializer that fills them from the entry point's parameters.
   std::string member_declarations(const std::string &indent) const;
-  std::string member_initializer() const;
+  // `extra` initializes members declared after those (a row kernel's row and per-row results).
+  std::string member_initializer(const std::vector<std::string> &extra = {}) const;
 
 private:
   // A register or a load; `given` values are in registers although not computed here.

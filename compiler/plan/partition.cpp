@@ -2,6 +2,8 @@
 
 #include "compiler/ir/verifier.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
 #include <stdexcept>
@@ -19,6 +21,12 @@ bool is_elementwise(const Value &v) {
 }
 
 bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && v.type.rank() == 2; }
+
+// One element ([1], [1, 1]): read the same by every row and column.
+bool is_scalar(const TensorType &t) {
+  return std::all_of(t.shape.begin(), t.shape.end(),
+                     [](const Dim &d) { return d == Dim::constant(1); });
+}
 
 bool is_stats(const Value &v) { return v.is_op() && op_info(v.op).cls == OpClass::ColReduce; }
 
@@ -55,7 +63,6 @@ public:
 private:
   const Value &val(ValueId id) const { return g_[id]; }
   const std::vector<ValueId> &users(ValueId id) const { return users_[static_cast<size_t>(id)]; }
-  bool single_use(ValueId id) const { return users(id).size() == 1 && !is_output_.count(id); }
 
   // Stored-or-not for every value, in graph order (args are decided before their users).
   void classify() {
@@ -76,7 +83,10 @@ private:
         continue;
       bool out = is_output_.count(id) != 0;
       if (is_matrix_elementwise(v)) {
-        stored_[i] = !fuse_ || out || !single_use(id) || !inline_into(id, users(id)[0]);
+        std::string why = !fuse_ ? "unfused plan" : out ? "output" : not_inline_because(id);
+        stored_[i] = !why.empty();
+        if (stored_[i])
+          because_[id] = why;
       } else if (is_elementwise(v) || is_stats(v)) {
         // Column values: inline where read, stored where a kernel needs a buffer.
         bool needs_buffer = out;
@@ -90,14 +100,26 @@ private:
     }
   }
 
-  // Whether matrix value `id` can be computed inline by its only user `u`.
-  bool inline_into(ValueId id, ValueId u) const {
-    const Value &user = val(u);
-    if (is_matrix_elementwise(user))
-      return true;
-    if (is_row_op(user) && user.args[0] == id)
-      return matrix_leaves(id).size() == 1;
-    return false;
+  // "op@line" of a value, for the plan's reasons.
+  std::string site(ValueId id) const {
+    const Value &v = val(id);
+    return v.origins.empty() ? std::string(op_info(v.op).name) : v.origins.front();
+  }
+
+  // Why matrix value `id` cannot be computed inline by every op that reads it ("" when it
+  // can). Every reader recomputes it from its stored leaves; readers in one kernel compute it
+  // once per element (shared_value).
+  std::string not_inline_because(ValueId id) const {
+    for (ValueId u : users(id)) {
+      const Value &user = val(u);
+      if (is_matrix_elementwise(user))
+        continue;
+      if (!is_row_op(user) || user.args[0] != id)
+        return fmt::format("read by {}, which takes it from memory", site(u));
+      if (matrix_leaves(id).size() != 1)
+        return fmt::format("the input of {}, whose prologue loads one stored matrix", site(u));
+    }
+    return "";
   }
 
   enum class Walk { Skip, Leaf, Descend };
@@ -124,44 +146,80 @@ private:
     return found;
   }
 
-  // The stored matrices an inline tree rooted at `id` loads per element.
+  // The stored matrices of `id`'s shape that the inline tree rooted at `id` loads per element.
+  // [N, 1] and [1, F] operands broadcast: they are loaded per row or per column, wherever the
+  // tree is computed, and are not among these.
   std::set<ValueId> matrix_leaves(ValueId id) const {
-    return leaves(id, [&](ValueId a) {
+    std::set<ValueId> found = leaves(id, [&](ValueId a) {
       const Value &arg = val(a);
       if (arg.type.rank() != 2)
         return Walk::Skip;
       return stored_[static_cast<size_t>(a)] || !is_matrix_elementwise(arg) ? Walk::Leaf
                                                                             : Walk::Descend;
     });
+    for (auto it = found.begin(); it != found.end();)
+      it = val(*it).type.shape == val(id).type.shape ? std::next(it) : found.erase(it);
+    return found;
   }
 
-  // Stored rank-1 values read by the inline tree of `id`.
-  std::set<ValueId> column_leaves(ValueId id) const {
+  // Every value computed by another kernel that the inline tree rooted at `id` reads.
+  std::set<ValueId> op_leaves(ValueId id) const {
     return leaves(id, [&](ValueId a) {
-      bool stored = stored_[static_cast<size_t>(a)];
-      if ((val(a).type.rank() == 2 && stored) || !val(a).is_op())
+      if (!val(a).is_op())
         return Walk::Skip;
-      return val(a).type.rank() < 2 && stored ? Walk::Leaf : Walk::Descend;
+      return stored_[static_cast<size_t>(a)] ? Walk::Leaf : Walk::Descend;
     });
   }
 
-  // The stored end of the inline chain that starts at `id`'s only user, or -1.
-  ValueId chain_end(ValueId id) const {
-    ValueId cur = users(id)[0];
-    while (is_matrix_elementwise(val(cur)) && !stored_[static_cast<size_t>(cur)])
-      cur = users(cur)[0];
-    return is_matrix_elementwise(val(cur)) ? cur : -1;
+  // The one stored value in which every use of GEMM product `id` ends, through elementwise ops
+  // computed inline (a DAG: values used several times are computed once per element), or -1
+  // with the reason in `why`.
+  ValueId epilogue_end(ValueId id, std::string &why) const {
+    std::set<ValueId> ends, seen;
+    std::vector<ValueId> todo = {id};
+    while (!todo.empty()) {
+      ValueId cur = todo.back();
+      todo.pop_back();
+      for (ValueId u : users(cur)) {
+        if (!seen.insert(u).second)
+          continue;
+        if (!is_matrix_elementwise(val(u))) {
+          why = is_row_op(val(u)) ? fmt::format("read by {}, which needs whole rows: the product "
+                                                "crosses a reduction",
+                                                site(u))
+                                  : fmt::format("read by {}, which takes it from memory", site(u));
+          return -1;
+        }
+        if (stored_[static_cast<size_t>(u)])
+          ends.insert(u);
+        else
+          todo.push_back(u);
+      }
+    }
+    if (ends.size() != 1) {
+      why = fmt::format("its uses end in {} stored values; an epilogue stores one", ends.size());
+      return -1;
+    }
+    return *ends.begin();
   }
 
   void fuse_gemm_epilogues() {
     for (size_t i = 0; i < g_.values.size(); ++i) {
       ValueId id = static_cast<ValueId>(i);
-      if (!val(id).is_op() || op_info(val(id).op).cls != OpClass::Gemm || !single_use(id) ||
-          !is_matrix_elementwise(val(users(id)[0])))
+      if (!val(id).is_op() || op_info(val(id).op).cls != OpClass::Gemm)
         continue;
-      ValueId end = chain_end(id);
-      if (end < 0)
+      std::string why = is_output_.count(id) ? "output" : "";
+      ValueId end = why.empty() ? epilogue_end(id, why) : -1;
+      if (end < 0) {
+        because_[id] = why;
         continue;
+      }
+      // Two GEMMs whose uses end in one value (silu(g) * u): the later one computes it, reading
+      // the earlier product, which a kernel before it stores.
+      if (auto it = epilogue_of_.find(end); it != epilogue_of_.end()) {
+        stored_[static_cast<size_t>(it->second)] = true;
+        because_[it->second] = fmt::format("its uses end in the epilogue of {}", site(id));
+      }
       stored_[i] = false;
       epilogue_of_[end] = id;
     }
@@ -177,6 +235,7 @@ private:
   }
 
   Kernel &kernel(int index) { return plan_.kernels.at(static_cast<size_t>(index)); }
+  const Kernel &kernel(int index) const { return plan_.kernels.at(static_cast<size_t>(index)); }
 
   // Adds `id` alone to kernel `k`'s computes.
   void compute(int k, ValueId id) {
@@ -262,9 +321,7 @@ private:
         compute(c, id);
         kernel_of_[i] = c;
       } else if (is_row_op(v)) {
-        int k = new_kernel(KernelKind::Row, id);
-        kernel(k).rules.push_back("row_prologue");
-        place(k, id);
+        place_row_op(id);
       } else if (v.is_effect() || (stats_dep_[i] && v.type.rank() < 2)) {
         int c = column_kernel_for(id);
         if (c < 0)
@@ -277,25 +334,125 @@ private:
     }
   }
 
-  // A stored elementwise value: the end of a GEMM's epilogue chain, or a kernel of its own.
+  // Whether row op `id` runs along the last axis, so that a block per row computes it.
+  bool along_rows(ValueId id) const {
+    const Value &v = val(id);
+    int rank = val(v.args[0]).type.rank();
+    return !v.attrs.count("dim") || v.attr("dim") == -1 || v.attr("dim") == rank - 1;
+  }
+
+  // The stored matrix whose rows row op `id` reads: its input, or the one stored matrix its
+  // inline input loads (not_inline_because() keeps it at one).
+  ValueId row_source(ValueId id) const {
+    ValueId in = val(id).args[0];
+    return stored_[static_cast<size_t>(in)] ? in : *matrix_leaves(in).begin();
+  }
+
+  // The row kernel over `rows` that one more pass computing `id` can join: the latest one built,
+  // if every value the pass reads from other kernels is stored by a kernel built before it (so
+  // kernels still depend on each other without a cycle). -1 if none.
+  int row_kernel_for(ValueId rows, ValueId id) const {
+    auto it = row_kernel_of_.find(rows);
+    if (!fuse_ || it == row_kernel_of_.end())
+      return -1;
+    for (ValueId leaf : op_leaves(id)) {
+      // A rank-1 result of the kernel is one value per row; in a matrix expression a rank-1
+      // operand runs along the features instead, so that pass cannot read it from registers.
+      bool per_row_as_feature =
+          producer(leaf) == it->second && val(leaf).type.rank() == 1 && !is_scalar(val(leaf).type);
+      if (producer(leaf) > it->second || per_row_as_feature)
+        return -1;
+    }
+    return it->second;
+  }
+
+  // A row op: a pass of the row kernel over the same rows (row_chain: softmax after a
+  // reduction, a reduction of a value computed from an earlier one), or a row kernel of its
+  // own. Its per-row results reach later passes in registers.
+  void place_row_op(ValueId id) {
+    ValueId rows = row_source(id);
+    int k = along_rows(id) ? row_kernel_for(rows, id) : -1;
+    if (k >= 0) {
+      kernel(k).rules.push_back("row_chain");
+    } else {
+      k = new_kernel(KernelKind::Row, id);
+      kernel(k).rules.push_back("row_prologue");
+      kernel(k).rows_of = rows;
+      if (along_rows(id))
+        row_kernel_of_[rows] = k;
+    }
+    kernel(k).row_stages.push_back(id);
+    if (op_info(val(id).op).cls == OpClass::Reduce && along_rows(id))
+      row_values_.insert(id);
+    place(k, id);
+  }
+
+  // The row kernel that computes stored elementwise value `id` as one more pass, or -1:
+  //   row_epilogue  a matrix whose inline tree loads the kernel's rows and no other matrix
+  //                 ([N, 1] results of the kernel's reductions broadcast along the row);
+  //   row_result    a per-row value ([N, 1] or [N]) computed from the kernel's per-row results
+  //                 and scalars only, written once per row.
+  int row_kernel_joining(ValueId id, std::string &rule) const {
+    const TensorType &t = val(id).type;
+    std::set<ValueId> full = t.rank() == 2 ? matrix_leaves(id) : std::set<ValueId>{};
+    if (full.size() == 1 && row_kernel_of_.count(*full.begin())) {
+      rule = "row_epilogue";
+      return row_kernel_for(*full.begin(), id);
+    }
+    int k = -1;
+    bool scalar_only = true;
+    std::set<ValueId> all = leaves(id, [&](ValueId a) {
+      return val(a).is_op() && !stored_[static_cast<size_t>(a)] ? Walk::Descend : Walk::Leaf;
+    });
+    for (ValueId leaf : all) {
+      int p = producer(leaf);
+      bool scalar = is_scalar(val(leaf).type);
+      if (!scalar && row_values_.count(leaf) && (k < 0 || k == p))
+        k = p;
+      else if (!scalar)
+        scalar_only = false;
+    }
+    for (ValueId leaf : all)
+      scalar_only = scalar_only && producer(leaf) <= k; // built before it: no cycle
+    if (k < 0 || !scalar_only || t.rank() == 0 || (t.rank() == 2 && t.shape[1] != Dim::constant(1)))
+      return -1;
+    const TensorType &rows = val(kernel(k).rows_of).type;
+    if (rows.rank() != 2 || t.shape[0] != rows.shape[0] || !row_kernel_of_.count(kernel(k).rows_of))
+      return -1;
+    rule = "row_result";
+    return k;
+  }
+
+  // A stored elementwise value: the end of a GEMM's epilogue chain, a pass of a row kernel, or
+  // a kernel of its own.
   void place_elementwise(ValueId id) {
     auto it = epilogue_of_.find(id);
     if (it != epilogue_of_.end()) {
       int k = gemm_kernel_.at(it->second);
-      bool ready = true;
-      for (ValueId leaf : matrix_leaves(id))
-        ready = ready && (leaf == it->second || producer(leaf) < k);
-      for (ValueId leaf : column_leaves(id))
-        ready = ready && producer(leaf) < k;
-      if (ready) {
+      ValueId late = -1;
+      for (ValueId leaf : op_leaves(id))
+        if (leaf != it->second && producer(leaf) >= k)
+          late = leaf;
+      if (late < 0) {
         kernel(k).rules.push_back("gemm_epilogue");
         place(k, id);
         return;
       }
       // A leaf is produced after the GEMM runs: store the product instead.
+      because_[it->second] =
+          fmt::format("its epilogue would read {}, which a later kernel stores", site(late));
       stored_[static_cast<size_t>(it->second)] = true;
       kernel(k).stores.push_back(it->second);
       kernel_of_[static_cast<size_t>(it->second)] = k;
+    }
+    std::string rule;
+    if (int k = row_kernel_joining(id, rule); k >= 0) {
+      if (rule == "row_result")
+        row_values_.insert(id);
+      kernel(k).rules.push_back(rule);
+      kernel(k).row_stages.push_back(id);
+      place(k, id);
+      return;
     }
     place(new_kernel(KernelKind::Elementwise, id), id);
   }
@@ -423,6 +580,55 @@ private:
     ks = std::move(ordered);
   }
 
+  // A reduction whose result only later passes of its own row kernel read, and that is not
+  // returned, stays in registers: it writes nothing.
+  void keep_row_results_in_registers() {
+    std::set<ValueId> read;
+    for (const Kernel &k : plan_.kernels)
+      read.insert(k.reads.begin(), k.reads.end());
+    for (Kernel &k : plan_.kernels) {
+      if (k.kind != KernelKind::Row)
+        continue;
+      k.stores.erase(std::remove_if(k.stores.begin(), k.stores.end(),
+                                    [&](ValueId s) {
+                                      return op_info(val(s).op).cls == OpClass::Reduce &&
+                                             !is_output_.count(s) && !read.count(s);
+                                    }),
+                     k.stores.end());
+    }
+  }
+
+  // Whether kernel `kr` computes a value it does not store for two or more of its own ops: the
+  // generated code computes it once per element and reads it from a register.
+  bool computes_shared_value(const Kernel &kr) const {
+    for (ValueId id : kr.computes) {
+      if (std::count(kr.stores.begin(), kr.stores.end(), id))
+        continue;
+      int readers = 0;
+      for (ValueId u : users(id))
+        readers += std::binary_search(kr.computes.begin(), kr.computes.end(), u) ? 1 : 0;
+      if (readers > 1 && val(id).type.rank() == 2)
+        return true;
+    }
+    return false;
+  }
+
+  // Why each stored op value is stored: the rule that decided it, else that it is returned or
+  // which kernels read it.
+  void explain_stores() {
+    std::map<ValueId, std::vector<std::string>> readers;
+    for (const Kernel &k : plan_.kernels)
+      for (ValueId r : k.reads)
+        readers[r].push_back(k.name);
+    for (const Kernel &k : plan_.kernels)
+      for (ValueId s : k.stores) {
+        auto it = because_.find(s);
+        plan_.stored_because[s] = it != because_.end()  ? it->second
+                                  : is_output_.count(s) ? "output"
+                                                        : "read by " + join(readers[s]);
+      }
+  }
+
   static std::string join(const std::vector<std::string> &items) {
     std::string s;
     for (const std::string &i : items)
@@ -456,14 +662,24 @@ private:
           kr.covers.begin(), kr.covers.end(), [](const std::string &a, const std::string &b) {
             return std::stoi(a.substr(a.find('@') + 1)) < std::stoi(b.substr(b.find('@') + 1));
           });
+      if (computes_shared_value(kr))
+        rules.insert("shared_value");
       kr.rules.assign(rules.begin(), rules.end());
-      for (ValueId s : kr.stores)
-        stored_anywhere.insert(s);
     }
+    keep_row_results_in_registers();
+    // A pass that writes a matrix (softmax, norm, row_epilogue) feeds no other pass: later
+    // passes read only the rows and per-row results. Those go last, so every per-row result
+    // is ready before the row is written and no register lives across a writing pass.
+    for (Kernel &kr : plan_.kernels)
+      std::stable_partition(kr.row_stages.begin(), kr.row_stages.end(),
+                            [&](ValueId st) { return row_values_.count(st) != 0; });
+    for (const Kernel &kr : plan_.kernels)
+      stored_anywhere.insert(kr.stores.begin(), kr.stores.end());
     order_kernels();
     for (size_t k = 0; k < plan_.kernels.size(); ++k)
       plan_.kernels[k].name =
           "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(plan_.kernels[k].kind));
+    explain_stores();
     for (ValueId s : stored_anywhere)
       if (val(s).is_op() && !is_output_.count(s))
         plan_.intermediates.push_back({s, val(s).name});
@@ -478,8 +694,11 @@ private:
   std::vector<bool> stats_dep_;
   std::vector<int> kernel_of_;
   std::map<ValueId, ValueId> epilogue_of_; // chain end -> GEMM
+  std::map<ValueId, std::string> because_; // stored value -> why, where the rule decided
   std::map<ValueId, int> gemm_kernel_;
   std::map<ValueId, int> column_of_;
+  std::map<ValueId, int> row_kernel_of_; // stored matrix -> the latest row kernel over its rows
+  std::set<ValueId> row_values_; // per-row results of row kernels: reductions and row_result
   std::vector<std::set<ValueId>> computed_in_; // per kernel: the values in its computes
 };
 

@@ -5,27 +5,42 @@
 
 namespace kfuse::plan {
 
-// Never fails on a verified graph: the worst case is one kernel per op. The rules, in the
-// order they apply:
-//   gemm_epilogue      a GEMM whose only reader is an elementwise chain stores the chain's
-//                      end instead of the product (per-column affine, activations, ...)
+// Never fails on a verified graph: the worst case is one kernel per op. An elementwise value
+// is computed inline wherever it is read (a value read by several ops of one kernel is computed
+// once per element there); it is stored only when it is returned, when a reader takes it from
+// memory (a GEMM operand, batchnorm, column statistics), or when a row op's prologue would load
+// a second matrix. The rules, in the order they apply:
+//   gemm_epilogue      a GEMM whose uses all end, through elementwise ops, in one stored value
+//                      stores that value instead of the product (per-column affine,
+//                      activations, a DAG such as h * sigmoid(h)); a product read by a row op
+//                      crosses a reduction and is stored
+//   shared_value       a kernel computes a value two of its ops read once, in a register
 //   stats_epilogue     column partials of a matrix a GEMM stores come from its epilogue
 //   column_finalize    one per-feature kernel merges those partials, updates running
 //                      stats and stores the vectors later kernels need (alpha, beta)
 //   row_prologue       row ops (softmax / log_softmax, layernorm / rmsnorm, reductions along
 //                      the feature axis) apply the elementwise chain before them on load, so
-//                      the pending affine map costs no pass of its own; a reduction's kernel
-//                      stores only its [N, 1] (or [N]) result
+//                      the pending affine map costs no pass of its own; [N, 1] values broadcast
+//                      along the row
+//   row_chain          a row op over the rows another row kernel reads is one more pass of
+//                      that kernel, reading the earlier passes' [N, 1] results from registers
+//                      (sum(exp(h - max(h))))
+//   row_epilogue       a stored elementwise value of those rows and the row results is one
+//                      more pass (exp(h - m) / s)
+//   row_result         a per-row value of the row results alone ([N, 1], [N]) is computed
+//                      and written once per row by the row kernel (-logsumexp(h))
 //   elementwise        any other elementwise chain is one kernel, stored once
 //   state_update_after_readers
 //                      a running-statistics update whose states another kernel reads is a
 //                      column kernel of its own (reads of a state see its entry value)
+// A reduction's result is written only when it is returned or another kernel reads it.
 // Kernels are then ordered by their dependencies (reads after stores, merges after
 // partials, state updates after the state's other readers), ties in build order.
 // Column expressions that depend on parameters only are computed inline by every kernel
 // that reads them (a few loads and an rsqrt per column).
 // With `fuse` false every matrix value is stored by a kernel of its own (the unfused
 // baseline `kfuse bench` compares against); column expressions stay inline.
+// Plan::stored_because says for each stored value which of these decided it.
 Plan partition(const ir::Graph &g, ir::Mode mode, bool fuse = true);
 
 } // namespace kfuse::plan

@@ -9,6 +9,7 @@
 
 #include "compiler/ir/graph.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,9 @@ enum class KernelKind : uint8_t {
   Gemm,        // a GEMM with an elementwise epilogue, optionally producing column partials
   ColPartials, // column partials of a stored matrix not produced by a GEMM
   Column,      // per feature: merges partials, updates running stats, stores vectors
-  Row,         // a block per row, elementwise prologue on load: softmax / log_softmax,
-               // layernorm / rmsnorm, a reduction along the last axis (stores [N, 1] or [N])
+  Row,         // a block per row of one stored matrix, passes over the row in order (its
+               // row_stages): softmax / log_softmax, layernorm / rmsnorm, reductions along the
+               // last axis, elementwise values of the row and of the row's earlier results
   Elementwise, // any elementwise expression of stored tensors, stored once
 };
 std::string_view kernel_kind_name(KernelKind k);
@@ -36,6 +38,10 @@ struct Kernel {
   // Gemm / ColPartials: the stored matrix whose column partials this kernel writes.
   // Column: the matrix whose partials it merges into col_mean / col_var. -1: none.
   ir::ValueId stats_of = -1;
+  // Row: the stored matrix whose rows it reads, and what it evaluates over each row, in order:
+  // row ops, then stored elementwise values computed from the row and the results before them.
+  ir::ValueId rows_of = -1;
+  std::vector<ir::ValueId> row_stages;
   std::vector<std::string> covers; // user op statements ("batchnorm@12"), by line
   std::vector<std::string> rules;  // rewrites and partition rules that shaped it, sorted
 };
@@ -53,6 +59,8 @@ struct Plan {
   std::vector<Intermediate> intermediates;
   // Every stats_of value, once: its partials buffers are intermediates too.
   std::vector<ir::ValueId> partials;
+  // Why each stored op value is stored ("output", "read by max@11, ..."), for `kfuse plan`.
+  std::map<ir::ValueId, std::string> stored_because;
 };
 
 } // namespace kfuse::plan

@@ -176,6 +176,9 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
       writes.push_back(fmt::format("partials({})", names[static_cast<size_t>(k.stats_of)]));
     s += fmt::format("  reads    {}\n", reads.empty() ? "-" : join(reads, ", "));
     s += fmt::format("  writes   {}\n", join(writes, ", "));
+    for (ValueId w : k.stores)
+      if (auto it = p.stored_because.find(w); it != p.stored_because.end())
+        s += fmt::format("  stored   {}: {}\n", names[static_cast<size_t>(w)], it->second);
     s += fmt::format("  bytes    {} read, {} written\n", bytes_sum(g, k.reads, dims),
                      bytes_sum(g, k.stores, dims));
     all_reads.insert(all_reads.end(), k.reads.begin(), k.reads.end());

@@ -18,6 +18,7 @@ void validate_plan(const Plan &p) {
   };
   std::map<ValueId, std::string> stored_by, partials_by, updated_by; // buffer -> kernel name
   std::set<ValueId> computed;
+  std::map<ValueId, std::string> computed_by; // ops no kernel computes inline -> their kernel
   for (size_t i = 0; i < g.values.size(); ++i)
     if (!g.values[i].is_op())
       stored_by[static_cast<ValueId>(i)] = "";
@@ -50,6 +51,16 @@ void validate_plan(const Plan &p) {
         } else if (!local.count(a) && !reads.count(a)) {
           kfail(fmt::format("uses {} which it neither computes nor reads", describe(g, a)));
         }
+      }
+      // GEMMs, row ops and statistics run in one kernel each: a second kernel cannot
+      // recompute them from its own loads.
+      if (op_info(v.op).cuda.empty() && !v.is_effect()) {
+        if (op_info(v.op).cls == OpClass::Gemm && k.anchor != id)
+          kfail(fmt::format("computes {} inside another kernel's work", describe(g, id)));
+        auto [it, fresh] = computed_by.emplace(id, k.name);
+        if (!fresh)
+          kfail(
+              fmt::format("computes {} which kernel {} computes too", describe(g, id), it->second));
       }
       local.insert(id);
       computed.insert(id);

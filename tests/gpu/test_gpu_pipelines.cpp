@@ -85,7 +85,46 @@ std::string bn_scale_softmax(int in, int out) {
                      in, out);
 }
 
+// A stable softmax and a log-sum-exp by hand after a linear layer: a row kernel of several
+// passes (max, sum, the epilogue, a per-row result) with [N, 1] values broadcast along the row,
+// and h * sigmoid(h) in a second GEMM's epilogue.
+std::string row_chain(int in, int out) {
+  return fmt::format(R"(pipeline row_chain_{0}_{1} {{
+  dim N
+  input  x: f32[N, {0}]
+  param  weight: f32[{1}, {0}]
+  param  bias: f32[{1}]
+  input  shift: f32[N, 1]
+  h = linear(x, weight, bias)
+  m = max(add(h, shift), dim=1, keepdim=true)
+  e = exp(sub(add(h, shift), m))
+  s = sum(e, dim=1, keepdim=true)
+  g = linear(x, weight)
+  return div(e, s), add(m, log(s)), neg(logsumexp(h, dim=1)), mul(g, sigmoid(g))
+}}
+)",
+                     in, out);
+}
+
 } // namespace
+
+TEST_CASE("gpu: shared values and row chains match the reference") {
+  uint64_t seed = 500;
+  for (const char *file : {"llama_gate_silu.kf", "swiglu_style_gate.kf",
+                           "vit_head_stable_softmax.kf", "distill_log_softmax_by_hand.kf",
+                           "resnet50_energy_logsumexp.kf", "simclr_projection_standardize.kf"})
+    for (Mode mode : {Mode::Eval, Mode::Train})
+      for (int64_t n : {1, 3, 33})
+        expect_match(example(file), file, mode, n, ++seed);
+  // Row lengths with float4 tails and rows longer than a block's threads (5000 > 1024).
+  for (auto [in, out] : {std::pair{19, 37}, std::pair{130, 129}, std::pair{64, 5001}})
+    for (int64_t n : {1, 2, 17, 64})
+      expect_match(row_chain(in, out), "row_chain.kf", Mode::Eval, n, ++seed);
+  for (const char *file : {"shared_values.kf", "row_chain.kf"})
+    for (int64_t n : {1, 5, 40})
+      expect_match(read("tests/support/pipelines/" + std::string(file)), file, Mode::Eval, n,
+                   ++seed);
+}
 
 TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
   uint64_t seed = 100;

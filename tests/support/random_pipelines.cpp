@@ -93,6 +93,15 @@ bool total_for_positive_rhs(OpKind op) {
   return true;
 }
 
+// The ops of class `cls` of the table for which `keep` holds.
+std::vector<OpKind> ops_where(OpClass cls, bool (*keep)(OpKind)) {
+  std::vector<OpKind> out;
+  for (const OpInfo &op : all_ops())
+    if (op.cls == cls && keep(op.kind))
+      out.push_back(op.kind);
+  return out;
+}
+
 // A tensor in scope: its name and shape, as .kf text ("N", "4") and as a type.
 struct Tensor {
   std::string name;
@@ -286,13 +295,19 @@ private:
         return assign(fmt::format("{}({}, {})", name, h.name, rhs), h.dims);
       return assign(fmt::format("{}({}, {})", name, o.name, h.name), h.dims);
     }
-    case OpClass::Unary:
-      return assign(fmt::format("{}({}{})", name,
-                                total_unary(op)          ? h.name
-                                : total_for_positive(op) ? positive(h)
-                                                         : "tanh(" + h.name + ")",
-                                attrs(op, 2)),
+    case OpClass::Unary: {
+      Tensor u = assign(fmt::format("{}({}{})", name,
+                                    total_unary(op)          ? h.name
+                                    : total_for_positive(op) ? positive(h)
+                                                             : "tanh(" + h.name + ")",
+                                    attrs(op, 2)),
+                        h.dims);
+      if (coin(3) || total_binaries_.empty())
+        return u;
+      // `h` used twice, as in h * sigmoid(h): by the unary op and by a binary op of both.
+      return assign(fmt::format("{}({}, {})", op_info(pick(total_binaries_)).name, h.name, u.name),
                     h.dims);
+    }
     case OpClass::Row:
       return assign(fmt::format("{}({}{})", name, h.name, attrs(op, 2)), h.dims);
     case OpClass::RowNorm: { // the optional per-feature vectors, some or all of them
@@ -341,13 +356,15 @@ private:
     else
       dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(axis));
     Tensor r = assign(fmt::format("{}({}{})", op_info(op).name, h.name, a), dims);
-    std::vector<OpKind> total;
-    for (OpKind b : by_class_[OpClass::Binary])
-      if (total_binary(b))
-        total.push_back(b);
-    if ((dims.size() == 1 && axis == 1) || total.empty())
+    if ((dims.size() == 1 && axis == 1) || total_binaries_.empty())
       return h;
-    return assign(fmt::format("{}({}, {})", op_info(pick(total)).name, h.name, r.name), h.dims);
+    Tensor b = assign(
+        fmt::format("{}({}, {})", op_info(pick(total_binaries_)).name, h.name, r.name), h.dims);
+    if (!keepdim || coin(2))
+      return b;
+    // A chain on the per-row result: a second reduction of a value computed from the first,
+    // as sum(exp(h - max(h))) does.
+    return reduce(op, b);
   }
 
   // The weight layout and bias come from the op's shape rule: whichever types.
@@ -425,13 +442,8 @@ private:
   Choices &c_;
   PipelineShape shape_;
   std::map<OpClass, std::vector<OpKind>> by_class_;
-  std::vector<OpKind> bounded_ = [] {
-    std::vector<OpKind> out;
-    for (const OpInfo &op : all_ops())
-      if (op.cls == OpClass::Unary && bounded_unary(op.kind))
-        out.push_back(op.kind);
-    return out;
-  }();
+  std::vector<OpKind> total_binaries_ = ops_where(OpClass::Binary, total_binary);
+  std::vector<OpKind> bounded_ = ops_where(OpClass::Unary, bounded_unary);
   std::string width_, one_;
   int counter_ = 0;
   std::string decls_, body_;

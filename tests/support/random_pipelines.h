@@ -7,9 +7,10 @@
 // kept away from its poles). Pipelines mix GEMMs, batchnorm, row ops and elementwise chains
 // and cover: reads of running statistics after the batchnorm that updates them, returned
 // declarations and column values, [N, 1] and [1, F] operands, scalars, a second dim, values
-// read several times, explicit bn_update effects, reductions (sum, var, ...) whose [N, 1] or
-// [1, F] results are used again, layernorm / rmsnorm, and chains of thousands of ops (squashed
-// now and then by a bounded op so values stay finite).
+// read several times (h * sigmoid(h)), explicit bn_update effects, reductions (sum, var, ...)
+// whose [N, 1] or [1, F] results are used again, chains of reductions on [N, 1] results
+// (sum(exp(h - max(h)))), layernorm / rmsnorm, and chains of thousands of ops (squashed now and
+// then by a bounded op so values stay finite).
 #pragma once
 
 #include <cstddef>

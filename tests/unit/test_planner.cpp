@@ -362,3 +362,73 @@ TEST_CASE("planner: the harness rejects a wrong rewrite") {
                             kTolerance)
             .error <= kTolerance);
 }
+
+namespace {
+
+bool has_rule(const plan::Plan &p, const std::string &rule) {
+  for (const plan::Kernel &k : p.kernels)
+    if (std::count(k.rules.begin(), k.rules.end(), rule))
+      return true;
+  return false;
+}
+
+std::vector<std::string> intermediate_names(const plan::Plan &p) {
+  std::vector<std::string> out;
+  for (const plan::Intermediate &i : p.intermediates)
+    out.push_back(p.graph[i.value].name);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("planner: a value used several times fuses where its uses are") {
+  struct Case {
+    const char *file;
+    Kinds expected;
+    const char *rule;
+  };
+  for (const Case &c : {Case{"llama_gate_silu.kf", {"gemm"}, "shared_value"},
+                        Case{"swiglu_style_gate.kf", {"gemm", "gemm"}, "gemm_epilogue"},
+                        Case{"vit_head_stable_softmax.kf", {"gemm", "row"}, "row_epilogue"},
+                        Case{"distill_log_softmax_by_hand.kf", {"gemm", "row"}, "row_chain"},
+                        Case{"simclr_projection_standardize.kf", {"gemm", "row"}, "row_epilogue"},
+                        Case{"resnet50_energy_logsumexp.kf", {"gemm", "row"}, "row_result"}})
+    for (Mode mode : {Mode::Train, Mode::Eval}) {
+      INFO(std::string(c.file), " ", ir::mode_name(mode));
+      plan::Plan p = plan::make_plan(example(c.file), mode);
+      CHECK(kinds(p) == c.expected);
+      CHECK(has_rule(p, c.rule));
+    }
+  plan::Plan shared = plan::make_plan(issue_case("shared_values.kf"), Mode::Eval);
+  CHECK(kinds(shared) == Kinds{"gemm", "gemm"});
+  CHECK(shared.intermediates.empty());
+}
+
+TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and stores only "
+          "what is returned or read elsewhere") {
+  plan::Plan p = plan::make_plan(issue_case("row_chain.kf"), Mode::Eval);
+  CHECK(kinds(p) == Kinds{"gemm", "row"});
+  const plan::Kernel &row = p.kernels[1];
+  CHECK(row.row_stages.size() == 9); // max, sum, mean, std, logsumexp and four results
+  CHECK(row.stores.size() == 4);     // the four outputs; m, s, mu, sd stay in registers
+  CHECK(intermediate_names(p) == std::vector<std::string>{"h"});
+  // The GEMM product crosses the reductions: stored, and the plan says why.
+  ir::ValueId h = p.kernels[0].stores.at(0);
+  CHECK(p.stored_because.at(h).find("crosses a reduction") != std::string::npos);
+  for (Mode mode : {Mode::Train, Mode::Eval})
+    for (int64_t n : {1, 2, 5})
+      expect_agreement(issue_case("row_chain.kf"), mode, n, 21);
+}
+
+TEST_CASE("planner: shared values and row chains agree with the interpreter") {
+  for (const char *file : {"shared_values.kf", "row_chain.kf"})
+    for (Mode mode : {Mode::Train, Mode::Eval})
+      for (int64_t n : {1, 3, 16}) {
+        INFO(file);
+        expect_agreement(issue_case(file), mode, n, 5);
+      }
+  for (const char *file : {"vit_head_stable_softmax.kf", "distill_log_softmax_by_hand.kf",
+                           "resnet50_energy_logsumexp.kf", "simclr_projection_standardize.kf"})
+    for (Mode mode : {Mode::Train, Mode::Eval})
+      expect_agreement(example(file), mode, 3, 9);
+}

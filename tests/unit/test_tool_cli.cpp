@@ -93,3 +93,15 @@ TEST_CASE("cli: plan --prove checks a file in both modes at several sizes") {
   ToolRun mixed = run_kfuse("plan --prove --mode eval " + kf);
   CHECK(mixed.exit_code == 2);
 }
+
+TEST_CASE("cli: plan --prove proves the shared-value and row-chain plans") {
+  for (const char *kf :
+       {"tests/support/pipelines/shared_values.kf", "tests/support/pipelines/row_chain.kf",
+        "examples/vit_head_stable_softmax.kf", "examples/distill_log_softmax_by_hand.kf",
+        "examples/resnet50_energy_logsumexp.kf", "examples/simclr_projection_standardize.kf"}) {
+    INFO(kf);
+    ToolRun r = run_kfuse(std::string("plan --prove ") + kf);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("PROVED: every pass and the plan agree with the file\n") != std::string::npos);
+  }
+}

@@ -28,7 +28,7 @@ k0_gemm(const float *__restrict__ p_x, const float *__restrict__ p_weight, float
 }
 
 // k1_row: linear@13, batchnorm@14, mul@15, softmax@16 (row); canonicalize_linear, fold_affine, lower_batchnorm, row_prologue
-struct k1_row_prologue {
+struct k1_row_pass0 {
   const float *p_bias;
   const float *p_bn_weight;
   const float *p_bn_bias;
@@ -38,7 +38,9 @@ struct k1_row_prologue {
   const float *p_t1;
   float *p_t12;
   int d_N;
+  int row;
   __device__ float operator()(int col, float x) const {
+    const float v_t1 = x;
     const float v_t2 = float(1e-5);
     const float v_t3 = p_running_var[col] + v_t2;
     const float v_t4 = 1.0f / sqrtf(v_t3);
@@ -49,7 +51,6 @@ struct k1_row_prologue {
     const float v_t9 = v_t8 + v_t7;
     const float v_t10 = v_t5 * p_scale[0];
     const float v_t11 = v_t9 * p_scale[0];
-    const float v_t1 = x;
     const float v_h = v_t1 * v_t10 + v_t11;
     return v_h;
   }
@@ -57,6 +58,6 @@ struct k1_row_prologue {
 extern "C" __global__ void __launch_bounds__(512)
 k1_row(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, const float *__restrict__ p_scale, const float *__restrict__ p_t1, float *__restrict__ p_t12, int d_N, int smem_floats) {
   extern __shared__ __align__(16) float smem[];
-  const k1_row_prologue pre{p_bias, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_scale, p_t1, p_t12, d_N};
-  kf::row_softmax<512, false>(blockIdx.x, 8192, p_t1, 8192, p_t12, 8192, pre, smem, smem_floats);
+  const int row = blockIdx.x;
+  kf::row_softmax<512, false>(row, 8192, p_t1, 8192, p_t12, 8192, k1_row_pass0{p_bias, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_scale, p_t1, p_t12, d_N, row}, smem, smem_floats);
 }

@@ -60,12 +60,13 @@ k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weigh
 }
 
 // k2_row: linear@13, batchnorm@14, mul@15, softmax@16 (row); canonicalize_linear, fold_affine, lower_batchnorm, row_prologue
-struct k2_row_prologue {
+struct k2_row_pass0 {
   const float *p_t1;
   const float *p_t11;
   const float *p_t14;
   float *p_t15;
   int d_N;
+  int row;
   __device__ float operator()(int col, float x) const {
     const float v_t1 = x;
     const float v_h = v_t1 * p_t11[col] + p_t14[col];
@@ -75,6 +76,6 @@ struct k2_row_prologue {
 extern "C" __global__ void __launch_bounds__(512)
 k2_row(const float *__restrict__ p_t1, const float *__restrict__ p_t11, const float *__restrict__ p_t14, float *__restrict__ p_t15, int d_N, int smem_floats) {
   extern __shared__ __align__(16) float smem[];
-  const k2_row_prologue pre{p_t1, p_t11, p_t14, p_t15, d_N};
-  kf::row_softmax<512, false>(blockIdx.x, 8192, p_t1, 8192, p_t15, 8192, pre, smem, smem_floats);
+  const int row = blockIdx.x;
+  kf::row_softmax<512, false>(row, 8192, p_t1, 8192, p_t15, 8192, k2_row_pass0{p_t1, p_t11, p_t14, p_t15, d_N, row}, smem, smem_floats);
 }

@@ -1,0 +1,44 @@
+// An elementwise pass over one row of an [m, n] row-major matrix inside a row kernel:
+//
+//   out[row, col] = f(col, in[row, col])
+//
+// where f is the generated functor of a value computed from the row and from the row's results
+// of earlier passes (a reduction's max or sum, held by f as members): the epilogue of a row
+// kernel, e.g. exp(h - max(h)) / sum(...) after the passes that reduced the row. One block of
+// Threads threads per row calls
+//   row_map<Threads>(row, n, in, ld_in, out, ld_out, f)
+// with the elements of each thread those of row_kernel.cuh's for_each_loaded, float4 loads and
+// stores where the row's pointers are 16-byte aligned.
+#pragma once
+
+#include "row_kernel.cuh"
+
+namespace kf {
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+// F concept: __device__ float operator()(int col, float x) const.
+template <int Threads, class F>
+__device__ __forceinline__ void row_map(int row, int n, const float *in, int ld_in, float *out,
+                                        int ld_out, const F &f) {
+  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+  using namespace row_detail;
+  const float *src = in + static_cast<long long>(row) * ld_in;
+  float *dst = out + static_cast<long long>(row) * ld_out;
+  const bool vin = aligned16(src), vout = aligned16(dst);
+  const int n4 = n / 4;
+  for (int i = threadIdx.x; i < n4; i += Threads) {
+    float4 v = load4(src, i, vin);
+    v.x = f(4 * i, v.x);
+    v.y = f(4 * i + 1, v.y);
+    v.z = f(4 * i + 2, v.z);
+    v.w = f(4 * i + 3, v.w);
+    store4(dst, i, v, vout);
+  }
+  for (int c = 4 * n4 + threadIdx.x; c < n; c += Threads)
+    dst[c] = f(c, __ldg(src + c));
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf
