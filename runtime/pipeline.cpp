@@ -181,8 +181,8 @@ Pipeline rt::PipelineAccess::compile(const std::string &kf_text, const std::stri
   for (const KernelLaunch &l : impl->program.launches) // in launch order, not ptxas's
     for (const rt::KernelResources &k : impl->compiled.kernels)
       if (k.name == l.entry)
-        r.kernels.push_back(
-            {k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores, k.spill_loads});
+        r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores,
+                             k.spill_loads, l.config});
   return Pipeline(std::move(impl));
 }
 

@@ -26,6 +26,9 @@ namespace {
 
 const char *kIndent = "    ";
 
+// Output features from which a tf32 GEMM takes the Hopper mainloop's widest tile (128 x 256).
+constexpr int64_t kWideLayer = 4096;
+
 std::string comment(const Kernel &k) {
   std::string covers, rules;
   for (const std::string &c : k.covers)
@@ -118,6 +121,7 @@ private:
                         ValueId out, const std::string &type, const std::string &stats) {
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Persistent;
+    geo.blocks_per_sm = Config::MIN_BLOCKS;
     geo.tile_rows = Config::BM;
     geo.tile_cols = Config::BN;
     geo.block_threads = Config::THREADS;
@@ -132,7 +136,7 @@ private:
     launch.params = {map(a, Config::BM), map(b, Config::BN)};
     includes_.insert("gemm_sm90.cuh");
     return fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__({1}::THREADS, 1)\n"
+        "extern \"C\" __global__ void __launch_bounds__({1}::THREADS, {1}::MIN_BLOCKS)\n"
         "{0}(const __grid_constant__ kf::sm90::TensorMap {2}_map, "
         "const __grid_constant__ kf::sm90::TensorMap {3}_map, {4}) {{\n"
         "  const {5} epi{6};\n"
@@ -186,13 +190,34 @@ private:
     geo.cols = launch.cols;
     if (use_sm90(mm)) {
       const int floats = static_cast<int>(cols.size());
-      if (math_ == GemmMath::Tf32)
-        return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>(
-                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>", floats, a, b,
+      using namespace kf::sm90;
+      if (math_ == GemmMath::Tf32x3) {
+        launch.config = "3xtf32 128 x 128 tile, 1 block per SM: its small parts take the shared "
+                        "memory of a second block";
+        return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32x3, 128>>(
+                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>", floats, a, b,
                        out, type, stats);
-      return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>(
-                     k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>", floats, a, b,
-                     out, type, stats);
+      }
+      // The batch (rows) is bound at run time; the layer's width decides. 128 x 256 tiles reach
+      // cuBLAS's speed once there are enough of them for every SM; below 4096 features that
+      // takes thousands of rows, so narrower layers take 64 x 128 tiles, two blocks per SM
+      // (one's epilogue overlaps the other's mainloop).
+      const Dim &features = launch.cols;
+      if (!features.is_symbolic() && features.value < kWideLayer) {
+        launch.config = fmt::format("tf32 64 x 128 tile, 2 blocks per SM: {} output features "
+                                    "(< {}) give few 128 x 256 tiles at the batches such layers "
+                                    "run",
+                                    features.value, kWideLayer);
+        return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32, 128, 64, 2>>(
+                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 64, 2>", floats, a,
+                       b, out, type, stats);
+      }
+      launch.config = fmt::format("tf32 128 x 256 tile, 1 block per SM: {} output features "
+                                  "(>= {}) fill the SMs from about 1000 rows",
+                                  features.str(), kWideLayer);
+      return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32, 256>>(
+                     k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>", floats, a, b, out,
+                     type, stats);
     }
     bool simt = math_ == GemmMath::Fp32;
     int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
@@ -203,6 +228,14 @@ private:
     geo.smem_bytes = simt ? kf::gemm_smem_bytes : kf::gemm_tc_smem_bytes(precision);
     if (k.stats_of >= 0)
       partial_rows_[k.stats_of] = geo.tile_rows;
+    launch.config =
+        simt ? fmt::format("fp32 SIMT {} x {} tile, the SIMT GEMM's one configuration",
+                           geo.tile_rows, geo.tile_cols)
+             : fmt::format("{} mma.sync {} x {} tile, the mma.sync GEMM's one configuration{}",
+                           precision == 0 ? "tf32" : "3xtf32", geo.tile_rows, geo.tile_cols,
+                           arch_ == "sm_90a" ? " (the Hopper mainloop needs a Linear whose inner "
+                                               "extent is a constant multiple of 4)"
+                                             : "");
     includes_.insert(simt ? "gemm_simt.cuh" : "gemm_tc.cuh");
     std::string mainloop =
         simt ? fmt::format("gemm_simt<{}>", trans_b ? "true" : "false")

@@ -62,6 +62,8 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
       s += fmt::format(" + a resident row of {} floats when it fits in {} B",
                        dim_text(g.row_length), g.row_bytes_cap);
     s += fmt::format("; cluster {}\n", g.cluster);
+    if (!l.config.empty())
+      s += "  config: " + l.config + "\n";
     for (const LaunchParam &p : l.params)
       s += "  " + param_text(p, names) + "\n";
   }

@@ -84,6 +84,7 @@ struct KernelLaunch {
   LaunchGeometry geometry;
   // GEMM kernels: m x n x inner, for the benchmark's GEMM override.
   ir::Dim rows, cols, inner;
+  std::string config; // GEMM kernels: the tile configuration chosen and why
   std::vector<LaunchParam> params;
 };
 

@@ -54,6 +54,7 @@ struct Tensor {
 struct KernelReport {
   std::string name;
   int registers = 0, shared_bytes = 0, stack_bytes = 0, spill_stores = 0, spill_loads = 0;
+  std::string config; // GEMM kernels: the tile configuration the code generator chose, and why
 };
 
 struct CompileReport {

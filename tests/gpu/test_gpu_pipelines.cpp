@@ -101,11 +101,12 @@ TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
 TEST_CASE("gpu: tensor-core GEMMs (tf32, 3xtf32) within their precision's bound") {
   uint64_t seed = 300;
   // In features 19 and 130 are not multiples of 4, so tf32 runs on gemm_tc there; 132, 1000
-  // and 520 take the sm90 mainloop on sm_90a, with tails in M, N (257, 300: not multiples of
-  // its 256-column tile) and K (132: not a multiple of its 32-deep stage).
+  // and 520 take the sm90 mainloop on sm_90a, with tails in M, N (257, 300, 4100: not
+  // multiples of its 128- or 256-column tiles) and K (132: not a multiple of its 32-deep
+  // stage). Below 4096 output features tf32 takes the 64 x 128 tile, from 4096 the 128 x 256.
   for (Precision precision : {Precision::TF32, Precision::FP32x3})
     for (auto [in, out] : {std::pair{19, 37}, std::pair{130, 129}, std::pair{132, 257},
-                           std::pair{1000, 300}, std::pair{520, 512}})
+                           std::pair{1000, 300}, std::pair{520, 512}, std::pair{132, 4100}})
       for (const std::string &text : {scale_bn(in, out), bn_scale_softmax(in, out)}) {
         for (int64_t n : {1, 17, 64, 200})
           expect_match(text, "odd.kf", Mode::Eval, n, ++seed, 1, precision);
@@ -115,9 +116,14 @@ TEST_CASE("gpu: tensor-core GEMMs (tf32, 3xtf32) within their precision's bound"
         for (int64_t n : {17, 64, 130})
           expect_match(text, "odd.kf", Mode::Train, n, ++seed, 2, precision);
       }
-  for (Precision precision : {Precision::TF32, Precision::FP32x3})
+  for (Precision precision : {Precision::TF32, Precision::FP32x3}) {
     expect_match(example("gemm_bn_scale_softmax.kf"), "gemm_bn_scale_softmax.kf", Mode::Train, 64,
                  12, 3, precision);
+    for (const char *file : {"gemm_scale_bn_512x1024.kf", "gemm_bn_scale_softmax_512x1024.kf"}) {
+      expect_match(example(file), file, Mode::Train, 128, 13, 3, precision);
+      expect_match(example(file), file, Mode::Eval, 128, 14, 1, precision);
+    }
+  }
 }
 
 TEST_CASE("gpu: founding examples at small N, train over three steps") {
