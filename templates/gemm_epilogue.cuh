@@ -168,22 +168,25 @@ private:
     Fragment::sync();                     // nobody still reads what the scratch aliases
 #pragma unroll
     for (int j = 0; j < Fragment::COLS; ++j) {
-      float sum = 0.0f;
+      float x[Fragment::ROWS]; // the column's stored values, 0 on rows past m
 #pragma unroll
       for (int i = 0; i < Fragment::ROWS; ++i)
-        if (valid[i])
-          sum += Fragment::at(acc, i, j);
+        x[i] = valid[i] ? Fragment::at(acc, i, j) : 0.0f;
+      float sum = x[0];
+#pragma unroll
+      for (int i = 1; i < Fragment::ROWS; ++i)
+        sum += x[i];
 #pragma unroll
       for (int mask = 1 << Fragment::ROW_LANE_SHIFT; mask < 32; mask <<= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, mask);
       const float mean = sum * inv_count;
-      float m2 = 0.0f;
 #pragma unroll
       for (int i = 0; i < Fragment::ROWS; ++i)
-        if (valid[i]) {
-          const float d = Fragment::at(acc, i, j) - mean;
-          m2 = fmaf(d, d, m2);
-        }
+        x[i] = valid[i] ? x[i] - mean : 0.0f;
+      float m2 = x[0] * x[0];
+#pragma unroll
+      for (int i = 1; i < Fragment::ROWS; ++i)
+        m2 = fmaf(x[i], x[i], m2);
 #pragma unroll
       for (int mask = 1 << Fragment::ROW_LANE_SHIFT; mask < 32; mask <<= 1)
         m2 += __shfl_xor_sync(0xffffffffu, m2, mask);
