@@ -61,18 +61,22 @@ struct Affine {
   __device__ float apply(const Column &c, int, int, float acc) const { return acc * c.a + c.b; }
 };
 
+// The persistent scheduler of the kernel's tiles.
+template <class Cfg> using Tiles = kf::TileScheduler<Cfg::BM, Cfg::BN, Cfg::GROUP_M>;
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     sm90_affine(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
                 kf::GemmShape s, float *c, const float *alpha, const float *beta) {
-  kf::gemm_sm90<Cfg>(a, b, s, c, s.n, Affine{alpha, beta}, nullptr, nullptr);
+  kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s),
+                     kf::GemmEpilogue<Affine>{Affine{alpha, beta}, c, s.n, nullptr, nullptr});
 }
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     sm90_entry(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
                kf::GemmShape s, float *c, float *pmean, float *pm2) {
-  kf::gemm_sm90<Cfg>(a, b, s, c, s.n, Identity{}, pmean, pm2);
+  kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s), kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2});
 }
 
 template <class T> __global__ void reference(int m, int n, int k, const T *a, const T *b, double *c) {

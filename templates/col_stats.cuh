@@ -4,8 +4,8 @@
 //    of the columns [bx * COL_STATS_COLS, ...) as a per-column (mean, M2) pair, M2 being the sum
 //    of squared deviations from that tile's mean, of the values pre(col, in[row, col]):
 //      partial_mean[by * n + col], partial_m2[by * n + col]
-//    This is the layout gemm_simt's statistics epilogue writes (there tile_rows = GEMM_BM), so
-//    one merge serves both producers.
+//    This is the layout the GEMM epilogue's statistics write (gemm_epilogue.cuh; there
+//    tile_rows = the GEMM's tile height), so one merge serves both producers.
 //    Launch: block = dim3(COL_STATS_THREADS), grid = dim3(ceil(n / COL_STATS_COLS),
 //    ceil(m / tile_rows)), no dynamic shared memory. Any tile_rows >= 1;
 //    COL_STATS_TILE_ROWS is a good default.

@@ -1,8 +1,9 @@
 // Hopper (sm_90a) GEMM: TMA loads into 128-byte-swizzled shared memory, an mbarrier pipeline,
 // one producer warpgroup and one or two consumer warpgroups issuing wgmma, a persistent grid. Same
-// epilogue hook and column-statistics contract as gemm_simt.cuh / gemm_tc.cuh:
+// epilogue (gemm_epilogue.cuh) and tile scheduler (tile_scheduler.cuh) as gemm_simt.cuh /
+// gemm_tc.cuh:
 //
-//   C[row, col] = epi.apply(epi.column(col), row, col, sum_k A[row, k] * B[col, k])
+//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row, k] * B[col, k])
 //
 // A is [m, k] and B is [n, k] (a PyTorch Linear weight), both row-major, so both operands are
 // K-major as tf32 wgmma requires. They are read through tensor maps (the launcher encodes them,
@@ -31,23 +32,17 @@
 // stage once the wgmma that read it has completed (one k-block of wgmma stays in flight). The
 // producer runs ahead into the next tile while the consumers run the epilogue of this one.
 //
-// Tiles: the block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... of the grouped
-// rasterization (tile_scheduler.cuh). Tails in m, n and k are zero-filled by TMA and masked in
-// the epilogue.
+// Tiles: the block takes the scheduler's work indices first(), first() + stride(), ... (the
+// TileScheduler<BM, BN, GROUP_M> of tile_scheduler.cuh). Tails in m, n and k are zero-filled by
+// TMA and masked in the epilogue.
 //
-// Epilogue: the concept of gemm_simt.cuh plus `static constexpr int COLUMN_FLOATS`, the number
-// of floats in a Column (its only members). Where caches_columns(COLUMN_FLOATS), consumer
-// thread t evaluates column(n0 + t) once per tile, while the tile's first wgmma runs, into
-// shared memory, and the epilogue reads Columns from there.
-//
-// Column statistics (partial_mean != nullptr): for row tile tm (rows [tm*BM, min(tm*BM+BM, m)))
-// and each valid column, the mean and M2 of the values STORED in C, at partial_mean[tm * n + col]
-// and partial_m2[tm * n + col] (col_stats.cuh's layout with tile_rows = BM). Each consumer warp
-// reduces its 16 rows with a fixed butterfly, then one thread per column merges the consumer warps
-// in order with Chan's formula: deterministic, no atomics.
+// Epilogue: gemm_epilogue.cuh's, run by the consumers from registers with Sm90Fragment's
+// layout, statistics scratch of its own. Where caches_columns(COLUMN_FLOATS), consumer thread t
+// evaluates column(n0 + t) once per tile, while the tile's first wgmma runs, into shared memory
+// (fill_columns), and the epilogue reads Columns from there.
 #pragma once
 
-#include "gemm_simt.cuh" // GemmShape, gemm_detail::chan_merge
+#include "gemm_epilogue.cuh"
 #include "sm90_primitives.cuh"
 #include "tile_scheduler.cuh"
 
@@ -115,14 +110,45 @@ template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> str
   static_assert(CONSUMER_REGISTERS >= ACCUMULATORS + 64, "the accumulators fit the registers");
 };
 
+// Which tile element each consumer accumulator acc[4 * (j / 2) + 2 * i + j % 2] holds
+// (gemm_epilogue.cuh's Fragment): the wgmma m64 layout, consumer warp w (0 .. BM / 16 - 1) on
+// rows 16w.., lane (g, q) = (lane / 4, lane % 4): rows 16w + 8i + g, columns
+// 8 * (j / 2) + 2q + j % 2.
+template <int BlockN, int BlockM> struct Sm90Fragment {
+  static constexpr int BM = BlockM, BN = BlockN;
+  static constexpr int ROWS = 2, COLS = BN / 4;
+  static constexpr int VEC = 2;
+  static constexpr int ROW_LANE_SHIFT = 2;  // g = lane / 4
+  static constexpr int ROW_GROUPS = BM / 16; // the consumer warps
+  static constexpr int THREADS = 2 * BM;     // the consumer warpgroups
+  int thread, warp, g, q;
+  KF_HOST_DEVICE explicit Sm90Fragment(int t)
+      : thread(t), warp(t >> 5), g((t & 31) >> 2), q(t & 3) {}
+  KF_HOST_DEVICE int row(int i) const { return 16 * warp + 8 * i + g; }
+  KF_HOST_DEVICE int col(int j) const { return 8 * (j >> 1) + 2 * q + (j & 1); }
+  KF_HOST_DEVICE int row_group() const { return warp; }
+  KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
+    return rows_below(tile_rows, 16 * group, 16);
+  }
+  template <class Acc> KF_HOST_DEVICE static auto &at(Acc &acc, int i, int j) {
+    return acc[4 * (j >> 1) + 2 * i + (j & 1)];
+  }
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  __device__ static void sync() { sm90::named_barrier(1, THREADS); }
+#endif
+};
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-template <class Config, class Epilogue>
+template <class Config, class Scheduler, class Epilogue>
 __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &map_b, GemmShape s,
-                          float *__restrict__ C, int ldc, const Epilogue &epi,
-                          float *__restrict__ partial_mean, float *__restrict__ partial_m2) {
+                          const Scheduler &scheduler, const Epilogue &epi) {
   using namespace sm90;
   constexpr int BM = Config::BM, BN = Config::BN, STAGES = Config::STAGES;
+  using Fragment = Sm90Fragment<BN, BM>;
+  static_assert(Scheduler::BM == BM && Scheduler::BN == BN && Fragment::BM == BM,
+                "the scheduler hands out this mainloop's tiles");
+  static_assert(epilogue_stats_bytes<Fragment>() <= Config::STATS_BYTES, "the scratch fits");
   extern __shared__ unsigned char kf_sm90_smem[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
@@ -135,8 +161,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   constexpr bool kCache = Config::caches_columns(Epilogue::COLUMN_FLOATS);
   Column *column_cache = reinterpret_cast<Column *>(empty + STAGES); // [2][BN] when kCache
 
-  const int tiles_m = ceil_div(s.m, BM), tiles_n = ceil_div(s.n, BN);
-  const int tiles = tiles_m * tiles_n;
+  const int tiles = scheduler.tiles();
   // k >= 1 (a Linear's inner extent is a positive constant): every tile's first wgmma zeroes
   // the accumulators. A k == 0 branch zeroing them with ordinary instructions would make ptxas
   // serialize every wgmma of the kernel (warning C7515) once the column cache is in use.
@@ -160,8 +185,8 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const TileCoord tc = grouped_tile(tile, tiles_m, tiles_n, Config::GROUP_M);
+      for (int tile = scheduler.first(); tile < tiles; tile += scheduler.stride()) {
+        const TileCoord tc = scheduler.tile(tile);
         for (int kb = 0; kb < kblocks; ++kb) {
           mbar_wait(&empty[stage], phase ^ 1u);
           unsigned char *dst = smem + stage * Config::STAGE_BYTES;
@@ -178,23 +203,22 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   } else {
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
     const int warp = (threadIdx.x >> 5) - 4; // consumer warp: tile rows 16 * warp ..
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int lane = threadIdx.x & 31;
     const int half = warp >> 2;       // consumer warpgroup: rows 64 * half ..
     const int ct = threadIdx.x - 128; // consumer thread 0 .. CONSUMER_THREADS - 1
+    const Fragment layout(ct);
     int stage = 0;
     unsigned phase = 0;
     float acc[Config::ACCUMULATORS];
     int turn = 0;
     int splits = 0; // 3xTF32: stages split so far, across tiles
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++turn) {
-      const TileCoord tc = grouped_tile(tile, tiles_m, tiles_n, Config::GROUP_M);
-      const int m0 = tc.m * BM, n0 = tc.n * BN;
+    for (int tile = scheduler.first(); tile < tiles; tile += scheduler.stride(), ++turn) {
+      const TileCoord tc = scheduler.tile(tile);
+      const int n0 = tc.n * BN;
       Column *cache = column_cache + (turn & 1) * BN;
       auto fill_cache = [&] {
-        if constexpr (kCache) {
-          for (int c = ct; c < BN; c += Config::CONSUMER_THREADS)
-            cache[c] = epi.column(min(n0 + c, s.n - 1));
-        }
+        if constexpr (kCache)
+          epi.fill_columns(layout, s, n0, cache);
       };
       if constexpr (Config::SPLIT) {
         // 3xTF32. split() waits for a stage, writes its big parts in place and its small parts
@@ -284,85 +308,11 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           mbar_arrive(&empty[previous]);
       }
 
-      // Epilogue from registers. Accumulator 4j + 2h + e holds row 16 * warp + g + 8h (of the
-      // tile), column 8j + 2q + e. The cache of this turn is complete after the barrier; the
+      // Epilogue from registers. The cache of this turn is complete after the barrier; the
       // one of the next turn is written after this turn's barrier, when no thread reads it.
       if constexpr (kCache)
         named_barrier(2, Config::CONSUMER_THREADS);
-      const int row0 = m0 + 16 * warp + g;
-      const bool ok[2] = {row0 < s.m, row0 + 8 < s.m};
-      const bool vec_c = (reinterpret_cast<unsigned long long>(C) & 7ull) == 0 && (ldc & 1) == 0;
-      // Column statistics: the rows of this warp that exist, each column reduced over them.
-      const int valid = min(max(s.m - (m0 + 16 * warp), 0), 16);
-      const float inv = valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = n0 + 8 * j + 2 * q;
-        const bool in[2] = {col < s.n, col + 1 < s.n};
-        Column cols[2];
-        if constexpr (kCache) {
-          cols[0] = cache[8 * j + 2 * q];
-          cols[1] = cache[8 * j + 2 * q + 1];
-        } else {
-          cols[0] = epi.column(min(col, s.n - 1));
-          cols[1] = epi.column(min(col + 1, s.n - 1));
-        }
-        float v[2][2]; // [h][e]: the value stored at row row0 + 8h, column col + e; 0 outside
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row0 + 8 * h;
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            v[h][e] =
-                ok[h] && in[e] ? epi.apply(cols[e], row, col + e, acc[4 * j + 2 * h + e]) : 0.0f;
-          if (!ok[h] || !in[0])
-            continue;
-          float *crow = C + (static_cast<long long>(row) * ldc + col);
-          if (in[1] && vec_c) {
-            *reinterpret_cast<float2 *>(crow) = make_float2(v[h][0], v[h][1]);
-          } else {
-            crow[0] = v[h][0];
-            if (in[1])
-              crow[1] = v[h][1];
-          }
-        }
-        if (partial_mean != nullptr) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float sum = v[0][e] + v[1][e];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-            const float mean = sum * inv;
-            const float d0 = ok[0] ? v[0][e] - mean : 0.0f, d1 = ok[1] ? v[1][e] - mean : 0.0f;
-            float m2 = fmaf(d0, d0, d1 * d1);
-            m2 += __shfl_xor_sync(0xffffffffu, m2, 4);
-            m2 += __shfl_xor_sync(0xffffffffu, m2, 8);
-            m2 += __shfl_xor_sync(0xffffffffu, m2, 16);
-            if (g == 0) {
-              stats[warp * BN + 8 * j + 2 * q + e] = mean;
-              stats[(Config::CONSUMER_WARPS + warp) * BN + 8 * j + 2 * q + e] = m2;
-            }
-          }
-        }
-      }
-
-      if (partial_mean != nullptr) {
-        named_barrier(1, Config::CONSUMER_THREADS);
-        for (int c = ct; c < BN && n0 + c < s.n; c += Config::CONSUMER_THREADS) {
-          float n_acc = 0.0f, mean_acc = 0.0f, m2_acc = 0.0f;
-          for (int w = 0; w < Config::CONSUMER_WARPS; ++w) {
-            const int cnt = min(max(s.m - (m0 + 16 * w), 0), 16);
-            gemm_detail::chan_merge(n_acc, mean_acc, m2_acc, static_cast<float>(cnt),
-                                    stats[w * BN + c],
-                                    stats[(Config::CONSUMER_WARPS + w) * BN + c]);
-          }
-          const long long idx = static_cast<long long>(tc.m) * s.n + n0 + c;
-          partial_mean[idx] = mean_acc;
-          partial_m2[idx] = m2_acc;
-        }
-        named_barrier(1, Config::CONSUMER_THREADS); // the scratch is free for the next tile
-      }
+      epi.template run<kCache>(layout, s, tc, acc, cache, stats);
     }
   }
 }

@@ -114,20 +114,46 @@ private:
            mm.op == OpKind::Linear && !inner.is_symbolic() && inner.value % 4 == 0;
   }
 
-  // The generated entry point of the sm90 GEMM of `Config`, named as in the source.
+  // The entry point of a GEMM kernel, composed of its building blocks: the problem shape, the
+  // tile scheduler `Tiles` (which also fixes the column statistics' tile height), the epilogue
+  // (the generated functor, the store of `out`, the statistics partials) and the mainloop call
+  // `mainloop`, which names them `shape`, `scheduler` and `epilogue`. `head` is the
+  // declaration up to the parameter list, `first_params` the parameters before the writer's.
+  template <class Tiles>
+  std::string gemm_entry(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
+                         const std::string &functor, ValueId out, const std::string &head,
+                         const std::string &first_params, const std::string &mainloop) {
+    LaunchGeometry &geo = launch.geometry;
+    geo.tile_rows = Tiles::BM;
+    geo.tile_cols = Tiles::BN;
+    std::string stats = "nullptr, nullptr";
+    if (k.stats_of >= 0) {
+      partial_rows_[k.stats_of] = Tiles::BM;
+      stats = fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of));
+    }
+    std::string n = KernelWriter::extent(launch.cols);
+    return fmt::format("{}\n{}({}{}) {{\n"
+                       "  const kf::GemmShape shape{{{}, {}, {}}};\n"
+                       "  const kf::TileScheduler<{}, {}, {}> scheduler(shape);\n"
+                       "  const kf::GemmEpilogue<{}> epilogue{{{}, {}, {}, {}}};\n"
+                       "  {};\n}}\n",
+                       head, k.name, first_params, w.param_list(),
+                       KernelWriter::extent(launch.rows), n, KernelWriter::extent(launch.inner),
+                       Tiles::BM, Tiles::BN, Tiles::GROUP_M, functor, w.member_initializer(),
+                       w.ptr(out), n, stats, mainloop);
+  }
+
+  // The sm90 GEMM of `Config` (its name as in the source): a persistent grid, operands through
+  // tensor maps.
   template <class Config>
   std::string sm90_gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                         const std::string &config, int column_floats, ValueId a, ValueId b,
-                        ValueId out, const std::string &type, const std::string &stats) {
+                        ValueId out, const std::string &functor) {
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Persistent;
     geo.blocks_per_sm = Config::MIN_BLOCKS;
-    geo.tile_rows = Config::BM;
-    geo.tile_cols = Config::BN;
     geo.block_threads = Config::THREADS;
     geo.smem_bytes = Config::smem_bytes(column_floats);
-    if (k.stats_of >= 0)
-      partial_rows_[k.stats_of] = Config::BM;
     auto map = [&](ValueId v, int box_rows) {
       LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
       lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, 4};
@@ -135,16 +161,15 @@ private:
     };
     launch.params = {map(a, Config::BM), map(b, Config::BN)};
     includes_.insert("gemm_sm90.cuh");
-    return fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__({1}::THREADS, {1}::MIN_BLOCKS)\n"
-        "{0}(const __grid_constant__ kf::sm90::TensorMap {2}_map, "
-        "const __grid_constant__ kf::sm90::TensorMap {3}_map, {4}) {{\n"
-        "  const {5} epi{6};\n"
-        "  kf::gemm_sm90<{1}>({2}_map, {3}_map, kf::GemmShape{{{7}, {8}, {9}}}, {10}, "
-        "{8}, epi, {11});\n}}\n",
-        k.name, config, w.ptr(a), w.ptr(b), w.param_list(), type, w.member_initializer(),
-        KernelWriter::extent(launch.rows), KernelWriter::extent(launch.cols),
-        KernelWriter::extent(launch.inner), w.ptr(out), stats);
+    return gemm_entry<kf::TileScheduler<Config::BM, Config::BN, Config::GROUP_M>>(
+        k, w, launch, functor, out,
+        fmt::format("extern \"C\" __global__ void __launch_bounds__({0}::THREADS, {0}::MIN_BLOCKS)",
+                    config),
+        fmt::format("const __grid_constant__ kf::sm90::TensorMap {0}_map, "
+                    "const __grid_constant__ kf::sm90::TensorMap {1}_map, ",
+                    w.ptr(a), w.ptr(b)),
+        fmt::format("kf::gemm_sm90<{}>({}_map, {}_map, shape, scheduler, epilogue)", config,
+                    w.ptr(a), w.ptr(b)));
   }
 
   std::string gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
@@ -154,7 +179,7 @@ private:
     launch.rows = mm.type.shape[0];
     launch.cols = mm.type.shape[1];
     launch.inner = g_[a].type.shape[1];
-    std::string type = k.name + "_epilogue";
+    std::string functor = k.name + "_functor";
     // A Column carries the column values apply() reads, computed once per column.
     std::set<ValueId> read_per_element;
     for (ValueId id : k.computes)
@@ -170,7 +195,7 @@ private:
       copy_out += (copy_out.empty() ? "" : ", ") + w.var(c);
       copy_in += fmt::format("{}const float {} = c.{};\n", kIndent, w.var(c), w.var(c));
     }
-    std::string s = functor_head(type, w);
+    std::string s = functor_head(functor, w);
     s += fmt::format("  static constexpr int COLUMN_FLOATS = {};\n", cols.size());
     s += fmt::format("  struct Column {{\n{}  }};\n", fields);
     s += fmt::format(
@@ -181,10 +206,6 @@ private:
         "{}{}const float {} = acc;\n{}{}return {};\n  }}\n}};\n",
         copy_in, kIndent, w.var(k.anchor), w.element_statements(kIndent, {k.anchor}), kIndent,
         w.var(out));
-    std::string stats =
-        k.stats_of >= 0 ? fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of)) : "nullptr, nullptr";
-    std::string m = KernelWriter::extent(launch.rows), n = KernelWriter::extent(launch.cols),
-                inner = KernelWriter::extent(launch.inner);
     LaunchGeometry &geo = launch.geometry;
     geo.rows = launch.rows;
     geo.cols = launch.cols;
@@ -196,7 +217,7 @@ private:
                         "memory of a second block";
         return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32x3, 128>>(
                        k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>", floats, a, b,
-                       out, type, stats);
+                       out, functor);
       }
       // The batch (rows) is bound at run time; the layer's width decides. 128 x 256 tiles reach
       // cuBLAS's speed once there are enough of them for every SM; below 4096 features that
@@ -210,46 +231,53 @@ private:
                                     features.value, kWideLayer);
         return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32, 128, 64, 2>>(
                        k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 64, 2>", floats, a,
-                       b, out, type, stats);
+                       b, out, functor);
       }
       launch.config = fmt::format("tf32 128 x 256 tile, 1 block per SM: {} output features "
                                   "(>= {}) fill the SMs from about 1000 rows",
                                   features.str(), kWideLayer);
       return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32, 256>>(
                      k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>", floats, a, b, out,
-                     type, stats);
+                     functor);
     }
-    bool simt = math_ == GemmMath::Fp32;
-    int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
-    geo.grid = LaunchGeometry::Grid::Tiles2D;
-    geo.tile_rows = simt ? kf::GEMM_BM : kf::GEMM_TC_BM;
-    geo.tile_cols = simt ? kf::GEMM_BN : kf::gemm_tc_bn(precision);
-    geo.block_threads = simt ? kf::GEMM_THREADS : kf::GEMM_TC_THREADS;
-    geo.smem_bytes = simt ? kf::gemm_smem_bytes : kf::gemm_tc_smem_bytes(precision);
-    if (k.stats_of >= 0)
-      partial_rows_[k.stats_of] = geo.tile_rows;
-    launch.config =
-        simt ? fmt::format("fp32 SIMT {} x {} tile, the SIMT GEMM's one configuration",
-                           geo.tile_rows, geo.tile_cols)
-             : fmt::format("{} mma.sync {} x {} tile, the mma.sync GEMM's one configuration{}",
-                           precision == 0 ? "tf32" : "3xtf32", geo.tile_rows, geo.tile_cols,
-                           arch_ == "sm_90a" ? " (the Hopper mainloop needs a Linear whose inner "
-                                               "extent is a constant multiple of 4)"
-                                             : "");
-    includes_.insert(simt ? "gemm_simt.cuh" : "gemm_tc.cuh");
-    std::string mainloop =
-        simt ? fmt::format("gemm_simt<{}>", trans_b ? "true" : "false")
-             : fmt::format("gemm_tc<{}, {}>", trans_b ? "true" : "false", precision);
-    s += fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__(kf::{2}THREADS, kf::{2}MIN_BLOCKS)\n"
-        "{0}({1}) {{\n"
-        "  const {3} epi{4};\n"
-        "  kf::{5}(kf::GemmShape{{{6}, {7}, {8}}}, {9}, {10}, {11}, {12}, {13}, {14}, epi, "
-        "{15});\n}}\n",
-        k.name, w.param_list(), simt ? "GEMM_" : "GEMM_TC_", type, w.member_initializer(), mainloop,
-        m, n, inner, w.ptr(a), inner, w.ptr(b), KernelWriter::extent(g_[b].type.shape[1]),
-        w.ptr(out), n, stats);
-    return s;
+    // The cp.async mainloops: a grid of one block per tile.
+    geo.grid = LaunchGeometry::Grid::Tiles;
+    const std::string operands = fmt::format("(shape, scheduler, {}, {}, {}, {}, epilogue)",
+                                             w.ptr(a), KernelWriter::extent(launch.inner), w.ptr(b),
+                                             KernelWriter::extent(g_[b].type.shape[1]));
+    const char *tb = trans_b ? "true" : "false";
+    if (math_ == GemmMath::Fp32) {
+      geo.block_threads = kf::GEMM_THREADS;
+      geo.smem_bytes = kf::gemm_smem_bytes;
+      includes_.insert("gemm_simt.cuh");
+      launch.config = fmt::format("fp32 SIMT {} x {} tile, the SIMT GEMM's one configuration",
+                                  kf::GEMM_BM, kf::GEMM_BN);
+      return s + gemm_entry<kf::TileScheduler<kf::GEMM_BM, kf::GEMM_BN, kf::GEMM_GROUP_M>>(
+                     k, w, launch, functor, out,
+                     "extern \"C\" __global__ void __launch_bounds__(kf::GEMM_THREADS, "
+                     "kf::GEMM_MIN_BLOCKS)",
+                     "", fmt::format("kf::gemm_simt<{}>{}", tb, operands));
+    }
+    const int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
+    geo.block_threads = kf::GEMM_TC_THREADS;
+    geo.smem_bytes = kf::gemm_tc_smem_bytes(precision);
+    includes_.insert("gemm_tc.cuh");
+    launch.config = fmt::format(
+        "{} mma.sync {} x {} tile, the mma.sync GEMM's one configuration{}",
+        precision == 0 ? "tf32" : "3xtf32", kf::GEMM_TC_BM, kf::gemm_tc_bn(precision),
+        arch_ == "sm_90a"
+            ? " (the Hopper mainloop needs a Linear whose inner extent is a constant multiple of 4)"
+            : "");
+    const std::string head = "extern \"C\" __global__ void "
+                             "__launch_bounds__(kf::GEMM_TC_THREADS, kf::GEMM_TC_MIN_BLOCKS)";
+    const std::string call = fmt::format("kf::gemm_tc<{}, {}>{}", tb, precision, operands);
+    if (precision == 0)
+      return s +
+             gemm_entry<kf::TileScheduler<kf::GEMM_TC_BM, kf::gemm_tc_bn(0), kf::GEMM_TC_GROUP_M>>(
+                 k, w, launch, functor, out, head, "", call);
+    return s +
+           gemm_entry<kf::TileScheduler<kf::GEMM_TC_BM, kf::gemm_tc_bn(1), kf::GEMM_TC_GROUP_M>>(
+               k, w, launch, functor, out, head, "", call);
   }
 
   // A row kernel: a block per row of the anchor's input, the inline chain before it applied

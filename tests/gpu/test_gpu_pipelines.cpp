@@ -85,6 +85,18 @@ std::string bn_scale_softmax(int in, int out) {
                      in, out);
 }
 
+// scale_bn with the GEMM's B not transposed: matmul(x, weight), weight [in, out].
+std::string matmul_scale_bn(int in, int out) {
+  std::string text = scale_bn(in, out);
+  auto replace = [&](const std::string &from, const std::string &to) {
+    text.replace(text.find(from), from.size(), to);
+  };
+  replace("pipeline scale_bn", "pipeline matmul_scale_bn");
+  replace(fmt::format("weight: f32[{}, {}]", out, in), fmt::format("weight: f32[{}, {}]", in, out));
+  replace("linear(x, weight, bias)", "add(matmul(x, weight), bias)");
+  return text;
+}
+
 } // namespace
 
 TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
@@ -124,6 +136,22 @@ TEST_CASE("gpu: tensor-core GEMMs (tf32, 3xtf32) within their precision's bound"
       expect_match(example(file), file, Mode::Eval, 128, 14, 1, precision);
     }
   }
+}
+
+TEST_CASE("gpu: the GEMM epilogue and tile scheduler over many row tiles, every mainloop") {
+  // Nine or ten 128-row tiles: one full rasterization group of 8 row tiles and a partial one,
+  // last tiles of 1, 16, 65 and 127 rows (the row groups the epilogue's statistics merge end
+  // at 16 and 64), several column tiles with a tail. In features 132 take the sm90 mainloop for
+  // tf32 and 3xtf32 on sm_90a, 130 the mma.sync one; fp32 runs the SIMT one; matmul gives the
+  // mainloops' B not transposed.
+  uint64_t seed = 500;
+  for (Precision precision : {Precision::FP32, Precision::TF32, Precision::FP32x3})
+    for (int in : {132, 130})
+      for (const std::string &text : {scale_bn(in, 300), matmul_scale_bn(in, 260)}) {
+        for (int64_t n : {1025, 1040, 1089, 1151, 1217})
+          expect_match(text, "tiles.kf", Mode::Train, n, ++seed, 2, precision);
+        expect_match(text, "tiles.kf", Mode::Eval, 1217, ++seed, 1, precision);
+      }
 }
 
 TEST_CASE("gpu: founding examples at small N, train over three steps") {

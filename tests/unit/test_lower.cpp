@@ -63,7 +63,7 @@ TEST_CASE("lower: KFUSE_DUMP=ir,plan,cuda,launch writes every step to KFUSE_DUMP
     CHECK(std::filesystem::exists(dir / "chain.train.1-canonicalize_linear.kf"));
     // Each kernel's launch description, as the runtime will evaluate it.
     const std::string launch = read(dir / "chain.train.launch.txt");
-    CHECK(launch.rfind("k0_gemm: 2-D grid over N x ", 0) == 0);
+    CHECK(launch.rfind("k0_gemm: a block per tile of N x ", 0) == 0);
     CHECK(launch.find("block 256") != std::string::npos);
   }
   std::filesystem::remove_all(dir);

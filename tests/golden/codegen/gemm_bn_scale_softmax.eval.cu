@@ -5,7 +5,7 @@
 #include "row_softmax.cuh"
 
 // k0_gemm: linear@13 (gemm); canonicalize_linear
-struct k0_gemm_epilogue {
+struct k0_gemm_functor {
   const float *p_x;
   const float *p_weight;
   float *p_t1;
@@ -23,8 +23,10 @@ struct k0_gemm_epilogue {
 };
 extern "C" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
 k0_gemm(const float *__restrict__ p_x, const float *__restrict__ p_weight, float *__restrict__ p_t1, int d_N) {
-  const k0_gemm_epilogue epi{p_x, p_weight, p_t1, d_N};
-  kf::gemm_simt<true>(kf::GemmShape{d_N, 8192, 8192}, p_x, 8192, p_weight, 8192, p_t1, 8192, epi, nullptr, nullptr);
+  const kf::GemmShape shape{d_N, 8192, 8192};
+  const kf::TileScheduler<128, 128, 8> scheduler(shape);
+  const kf::GemmEpilogue<k0_gemm_functor> epilogue{{p_x, p_weight, p_t1, d_N}, p_t1, 8192, nullptr, nullptr};
+  kf::gemm_simt<true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
 }
 
 // k1_row: linear@13, batchnorm@14, mul@15, softmax@16 (row); canonicalize_linear, fold_affine, lower_batchnorm, row_prologue

@@ -4,7 +4,7 @@
 #include "math.cuh"
 
 // k0_gemm: linear@13, mul@14, batchnorm@15 (gemm); canonicalize_linear, fold_affine, gemm_epilogue, lower_batchnorm
-struct k0_gemm_epilogue {
+struct k0_gemm_functor {
   const float *p_x;
   const float *p_weight;
   const float *p_bias;
@@ -43,6 +43,8 @@ struct k0_gemm_epilogue {
 };
 extern "C" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
 k0_gemm(const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, float *__restrict__ p_t12, int d_N) {
-  const k0_gemm_epilogue epi{p_x, p_weight, p_bias, p_scale, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_t12, d_N};
-  kf::gemm_simt<true>(kf::GemmShape{d_N, 8192, 8192}, p_x, 8192, p_weight, 8192, p_t12, 8192, epi, nullptr, nullptr);
+  const kf::GemmShape shape{d_N, 8192, 8192};
+  const kf::TileScheduler<128, 128, 8> scheduler(shape);
+  const kf::GemmEpilogue<k0_gemm_functor> epilogue{{p_x, p_weight, p_bias, p_scale, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_t12, d_N}, p_t12, 8192, nullptr, nullptr};
+  kf::gemm_simt<true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
 }

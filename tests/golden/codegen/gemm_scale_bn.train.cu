@@ -6,7 +6,7 @@
 #include "math.cuh"
 
 // k0_gemm: linear@13 (gemm); canonicalize_linear, stats_epilogue
-struct k0_gemm_epilogue {
+struct k0_gemm_functor {
   const float *p_x;
   const float *p_weight;
   float *p_t1;
@@ -24,8 +24,10 @@ struct k0_gemm_epilogue {
 };
 extern "C" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
 k0_gemm(const float *__restrict__ p_x, const float *__restrict__ p_weight, float *__restrict__ p_t1, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
-  const k0_gemm_epilogue epi{p_x, p_weight, p_t1, d_N};
-  kf::gemm_simt<true>(kf::GemmShape{d_N, 8192, 8192}, p_x, 8192, p_weight, 8192, p_t1, 8192, epi, p_t1_pmean, p_t1_pm2);
+  const kf::GemmShape shape{d_N, 8192, 8192};
+  const kf::TileScheduler<128, 128, 8> scheduler(shape);
+  const kf::GemmEpilogue<k0_gemm_functor> epilogue{{p_x, p_weight, p_t1, d_N}, p_t1, 8192, p_t1_pmean, p_t1_pm2};
+  kf::gemm_simt<true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
 }
 
 // k1_column: mul@14, batchnorm@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
