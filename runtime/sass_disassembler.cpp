@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -60,10 +61,13 @@ std::vector<std::string> sass_tool_dirs() {
   std::vector<std::string> dirs;
   const char *path = std::getenv("PATH");
   std::stringstream entries(path ? path : "");
-  for (std::string dir; std::getline(entries, dir, ':');)
-    if (!dir.empty())
+  auto add = [&](const std::string &dir) {
+    if (!dir.empty() && std::find(dirs.begin(), dirs.end(), dir) == dirs.end())
       dirs.push_back(dir);
-  dirs.push_back("/usr/local/cuda/bin");
+  };
+  for (std::string dir; std::getline(entries, dir, ':');)
+    add(dir);
+  add("/usr/local/cuda/bin");
   return dirs;
 }
 

@@ -7,7 +7,8 @@
 
 namespace kfuse::rt {
 
-// Where the disassemblers are looked for: every directory of PATH, then /usr/local/cuda/bin.
+// Where the disassemblers are looked for: every directory of PATH, then /usr/local/cuda/bin
+// (each once).
 std::vector<std::string> sass_tool_dirs();
 
 // The SASS of `cubin`, from the first of nvdisasm or cuobjdump found in `dirs` (nvdisasm in any

@@ -120,7 +120,7 @@ TEST_CASE("KFUSE_DUMP=sass runs the toolkit's disassembler, and says so where th
   // The search path: PATH's directories, then the toolkit's.
   const char *path = std::getenv("PATH");
   const std::string saved = path ? path : "";
-  setenv("PATH", "/a:/b", 1);
+  setenv("PATH", "/a:/b:/a", 1);
   const std::vector<std::string> dirs = rt::sass_tool_dirs();
   setenv("PATH", saved.c_str(), 1);
   CHECK(dirs == std::vector<std::string>{"/a", "/b", "/usr/local/cuda/bin"});
