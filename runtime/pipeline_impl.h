@@ -53,13 +53,15 @@ struct Pipeline::Impl {
   std::function<void(const rt::GemmCall &, CUstream)> gemm_override;
 
   // What the last run was checked with. A run whose tensors equal these (pointer, shape,
-  // dtype, stride) with no bind() or set_workspace() since skips every check; any difference
-  // is checked again in full.
+  // dtype, stride) with no bind() or set_workspace() since skips every check; where only
+  // pointers differ, the moved tensors and the overlaps are checked; any other difference is
+  // checked again in full.
   std::vector<Tensor> seen_inputs, seen_outputs;
   bool recheck = true;
   rt::Dims dims;                              // bound by the last checked run: the table's
   std::vector<CUdeviceptr> pointers;          // the table's slots, of the last checked run
-  std::vector<rt::TensorBytes> written, read; // outputs and state; inputs and params
+  std::vector<rt::TensorBytes> written, read; // outputs, then state; inputs and params
+  std::vector<size_t> input_bytes;            // input i's entry in `read`
 
   rt::DeviceBuffer own_workspace; // grown to the largest run's needs
   void *user_workspace = nullptr; // set_workspace(): used instead of own_workspace
@@ -72,6 +74,8 @@ struct Pipeline::Impl {
   void load_module(CUcontext current);
   void check_memory(const Tensor *inputs, const Tensor *outputs);
   void prepare();
+  // Instead of all of the above, where only data pointers changed.
+  void check_moved(const Tensor *inputs, const Tensor *outputs);
 };
 
 // Binds symbolic dims of `type` from `shape`, checking every extent; `bound_by` names the tensor

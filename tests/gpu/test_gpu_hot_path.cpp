@@ -123,8 +123,14 @@ TEST_CASE("gpu hot path: the positional run computes what the by-name run does, 
     by_name.run({{"x", a.get("x")}}, {a.get("out")}, stream.handle());
     positional.run(&x, 1, &out, 1, stream.handle());
   }
+  // Only the output's pointer moves: the moved tensor is checked, the rest is reused.
+  const std::vector<int64_t> out_shape = b.shapes["out"];
+  a.add("out2", out_shape, 300);
+  const Tensor out2 = b.add("out2", out_shape, 300);
+  by_name.run({{"x", a.get("x")}}, {a.get("out2")}, stream.handle());
+  positional.run(&x, 1, &out2, 1, stream.handle());
   stream.synchronize();
-  for (const char *name : {"out", "running_mean", "running_var"}) {
+  for (const char *name : {"out", "out2", "running_mean", "running_var"}) {
     INFO(name);
     CHECK(max_difference(a.download(name), b.download(name)) == 0.0);
   }
