@@ -111,8 +111,10 @@ public:
   // This is the hot path: a run whose tensors equal the last run's (pointer, shape, dtype,
   // stride), with no bind() or set_workspace() in between, reuses that run's checks, kernel
   // arguments and workspace, and only launches: no allocation, no synchronisation, no string
-  // work. Any difference is checked in full, with the same errors. A run can be captured in a
-  // CUDA graph; replays read the tensors' memory anew (new data, updated params).
+  // work. Where only pointers differ, the moved tensors are checked as new ones (layout,
+  // device memory, overlaps); any other difference is checked in full. The errors are the
+  // by-name run's. A run can be captured in a CUDA graph; replays read the tensors' memory
+  // anew (new data, updated params).
   void run(const Tensor *inputs, size_t input_count, const Tensor *outputs, size_t output_count,
            CUstream stream = nullptr);
 
