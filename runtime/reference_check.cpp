@@ -56,7 +56,8 @@ std::vector<double> download(const DeviceTensor &d, size_t n) {
   return {f.begin(), f.end()};
 }
 
-CheckEntry compare(const std::string &name, const std::vector<double> &gpu, const std::vector<double> &ref) {
+CheckEntry compare(const std::string &name, const std::vector<double> &gpu,
+                   const std::vector<double> &ref) {
   CheckEntry e;
   e.name = name;
   for (size_t i = 0; i < gpu.size(); ++i) {
@@ -107,11 +108,14 @@ TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::strin
   return host;
 }
 
-
 } // namespace
 
 CheckResult check_against_reference(const CheckRequest &req) {
   Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
+  return check_against_reference(pipeline, req);
+}
+
+CheckResult check_against_reference(Pipeline &pipeline, const CheckRequest &req) {
   const Graph &g = PipelineAccess::graph(pipeline); // as parsed: the reference runs it
   ir::Mode mode = req.options.mode == kfuse::Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
 
@@ -164,7 +168,8 @@ CheckResult check_against_reference(const CheckRequest &req) {
 
   CheckResult result;
   auto add = [&](CheckEntry e) {
-    result.worst = std::max(result.worst, e.finite ? e.relative : std::numeric_limits<double>::infinity());
+    result.worst =
+        std::max(result.worst, e.finite ? e.relative : std::numeric_limits<double>::infinity());
     result.entries.push_back(std::move(e));
   };
   std::vector<std::vector<double>> gpu_outs;

@@ -61,12 +61,15 @@ void check_device_memory(const std::string &where, const std::string &tensor, co
   CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
   void *values[] = {&memory_type, &ordinal};
-  d.check(d.cuPointerGetAttributes(2, attributes, values, reinterpret_cast<CUdeviceptr>(t.data)),
-          fmt::format("cuPointerGetAttributes(tensor '{}')", tensor));
+  CUresult r =
+      d.cuPointerGetAttributes(2, attributes, values, reinterpret_cast<CUdeviceptr>(t.data));
+  if (r != CUDA_SUCCESS)
+    d.check(r, fmt::format("cuPointerGetAttributes(tensor '{}')", tensor));
   if (memory_type == CU_MEMORYTYPE_HOST)
-    throw Error(fmt::format("{}: tensor '{}' {} at {} is host memory (pinned or mapped); kfuse needs device "
-                            "memory",
-                            where, tensor, describe(t), t.data));
+    throw Error(fmt::format(
+        "{}: tensor '{}' {} at {} is host memory (pinned or mapped); kfuse needs device "
+        "memory",
+        where, tensor, describe(t), t.data));
   if (memory_type != CU_MEMORYTYPE_DEVICE && memory_type != CU_MEMORYTYPE_UNIFIED)
     throw Error(fmt::format(
         "{}: tensor '{}' {} at {} is not CUDA memory (host memory?); kfuse needs device memory",

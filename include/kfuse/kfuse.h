@@ -1,8 +1,9 @@
 // kfuse's C++ API: compile a .kf pipeline once at program start, bind its parameters and
 // state to device memory, then run it on a stream as often as needed.
 //
-//   kfuse::Pipeline p = kfuse::Pipeline::from_file("gemm_bn_scale_softmax.kf", {kfuse::Mode::Eval});
-//   p.bind("weight", {d_weight, {8192, 8192}});        // params and state, by name
+//   kfuse::Pipeline p = kfuse::Pipeline::from_file("gemm_bn_scale_softmax.kf",
+//   {kfuse::Mode::Eval}); p.bind("weight", {d_weight, {8192, 8192}});        // params and state,
+//   by name
 //   ...
 //   p.run({{"x", {d_x, {1024, 8192}}}}, {{d_out, {1024, 8192}}}, stream);
 //
@@ -17,6 +18,7 @@
 
 #include "kfuse/error.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -85,15 +87,17 @@ public:
   const CompileReport &report() const;
   // Declared names, in declaration order; outputs are positional (the `return` order).
   std::vector<std::string> inputs() const;
-  std::vector<std::string> params() const;  // params and state
+  std::vector<std::string> params() const; // params and state
   size_t output_count() const;
   // Shapes once the pipeline's dims are bound, e.g. {{"N", 1024}}: of a declared input,
   // param or state, and of output `i`.
-  std::vector<int64_t> shape(const std::string &name, const std::map<std::string, int64_t> &dims) const;
+  std::vector<int64_t> shape(const std::string &name,
+                             const std::map<std::string, int64_t> &dims) const;
   std::vector<int64_t> output_shape(size_t i, const std::map<std::string, int64_t> &dims) const;
   // The dims that tensors of these shapes (inputs, params or state, by name) bind, checked as
   // run() checks them: to allocate outputs, output_shape(i, dims({{"x", x_shape}})).
-  std::map<std::string, int64_t> dims(const std::map<std::string, std::vector<int64_t>> &shapes) const;
+  std::map<std::string, int64_t>
+  dims(const std::map<std::string, std::vector<int64_t>> &shapes) const;
 
   // Binds a param or state; its shape is checked against the declaration (symbolic dims
   // are bound by it and checked against every other tensor at run).
@@ -101,9 +105,29 @@ public:
   // Runs every kernel on `stream` (asynchronously). Dims are inferred from the tensors'
   // shapes; each input, output and bound tensor is checked: shape, dtype, stride, that it is
   // device memory of the pipeline's context, and that no output overlaps another tensor.
-  // State is updated in place.
+  // State is updated in place. Orders the inputs by name and calls the positional run().
   void run(const std::map<std::string, Tensor> &inputs, const std::vector<Tensor> &outputs,
            CUstream stream = nullptr);
+  // The same, positional: `inputs` in declaration order (inputs()), `outputs` in return order.
+  // This is the hot path: a run whose tensors equal the last run's (pointer, shape, dtype,
+  // stride), with no bind() or set_workspace() in between, reuses that run's checks, kernel
+  // arguments and workspace, and only launches: no allocation, no synchronisation, no string
+  // work. Where only pointers differ, the moved tensors are checked as new ones (layout,
+  // device memory, overlaps); any other difference is checked in full. The errors are the
+  // by-name run's. A run can be captured in a CUDA graph; replays read the tensors' memory
+  // anew (new data, updated params).
+  void run(const Tensor *inputs, size_t input_count, const Tensor *outputs, size_t output_count,
+           CUstream stream = nullptr);
+
+  // Bytes of workspace (intermediates and partial statistics) a run at `dims` needs, e.g.
+  // workspace_size(dims({{"x", x_shape}})); every dim must be bound. 0: the pipeline keeps none.
+  size_t workspace_size(const std::map<std::string, int64_t> &dims) const;
+  // Later runs keep their intermediates in [data, data + bytes) instead of memory the pipeline
+  // allocates (at the first run of each larger shape): device memory of the pipeline's context,
+  // 256-byte aligned, that no tensor of a run overlaps and that no other run uses at the same
+  // time. A run that needs more than `bytes` throws. set_workspace(nullptr, 0) goes back to
+  // the pipeline's own.
+  void set_workspace(void *data, size_t bytes);
 
 private:
   friend struct rt::PipelineAccess;

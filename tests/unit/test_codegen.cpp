@@ -122,8 +122,9 @@ TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unf
         Options o;
         o.mode = mode;
         o.arch = "sm_90a";
-        Pipeline p = fuse ? Pipeline::from_file(entry.path().string(), o)
-                          : rt::PipelineAccess::unfused_from_file(entry.path().string(), o);
+        Pipeline p = rt::PipelineAccess::compile(lower(dsl::SourceFile::read(entry.path().string()),
+                                                       rt::PipelineAccess::lower_options(o, fuse)),
+                                                 o, fuse);
         const CompileReport &r = p.report();
         CHECK(r.cache_hit == !compiled.insert(p.cuda_source()).second);
         REQUIRE(!r.kernels.empty());
@@ -297,9 +298,10 @@ TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on the sm9
       o.arch = "sm_90a";
       o.precision = precision;
       Pipeline p = Pipeline::from_file(root() + "/examples/" + example + ".kf", o);
-      CHECK(p.cuda_source().find(precision == Precision::TF32
-                                     ? "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>"
-                                     : "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>") !=
+      CHECK(p.cuda_source().find(
+                precision == Precision::TF32
+                    ? "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>"
+                    : "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>") !=
             std::string::npos);
       for (const KernelReport &k : p.report().kernels) {
         INFO(example, " ", k.name);

@@ -3,7 +3,7 @@
 //
 // Times three contenders in one process, on one stream, over the same device tensors:
 //   fused        the kfuse pipeline as planned;
-//   unfused      the same pipeline unfused (rt::PipelineAccess::unfused_from_file: one kfuse
+//   unfused      the same pipeline lowered unfused (LowerOptions::fuse false: one kfuse
 //                kernel per op), its GEMMs run by cuBLAS at the requested precision;
 //   cublas_gemm  the pipeline's GEMMs alone through cuBLAS: the floor a fused chain chases.
 // Every contender is timed the same way (bench_timer.h). A contender that cannot run says so
@@ -11,8 +11,8 @@
 // the printed table and the --json schema.
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
-#include "compiler/plan/plan_printer.h"
 #include "compiler/lower.h"
+#include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
 #include "runtime/device_buffer.h"
@@ -46,7 +46,8 @@ namespace kfuse::tool {
 namespace {
 
 constexpr const char *kUsage =
-    "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision fp32|3xtf32|tf32]\n"
+    "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision "
+    "fp32|3xtf32|tf32]\n"
     "                   [--json FILE] [--iters 100] [--warmup 10] [--seed 1] [--arch sm_XX]\n";
 
 constexpr int kRecommendedIters = 100;
@@ -495,8 +496,9 @@ int cmd_bench(int argc, char **argv) {
     throw UsageError(fmt::format("--precision: bench times fp32, 3xtf32 and tf32\n{}", kUsage));
   // 3xtf32 is fp32-accurate: its baselines are cuBLAS's fp32 SGEMM and the fp32 FMA peak.
   const bool tf32 = options.precision == Precision::TF32;
-  const std::string precision_name =
-      tf32 ? "tf32" : options.precision == Precision::FP32x3 ? "3xtf32" : "fp32";
+  const std::string precision_name = tf32                                     ? "tf32"
+                                     : options.precision == Precision::FP32x3 ? "3xtf32"
+                                                                              : "fp32";
   const int iters = parse_count(cl, "iters", kRecommendedIters, 1);
   const int warmup = parse_count(cl, "warmup", 10, 0);
   const uint64_t seed = static_cast<uint64_t>(parse_count(cl, "seed", 1, 0));
@@ -504,13 +506,19 @@ int cmd_bench(int argc, char **argv) {
   const std::string &file = cl.file();
 
   // Everything that needs no GPU first, so a usage mistake is reported before device setup.
-  ir::Graph g = dsl::parse_kf_file(file);
+  // Each contender is lowered once: its plan is reported, its program compiled below.
+  // The unfused kernels compute in fp32 (their GEMMs are cuBLAS's, at the precision asked).
+  Options unfused_options = options;
+  unfused_options.precision = Precision::FP32;
+  const dsl::SourceFile src = dsl::SourceFile::read(file);
+  Lowered fused_lowered = lower(src, rt::PipelineAccess::lower_options(options, true));
+  Lowered unfused_lowered = lower(src, rt::PipelineAccess::lower_options(unfused_options, false));
+  const ir::Graph g = fused_lowered.graph;
   const ir::DimBindings dims = cl.dims_of(g, /*all=*/true);
   const ir::Mode mode = ir_mode(options.mode);
   const std::string mode_text(ir::mode_name(mode));
-  const dsl::SourceFile src = dsl::SourceFile::read(file);
-  plan::Plan fused_plan = lower(src, {mode, codegen::GemmMath::Fp32, true}).plan;
-  plan::Plan unfused_plan = lower(src, {mode, codegen::GemmMath::Fp32, false}).plan;
+  const plan::Plan fused_plan = fused_lowered.plan;
+  const plan::Plan unfused_plan = unfused_lowered.plan;
   const int64_t min_bytes = minimum_bytes(g, fused_plan, dims);
   const std::vector<GemmShape> gemms = gemm_shapes(g, dims);
   double flop = 0;
@@ -638,9 +646,8 @@ int cmd_bench(int argc, char **argv) {
     c_unfused.error = "its GEMMs need cuBLAS: " + cublas_error;
   } else {
     try {
-      Options o = options;
-      o.precision = Precision::FP32;
-      unfused.emplace(rt::PipelineAccess::unfused_from_file(file, o));
+      unfused.emplace(
+          rt::PipelineAccess::compile(std::move(unfused_lowered), unfused_options, false));
       if (cublas)
         rt::PipelineAccess::set_gemm_override(*unfused, [&](const rt::GemmCall &c, CUstream st) {
           cublas->gemm(math, c.trans_b, c.m, c.n, c.k, c.a, c.lda, c.b, c.ldb, c.c, c.ldc, st);
@@ -665,7 +672,7 @@ int cmd_bench(int argc, char **argv) {
   }
   if (c_fused.supported) {
     try {
-      fused.emplace(Pipeline::from_file(file, options));
+      fused.emplace(rt::PipelineAccess::compile(std::move(fused_lowered), options, true));
       bind_all(*fused);
       c_fused.compile_ms = fused->report().milliseconds;
       c_fused.cache_hit = fused->report().cache_hit;

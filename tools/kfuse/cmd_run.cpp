@@ -9,8 +9,8 @@
 // dims come from the shapes), K steps, then the outputs (out0.npy, ...) and the updated state
 // (<name>.out.npy) written to DIR, or everything to OUT with --save. The fp64 reference runs
 // only with --reference; without it results are only checked to be finite.
-#include "compiler/dsl/parser.h"
 #include "compiler/dsl/source.h"
+#include "runtime/pipeline.h"
 #include "runtime/reference_check.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
@@ -44,16 +44,14 @@ int cmd_run(int argc, char **argv) {
   req.kf_text = src.text();
   req.file_name = cl.file();
   req.options = pipeline_options(cl);
-  {
-    dsl::Diagnostics diags(src);
-    req.dims = cl.dims_of(dsl::parse_kf(src, diags), /*all=*/false);
-  }
+  Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
+  req.dims = cl.dims_of(rt::PipelineAccess::graph(pipeline), /*all=*/false);
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
   req.save_dir = cl.option("save", "");
   req.inputs_dir = cl.option("inputs", "");
   req.reference = req.inputs_dir.empty() ? !cl.flag("no-reference") : cl.flag("reference");
-  rt::CheckResult r = rt::check_against_reference(req);
+  rt::CheckResult r = rt::check_against_reference(pipeline, req);
   double bound = rt::error_bound(req.options.precision);
   std::printf("%-16s %12s %14s  (bound %.0e, %d step%s, seed %llu%s)\n", "tensor", "max abs err",
               "rel err", bound, req.steps, req.steps == 1 ? "" : "s",
