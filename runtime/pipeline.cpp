@@ -4,6 +4,7 @@
 #include "compiler/codegen/embedded_templates.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
+#include "compiler/ir/infer.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/printer.h"
 #include "compiler/lower.h"
@@ -330,6 +331,12 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
   for (const std::string &d : g.dims)
     if (!dims.count(d))
       throw Error(fmt::format("{}: dim {} is bound by no tensor", where, d));
+  for (const ir::Value &v : g.values)
+    if (v.is_op() && v.op == ir::OpKind::GroupNorm)
+      if (auto problem = ir::group_size_problem(ir::op_info(v.op), v.attrs,
+                                                value_of(v.type.shape.back(), dims)))
+        throw Error(fmt::format("{}: {}{}", where, *problem,
+                                v.loc.known() ? fmt::format(" (line {})", v.loc.line) : ""));
   for (const ir::Value &v : g.values)
     if (v.is_effect()) {
       const ir::AttrValue &c = v.attrs.at("count");
