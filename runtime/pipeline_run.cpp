@@ -1,5 +1,6 @@
 // kfuse::Pipeline::run: the checks a run's tensors get, made once per change of tensors, and
 // the launches, made every time from the pipeline's LaunchTable.
+#include "compiler/ir/infer.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline_impl.h"
 
@@ -91,6 +92,14 @@ void Pipeline::Impl::check_tensors(const Tensor *inputs, const Tensor *outputs) 
   for (const std::string &d : g.dims)
     if (!bound_dims.count(d))
       throw Error(fmt::format("{}: dim {} is bound by no tensor", im.where, d));
+  for (const ir::Value &v : g.values)
+    if (v.is_op() && v.op == ir::OpKind::GroupNorm) {
+      const ir::Dim &c = v.type.shape.back();
+      if (auto problem = ir::group_size_problem(ir::op_info(v.op), v.attrs,
+                                                c.is_symbolic() ? bound_dims.at(c.sym) : c.value))
+        throw Error(fmt::format("{}: {}{}", im.where, *problem,
+                                v.loc.known() ? fmt::format(" (line {})", v.loc.line) : ""));
+    }
   for (const ir::Value &v : g.values)
     if (v.is_effect()) {
       const ir::AttrValue &c = v.attrs.at("count");

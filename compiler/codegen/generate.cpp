@@ -2,6 +2,7 @@
 // template calls and the extern "C" entry point.
 #include "compiler/codegen/embedded_templates.h"
 #include "compiler/codegen/kernel_writer.h"
+#include "compiler/ir/infer.h"
 #include "compiler/ir/printer.h"
 #include "templates/col_stats.cuh"
 #include "templates/elementwise.cuh"
@@ -300,12 +301,11 @@ private:
     launch.cols = t.shape.back();
     const int threads =
         launch.cols.is_symbolic() ? 256 : kf::row_threads(static_cast<int>(launch.cols.value));
-    bool reduce = op_info(op.op).cls == OpClass::Reduce;
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Tiles; // a block per row
     geo.rows = launch.rows;
     geo.block_threads = threads;
-    if (!reduce) { // a reduction reads its row once and keeps nothing resident
+    if (keeps_resident_row(op.op)) {
       geo.row_length = launch.cols;
       geo.row_bytes_cap = kf::ROW_SMEM_CAP_BYTES;
     }
@@ -331,7 +331,6 @@ private:
                          threads, op.op == OpKind::LogSoftmax ? "true" : "false", n, src, n, dst,
                          n);
     case OpClass::RowNorm: {
-      includes_.insert("row_norm.cuh");
       std::string affine = "y";
       if (op.args.size() > 1)
         affine += fmt::format(" * {}[col]", w.ptr(op.args[1]));
@@ -340,12 +339,21 @@ private:
       s += fmt::format("struct {0}_affine {{\n{1}  __device__ float operator()(int col, float y) "
                        "const {{ return {2}; }}\n}};\n",
                        k.name, w.member_declarations("  "), affine);
-      return s + head + "  extern __shared__ __align__(16) float smem[];\n" + pre +
-             fmt::format("  const {}_affine post{};\n", k.name, w.member_initializer()) +
-             fmt::format("  kf::row_norm<{}, {}>(blockIdx.x, {}, {}, {}, {}, {}, {}, pre, post, "
-                         "smem, smem_floats);\n}}\n",
-                         threads, op.op == OpKind::RmsNorm ? "true" : "false", n, src, n, dst, n,
-                         float_literal(op.attr("eps")));
+      s += head + "  extern __shared__ __align__(16) float smem[];\n" + pre +
+           fmt::format("  const {}_affine post{};\n", k.name, w.member_initializer());
+      std::string eps = float_literal(op.attr("eps"));
+      if (op.op == OpKind::GroupNorm) {
+        includes_.insert("row_group_norm.cuh");
+        return s + fmt::format("  kf::row_group_norm<{}>(blockIdx.x, {}, {}, {}, {}, {}, {}, {}, "
+                               "pre, post, smem, smem_floats);\n}}\n",
+                               threads, n, static_cast<int64_t>(op.attr("groups")), src, n, dst, n,
+                               eps);
+      }
+      includes_.insert("row_norm.cuh");
+      return s + fmt::format("  kf::row_norm<{}, {}>(blockIdx.x, {}, {}, {}, {}, {}, {}, pre, "
+                             "post, smem, smem_floats);\n}}\n",
+                             threads, op.op == OpKind::RmsNorm ? "true" : "false", n, src, n, dst,
+                             n, eps);
     }
     case OpClass::Reduce: {
       includes_.insert("row_reduce.cuh");
@@ -355,6 +363,15 @@ private:
                          "pre);\n}}\n",
                          threads, op_info(op.op).reducer, n, src, n, dst,
                          float_literal(correction));
+    }
+    case OpClass::Pool: {
+      includes_.insert("row_pool.cuh");
+      return s + head + pre +
+             fmt::format("  kf::row_pool<{}, kf::Reduce::{}>(blockIdx.x, {}, {}, {}, {}, {}, {}, "
+                         "pre);\n}}\n",
+                         threads, op_info(op.op).reducer, src, n, dst,
+                         KernelWriter::extent(op.type.shape.back()),
+                         static_cast<int64_t>(op.attr("kernel_size")), pool_stride(op.attrs));
     }
     case OpClass::Gemm:
     case OpClass::Norm:

@@ -16,6 +16,11 @@ std::string float_literal(double v) {
   return "float(" + format_number(v) + ")";
 }
 
+bool keeps_resident_row(OpKind op) {
+  OpClass c = op_info(op).cls;
+  return c == OpClass::Row || c == OpClass::RowNorm;
+}
+
 KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
                            const std::vector<std::string> &names)
     : p_(p), k_(k), g_(p.graph), names_(names) {
@@ -36,8 +41,7 @@ KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
   }
   for (const std::string &d : g_.dims)
     params_.push_back({LaunchParam::Kind::Dim, -1, d});
-  // Row kernels keep a resident row in shared memory, except reductions (one read, no row).
-  if (k.kind == plan::KernelKind::Row && op_info(g_[k.anchor].op).cls != OpClass::Reduce)
+  if (k.kind == plan::KernelKind::Row && keeps_resident_row(g_[k.anchor].op))
     params_.push_back({LaunchParam::Kind::SmemFloats, -1, {}});
 }
 

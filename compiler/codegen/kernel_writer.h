@@ -26,7 +26,8 @@ public:
   std::string column_statements(const std::string &indent) const;
   // Statements computing the kernel's matrix values at (row, col), skipping `given`
   // (values already in registers: the GEMM accumulator, the row kernel's loaded value).
-  std::string element_statements(const std::string &indent, const std::set<ir::ValueId> &given) const;
+  std::string element_statements(const std::string &indent,
+                                 const std::set<ir::ValueId> &given) const;
   // Column values a functor carries as members (used by matrix values).
   std::vector<ir::ValueId> column_values() const;
   // Buffers, partials and dims in entry-point order, and the C++ parameter list for them.
@@ -50,6 +51,10 @@ private:
   const std::vector<std::string> &names_;
   std::vector<LaunchParam> params_;
 };
+
+// Whether the row kernel around `op` keeps its row resident in shared memory (softmax and the
+// normalizations); reductions and pools read each element where they use it and keep none.
+bool keeps_resident_row(ir::OpKind op);
 
 // A double as a C++ float expression.
 std::string float_literal(double v);

@@ -1,6 +1,10 @@
 #include "compiler/ir/infer.h"
 
+#include "compiler/ir/printer.h"
+
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace kfuse::ir {
 namespace {
@@ -49,6 +53,29 @@ size_t axis_of(const OpInfo &op, const TensorType &x,
 }
 
 } // namespace
+
+std::optional<std::string> group_size_problem(const OpInfo &op,
+                                              const std::map<std::string, AttrValue> &attrs,
+                                              int64_t features) {
+  double groups = attrs.at("groups").number;
+  if (groups < 1 || std::fmod(static_cast<double>(features), groups) == 0)
+    return std::nullopt;
+  return fmt::format("{}: groups={} does not divide the {} features", op.name,
+                     format_number(groups), features);
+}
+
+int64_t pool_stride(const std::map<std::string, AttrValue> &attrs) {
+  double s = attrs.at("stride").number;
+  return static_cast<int64_t>(std::isfinite(s) ? s : attrs.at("kernel_size").number);
+}
+
+int64_t pool_width(const std::map<std::string, AttrValue> &attrs, int64_t features) {
+  auto k = static_cast<int64_t>(attrs.at("kernel_size").number);
+  int64_t s = pool_stride(attrs);
+  if (k < 1 || s < 1 || k > features) // the op's rule reports the first two
+    return 0;
+  return (features - k) / s + 1;
+}
 
 std::optional<std::vector<Dim>> broadcast(const std::vector<Dim> &a, const std::vector<Dim> &b) {
   size_t n = std::max(a.size(), b.size());
@@ -130,6 +157,10 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     static const char *names[] = {"", "weight", "bias"};
     for (int i = 1; i < n; ++i)
       expect_feature_vector(op, args, i, f, names[i]);
+    // A symbolic F is checked once bound (group_size_problem); groups < 1 is the rule's.
+    if (attrs.count("groups") && !f.is_symbolic())
+      if (auto problem = group_size_problem(op, attrs, f.value))
+        throw TypeError(-1, *problem);
     return args[0];
   }
   case OpClass::Reduce: {
@@ -145,6 +176,22 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
       shape[axis] = Dim::constant(1);
     else
       shape.erase(shape.begin() + static_cast<std::ptrdiff_t>(axis));
+    return {dt, shape};
+  }
+  case OpClass::Pool: {
+    // A window count has no dim name: the feature count must be a number.
+    const Dim &f = args[0].shape.back();
+    if (f.is_symbolic())
+      throw TypeError(0, fmt::format("{} needs a constant feature count, got {}: the output width "
+                                     "(F - kernel_size) / stride + 1 would have no dim name",
+                                     op.name, args[0].str()));
+    if (auto problem = op.rule(attrs)) // before the width, which assumes a valid window
+      throw TypeError(-1, *problem);
+    std::vector<Dim> shape = args[0].shape;
+    shape.back() = Dim::constant(pool_width(attrs, f.value));
+    if (shape.back().value < 1)
+      throw TypeError(-1, fmt::format("{}: kernel_size={} is wider than the {} features", op.name,
+                                      format_number(attrs.at("kernel_size").number), f.value));
     return {dt, shape};
   }
   case OpClass::ColReduce:

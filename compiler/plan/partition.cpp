@@ -23,10 +23,12 @@ bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && v.type.
 bool is_stats(const Value &v) { return v.is_op() && op_info(v.op).cls == OpClass::ColReduce; }
 
 // Ops a row kernel is built around: one block per row reads it (after the inline prologue)
-// and writes the row's result: softmax, layernorm, or a reduction's one value per row.
+// and writes the row's result: softmax, a normalization, a reduction's one value per row, or
+// a pool's windows.
 bool is_row_op(const Value &v) {
   OpClass c = op_info(v.op).cls;
-  return v.is_op() && (c == OpClass::Row || c == OpClass::RowNorm || c == OpClass::Reduce);
+  return v.is_op() &&
+         (c == OpClass::Row || c == OpClass::RowNorm || c == OpClass::Reduce || c == OpClass::Pool);
 }
 
 class Partitioner {

@@ -12,10 +12,11 @@ namespace kfuse::plan {
 //   stats_epilogue     column partials of a matrix a GEMM stores come from its epilogue
 //   column_finalize    one per-feature kernel merges those partials, updates running
 //                      stats and stores the vectors later kernels need (alpha, beta)
-//   row_prologue       row ops (softmax / log_softmax, layernorm / rmsnorm, reductions along
-//                      the feature axis) apply the elementwise chain before them on load, so
-//                      the pending affine map costs no pass of its own; a reduction's kernel
-//                      stores only its [N, 1] (or [N]) result
+//   row_prologue       row ops (softmax / log_softmax, layernorm / rmsnorm / groupnorm /
+//                      instancenorm, reductions along the feature axis, max_pool1d /
+//                      avg_pool1d) apply the elementwise chain before them on load, so the
+//                      pending affine map costs no pass of its own; a reduction's kernel
+//                      stores only its [N, 1] (or [N]) result, a pool's its windows
 //   elementwise        any other elementwise chain is one kernel, stored once
 //   state_update_after_readers
 //                      a running-statistics update whose states another kernel reads is a

@@ -155,7 +155,8 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
       std::vector<std::string> parts = names_of(names, v.args);
       for (const AttrSpec &spec : op_info(v.op).attrs) {
         const AttrValue &a = v.attrs.at(std::string(spec.name));
-        parts.push_back(std::string(spec.name) + "=" + format_attr(spec, a));
+        if (printed(spec, a))
+          parts.push_back(std::string(spec.name) + "=" + format_attr(spec, a));
       }
       std::string args = join(parts, ", ");
       std::string lhs = v.is_effect() ? "" : names[static_cast<size_t>(id)] + " = ";

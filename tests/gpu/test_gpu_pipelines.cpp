@@ -45,6 +45,15 @@ void expect_match(const std::string &text, const std::string &file, Mode mode, i
   }
 }
 
+// Examples in both modes, with one row and with 33 (a partial tile).
+void expect_examples(std::initializer_list<const char *> files, uint64_t seed) {
+  for (const char *file : files)
+    for (Mode mode : {Mode::Eval, Mode::Train}) {
+      expect_match(example(file), file, mode, 1, seed);
+      expect_match(example(file), file, mode, 33, seed + 1);
+    }
+}
+
 // The founding chains with odd feature counts: every tile has a tail.
 std::string scale_bn(int in, int out) {
   return fmt::format(R"(pipeline scale_bn_{0}_{1} {{
@@ -162,6 +171,66 @@ TEST_CASE("gpu: founding examples at small N, train over three steps") {
     expect_match(example(file), file, Mode::Train, 33, 10, 3);
   }
   expect_match(example("gemm_scale_bn_4096.kf"), "gemm_scale_bn_4096.kf", Mode::Train, 64, 11, 3);
+}
+
+TEST_CASE("gpu: groupnorm and instancenorm examples, and groups with odd sizes") {
+  expect_examples({"sd_unet_groupnorm_silu.kf", "adain_style_instancenorm.kf"}, 21);
+  // Groups of 1, 15 (a float4 tail) and 90 features; more groups than warps; a row too long for
+  // shared memory (streaming); a bias-only prologue.
+  uint64_t seed = 300;
+  for (auto [features, groups] : {std::pair{90, 90}, std::pair{90, 6}, std::pair{90, 1},
+                                  std::pair{1000, 40}, std::pair{60000, 3}}) {
+    std::string text = fmt::format(R"(pipeline groups_{0}_{1} {{
+  dim N
+  input  x: f32[N, {0}]
+  param  shift: f32[{0}]
+  param  w: f32[{0}]
+  param  b: f32[{0}]
+  h = add(x, shift)
+  return groupnorm(h, w, b, groups={1}), instancenorm(x)
+}}
+)",
+                                   features, groups);
+    for (int64_t n : {1, 7, 64})
+      expect_match(text, "groups.kf", Mode::Eval, n, ++seed);
+  }
+}
+
+TEST_CASE("gpu: groupnorm whose groups do not divide a bound dim fails before any kernel") {
+  rt::CheckRequest req;
+  req.kf_text = R"(pipeline g {
+  dim N
+  dim F
+  input x: f32[N, F]
+  return groupnorm(x, groups=4)
+}
+)";
+  req.file_name = "groups.kf";
+  req.dims = {{"N", 8}, {"F", 10}};
+  CHECK_THROWS_WITH_AS(rt::check_against_reference(req),
+                       doctest::Contains("groups=4 does not divide the 10 features"), kfuse::Error);
+}
+
+TEST_CASE("gpu: max_pool1d and avg_pool1d examples, and windows of odd sizes") {
+  expect_examples({"maxout_relu_max_pool1d.kf", "bert_ffn_gelu_avg_pool1d.kf"}, 31);
+  // Windows of 1 and of the whole row, overlapping (stride < kernel), gapped (stride > kernel),
+  // a width the window does not divide; a per-feature prologue on load.
+  uint64_t seed = 400;
+  for (auto [kernel, stride] :
+       {std::pair{1, 1}, std::pair{3, 1}, std::pair{5, 2}, std::pair{2, 7}, std::pair{97, 1}})
+    for (const char *pool : {"max_pool1d", "avg_pool1d"}) {
+      std::string text = fmt::format(R"(pipeline pool {{
+  dim N
+  input  x: f32[N, 97]
+  param  scale: f32[97]
+  h = mul(x, scale)
+  return {0}(h, kernel_size={1}, stride={2})
+}}
+)",
+                                     pool, kernel, stride);
+      for (int64_t n : {1, 7, 64})
+        expect_match(text, "pool.kf", Mode::Eval, n, ++seed);
+    }
 }
 
 TEST_CASE("gpu: train mode with one row is an error, as in PyTorch") {

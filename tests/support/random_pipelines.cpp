@@ -218,6 +218,26 @@ private:
     return s;
   }
 
+  // Replaces the value of attribute `key` in `a` (text from attrs()), if it has one.
+  static void set_attr(std::string &a, const std::string &key, const std::string &value) {
+    size_t pos = a.find(key + "=");
+    if (pos == std::string::npos)
+      return;
+    size_t end = a.find(',', pos);
+    a.replace(pos, end == std::string::npos ? std::string::npos : end - pos, key + "=" + value);
+  }
+
+  // A group count dividing `width`: any divisor of a constant width, 1 for a dim name.
+  std::string groups_dividing(const std::string &width) {
+    if (!std::isdigit(static_cast<unsigned char>(width[0])))
+      return "1";
+    std::vector<int> divisors;
+    for (int d = 1, w = std::stoi(width); d <= w; ++d)
+      if (w % d == 0)
+        divisors.push_back(d);
+    return std::to_string(pick(divisors));
+  }
+
   // A rank-1 operand for the current width: a per-feature vector (param, state or column
   // value already in scope, read again) or a scalar.
   Tensor column(const std::string &width) {
@@ -262,10 +282,10 @@ private:
 
   Tensor step(const Tensor &h) {
     static const std::vector<OpClass> classes = {
-        OpClass::Gemm,      OpClass::Norm,   OpClass::Norm,    OpClass::Binary,
-        OpClass::Binary,    OpClass::Unary,  OpClass::Unary,   OpClass::Row,
-        OpClass::RowNorm,   OpClass::Reduce, OpClass::Reduce,  OpClass::ColReduce,
-        OpClass::ColAffine, OpClass::Effect, OpClass::Constant};
+        OpClass::Gemm,      OpClass::Norm,   OpClass::Norm,     OpClass::Binary,
+        OpClass::Binary,    OpClass::Unary,  OpClass::Unary,    OpClass::Row,
+        OpClass::RowNorm,   OpClass::Reduce, OpClass::Reduce,   OpClass::ColReduce,
+        OpClass::ColAffine, OpClass::Effect, OpClass::Constant, OpClass::Pool};
     OpClass cls = pick(classes);
     auto it = by_class_.find(cls);
     if (it == by_class_.end())
@@ -300,10 +320,14 @@ private:
       int vectors = c_.below(op_info(op).max_args);
       for (int i = 0; i < vectors; ++i)
         args += ", " + feature_vector(h.dims[1]).name;
-      return assign(fmt::format("{}({}{})", name, args, attrs(op, 2)), h.dims);
+      std::string a = attrs(op, 2);
+      set_attr(a, "groups", groups_dividing(h.dims[1])); // groupnorm
+      return assign(fmt::format("{}({}{})", name, args, a), h.dims);
     }
     case OpClass::Reduce:
       return reduce(op, h);
+    case OpClass::Pool:
+      return pool(op, h);
     case OpClass::ColReduce: // a column value, used by later ops and maybe returned
       assign(fmt::format("{}({})", name, h.name), {h.dims[1]});
       return h;
@@ -326,12 +350,8 @@ private:
   Tensor reduce(OpKind op, const Tensor &h) {
     std::string a = attrs(op, 2);
     // var / std: a correction below the row length, so the divisor stays positive.
-    if (auto pos = a.find("correction="); pos != std::string::npos) {
-      size_t end = a.find(',', pos);
-      bool wide = std::isdigit(static_cast<unsigned char>(h.dims[1][0])) && h.dims[1] != "1";
-      a.replace(pos, end == std::string::npos ? std::string::npos : end - pos,
-                std::string("correction=") + (wide && coin(2) ? "1" : "0"));
-    }
+    bool wide = std::isdigit(static_cast<unsigned char>(h.dims[1][0])) && h.dims[1] != "1";
+    set_attr(a, "correction", wide && coin(2) ? "1" : "0");
     bool keepdim = a.find("keepdim=true") != std::string::npos;
     int dim = std::stoi(a.substr(a.find("dim=") + 4));
     size_t axis = static_cast<size_t>(dim < 0 ? dim + 2 : dim);
@@ -348,6 +368,19 @@ private:
     if ((dims.size() == 1 && axis == 1) || total.empty())
       return h;
     return assign(fmt::format("{}({}, {})", op_info(pick(total)).name, h.name, r.name), h.dims);
+  }
+
+  // A pool of a constant-width `h` (its output width needs a number): a window of 1 to the
+  // width, the stride left at its default (the window) or 1 to 3. The result has a new width,
+  // so later per-feature operands are declared for it.
+  Tensor pool(OpKind op, const Tensor &h) {
+    if (!std::isdigit(static_cast<unsigned char>(h.dims[1][0])))
+      return h;
+    int f = std::stoi(h.dims[1]), k = 1 + c_.below(f);
+    std::string stride = coin(2) ? "" : fmt::format(", stride={}", 1 + c_.below(3));
+    int s = stride.empty() ? k : std::stoi(stride.substr(9));
+    return assign(fmt::format("{}({}, kernel_size={}{})", op_info(op).name, h.name, k, stride),
+                  {h.dims[0], std::to_string((f - k) / s + 1)});
   }
 
   // The weight layout and bias come from the op's shape rule: whichever types.

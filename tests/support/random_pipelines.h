@@ -8,8 +8,9 @@
 // and cover: reads of running statistics after the batchnorm that updates them, returned
 // declarations and column values, [N, 1] and [1, F] operands, scalars, a second dim, values
 // read several times, explicit bn_update effects, reductions (sum, var, ...) whose [N, 1] or
-// [1, F] results are used again, layernorm / rmsnorm, and chains of thousands of ops (squashed
-// now and then by a bounded op so values stay finite).
+// [1, F] results are used again, layernorm / rmsnorm / groupnorm (groups dividing the width) /
+// instancenorm, max_pool1d / avg_pool1d (constant widths only), and chains of thousands of ops
+// (squashed now and then by a bounded op so values stay finite).
 #pragma once
 
 #include <cstddef>

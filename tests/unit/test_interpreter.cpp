@@ -339,6 +339,61 @@ TEST_CASE("interpreter: layernorm and rmsnorm over the feature axis") {
   check_values(out[2], {1, 4}, {r, 4 * r, 1.5 * r, -6 * r});
 }
 
+TEST_CASE("interpreter: groupnorm per feature group, instancenorm per row") {
+  GraphBuilder b("groups");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(1), c(4)}));
+  ValueId w = b.declare(ValueKind::Param, "w", f32({c(4)}));
+  ValueId bias = b.declare(ValueKind::Param, "b", f32({c(4)}));
+  b.add_output(b.op(OpKind::GroupNorm, {x, w, bias}, {{"groups", num(2)}, {"eps", num(0.75)}}));
+  b.add_output(b.op(OpKind::GroupNorm, {x}, {{"groups", num(1)}, {"eps", num(0.5)}}));
+  b.add_output(b.op(OpKind::InstanceNorm, {x}, {{"eps", num(0.5)}}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({1, 4}, {1, 2, 3, 6})},
+              {"w", tensor({4}, {1, 2, 0.5, -1})},
+              {"b", tensor({4}, {0, 1, 0, 10})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  // Groups {1, 2} (mean 1.5, var 0.25: rstd 1) and {3, 6} (mean 4.5, var 2.25: rstd 1/sqrt(3)).
+  double r = 1 / std::sqrt(3.0);
+  check_values(out[0], {1, 4}, {-0.5, 0.5 * 2 + 1, -1.5 * r * 0.5, 1.5 * r * -1 + 10});
+  // One group is layernorm without affine: mean 3, var 3.5, rstd 1/2.
+  check_values(out[1], {1, 4}, {-1, -0.5, 0, 1.5});
+  check_values(out[2], {1, 4}, {-1, -0.5, 0, 1.5});
+}
+
+TEST_CASE("interpreter: groupnorm whose groups do not divide a bound dim is an error") {
+  GraphBuilder b("groups", {"F"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(1), Dim::symbol("F")}));
+  b.add_output(b.op(OpKind::GroupNorm, {x}, {{"groups", num(2)}}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({1, 3}, {1, 2, 3})}};
+  CHECK_THROWS_WITH_AS(interpret(g, Mode::Eval, {{"F", 3}}, t),
+                       doctest::Contains("groups=2 does not divide the 3 features"),
+                       InterpretError);
+}
+
+TEST_CASE("interpreter: max_pool1d and avg_pool1d over feature windows") {
+  GraphBuilder b("pools");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2), c(5)}));
+  b.add_output(b.op(OpKind::MaxPool1d, {x}, {{"kernel_size", num(2)}}));
+  b.add_output(b.op(OpKind::AvgPool1d, {x}, {{"kernel_size", num(3)}, {"stride", num(1)}}));
+  b.add_output(b.op(OpKind::MaxPool1d, {x}, {{"kernel_size", num(1)}, {"stride", num(3)}}));
+  Graph g = b.finish();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  TensorMap t{{"x", tensor({2, 5}, {1, 5, 2, 8, 3, 4, -1, nan, 0, 6})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  // stride defaults to kernel_size: windows [0, 2) and [2, 4); the last feature is left out.
+  REQUIRE(out[0].shape == std::vector<int64_t>{2, 2});
+  CHECK(out[0].data[0] == 5);
+  CHECK(out[0].data[1] == 8);
+  CHECK(out[0].data[2] == 4);
+  CHECK(std::isnan(out[0].data[3])); // a window holding a NaN
+  REQUIRE(out[1].shape == std::vector<int64_t>{2, 3});
+  CHECK(out[1].data[0] == doctest::Approx(8.0 / 3));
+  CHECK(out[1].data[1] == 5);
+  CHECK(out[1].data[2] == doctest::Approx(13.0 / 3));
+  check_values(out[2], {2, 2}, {1, 8, 4, 0});
+}
+
 TEST_CASE("interpreter: softmax and log_softmax") {
   SUBCASE("by hand, with large values") {
     GraphBuilder b("sm");

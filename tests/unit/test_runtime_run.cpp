@@ -76,3 +76,23 @@ TEST_CASE("run: bad workspaces and tensor counts are refused before any GPU work
   CHECK_THROWS_WITH_AS(p.run({}, {out}), doctest::Contains("input 'x' (f32[N, 4]) is missing"),
                        Error);
 }
+
+TEST_CASE("run: groups that do not divide a feature dim bound at run time are refused") {
+  Options o;
+  o.arch = "sm_90a";
+  Pipeline p = Pipeline::from_string(R"(pipeline grouped {
+  dim N
+  dim C
+  input x: f32[N, C]
+  return groupnorm(x, groups=4)
+}
+)",
+                                     "grouped.kf", o);
+  alignas(256) static float memory[64];
+  Tensor x{memory, {2, 6}}, out{memory + 32, {2, 6}};
+  CHECK_THROWS_WITH_AS(
+      p.run(&x, 1, &out, 1),
+      doctest::Contains("pipeline 'grouped': groupnorm: groups=4 does not divide the 6 features "
+                        "(line 5)"),
+      Error);
+}

@@ -93,3 +93,14 @@ TEST_CASE("cli: plan --prove checks a file in both modes at several sizes") {
   ToolRun mixed = run_kfuse("plan --prove --mode eval " + kf);
   CHECK(mixed.exit_code == 2);
 }
+
+TEST_CASE("cli: plan --prove proves the examples of groupnorm, instancenorm and the pools") {
+  for (const char *kf :
+       {"examples/sd_unet_groupnorm_silu.kf", "examples/adain_style_instancenorm.kf",
+        "examples/maxout_relu_max_pool1d.kf", "examples/bert_ffn_gelu_avg_pool1d.kf"}) {
+    INFO(kf);
+    ToolRun r = run_kfuse(std::string("plan --prove ") + kf + " --dim N=3");
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("PROVED: every pass and the plan agree with the file\n") != std::string::npos);
+  }
+}
