@@ -63,7 +63,7 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   Lowered l;
   dsl::Diagnostics diags(src);
   l.graph = dsl::parse_kf(src, diags);
-  if (auto unsupported = codegen::gpu_unsupported(l.graph))
+  if (auto unsupported = codegen::gpu_unsupported(l.graph, options.arch))
     diags.error(l.graph[unsupported->value].loc, unsupported->message);
   const Dump dump(l.graph.name, options.mode);
   if (dump.wants("ir"))

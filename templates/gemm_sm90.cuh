@@ -40,12 +40,13 @@
 // shared memory, and the epilogue reads Columns from there.
 //
 // Column statistics (partial_mean != nullptr): for row tile tm (rows [tm*BM, min(tm*BM+BM, m)))
-// and each valid column, the mean and M2 of the values STORED in C, at partial_mean[tm * n + col]
-// and partial_m2[tm * n + col] (col_stats.cuh's layout with tile_rows = BM). Each consumer warp
-// reduces its 16 rows with a fixed butterfly, then one thread per column merges the 8 warps in
-// order with Chan's formula: deterministic, no atomics.
+// and each valid column, the mean and M2 of the values STORED in C (before their rounding to Out),
+// at partial_mean[tm * n + col] and partial_m2[tm * n + col] (col_stats.cuh's layout with tile_rows
+// = BM). Each consumer warp reduces its 16 rows with a fixed butterfly, then one thread per column
+// merges the 8 warps in order with Chan's formula: deterministic, no atomics.
 #pragma once
 
+#include "dtype.cuh"
 #include "gemm_simt.cuh" // GemmShape, gemm_detail::chan_merge
 #include "sm90_primitives.cuh"
 #include "tile_scheduler.cuh"
@@ -95,9 +96,10 @@ template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-template <class Config, class Epilogue>
+// Out: float, kf::bf16 or kf::f16 (dtype.cuh): C's element type, each value rounded once.
+template <class Config, class Epilogue, class Out>
 __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &map_b, GemmShape s,
-                          float *__restrict__ C, int ldc, const Epilogue &epi,
+                          Out *__restrict__ C, int ldc, const Epilogue &epi,
                           float *__restrict__ partial_mean, float *__restrict__ partial_m2) {
   using namespace sm90;
   constexpr int BM = Config::BM, BN = Config::BN, STAGES = Config::STAGES;
@@ -271,7 +273,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
       if constexpr (kCache)
         named_barrier(2, 256);
       const int row0 = m0 + 16 * warp + g;
-      const bool vec_c = (reinterpret_cast<unsigned long long>(C) & 7ull) == 0 && (ldc & 1) == 0;
+      const bool vec_c = vec2_aligned(C) && (ldc & 1) == 0;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         const int col = n0 + 8 * j + 2 * q;
@@ -288,20 +290,15 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           const int row = row0 + 8 * h;
           if (row >= s.m)
             continue;
-          float *crow = C + (static_cast<long long>(row) * ldc + col);
+          Out *crow = C + (static_cast<long long>(row) * ldc + col);
           float &v0 = acc[4 * j + 2 * h], &v1 = acc[4 * j + 2 * h + 1];
           if (col + 1 < s.n) {
             v0 = epi.apply(cols[0], row, col, v0);
             v1 = epi.apply(cols[1], row, col + 1, v1);
-            if (vec_c) {
-              *reinterpret_cast<float2 *>(crow) = make_float2(v0, v1);
-            } else {
-              crow[0] = v0;
-              crow[1] = v1;
-            }
+            store2(crow, v0, v1, vec_c);
           } else if (col < s.n) {
             v0 = epi.apply(cols[0], row, col, v0);
-            crow[0] = v0;
+            store(crow, v0);
           }
         }
       }

@@ -1,6 +1,7 @@
 // From a plan to one CUDA translation unit: per kernel, the generated functor the
 // template calls and the extern "C" entry point.
 #include "compiler/codegen/embedded_templates.h"
+#include "compiler/codegen/gpu_support.h"
 #include "compiler/codegen/kernel_writer.h"
 #include "compiler/ir/printer.h"
 #include "templates/col_stats.cuh"
@@ -105,7 +106,14 @@ private:
 
   // The Hopper mainloop takes tf32 and 3xtf32 Linear GEMMs (both operands K-major) on sm_90a
   // whose inner extent is a constant multiple of 4 (TMA row strides are multiples of 16 bytes).
+  // GEMMs of bf16/f16 operands run on it only (a multiple of 8 then): gpu_unsupported reports
+  // those it cannot take at their location, so one reaching here is a caller's mistake.
   bool use_sm90(const Value &mm) const {
+    if (g_[mm.args[0]].type.dtype != DType::F32) {
+      if (auto why = half_gemm_unsupported(g_, mm, arch_))
+        throw CodegenError(fmt::format("pipeline '{}': line {}: {}", g_.name, mm.loc.line, *why));
+      return true;
+    }
     const Dim &inner = g_[mm.args[0]].type.shape[1];
     return arch_ == "sm_90a" && (math_ == GemmMath::Tf32 || math_ == GemmMath::Tf32x3) &&
            mm.op == OpKind::Linear && !inner.is_symbolic() && inner.value % 4 == 0;
@@ -126,7 +134,8 @@ private:
       partial_rows_[k.stats_of] = Config::BM;
     auto map = [&](ValueId v, int box_rows) {
       LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
-      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, 4};
+      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK,
+                Config::ELEMENT_BYTES};
       return lp;
     };
     launch.params = {map(a, Config::BM), map(b, Config::BN)};
@@ -186,6 +195,15 @@ private:
     geo.cols = launch.cols;
     if (use_sm90(mm)) {
       const int floats = static_cast<int>(cols.size());
+      DType operands = g_[a].type.dtype;
+      if (operands == DType::BF16)
+        return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::Bf16, 256>>(
+                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Bf16, 256>", floats, a, b,
+                       out, type, stats);
+      if (operands == DType::F16)
+        return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::F16, 256>>(
+                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::F16, 256>", floats, a, b, out,
+                       type, stats);
       if (math_ == GemmMath::Tf32)
         return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>(
                        k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>", floats, a, b,
@@ -273,9 +291,9 @@ private:
       includes_.insert("row_norm.cuh");
       std::string affine = "y";
       if (op.args.size() > 1)
-        affine += fmt::format(" * {}[col]", w.ptr(op.args[1]));
+        affine += " * " + w.load(op.args[1], "col");
       if (op.args.size() > 2)
-        affine += fmt::format(" + {}[col]", w.ptr(op.args[2]));
+        affine += " + " + w.load(op.args[2], "col");
       s += fmt::format("struct {0}_affine {{\n{1}  __device__ float operator()(int col, float y) "
                        "const {{ return {2}; }}\n}};\n",
                        k.name, w.member_declarations("  "), affine);
@@ -327,9 +345,9 @@ private:
                                       : std::string(t.shape[0] == Dim::constant(1) ? "0" : "col");
     std::string s = functor_head(type, w);
     s += fmt::format(
-        "  __device__ void operator()(int row, int col) const {{\n{}{}{}{}[{}] = {};\n  }}\n}};\n",
-        w.column_statements(kIndent), w.element_statements(kIndent, {}), kIndent, w.ptr(out), index,
-        w.var(out));
+        "  __device__ void operator()(int row, int col) const {{\n{}{}{}{};\n  }}\n}};\n",
+        w.column_statements(kIndent), w.element_statements(kIndent, {}), kIndent,
+        w.store(out, index, w.var(out)));
     s += fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)\n{}({}) {{\n"
         "  {} f{};\n  kf::for_each_element({}, {}, f);\n}}\n",
@@ -406,22 +424,26 @@ private:
       auto at = [&](ValueId v) {
         return std::count(k.computes.begin(), k.computes.end(), v)
                    ? w.var(v)
-                   : fmt::format("{}[{}]", w.ptr(v),
-                                 g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col");
+                   : w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col");
       };
-      s += fmt::format("{0}{{ // bn_update: running stats with momentum, unbiased variance\n"
-                       "{0}  const float momentum = {1};\n{0}  const float count = {2};\n"
-                       "{0}  {3}[col] = (1.0f - momentum) * {3}[col] + momentum * {5};\n"
-                       "{0}  {4}[col] = (1.0f - momentum) * {4}[col] + momentum * {6} * count / "
-                       "(count - 1.0f);\n"
-                       "{0}}}\n",
-                       in, float_literal(e.attr("momentum")), cnt, w.ptr(e.args[0]),
-                       w.ptr(e.args[1]), at(e.args[2]), at(e.args[3]));
+      // Computed in fp32 from the statistics, rounded once to each state's type.
+      ValueId rm = e.args[0], rv = e.args[1];
+      s += fmt::format(
+          "{0}{{ // bn_update: running stats with momentum, unbiased variance\n"
+          "{0}  const float momentum = {1};\n{0}  const float count = {2};\n"
+          "{0}  {3};\n{0}  {4};\n{0}}}\n",
+          in, float_literal(e.attr("momentum")), cnt,
+          w.store(rm, "col",
+                  fmt::format("(1.0f - momentum) * {} + momentum * {}", w.load(rm, "col"),
+                              at(e.args[2]))),
+          w.store(rv, "col",
+                  fmt::format("(1.0f - momentum) * {} + momentum * {} * count / (count - 1.0f)",
+                              w.load(rv, "col"), at(e.args[3]))));
     }
     for (ValueId v : k.stores) {
       bool scalar = g_[v].type.shape[0] == Dim::constant(1);
-      s += fmt::format("{}{}{}[{}] = {};\n", in, scalar ? "if (col == 0)\n    " : "", w.ptr(v),
-                       scalar ? "0" : "col", w.var(v));
+      s += fmt::format("{}{}{};\n", in, scalar ? "if (col == 0)\n    " : "",
+                       w.store(v, scalar ? "0" : "col", w.var(v)));
     }
     return s + "}\n";
   }
@@ -431,7 +453,7 @@ private:
   std::vector<std::string> names_;
   GemmMath math_;
   std::string arch_;
-  std::set<std::string> includes_ = {"math.cuh"};
+  std::set<std::string> includes_ = {"dtype.cuh", "math.cuh"};
   std::map<ValueId, int> partial_rows_; // stats_of value -> rows per partial tile of its producer
 };
 

@@ -2,6 +2,7 @@
 // NVRTC compiles of every example in both modes, the disk cache, and the API's checks.
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
+#include "compiler/ir/printer.h"
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
@@ -10,9 +11,11 @@
 #include <cstdlib>
 #include <doctest/doctest.h>
 #include <filesystem>
+#include <fmt/format.h>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 using namespace kfuse;
 
@@ -95,16 +98,49 @@ TEST_CASE("codegen: standalone source inlines every template once") {
         std::string::npos);
 }
 
-TEST_CASE("codegen: a tensor that is not f32 is reported by name") {
-  std::string text = kSmall;
-  text.replace(text.find("weight: f32"), 11, "weight: f16");
-  text.replace(text.find("x: f32"), 6, "x: f16");
-  text.replace(text.find("scale: f32"), 10, "scale: f16");
-  dsl::SourceFile src("f16.kf", text);
-  dsl::Diagnostics diags(src);
-  plan::Plan p = plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval);
-  CHECK_THROWS_WITH_AS(codegen::generate(p), doctest::Contains("supports f32 tensors only"),
-                       codegen::CodegenError);
+TEST_CASE("codegen: bf16/f16 tensors are read and written in their type, GEMMs on the sm90 "
+          "mainloop with 2-byte tensor maps, intermediates in f32") {
+  auto plan_in = [](const char *dtype, int k, const char *op = "linear") {
+    std::string text = fmt::format(
+        "pipeline half {{\n  dim N\n  input x: {0}[N, {1}]\n  param w: {0}[{2}]\n"
+        "  param g: f32[5]\n  state rm: f32[5]\n  state rv: {0}[5]\n"
+        "  h = {3}(x, w)\n  return softmax(batchnorm(h, g, g, rm, rv), dim=1)\n}}\n",
+        dtype, k, std::string(op) == "linear" ? fmt::format("5, {}", k) : fmt::format("{}, 5", k),
+        op);
+    dsl::SourceFile src("half.kf", text);
+    dsl::Diagnostics diags(src);
+    return plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Train);
+  };
+  for (auto [dtype, type, operand] :
+       {std::tuple{"bf16", "kf::bf16", "Bf16"}, std::tuple{"f16", "kf::f16", "F16"}}) {
+    INFO(dtype);
+    plan::Plan p = plan_in(dtype, 16);
+    // The GEMM output h feeds batchnorm in another kernel: an f32 intermediate.
+    REQUIRE(p.intermediates.size() >= 1);
+    CHECK(p.intermediates[0].type.str() == "f32[N, 5]");
+    CHECK(plan::print_plan_text(p, {}).find("f32[N, 5] (N*20 B)") != std::string::npos);
+    for (codegen::GemmMath math : {codegen::GemmMath::Fp32, codegen::GemmMath::Tf32}) {
+      codegen::Program prog = codegen::generate(p, math, "sm_90a");
+      CHECK(prog.source.find(fmt::format("kf::Sm90Gemm<kf::sm90::Operand::{}, 256>", operand)) !=
+            std::string::npos);
+      CHECK(prog.launches.at(0).params.at(0).map.element_bytes == 2);
+      CHECK(prog.launches.at(0).params.at(1).map.box_inner == 64);
+      CHECK(prog.source.find(fmt::format("{} *__restrict__ p_rv", type)) != std::string::npos);
+      const std::string out = ir::printed_names(p.graph)[static_cast<size_t>(p.graph.outputs[0])];
+      CHECK(prog.source.find(fmt::format("{} *__restrict__ p_{}", type, out)) != std::string::npos);
+      CHECK(prog.source.find("const float *__restrict__ p_h") != std::string::npos);
+    }
+    // The Hopper GEMM is the only one taking 2-byte operands: what it cannot run is an error.
+    CHECK_THROWS_WITH_AS(codegen::generate(plan_in(dtype, 12), codegen::GemmMath::Fp32, "sm_90a"),
+                         doctest::Contains("needs the inner dim a constant multiple of 8"),
+                         codegen::CodegenError);
+    CHECK_THROWS_WITH_AS(codegen::generate(p, codegen::GemmMath::Fp32, "sm_80"),
+                         doctest::Contains("needs --arch sm_90a; got sm_80"),
+                         codegen::CodegenError);
+    CHECK_THROWS_WITH_AS(
+        codegen::generate(plan_in(dtype, 16, "matmul"), codegen::GemmMath::Fp32, "sm_90a"),
+        doctest::Contains("takes linear's [out, in] weight"), codegen::CodegenError);
+  }
 }
 
 TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unfused") {
@@ -297,9 +333,10 @@ TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on the sm9
       o.arch = "sm_90a";
       o.precision = precision;
       Pipeline p = Pipeline::from_file(root() + "/examples/" + example + ".kf", o);
-      CHECK(p.cuda_source().find(precision == Precision::TF32
-                                     ? "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>"
-                                     : "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>") !=
+      CHECK(p.cuda_source().find(
+                precision == Precision::TF32
+                    ? "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>"
+                    : "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>") !=
             std::string::npos);
       for (const KernelReport &k : p.report().kernels) {
         INFO(example, " ", k.name);
