@@ -240,6 +240,13 @@ std::vector<int64_t> Pipeline::output_shape(size_t i,
   return bound_shape(impl_->where(), g[g.outputs[i]].type, dims);
 }
 
+DType Pipeline::output_dtype(size_t i) const {
+  const ir::Graph &g = impl().graph;
+  if (i >= g.outputs.size())
+    throw Error(fmt::format("{}: no output {} (it has {})", impl_->where(), i, g.outputs.size()));
+  return rt::api_dtype(g[g.outputs[i]].type.dtype);
+}
+
 std::map<std::string, int64_t>
 Pipeline::dims(const std::map<std::string, std::vector<int64_t>> &shapes) const {
   const Impl &im = impl();
@@ -397,7 +404,7 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
     auto it = output_of.find(v);
     if (it != output_of.end())
       return reinterpret_cast<CUdeviceptr>(it->second);
-    return buffer(v, elements(g[v].type) * sizeof(float));
+    return buffer(v, elements(g[v].type) * sizeof(float)); // intermediates are f32 (plan.h)
   };
   // Partials: mean and M2 per column per row tile, keyed after the value ids.
   auto partials = [&](const LaunchParam &p) {
@@ -421,7 +428,10 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
       CUdeviceptr dest = reinterpret_cast<CUdeviceptr>(outputs[i].data);
       if (written != dest)
         driver.check(driver.cuMemcpyDtoDAsync(
-                         dest, written, elements(g[g.outputs[i]].type) * sizeof(float), stream),
+                         dest, written,
+                         elements(g[g.outputs[i]].type) *
+                             static_cast<size_t>(ir::dtype_bytes(g[g.outputs[i]].type.dtype)),
+                         stream),
                      "cuMemcpyDtoDAsync(output)");
     }
   };

@@ -124,6 +124,20 @@ NB_MODULE(_kfuse, m) {
       .def("dims", &Pipeline::dims, nb::arg("shapes"))
       .def("output_shape", &Pipeline::output_shape, nb::arg("i"), nb::arg("dims"))
       .def(
+          "output_dtype",
+          [](const Pipeline &p, size_t i) {
+            switch (p.output_dtype(i)) {
+            case kfuse::DType::F32:
+              return "f32";
+            case kfuse::DType::F16:
+              return "f16";
+            case kfuse::DType::BF16:
+              return "bf16";
+            }
+            return "?";
+          },
+          nb::arg("i"), "The declared element type of output i: 'f32', 'f16' or 'bf16'.")
+      .def(
           "bind",
           [](Pipeline &p, const std::string &name, nb::handle capsule) {
             int device = -1;

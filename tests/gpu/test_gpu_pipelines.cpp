@@ -3,89 +3,16 @@
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/diagnostics.h"
 #include "runtime/reference_check.h"
+#include "tests/support/gpu_cases.h"
 #include "tests/support/random_pipelines.h"
 
 #include <doctest/doctest.h>
-#include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 
 using namespace kfuse;
-
-namespace {
-
-std::string read(const std::string &path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string example(const std::string &name) {
-  return read("examples/" + name); // run from the repository root (ctest does)
-}
-
-void expect_match(const std::string &text, const std::string &file, Mode mode, int64_t n,
-                  uint64_t seed, int steps = 1, Precision precision = Precision::FP32) {
-  rt::CheckRequest req;
-  req.kf_text = text;
-  req.file_name = file;
-  req.options.mode = mode;
-  req.options.precision = precision;
-  req.dims = {{"N", n}};
-  req.seed = seed;
-  req.steps = steps;
-  rt::CheckResult r = rt::check_against_reference(req);
-  for (const rt::CheckEntry &e : r.entries) {
-    INFO(file, " mode ", mode == Mode::Train ? "train" : "eval", " N=", n, " ", e.name, " rel ",
-         e.relative, " max abs ", e.max_abs);
-    CHECK(e.finite);
-    CHECK(e.relative <= rt::error_bound(precision));
-  }
-}
-
-// The founding chains with odd feature counts: every tile has a tail.
-std::string scale_bn(int in, int out) {
-  return fmt::format(R"(pipeline scale_bn_{0}_{1} {{
-  dim N
-  input  x: f32[N, {0}]
-  param  weight: f32[{1}, {0}]
-  param  bias: f32[{1}]
-  param  scale: f32[{1}]
-  param  bn_weight: f32[{1}]
-  param  bn_bias: f32[{1}]
-  state  running_mean: f32[{1}]
-  state  running_var: f32[{1}]
-  h = linear(x, weight, bias)
-  h = mul(h, scale)
-  return batchnorm(h, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
-}}
-)",
-                     in, out);
-}
-
-std::string bn_scale_softmax(int in, int out) {
-  return fmt::format(R"(pipeline bn_scale_softmax_{0}_{1} {{
-  dim N
-  input  x: f32[N, {0}]
-  param  weight: f32[{1}, {0}]
-  param  bias: f32[{1}]
-  param  bn_weight: f32[{1}]
-  param  bn_bias: f32[{1}]
-  state  running_mean: f32[{1}]
-  state  running_var: f32[{1}]
-  param  scale: f32[1]
-  h = linear(x, weight, bias)
-  h = batchnorm(h, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
-  h = mul(scale, h)
-  return softmax(h, dim=1)
-}}
-)",
-                     in, out);
-}
-
-} // namespace
+using testing::bn_scale_softmax;
+using testing::example;
+using testing::expect_match;
+using testing::scale_bn;
 
 TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
   uint64_t seed = 100;

@@ -7,6 +7,7 @@
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
 #include "runtime/pipeline.h"
+#include "runtime/reference_check.h"
 
 #include <cstdlib>
 #include <doctest/doctest.h>
@@ -316,6 +317,18 @@ TEST_CASE("api: outputs and state overlapping other tensors are refused before a
   bn.bind("running_var", {storage + 28, {4}});
   CHECK_THROWS_WITH_AS(bn.run({{"x", x}}, {{storage + 30, {2, 4}}}),
                        doctest::Contains("overlaps output 0 [2, 4]"), Error);
+}
+
+TEST_CASE("api: a pipeline with a bf16 or f16 tensor is judged by the bf16 bound") {
+  auto bound = [](const std::string &decls, const std::string &ret) {
+    dsl::SourceFile src("b.kf", "pipeline b {\n  dim N\n" + decls + "  return " + ret + "\n}\n");
+    dsl::Diagnostics diags(src);
+    return rt::error_bound(Precision::FP32, dsl::parse_kf(src, diags));
+  };
+  CHECK(bound("  input x: f32[N, 4]\n", "relu(x)") == 1e-5);
+  CHECK(bound("  input x: f32[N, 4]\n  param s: bf16[1]\n", "mul(x, s)") == 2e-2);
+  CHECK(bound("  input x: f16[N, 4]\n", "relu(x)") == 2e-2);
+  CHECK(rt::error_bound(Precision::TF32) == 5e-3);
 }
 
 TEST_CASE("api: precisions without GEMM templates are refused, not approximated") {
