@@ -134,8 +134,7 @@ private:
       partial_rows_[k.stats_of] = Config::BM;
     auto map = [&](ValueId v, int box_rows) {
       LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
-      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK,
-                Config::ELEMENT_BYTES};
+      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, g_[v].type.dtype};
       return lp;
     };
     launch.params = {map(a, Config::BM), map(b, Config::BN)};

@@ -124,7 +124,8 @@ TEST_CASE("codegen: bf16/f16 tensors are read and written in their type, GEMMs o
       codegen::Program prog = codegen::generate(p, math, "sm_90a");
       CHECK(prog.source.find(fmt::format("kf::Sm90Gemm<kf::sm90::Operand::{}, 256>", operand)) !=
             std::string::npos);
-      CHECK(prog.launches.at(0).params.at(0).map.element_bytes == 2);
+      CHECK(ir::dtype_bytes(prog.launches.at(0).params.at(0).map.element) == 2);
+      CHECK(ir::dtype_name(prog.launches.at(0).params.at(1).map.element) == dtype);
       CHECK(prog.launches.at(0).params.at(1).map.box_inner == 64);
       CHECK(prog.source.find(fmt::format("{} *__restrict__ p_rv", type)) != std::string::npos);
       const std::string out = ir::printed_names(p.graph)[static_cast<size_t>(p.graph.outputs[0])];
