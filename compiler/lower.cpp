@@ -16,7 +16,7 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   dsl::Diagnostics diags(src);
   l.graph = dsl::parse_kf(src, diags);
   const bool to_cuda = options.until == LowerOptions::Until::Cuda;
-  if (auto unsupported = codegen::gpu_unsupported(l.graph); unsupported && to_cuda)
+  if (auto unsupported = codegen::gpu_unsupported(l.graph, options.arch); unsupported && to_cuda)
     diags.error(l.graph[unsupported->value].loc, unsupported->message);
   const Dump dump(l.graph.name, options.mode);
   if (dump.wants("ir"))

@@ -109,7 +109,7 @@ std::vector<size_t> LaunchTable::workspace_offsets(const Dims &dims, size_t *tot
   size_t end = 0;
   for (const WorkspaceKey &k : workspace_keys_) {
     const ir::TensorType &t = g[k.value].type;
-    size_t bytes = elements(t, dims) * sizeof(float);
+    size_t bytes = elements(t, dims) * sizeof(float); // intermediates are f32 (plan.h)
     if (k.partial != 0) { // mean or M2 per column per row tile
       const int64_t rows = extent(t.shape[0], dims);
       bytes = static_cast<size_t>((rows + k.tile_rows - 1) / k.tile_rows) *
@@ -154,7 +154,8 @@ size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
   }
   const ir::Graph &g = plan_.graph;
   for (OutputCopy &c : copies_)
-    c.bytes = elements(g[g.outputs[c.output]].type, dims) * sizeof(float);
+    c.bytes = elements(g[g.outputs[c.output]].type, dims) *
+              static_cast<size_t>(ir::dtype_bytes(g[g.outputs[c.output]].type.dtype));
   return total;
 }
 

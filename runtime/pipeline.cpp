@@ -221,6 +221,13 @@ std::vector<int64_t> Pipeline::output_shape(size_t i,
   return bound_shape(impl_->where, g[g.outputs[i]].type, dims);
 }
 
+DType Pipeline::output_dtype(size_t i) const {
+  const ir::Graph &g = impl().graph;
+  if (i >= g.outputs.size())
+    throw Error(fmt::format("{}: no output {} (it has {})", impl_->where, i, g.outputs.size()));
+  return rt::api_dtype(g[g.outputs[i]].type.dtype);
+}
+
 std::map<std::string, int64_t>
 Pipeline::dims(const std::map<std::string, std::vector<int64_t>> &shapes) const {
   const Impl &im = impl();

@@ -29,13 +29,15 @@
 //   static float &at(Acc &acc, int i, int j)   the register of accumulator (i, j)
 //   static void sync()                         barrier over the epilogue's threads
 //
-// Stores: VEC-wide vector stores where C is 4 * VEC-byte aligned and ldc a multiple of VEC and
+// Out: C's element type, float, kf::bf16 or kf::f16 (dtype.cuh); each value is rounded once to it.
+// Stores: VEC-wide vector stores where C is VEC-element aligned and ldc a multiple of VEC and
 // the VEC columns are inside n; guarded scalar stores otherwise. Rows past m are not written.
 // Addresses are computed in 64-bit. The stored values replace the accumulators they came from.
 //
 // Column statistics (partial_mean != nullptr; partial_mean and partial_m2 are both null or both
 // valid): for the tile at row tile tm, rows [tm * BM, min(tm * BM + BM, m)), and each valid
-// column col, the mean and M2 (sum of squared deviations from that mean) of the values STORED:
+// column col, the mean and M2 (sum of squared deviations from that mean) of the values STORED
+// (in fp32, before their rounding to Out):
 //   partial_mean[tm * n + col], partial_m2[tm * n + col]
 // the layout col_stats.cuh's merge_column consumes with tile_rows = BM (the code generator reads
 // the statistics tile height from the scheduler's BM). Each warp reduces its rows of a column in a
@@ -64,12 +66,12 @@ template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_stats_bytes() {
   return 2 * Fragment::ROW_GROUPS * Fragment::BN * 4;
 }
 
-template <class Functor> struct GemmEpilogue {
+template <class Functor, class Out = float> struct GemmEpilogue {
   using Column = typename Functor::Column;
   static constexpr int COLUMN_FLOATS = Functor::COLUMN_FLOATS;
 
   Functor functor;
-  float *C;
+  Out *C;
   int ldc;
   float *partial_mean; // column-statistics partials, or both null
   float *partial_m2;
@@ -118,7 +120,7 @@ private:
         const int row = m0 + f.row(i);
         if (row >= s.m)
           continue;
-        float *crow = C + (static_cast<long long>(row) * ldc + c0);
+        Out *crow = C + (static_cast<long long>(row) * ldc + c0);
         if (c0 + V - 1 < s.n) {
           float y[V];
 #pragma unroll
@@ -132,7 +134,7 @@ private:
           } else {
 #pragma unroll
             for (int e = 0; e < V; ++e)
-              crow[e] = y[e];
+              kf::store(crow + e, y[e]);
           }
         } else {
 #pragma unroll
@@ -140,7 +142,7 @@ private:
             if (c0 + e < s.n) {
               float &a = Fragment::at(acc, i, V * v + e);
               a = functor.apply(cols[e], row, c0 + e, a);
-              crow[e] = a;
+              kf::store(crow + e, a);
             }
           }
         }

@@ -4,6 +4,7 @@
 // (TMA, mbarriers, wgmma) are in sm90_primitives.cuh.
 #pragma once
 
+#include "dtype.cuh"
 #include "host_device.cuh"
 
 namespace kf {
@@ -12,19 +13,33 @@ namespace kf {
 
 namespace gemm_detail {
 
-// True when V-wide float vector accesses at (row, col) with col % V == 0 are aligned for every
-// row: the base is 4V-byte aligned and the leading dimension a multiple of V.
-template <int V> __device__ __forceinline__ bool vector_ok(const float *p, int ld) {
-  return (reinterpret_cast<unsigned long long>(p) & (4ull * V - 1)) == 0 && ld % V == 0;
+// True when V-wide vector accesses of T (float, kf::bf16, kf::f16) at (row, col) with
+// col % V == 0 are aligned for every row: the base is V * sizeof(T)-byte aligned and the leading
+// dimension a multiple of V.
+template <int V, class T> __device__ __forceinline__ bool vector_ok(const T *p, int ld) {
+  return (reinterpret_cast<unsigned long long>(p) & (sizeof(T) * V - 1)) == 0 && ld % V == 0;
 }
 
-// The V floats of v stored at p as one 4V-byte access (p aligned as vector_ok checks).
+// The V values of v stored at p, each rounded once to T, as one access (p aligned as vector_ok
+// checks).
 template <int V> __device__ __forceinline__ void store_vector(float *p, const float (&v)[V]) {
   static_assert(V == 2 || V == 4, "float2 or float4 stores");
   if constexpr (V == 4)
     *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
   else
     *reinterpret_cast<float2 *>(p) = make_float2(v[0], v[1]);
+}
+template <int V, class T> __device__ __forceinline__ void store_vector(T *p, const float (&v)[V]) {
+  static_assert(V == 2 || V == 4, "4- or 8-byte stores of two-byte elements");
+  unsigned pair[V / 2];
+#pragma unroll
+  for (int e = 0; e < V / 2; ++e)
+    pair[e] = from_float<T>(v[2 * e]).bits | static_cast<unsigned>(from_float<T>(v[2 * e + 1]).bits)
+                                                 << 16;
+  if constexpr (V == 4)
+    *reinterpret_cast<uint2 *>(p) = make_uint2(pair[0], pair[1]);
+  else
+    *reinterpret_cast<unsigned *>(p) = pair[0];
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void *p) {

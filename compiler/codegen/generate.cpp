@@ -1,6 +1,7 @@
 // From a plan to one CUDA translation unit: per kernel, the generated functor the
 // template calls and the extern "C" entry point.
 #include "compiler/codegen/embedded_templates.h"
+#include "compiler/codegen/gpu_support.h"
 #include "compiler/codegen/kernel_writer.h"
 #include "compiler/ir/infer.h"
 #include "compiler/ir/printer.h"
@@ -109,7 +110,14 @@ private:
 
   // The Hopper mainloop takes tf32 and 3xtf32 Linear GEMMs (both operands K-major) on sm_90a
   // whose inner extent is a constant multiple of 4 (TMA row strides are multiples of 16 bytes).
+  // GEMMs of bf16/f16 operands run on it only (a multiple of 8 then): gpu_unsupported reports
+  // those it cannot take at their location, so one reaching here is a caller's mistake.
   bool use_sm90(const Value &mm) const {
+    if (g_[mm.args[0]].type.dtype != DType::F32) {
+      if (auto why = half_gemm_unsupported(g_, mm, arch_))
+        throw CodegenError(fmt::format("pipeline '{}': line {}: {}", g_.name, mm.loc.line, *why));
+      return true;
+    }
     const Dim &inner = g_[mm.args[0]].type.shape[1];
     return arch_ == "sm_90a" && (math_ == GemmMath::Tf32 || math_ == GemmMath::Tf32x3) &&
            mm.op == OpKind::Linear && !inner.is_symbolic() && inner.value % 4 == 0;
@@ -136,11 +144,12 @@ private:
     return fmt::format("{}\n{}({}{}) {{\n"
                        "  const kf::GemmShape shape{{{}, {}, {}}};\n"
                        "  const kf::TileScheduler<{}, {}, {}> scheduler(shape);\n"
-                       "  const kf::GemmEpilogue<{}> epilogue{{{}, {}, {}, {}}};\n"
+                       "  const kf::GemmEpilogue<{}, {}> epilogue{{{}, {}, {}, {}}};\n"
                        "  {};\n}}\n",
                        head, k.name, first_params, w.param_list(),
                        KernelWriter::extent(launch.rows), n, KernelWriter::extent(launch.inner),
-                       Tiles::BM, Tiles::BN, Tiles::GROUP_M, functor, w.member_initializer(),
+                       Tiles::BM, Tiles::BN, Tiles::GROUP_M, functor, w.element_type(out),
+                       w.member_initializer(),
                        w.ptr(out), n, stats, mainloop);
   }
 
@@ -148,8 +157,12 @@ private:
   // tensor maps.
   template <class Config>
   std::string sm90_gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
-                        const std::string &config, int column_floats, ValueId a, ValueId b,
+                        const std::string &operand, int column_floats, ValueId a, ValueId b,
                         ValueId out, const std::string &functor) {
+    std::string config = fmt::format("kf::Sm90Gemm<kf::sm90::Operand::{}, {}", operand, Config::BN);
+    if (Config::BM != 128 || Config::MIN_BLOCKS != 1)
+      config += fmt::format(", {}, {}", Config::BM, Config::MIN_BLOCKS);
+    config += ">";
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Persistent;
     geo.blocks_per_sm = Config::MIN_BLOCKS;
@@ -157,7 +170,7 @@ private:
     geo.smem_bytes = Config::smem_bytes(column_floats);
     auto map = [&](ValueId v, int box_rows) {
       LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
-      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, 4};
+      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, g_[v].type.dtype};
       return lp;
     };
     launch.params = {map(a, Config::BM), map(b, Config::BN)};
@@ -171,6 +184,32 @@ private:
                     w.ptr(a), w.ptr(b)),
         fmt::format("kf::gemm_sm90<{}>({}_map, {}_map, shape, scheduler, epilogue)", config,
                     w.ptr(a), w.ptr(b)));
+  }
+
+  // An sm90 GEMM of `Op` operands (named `operand` in the source), its tile by the layer's
+  // width: the batch (rows) is bound at run time. 128 x 256 tiles reach cuBLAS's speed once there
+  // are enough of them for every SM; below 4096 features that takes thousands of rows, so
+  // narrower layers take 64 x 128 tiles, two blocks per SM (one's epilogue overlaps the other's
+  // mainloop).
+  template <kf::sm90::Operand Op>
+  std::string sm90_by_width(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
+                            const char *operand, int column_floats, ValueId a, ValueId b,
+                            ValueId out, const std::string &functor) {
+    const std::string type =
+        g_[a].type.dtype == DType::F32 ? "tf32" : std::string(dtype_name(g_[a].type.dtype));
+    const Dim &features = launch.cols;
+    if (!features.is_symbolic() && features.value < kWideLayer) {
+      launch.config = fmt::format("{} 64 x 128 tile, 2 blocks per SM: {} output features (< {}) "
+                                  "give few 128 x 256 tiles at the batches such layers run",
+                                  type, features.value, kWideLayer);
+      return sm90_gemm<kf::Sm90Gemm<Op, 128, 64, 2>>(k, w, launch, operand, column_floats, a, b,
+                                                     out, functor);
+    }
+    launch.config = fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "
+                                "fill the SMs from about 1000 rows",
+                                type, features.str(), kWideLayer);
+    return sm90_gemm<kf::Sm90Gemm<Op, 256>>(k, w, launch, operand, column_floats, a, b, out,
+                                            functor);
   }
 
   std::string gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
@@ -212,34 +251,22 @@ private:
     geo.cols = launch.cols;
     if (use_sm90(mm)) {
       const int floats = static_cast<int>(cols.size());
-      using namespace kf::sm90;
-      if (math_ == GemmMath::Tf32x3) {
+      using kf::sm90::Operand;
+      if (math_ == GemmMath::Tf32x3 && g_[a].type.dtype == DType::F32) {
         launch.config = "3xtf32 128 x 128 tile, 1 block per SM: its small parts take the shared "
                         "memory of a second block";
-        return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32x3, 128>>(
-                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>", floats, a, b,
-                       out, functor);
+        return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32x3, 128>>(k, w, launch, "Tf32x3", floats,
+                                                                   a, b, out, functor);
       }
-      // The batch (rows) is bound at run time; the layer's width decides. 128 x 256 tiles reach
-      // cuBLAS's speed once there are enough of them for every SM; below 4096 features that
-      // takes thousands of rows, so narrower layers take 64 x 128 tiles, two blocks per SM
-      // (one's epilogue overlaps the other's mainloop).
-      const Dim &features = launch.cols;
-      if (!features.is_symbolic() && features.value < kWideLayer) {
-        launch.config = fmt::format("tf32 64 x 128 tile, 2 blocks per SM: {} output features "
-                                    "(< {}) give few 128 x 256 tiles at the batches such layers "
-                                    "run",
-                                    features.value, kWideLayer);
-        return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32, 128, 64, 2>>(
-                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 64, 2>", floats, a,
-                       b, out, functor);
+      switch (g_[a].type.dtype) {
+      case DType::BF16:
+        return s + sm90_by_width<Operand::Bf16>(k, w, launch, "Bf16", floats, a, b, out, functor);
+      case DType::F16:
+        return s + sm90_by_width<Operand::F16>(k, w, launch, "F16", floats, a, b, out, functor);
+      case DType::F32:
+        break;
       }
-      launch.config = fmt::format("tf32 128 x 256 tile, 1 block per SM: {} output features "
-                                  "(>= {}) fill the SMs from about 1000 rows",
-                                  features.str(), kWideLayer);
-      return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32, 256>>(
-                     k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>", floats, a, b, out,
-                     functor);
+      return s + sm90_by_width<Operand::Tf32>(k, w, launch, "Tf32", floats, a, b, out, functor);
     }
     // The cp.async mainloops: a grid of one block per tile.
     geo.grid = LaunchGeometry::Grid::Tiles;
@@ -333,9 +360,9 @@ private:
     case OpClass::RowNorm: {
       std::string affine = "y";
       if (op.args.size() > 1)
-        affine += fmt::format(" * {}[col]", w.ptr(op.args[1]));
+        affine += " * " + w.load(op.args[1], "col");
       if (op.args.size() > 2)
-        affine += fmt::format(" + {}[col]", w.ptr(op.args[2]));
+        affine += " + " + w.load(op.args[2], "col");
       s += fmt::format("struct {0}_affine {{\n{1}  __device__ float operator()(int col, float y) "
                        "const {{ return {2}; }}\n}};\n",
                        k.name, w.member_declarations("  "), affine);
@@ -405,9 +432,9 @@ private:
                                       : std::string(t.shape[0] == Dim::constant(1) ? "0" : "col");
     std::string s = functor_head(type, w);
     s += fmt::format(
-        "  __device__ void operator()(int row, int col) const {{\n{}{}{}{}[{}] = {};\n  }}\n}};\n",
-        w.column_statements(kIndent), w.element_statements(kIndent, {}), kIndent, w.ptr(out), index,
-        w.var(out));
+        "  __device__ void operator()(int row, int col) const {{\n{}{}{}{};\n  }}\n}};\n",
+        w.column_statements(kIndent), w.element_statements(kIndent, {}), kIndent,
+        w.store(out, index, w.var(out)));
     s += fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)\n{}({}) {{\n"
         "  {} f{};\n  kf::for_each_element({}, {}, f);\n}}\n",
@@ -484,22 +511,26 @@ private:
       auto at = [&](ValueId v) {
         return std::count(k.computes.begin(), k.computes.end(), v)
                    ? w.var(v)
-                   : fmt::format("{}[{}]", w.ptr(v),
-                                 g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col");
+                   : w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col");
       };
-      s += fmt::format("{0}{{ // bn_update: running stats with momentum, unbiased variance\n"
-                       "{0}  const float momentum = {1};\n{0}  const float count = {2};\n"
-                       "{0}  {3}[col] = (1.0f - momentum) * {3}[col] + momentum * {5};\n"
-                       "{0}  {4}[col] = (1.0f - momentum) * {4}[col] + momentum * {6} * count / "
-                       "(count - 1.0f);\n"
-                       "{0}}}\n",
-                       in, float_literal(e.attr("momentum")), cnt, w.ptr(e.args[0]),
-                       w.ptr(e.args[1]), at(e.args[2]), at(e.args[3]));
+      // Computed in fp32 from the statistics, rounded once to each state's type.
+      ValueId rm = e.args[0], rv = e.args[1];
+      s += fmt::format(
+          "{0}{{ // bn_update: running stats with momentum, unbiased variance\n"
+          "{0}  const float momentum = {1};\n{0}  const float count = {2};\n"
+          "{0}  {3};\n{0}  {4};\n{0}}}\n",
+          in, float_literal(e.attr("momentum")), cnt,
+          w.store(rm, "col",
+                  fmt::format("(1.0f - momentum) * {} + momentum * {}", w.load(rm, "col"),
+                              at(e.args[2]))),
+          w.store(rv, "col",
+                  fmt::format("(1.0f - momentum) * {} + momentum * {} * count / (count - 1.0f)",
+                              w.load(rv, "col"), at(e.args[3]))));
     }
     for (ValueId v : k.stores) {
       bool scalar = g_[v].type.shape[0] == Dim::constant(1);
-      s += fmt::format("{}{}{}[{}] = {};\n", in, scalar ? "if (col == 0)\n    " : "", w.ptr(v),
-                       scalar ? "0" : "col", w.var(v));
+      s += fmt::format("{}{}{};\n", in, scalar ? "if (col == 0)\n    " : "",
+                       w.store(v, scalar ? "0" : "col", w.var(v)));
     }
     return s + "}\n";
   }
@@ -509,7 +540,7 @@ private:
   std::vector<std::string> names_;
   GemmMath math_;
   std::string arch_;
-  std::set<std::string> includes_ = {"math.cuh"};
+  std::set<std::string> includes_ = {"dtype.cuh", "math.cuh"};
   std::map<ValueId, int> partial_rows_; // stats_of value -> rows per partial tile of its producer
 };
 

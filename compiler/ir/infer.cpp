@@ -16,11 +16,28 @@ void expect_rank(const OpInfo &op, const std::vector<TensorType> &args, int i, i
         i, fmt::format("{} expects {} of rank {}, got {}", op.name, what, rank, args[i].str()));
 }
 
-void expect_dtype(const OpInfo &op, const std::vector<TensorType> &args) {
+// Every argument has the input's element type (a GEMM's operands and bias, as PyTorch's
+// linear and matmul require).
+void expect_same_dtype(const OpInfo &op, const std::vector<TensorType> &args) {
   for (size_t i = 1; i < args.size(); ++i)
     if (args[i].dtype != args[0].dtype)
       throw TypeError(static_cast<int>(i), fmt::format("type mismatch in {}: {} and {}", op.name,
                                                        args[0].str(), args[i].str()));
+}
+
+// A normalization's parameters and statistics have the input's element type or are f32, as
+// PyTorch's mixed precision keeps them for bf16/f16 activations.
+void expect_param_dtype(const OpInfo &op, const std::vector<TensorType> &args, int i,
+                        std::string_view what) {
+  DType dt = args[i].dtype, x = args[0].dtype;
+  if (dt == x || dt == DType::F32)
+    return;
+  if (x == DType::F32)
+    throw TypeError(i, fmt::format("type mismatch in {}: {} must be f32 as the input {}, got {}",
+                                   op.name, what, args[0].str(), args[i].str()));
+  throw TypeError(i,
+                  fmt::format("type mismatch in {}: {} must be {} (as the input {}) or f32, got {}",
+                              op.name, what, dtype_name(x), args[0].str(), args[i].str()));
 }
 
 // Both extents must be the same constant or the same symbolic dim.
@@ -112,13 +129,13 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
       throw TypeError(-1, fmt::format("constant: '{}' is not a type", attrs.at("dtype").dim));
     return {*dt, {Dim::constant(1)}};
   }
-  expect_dtype(op, args);
   DType dt = args[0].dtype;
 
   switch (op.cls) {
   case OpClass::Gemm: {
     expect_rank(op, args, 0, 2, "its input");
     expect_rank(op, args, 1, 2, "its weight");
+    expect_same_dtype(op, args);
     bool linear = kind == OpKind::Linear;
     // linear: weight is [out, in]; matmul: b is [in, out].
     const Dim &k = linear ? args[1].shape[1] : args[1].shape[0];
@@ -136,8 +153,10 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     const Dim &c = args[0].shape[1];
     static const char *names3[] = {"", "running_mean", "running_var"};
     static const char *names5[] = {"", "weight", "bias", "running_mean", "running_var"};
-    for (int i = 1; i < n; ++i)
+    for (int i = 1; i < n; ++i) {
       expect_feature_vector(op, args, i, c, n == 3 ? names3[i] : names5[i]);
+      expect_param_dtype(op, args, i, n == 3 ? names3[i] : names5[i]);
+    }
     return args[0];
   }
   case OpClass::Binary: {
@@ -145,7 +164,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     if (!shape)
       throw TypeError(1, fmt::format("shape mismatch in {}: {} and {} do not broadcast", op.name,
                                      args[0].str(), args[1].str()));
-    return {dt, *shape};
+    return {promote(dt, args[1].dtype), *shape};
   }
   case OpClass::Unary:
     return args[0];
@@ -155,8 +174,10 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
   case OpClass::RowNorm: {
     const Dim &f = args[0].shape.back();
     static const char *names[] = {"", "weight", "bias"};
-    for (int i = 1; i < n; ++i)
+    for (int i = 1; i < n; ++i) {
       expect_feature_vector(op, args, i, f, names[i]);
+      expect_param_dtype(op, args, i, names[i]);
+    }
     // A symbolic F is checked once bound (group_size_problem); groups < 1 is the rule's.
     if (attrs.count("groups") && !f.is_symbolic())
       if (auto problem = group_size_problem(op, attrs, f.value))
@@ -194,10 +215,10 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
                                       format_number(attrs.at("kernel_size").number), f.value));
     return {dt, shape};
   }
-  case OpClass::ColReduce:
+  case OpClass::ColReduce: // statistics are held in fp32 whatever the matrix's type
     expect_rank(op, args, 0, 2, "its input");
-    return {dt, {args[0].shape[1]}};
-  case OpClass::ColAffine: {
+    return {DType::F32, {args[0].shape[1]}};
+  case OpClass::ColAffine: { // alpha and beta of any type, the result in the matrix's
     expect_rank(op, args, 0, 2, "its input");
     for (int i = 1; i < 3; ++i)
       if (!(args[i].rank() == 1 &&
@@ -207,7 +228,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
                            i == 1 ? "alpha" : "beta", args[0].shape[1].str(), args[i].str()));
     return args[0];
   }
-  case OpClass::Effect: {
+  case OpClass::Effect: { // each state is updated in its own type from fp32 statistics
     expect_rank(op, args, 0, 1, "running_mean");
     for (int i = 1; i < n; ++i)
       expect_feature_vector(op, args, i, args[0].shape[0], i == 1 ? "running_var" : "a statistic");

@@ -370,7 +370,16 @@ void Interpreter::record_update(ValueId op, ValueId state, HostTensor t) {
     throw InterpretError(fmt::format("state '{}' is updated by both {} and {}; a run updates a "
                                      "state at most once",
                                      s.name, describe(g_, it->second), describe(g_, op)));
+  for (double &x : t.data)
+    x = round_to(s.type.dtype, x);
   updates_[s.name] = std::move(t);
+}
+
+HostTensor Interpreter::output(ValueId id) const {
+  HostTensor t = value(id);
+  for (double &x : t.data)
+    x = round_to(g_[id].type.dtype, x);
+  return t;
 }
 
 HostTensor Interpreter::batchnorm(ValueId id) {
@@ -530,7 +539,7 @@ std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &
   in.eval_all();
   std::vector<HostTensor> outputs;
   for (ValueId id : g.outputs)
-    outputs.push_back(in.value(id));
+    outputs.push_back(in.output(id));
   for (const auto &[name, t] : in.state_updates())
     tensors[name] = t;
   return outputs;
@@ -589,6 +598,8 @@ TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed)
         for (double &x : t.data)
           x *= it->second;
     }
+    for (double &x : t.data)
+      x = round_to(v.type.dtype, x);
     tensors[v.name] = std::move(t);
   }
   return tensors;

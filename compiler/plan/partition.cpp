@@ -468,7 +468,7 @@ private:
           "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(plan_.kernels[k].kind));
     for (ValueId s : stored_anywhere)
       if (val(s).is_op() && !is_output_.count(s))
-        plan_.intermediates.push_back({s, val(s).name});
+        plan_.intermediates.push_back({s, val(s).name, {DType::F32, val(s).type.shape}});
   }
 
   const Graph &g_;

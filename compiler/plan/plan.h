@@ -40,10 +40,13 @@ struct Kernel {
   std::vector<std::string> rules;  // rewrites and partition rules that shaped it, sorted
 };
 
-// A buffer the pipeline owns (values that are neither declared nor outputs).
+// A buffer the pipeline owns (values that are neither declared nor outputs). Its type is
+// f32 whatever the value's element type: kernels hold values in fp32 and hand them on
+// unrounded, as one fused kernel would; only declared outputs and states are rounded.
 struct Intermediate {
   ir::ValueId value;
   std::string name;
+  ir::TensorType type;
 };
 
 struct Plan {
@@ -54,5 +57,9 @@ struct Plan {
   // Every stats_of value, once: its partials buffers are intermediates too.
   std::vector<ir::ValueId> partials;
 };
+
+// The type of the buffer that holds stored value `v`: an intermediate's (f32), else the
+// declared or output type.
+ir::TensorType buffer_type(const Plan &p, ir::ValueId v);
 
 } // namespace kfuse::plan

@@ -30,7 +30,9 @@ typedef struct CUstream_st *CUstream; // the same type as cudaStream_t
 namespace kfuse {
 
 enum class Mode { Train, Eval };
-// fp32: exact fp32 FMA GEMM. Other precisions are rejected until their GEMM templates exist.
+// How GEMMs of f32 tensors multiply: fp32 (exact FMA), tf32, 3xtf32 (FP32x3). BF16 (f32 tensors
+// multiplied as bf16) is rejected for now. GEMMs of bf16/f16 tensors multiply in their type
+// whatever the precision, accumulating in fp32.
 enum class Precision { FP32, TF32, BF16, FP32x3 };
 
 struct Options {
@@ -39,13 +41,15 @@ struct Options {
   std::string arch; // "sm_90a"; empty: the current GPU's, or sm_90a where there is none
 };
 
-// Element types. Pipelines take f32 tensors today; f16 and bf16 tensors are refused clearly.
+// Element types: a Tensor's dtype must be the one its .kf declaration names. f32 is 4 bytes,
+// f16 (IEEE half) and bf16 (bfloat16) 2 bytes.
 enum class DType { F32, F16, BF16 };
 
 // A device tensor: a pointer from cudaMalloc/cuMemAlloc (or a framework) in the pipeline's
 // CUDA context, its shape, dtype and row stride. Rows are stored one after another
-// (row-major); the elements of a row are contiguous. kfuse takes 4-byte aligned, contiguous
-// tensors today: row_stride 0 (or the row length); anything else is refused clearly.
+// (row-major); the elements of a row are contiguous. kfuse takes tensors aligned to their
+// element size (4 bytes for f32, 2 for f16/bf16; a GEMM operand on the sm_90a GEMM: 16 bytes)
+// and contiguous: row_stride 0 (or the row length); anything else is refused clearly.
 struct Tensor {
   void *data = nullptr;
   std::vector<int64_t> shape;
@@ -94,6 +98,8 @@ public:
   std::vector<int64_t> shape(const std::string &name,
                              const std::map<std::string, int64_t> &dims) const;
   std::vector<int64_t> output_shape(size_t i, const std::map<std::string, int64_t> &dims) const;
+  // The declared element type of output `i` (what run() checks the output tensor against).
+  DType output_dtype(size_t i) const;
   // The dims that tensors of these shapes (inputs, params or state, by name) bind, checked as
   // run() checks them: to allocate outputs, output_shape(i, dims({{"x", x_shape}})).
   std::map<std::string, int64_t>

@@ -3,7 +3,7 @@
     p = kfuse.Pipeline("examples/gemm_bn_scale_softmax.kf", mode="train", precision="tf32")
     print(p.plan); print(p.cuda_source); print(p.report)
     p.bind(weight=w, bias=b, ...)     # params and state: any DLPack tensor (torch, cupy, jax)
-    y = p(x)                          # outputs allocated like x; or p(x, out=y)
+    y = p(x)                          # outputs allocated in x's library, in their declared dtype; or p(x, out=y)
 
 Tensors travel through DLPack (``__dlpack__``); kfuse never imports a tensor library. A call
 runs on the caller's current stream: for torch tensors ``torch.cuda.current_stream()``, for
@@ -57,12 +57,20 @@ def _capsule(where, name, t, dl_stream):
     return t.__dlpack__()  # refused by the core, which names the device
 
 
-def _empty_like(where, t, shape):
-    """A new tensor of `shape` from `t`'s library, on its device: torch (new_empty) or cupy."""
-    if hasattr(t, "new_empty"):
-        return t.new_empty(shape)
+# kfuse's element types by library: torch's dtype names, numpy's (cupy has no bfloat16).
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_CUPY_DTYPES = {"f32": "float32", "f16": "float16"}
+
+
+def _empty_like(where, t, shape, dtype):
+    """A new tensor of `shape` and kfuse element type `dtype` ("f32", "f16", "bf16") from `t`'s
+    library, on its device: torch (new_empty) or cupy."""
+    if _library(t) == "torch":
+        return t.new_empty(shape, dtype=getattr(sys.modules["torch"], _TORCH_DTYPES[dtype]))
     if _library(t) == "cupy":
-        return sys.modules["cupy"].empty(shape, dtype=t.dtype)
+        if dtype not in _CUPY_DTYPES:
+            raise Error(f"{where}: cupy has no {dtype} arrays to allocate the output in: pass out=")
+        return sys.modules["cupy"].empty(shape, dtype=_CUPY_DTYPES[dtype])
     raise Error(f"{where}: kfuse allocates outputs for torch and cupy tensors only, not "
                 f"{type(t).__module__}.{type(t).__name__}: pass out=")
 
@@ -116,7 +124,7 @@ class Pipeline:
         handle, dl_stream = _run_stream(first, stream) if _on_cuda(first) else (0, None)
         capsules = [_capsule(self._where, name, t, dl_stream) for name, t in zip(self._inputs, args)]
         if out is None:
-            outs = [_empty_like(self._where, first, shape) for shape in self._output_shapes(args, capsules)]
+            outs = [_empty_like(self._where, first, shape, dtype) for shape, dtype in self._outputs_for(args, capsules)]
         else:
             outs = [out] if hasattr(out, "__dlpack__") else list(out)
         out_capsules = [_capsule(self._where, f"output {i}", o, dl_stream) for i, o in enumerate(outs)]
@@ -138,13 +146,15 @@ class Pipeline:
                 raise Error(f"{self._where}: input '{name}' is missing (its inputs: {', '.join(self._inputs)})")
         return tuple(inputs[name] for name in self._inputs)
 
-    def _output_shapes(self, args, capsules):
-        """The outputs' shapes for these inputs' shapes, computed once per shape."""
+    def _outputs_for(self, args, capsules):
+        """The outputs' shapes and element types for these inputs' shapes, computed once per
+        shape."""
         key = tuple(tuple(getattr(t, "shape", ())) for t in args)
         shapes = self._shapes.get(key)
         if shapes is None:
             dims = self._core.dims({name: self._core.tensor_shape(name, c) for name, c in zip(self._inputs, capsules)})
-            shapes = [self._core.output_shape(i, dims) for i in range(self.output_count)]
+            shapes = [(self._core.output_shape(i, dims), self._core.output_dtype(i))
+                      for i in range(self.output_count)]
             self._shapes[key] = shapes
         return shapes
 

@@ -147,6 +147,21 @@ NB_MODULE(_kfuse, m) {
           },
           nb::arg("i"), nb::arg("dims"))
       .def(
+          "output_dtype",
+          [](const PyPipeline &p, size_t i) {
+            switch (p.core.output_dtype(i)) {
+            case kfuse::DType::F32:
+              return "f32";
+            case kfuse::DType::F16:
+              return "f16";
+            case kfuse::DType::BF16:
+              return "bf16";
+            }
+            throw kfuse::Error(
+                fmt::format("{}: output {} has no element type kfuse names", p.where, i));
+          },
+          nb::arg("i"), "The declared element type of output i: 'f32', 'f16' or 'bf16'.")
+      .def(
           "bind",
           [](PyPipeline &p, const std::string &name, nb::handle capsule) {
             int device = -1;

@@ -3,110 +3,19 @@
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/diagnostics.h"
 #include "runtime/reference_check.h"
+#include "tests/support/gpu_cases.h"
 #include "tests/support/random_pipelines.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 
 using namespace kfuse;
-
-namespace {
-
-std::string read(const std::string &path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string example(const std::string &name) {
-  return read("examples/" + name); // run from the repository root (ctest does)
-}
-
-void expect_match(const std::string &text, const std::string &file, Mode mode, int64_t n,
-                  uint64_t seed, int steps = 1, Precision precision = Precision::FP32) {
-  rt::CheckRequest req;
-  req.kf_text = text;
-  req.file_name = file;
-  req.options.mode = mode;
-  req.options.precision = precision;
-  req.dims = {{"N", n}};
-  req.seed = seed;
-  req.steps = steps;
-  rt::CheckResult r = rt::check_against_reference(req);
-  for (const rt::CheckEntry &e : r.entries) {
-    INFO(file, " mode ", mode == Mode::Train ? "train" : "eval", " N=", n, " ", e.name, " rel ",
-         e.relative, " max abs ", e.max_abs);
-    CHECK(e.finite);
-    CHECK(e.relative <= rt::error_bound(precision));
-  }
-}
-
-// Examples in both modes, with one row and with 33 (a partial tile).
-void expect_examples(std::initializer_list<const char *> files, uint64_t seed) {
-  for (const char *file : files)
-    for (Mode mode : {Mode::Eval, Mode::Train}) {
-      expect_match(example(file), file, mode, 1, seed);
-      expect_match(example(file), file, mode, 33, seed + 1);
-    }
-}
-
-// The founding chains with odd feature counts: every tile has a tail.
-std::string scale_bn(int in, int out) {
-  return fmt::format(R"(pipeline scale_bn_{0}_{1} {{
-  dim N
-  input  x: f32[N, {0}]
-  param  weight: f32[{1}, {0}]
-  param  bias: f32[{1}]
-  param  scale: f32[{1}]
-  param  bn_weight: f32[{1}]
-  param  bn_bias: f32[{1}]
-  state  running_mean: f32[{1}]
-  state  running_var: f32[{1}]
-  h = linear(x, weight, bias)
-  h = mul(h, scale)
-  return batchnorm(h, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
-}}
-)",
-                     in, out);
-}
-
-std::string bn_scale_softmax(int in, int out) {
-  return fmt::format(R"(pipeline bn_scale_softmax_{0}_{1} {{
-  dim N
-  input  x: f32[N, {0}]
-  param  weight: f32[{1}, {0}]
-  param  bias: f32[{1}]
-  param  bn_weight: f32[{1}]
-  param  bn_bias: f32[{1}]
-  state  running_mean: f32[{1}]
-  state  running_var: f32[{1}]
-  param  scale: f32[1]
-  h = linear(x, weight, bias)
-  h = batchnorm(h, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
-  h = mul(scale, h)
-  return softmax(h, dim=1)
-}}
-)",
-                     in, out);
-}
-
-// scale_bn with the GEMM's B not transposed: matmul(x, weight), weight [in, out].
-std::string matmul_scale_bn(int in, int out) {
-  std::string text = scale_bn(in, out);
-  auto replace = [&](const std::string &from, const std::string &to) {
-    text.replace(text.find(from), from.size(), to);
-  };
-  replace("pipeline scale_bn", "pipeline matmul_scale_bn");
-  replace(fmt::format("weight: f32[{}, {}]", out, in), fmt::format("weight: f32[{}, {}]", in, out));
-  replace("linear(x, weight, bias)", "add(matmul(x, weight), bias)");
-  return text;
-}
-
-} // namespace
+using testing::bn_scale_softmax;
+using testing::example;
+using testing::expect_examples;
+using testing::expect_match;
+using testing::matmul_scale_bn;
+using testing::scale_bn;
 
 TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
   uint64_t seed = 100;

@@ -18,8 +18,10 @@
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/error.h"
+#include "runtime/host_elements.h"
 #include "runtime/pipeline.h"
 #include "runtime/stream.h"
+#include "runtime/tensor_checks.h"
 #include "tools/kfuse/bench_timer.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
@@ -150,6 +152,7 @@ void fill_uniform(std::vector<float> &v, uint64_t seed, float lo, float hi) {
 struct DeviceTensor {
   std::vector<int64_t> shape;
   rt::DeviceBuffer buffer;
+  ir::DType dtype = ir::DType::F32;
 
   size_t numel() const {
     size_t n = 1;
@@ -157,14 +160,17 @@ struct DeviceTensor {
       n *= static_cast<size_t>(e);
     return n;
   }
-  Tensor tensor() const { return Tensor{reinterpret_cast<void *>(buffer.ptr()), shape}; }
+  Tensor tensor() const {
+    return Tensor{reinterpret_cast<void *>(buffer.ptr()), shape, rt::api_dtype(dtype)};
+  }
   float *data() const { return reinterpret_cast<float *>(buffer.ptr()); }
 };
 
-DeviceTensor make_tensor(std::vector<int64_t> shape) {
+DeviceTensor make_tensor(std::vector<int64_t> shape, ir::DType dtype = ir::DType::F32) {
   DeviceTensor t;
   t.shape = std::move(shape);
-  t.buffer = rt::DeviceBuffer(t.numel() * sizeof(float));
+  t.dtype = dtype;
+  t.buffer = rt::DeviceBuffer(t.numel() * static_cast<size_t>(ir::dtype_bytes(dtype)));
   return t;
 }
 
@@ -172,7 +178,7 @@ DeviceTensor make_tensor(std::vector<int64_t> shape) {
 // scaled by 1/sqrt(fan_in) as PyTorch's Linear init, states (running variances among them)
 // positive. The timing of fp32/tf32 arithmetic does not depend on the values.
 DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint64_t seed) {
-  DeviceTensor t = make_tensor(ir::concrete_shape(v.type, dims));
+  DeviceTensor t = make_tensor(ir::concrete_shape(v.type, dims), v.type.dtype);
   std::vector<float> host(t.numel());
   float lo = -1, hi = 1;
   if (v.kind == ir::ValueKind::State) {
@@ -186,14 +192,16 @@ DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint
     hi = 1.5f;
   }
   fill_uniform(host, seed, lo, hi);
-  t.buffer.upload(host.data(), host.size() * sizeof(float));
+  std::vector<uint8_t> bytes =
+      rt::encode_elements(std::vector<double>(host.begin(), host.end()), t.dtype);
+  t.buffer.upload(bytes.data(), bytes.size());
   return t;
 }
 
-std::vector<float> download(const DeviceTensor &t) {
-  std::vector<float> host(t.numel());
-  t.buffer.download(host.data(), host.size() * sizeof(float));
-  return host;
+std::vector<double> download(const DeviceTensor &t) {
+  std::vector<uint8_t> bytes(t.numel() * static_cast<size_t>(ir::dtype_bytes(t.dtype)));
+  t.buffer.download(bytes.data(), bytes.size());
+  return rt::decode_elements(bytes.data(), t.numel(), t.dtype);
 }
 
 // ---------------------------------------------------------------- contenders
@@ -551,7 +559,7 @@ int cmd_bench(int argc, char **argv) {
   auto make_outputs = [&]() {
     std::vector<DeviceTensor> outs;
     for (ir::ValueId o : g.outputs)
-      outs.push_back(make_tensor(ir::concrete_shape(g[o].type, dims)));
+      outs.push_back(make_tensor(ir::concrete_shape(g[o].type, dims), g[o].type.dtype));
     return outs;
   };
   auto tensors_of = [](const std::vector<DeviceTensor> &ts) {
@@ -616,10 +624,19 @@ int cmd_bench(int argc, char **argv) {
                .first;
     return it->second.data();
   };
+  // The baselines call cuBLAS's fp32/tf32 GEMM; bf16/f16 operands are timed fused only.
+  bool half_gemm = false;
+  for (const GemmShape &s : gemms)
+    half_gemm |= g[s.a].type.dtype != ir::DType::F32;
+  const char *half_reason = "its GEMMs take bf16/f16 operands; the cuBLAS baselines are wired for "
+                            "f32 operands only";
   std::function<void(CUstream)> run_cublas;
   if (gemms.empty()) {
     c_cublas.supported = false;
     c_cublas.reason = "the pipeline has no GEMM (linear or matmul)";
+  } else if (half_gemm) {
+    c_cublas.supported = false;
+    c_cublas.reason = half_reason;
   } else if (!cublas) {
     c_cublas.error = cublas_error;
   } else {
@@ -642,7 +659,10 @@ int cmd_bench(int argc, char **argv) {
   // --- unfused: kfuse's per-op kernels at fp32, GEMMs through cuBLAS at the precision asked.
   std::optional<Pipeline> unfused;
   std::vector<DeviceTensor> unfused_out = make_outputs();
-  if (!gemms.empty() && !cublas) {
+  if (half_gemm) {
+    c_unfused.supported = false;
+    c_unfused.reason = half_reason;
+  } else if (!gemms.empty() && !cublas) {
     c_unfused.error = "its GEMMs need cuBLAS: " + cublas_error;
   } else {
     try {
@@ -709,7 +729,7 @@ int cmd_bench(int argc, char **argv) {
     Agreement a;
     double diff2 = 0, ref2 = 0;
     for (size_t i = 0; i < fused_out.size(); ++i) {
-      std::vector<float> f = download(fused_out[i]), u = download(unfused_out[i]);
+      std::vector<double> f = download(fused_out[i]), u = download(unfused_out[i]);
       for (size_t j = 0; j < f.size(); ++j) {
         double d = static_cast<double>(f[j]) - static_cast<double>(u[j]);
         a.max_abs = std::max(a.max_abs, std::fabs(d));
