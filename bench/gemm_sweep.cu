@@ -61,18 +61,22 @@ struct Affine {
   __device__ float apply(const Column &c, int, int, float acc) const { return acc * c.a + c.b; }
 };
 
+// The persistent scheduler of the kernel's tiles.
+template <class Cfg> using Tiles = kf::TileScheduler<Cfg::BM, Cfg::BN, Cfg::GROUP_M>;
+
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, 1)
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     sm90_affine(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
                 kf::GemmShape s, float *c, const float *alpha, const float *beta) {
-  kf::gemm_sm90<Cfg>(a, b, s, c, s.n, Affine{alpha, beta}, nullptr, nullptr);
+  kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s),
+                     kf::GemmEpilogue<Affine>{Affine{alpha, beta}, c, s.n, nullptr, nullptr});
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, 1)
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     sm90_entry(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
                kf::GemmShape s, float *c, float *pmean, float *pm2) {
-  kf::gemm_sm90<Cfg>(a, b, s, c, s.n, Identity{}, pmean, pm2);
+  kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s), kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2});
 }
 
 template <class T> __global__ void reference(int m, int n, int k, const T *a, const T *b, double *c) {
@@ -137,7 +141,7 @@ int g_sms = 0;
 template <class Cfg> void launch(const kf::sm90::TensorMap &a, const kf::sm90::TensorMap &b, int m, int n, int k,
                                  float *c, float *pmean, float *pm2) {
   const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
-  sm90_entry<Cfg><<<std::min(tiles, g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(a, b, kf::GemmShape{m, n, k}, c,
+  sm90_entry<Cfg><<<std::min(tiles, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(a, b, kf::GemmShape{m, n, k}, c,
                                                                              pmean, pm2);
 }
 
@@ -214,8 +218,8 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng) {
   // 3xTF32 against exact fp32 operands: fp32-level accuracy.
   const double bound = Cfg::OPERAND == kf::sm90::Operand::Tf32x3 ? 2e-6 : 2e-5;
   bool ok = bad == 0 && rel <= bound && stat_err <= 1e-5;
-  std::printf("check %-4s BN=%d %5d x %5d x %5d: rel %.3e (bound %.0e), unwritten %zu, stats %.3e  %s\n",
-              Types<Cfg::OPERAND>::name, Cfg::BN, m, n, k, rel, bound, bad, stat_err, ok ? "PASS" : "FAIL");
+  std::printf("check %-4s %3dx%3dx%d %5d x %5d x %5d: rel %.3e (bound %.0e), unwritten %zu, stats %.3e  %s\n",
+              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, rel, bound, bad, stat_err, ok ? "PASS" : "FAIL");
   cudaFree(a); cudaFree(b); cudaFree(c); cudaFree(pmean); cudaFree(pm2); cudaFree(ref);
   return ok;
 }
@@ -277,14 +281,14 @@ template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &ti
     fill(ab, 2 * static_cast<size_t>(n), rng, 1.0f);
     const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
     double affine = timer.median_ms([&] {
-      sm90_affine<Cfg><<<std::min(tiles, g_sms), Cfg::THREADS, Cfg::smem_bytes(2)>>>(ma, mb, kf::GemmShape{m, n, k}, c,
+      sm90_affine<Cfg><<<std::min(tiles, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::smem_bytes(2)>>>(ma, mb, kf::GemmShape{m, n, k}, c,
                                                                                   ab, ab + n);
     });
     std::printf("epilogue %5d x %5d x %5d: identity %.3f ms, affine %.3f ms\n", m, n, k, ours, affine);
     cudaFree(ab);
   }
-  std::printf("sweep %-4s BN=%d %5d x %5d x %5d: kfuse %.3f ms (%.0f TFLOP/s)  cuBLAS %.3f ms (%.0f TFLOP/s)  ratio %.2f\n",
-              Types<Cfg::OPERAND>::name, Cfg::BN, m, n, k, ours, flop / ours * 1e-9, blas, flop / blas * 1e-9,
+  std::printf("sweep %-4s %3dx%3dx%d %5d x %5d x %5d: kfuse %.3f ms (%.0f TFLOP/s)  cuBLAS %.3f ms (%.0f TFLOP/s)  ratio %.2f\n",
+              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, ours, flop / ours * 1e-9, blas, flop / blas * 1e-9,
               blas / ours);
   cudaFree(a); cudaFree(b); cudaFree(c);
 }
@@ -297,6 +301,10 @@ int main(int argc, char **argv) {
   using Bf16 = kf::Sm90Gemm<kf::sm90::Operand::Bf16, 256>;
   using F16 = kf::Sm90Gemm<kf::sm90::Operand::F16, 256>;
   using Tf32x3 = kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>;
+  using Tf32m64 = kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256, 64>;
+  using Tf32m64n128x2 = kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 64, 2>;
+  using Bf16m64n128x2 = kf::Sm90Gemm<kf::sm90::Operand::Bf16, 128, 64, 2>;
+  using Bf16n128 = kf::Sm90Gemm<kf::sm90::Operand::Bf16, 128>;
   bool ok = true;
   if (mode == "check" || mode == "all") {
     std::mt19937 rng(1);
@@ -307,6 +315,24 @@ int main(int argc, char **argv) {
       ok &= check<Bf16>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
       ok &= check<F16>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
       ok &= check<Tf32x3>(s[0], s[1], s[2], rng);
+      ok &= check<Tf32m64>(s[0], s[1], s[2], rng);
+      ok &= check<Tf32m64n128x2>(s[0], s[1], s[2], rng);
+      ok &= check<Bf16m64n128x2>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
+    }
+  }
+  if (mode == "configs") {
+    cublasHandle_t h;
+    cublasCreate(&h);
+    Timer timer;
+    const int shapes[][3] = {{128, 1024, 512}, {1024, 1024, 1024}, {1024, 8192, 8192}, {16384, 4096, 4096}};
+    for (auto &s : shapes) {
+      sweep<Tf32>(s[0], s[1], s[2], h, timer);
+      sweep<Tf32n128>(s[0], s[1], s[2], h, timer);
+      sweep<Tf32m64>(s[0], s[1], s[2], h, timer);
+      sweep<Tf32m64n128x2>(s[0], s[1], s[2], h, timer);
+      sweep<Bf16>(s[0], s[1], s[2], h, timer);
+      sweep<Bf16n128>(s[0], s[1], s[2], h, timer);
+      sweep<Bf16m64n128x2>(s[0], s[1], s[2], h, timer);
     }
   }
   if (mode == "sweep" || mode == "all") {

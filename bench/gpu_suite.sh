@@ -16,6 +16,9 @@
 #              as the two do not fit one 10-minute command together)
 #   bench      kfuse bench for every founding case, train and eval, fp32, 3xtf32 and tf32
 #   compile    kfuse compile with an empty KFUSE_CACHE_DIR (cold NVRTC), then again (warm)
+#   host       the host cost of one run of a 1-, 2- and 3-kernel pipeline: bench/host_overhead.cpp
+#              (C++, built beside kfuse) and bench/python_timing.py --host-only (Python, needs
+#              the python phase's install); host_overhead.md
 #   torch      bench/compare_torch.py: PyTorch eager and torch.compile vs kfuse, output check
 # and writes $OUT/perf_tables.md (docs/PERF.md-ready tables, the command beside each) and
 # $OUT/results.json (every number), plus suite.log, tests.log and sanitizer.log. Where $OUT is
@@ -41,11 +44,11 @@ if [[ "${1:-}" == "--pack" ]]; then
   from=${2:?usage: bash bench/gpu_suite.sh --pack BUILD_DIR [DEST_DIR]}
   dest=${3:-build-carry}
   mkdir -p "$dest" || exit 1
-  for binary in kfuse kfuse_gpu_tests; do
+  for binary in kfuse kfuse_gpu_tests host_overhead; do
     if [[ -x "$from/$binary" ]]; then
       strip -o "$dest/$binary" "$from/$binary" || exit 1
     else
-      echo "gpu_suite.sh --pack: $from/$binary missing (ninja -C $from kfuse kfuse_gpu_tests)" >&2
+      echo "gpu_suite.sh --pack: $from/$binary missing (ninja -C $from kfuse kfuse_gpu_tests host_overhead)" >&2
     fi
   done
   du -sh "$dest"
@@ -120,9 +123,9 @@ if [[ -z "$BUILD" ]]; then
   BUILD="$ROOT/build-gpu"
   say "building kfuse into $BUILD"
   start=$SECONDS
-  run_logged "$LOG" 400 bash -c "cmake -S '$ROOT' -B '$BUILD' -G Ninja -DKFUSE_WERROR=OFF >/dev/null && ninja -C '$BUILD' kfuse kfuse_gpu_tests"
+  run_logged "$LOG" 400 bash -c "cmake -S '$ROOT' -B '$BUILD' -G Ninja -DKFUSE_WERROR=OFF >/dev/null && ninja -C '$BUILD' kfuse kfuse_gpu_tests host_overhead"
   rc=$?
-  status build "$rc" $((SECONDS - start)) "cmake -S . -B build-gpu -G Ninja && ninja -C build-gpu kfuse kfuse_gpu_tests"
+  status build "$rc" $((SECONDS - start)) "cmake -S . -B build-gpu -G Ninja && ninja -C build-gpu kfuse kfuse_gpu_tests host_overhead"
   if [[ $rc -ne 0 && ! -x "$BUILD/kfuse" ]]; then
     say "FATAL: no kfuse to run (build failed with $rc); carry a build: bash bench/gpu_suite.sh BUILD_DIR"
     exit 1
@@ -247,6 +250,28 @@ if ! skipped compile; then
     "KFUSE_CACHE_DIR=\$(mktemp -d) kfuse compile examples/CASE.kf --mode M   # twice: cold, warm"
 fi
 
+# ------------------------------------------------------------------ host cost of a run
+if ! skipped host; then
+  start=$SECONDS
+  : >"$WORK/host_overhead.md"
+  if [[ -x "$BUILD/host_overhead" ]]; then
+    say "host: $BUILD/host_overhead 200 5"
+    run_logged "$LOG" 60 "$BUILD/host_overhead" 200 5 >"$WORK/host_cpp.md"
+    rc=$?
+    cat "$WORK/host_cpp.md" >>"$WORK/host_overhead.md"
+  else
+    say "host: $BUILD/host_overhead missing (ninja -C BUILD host_overhead)"
+    rc=127
+  fi
+  say "host: python3 bench/python_timing.py --host-only"
+  run_logged "$LOG" 120 python3 "$ROOT/bench/python_timing.py" --host-only >"$WORK/host_python.md"
+  py_rc=$?
+  sed -n '/^### /,$p' "$WORK/host_python.md" >>"$WORK/host_overhead.md"
+  [[ $rc -eq 0 ]] && rc=$py_rc
+  cp "$WORK/host_overhead.md" "$OUT/host_overhead.md"
+  status host "$rc" $((SECONDS - start)) "BUILD/host_overhead 200 5 && python3 bench/python_timing.py --host-only"
+fi
+
 # ------------------------------------------------------------------ PyTorch comparison
 if ! skipped torch; then
   start=$SECONDS
@@ -327,6 +352,9 @@ def merge():
         json.dump(results, f, indent=1)
     with open(os.path.join(out, "perf_tables.md"), "w") as f:
         f.write(tables(results))
+        host = os.path.join(work, "host_overhead.md")
+        if os.path.exists(host):
+            f.write("\n" + open(host).read())
 
 
 def bench_for(results, case, mode, precision):

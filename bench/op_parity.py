@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks kfuse's fp64 reference semantics of every pointwise op against PyTorch float64.
+"""Checks kfuse's fp64 reference semantics of every pointwise op, and of the feature-group,
+per-row and pooling ops, against PyTorch float64.
 
     python3 bench/op_parity.py BUILD_DIR [--device cuda|cpu]
 
@@ -9,6 +10,8 @@ reference interpreter) and by PyTorch in float64 on random inputs and on edge ca
 -0, +-1, +-3, the softplus threshold, exp's overflow points, tiny and huge values, +-inf,
 NaN). A value agrees when both are NaN, both are the same infinity, or they differ by at
 most 1e-13 relative (libm and PyTorch's kernels may round the last bit differently).
+groupnorm, instancenorm and the pools run row by row (ROW_CASES) on rows that are random,
+offset by 1e3, constant, or hold an outlier, judged against the row's largest magnitude.
 Prints one row per expression and exits 1 if any disagrees or an op has no case here.
 """
 import argparse
@@ -68,12 +71,58 @@ CASES = {
 
 RTOL = 1e-13
 
+# Row ops (normalizations and pooling over the feature axis) on one row `a` of F values:
+# op -> [(kfuse expression over a, PyTorch float64 on the row a)]. Judged norm-wise: every
+# element within ROW_TOL of the row's largest magnitude (a normalized value near 0 has no
+# meaningful relative error).
+ROW_CASES = {
+    "groupnorm": [(f"groupnorm(a, groups={g})",
+                   lambda a, g=g: F.group_norm(a.view(1, -1), g).view(-1)) for g in (1, 3, 32)] +
+                 [("groupnorm(a, groups=4, eps=0.5)",
+                   lambda a: F.group_norm(a.view(1, -1), 4, eps=0.5).view(-1))],
+    "instancenorm": [("instancenorm(a)", lambda a: F.instance_norm(a.view(1, 1, -1)).view(-1)),
+                     ("instancenorm(a, eps=0.5)",
+                      lambda a: F.instance_norm(a.view(1, 1, -1), eps=0.5).view(-1))],
+    "max_pool1d": [("max_pool1d(a, kernel_size=3)",
+                    lambda a: F.max_pool1d(a.view(1, 1, -1), 3).view(-1)),
+                   ("max_pool1d(a, kernel_size=5, stride=2)",
+                    lambda a: F.max_pool1d(a.view(1, 1, -1), 5, 2).view(-1))],
+    "avg_pool1d": [("avg_pool1d(a, kernel_size=4)",
+                    lambda a: F.avg_pool1d(a.view(1, 1, -1), 4).view(-1)),
+                   ("avg_pool1d(a, kernel_size=7, stride=3)",
+                    lambda a: F.avg_pool1d(a.view(1, 1, -1), 7, 3).view(-1))],
+}
+ROW_TOL = 1e-13
+ROW_WIDTH = 96  # divisible by every group count above
+
+
+def row_inputs(seed):
+    """Rows of ROW_WIDTH values: standard normal, offset by 1e3 (cancellation), one constant
+    row (zero variance), one with a huge outlier."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randn(ROW_WIDTH, generator=g, dtype=torch.float64) for _ in range(4)]
+    rows.append(torch.randn(ROW_WIDTH, generator=g, dtype=torch.float64) + 1e3)
+    rows.append(torch.full((ROW_WIDTH,), 2.5, dtype=torch.float64))
+    outlier = torch.randn(ROW_WIDTH, generator=g, dtype=torch.float64)
+    outlier[7] = 1e6
+    rows.append(outlier)
+    return rows
+
 
 def pointwise_ops(root):
     """The pointwise ops of docs/DSL.md's generated user-op table, in its order."""
     doc = (root / "docs" / "DSL.md").read_text()
     table = doc[doc.index("<!-- begin user ops -->"):doc.index("<!-- end user ops -->")]
     return re.findall(r"^\| `(\w+)\(.*?\| pointwise (?:unary|binary) \|", table, re.M)
+
+
+def row_ops(root):
+    """The feature-group, per-row and pooling ops of docs/DSL.md's user-op table this script
+    checks row by row."""
+    doc = (root / "docs" / "DSL.md").read_text()
+    table = doc[doc.index("<!-- begin user ops -->"):doc.index("<!-- end user ops -->")]
+    return [op for op in re.findall(r"^\| `(\w+)\(", table, re.M)
+            if op in ("groupnorm", "instancenorm") or op.endswith("_pool1d")]
 
 
 def inputs(seed):
@@ -139,6 +188,24 @@ def main():
                 for i in torch.nonzero(~ok).flatten()[:5].tolist():
                     print(f"{'':<14}a={a[i].item()!r} b={b[i].item()!r}: kfuse {got[i].item()!r}, "
                           f"torch {want[i].item()!r}")
+    print(f"\n{'op':<12} {'row expression':<36} {'max err/max':>12} {'rows bad':>9}  status")
+    rows = row_inputs(args.seed)
+    for op in row_ops(root):
+        if op not in ROW_CASES:
+            print(f"{op:<12} {'-':<36} {'-':>12} {'-':>9}  NO CASE (add one to ROW_CASES)")
+            failed += 1
+            continue
+        for expr, fn in ROW_CASES[op]:
+            worst, bad = 0.0, 0
+            for row in rows:
+                want = fn(row.to(args.device)).cpu()
+                got = kfuse_eval(kfuse, expr, row, torch.zeros_like(row))
+                scale = want.abs().max().clamp_min(1e-300)
+                err = ((got - want).abs().max() / scale).item() if got.shape == want.shape else 1.0
+                worst = max(worst, err)
+                bad += not err <= ROW_TOL
+            print(f"{op:<12} {expr:<36} {worst:>12.2e} {bad:>9}  {'ok' if bad == 0 else 'DIFFERS'}")
+            failed += bad != 0
     print(f"\n{'PASS' if failed == 0 else f'FAIL: {failed} expression(s)'}")
     return 0 if failed == 0 else 1
 

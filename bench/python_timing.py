@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """kfuse from Python against PyTorch, on one GPU: eager, torch.compile and kfuse.torch.Fused on
 the same module and data (GPU time per call), and the host cost of one call (kfuse.Pipeline
-and Fused, back to back without synchronising). Prints docs/PERF.md-ready markdown.
+and Fused, back to back without synchronising) for the 1-, 2- and 3-kernel pipelines that
+bench/host_overhead.cpp times from C++. Prints docs/PERF.md-ready markdown.
 
-    pip install --no-build-isolation . && python3 bench/python_timing.py [--n 1024] [--quick]
+    pip install --no-build-isolation . && python3 bench/python_timing.py [--n 1024] [--quick] [--host-only]
 
 fp32 (PyTorch without TF32, kfuse's exact fp32 GEMM) and 3xtf32 for kfuse; forward passes
 under torch.no_grad(); the timing method is bench/compare_torch.py's (CUDA events, warm-up, L2
@@ -29,21 +30,29 @@ _spec = importlib.util.spec_from_file_location("compare_torch", REPO / "bench" /
 compare_torch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compare_torch)
 
-# The issue's host-bound case: gemm_bn_scale_softmax at 64 -> 64 features, N = 8.
-SMALL_KF = (REPO / "examples" / "gemm_bn_scale_softmax.kf").read_text().replace("8192", "64")
+# The host-bound cases, as bench/host_overhead.cpp runs them: 64 -> 64 features, N = 8;
+# (example, module, mode): 1, 2 and 3 kernels.
+HOST_CASES = (("gemm_scale_bn", "scale_bn", "eval"), ("gemm_bn_scale_softmax", "bn_scale_softmax", "eval"),
+              ("gemm_bn_scale_softmax", "bn_scale_softmax", "train"))
+HOST_ROWS = 8
 
 
 def host_us_per_call(fn, calls=200):
-    """Median over 5 rounds of `calls` back-to-back calls, host wall time per call (µs)."""
-    rounds = []
+    """Median over 5 rounds of `calls` back-to-back calls: (host wall µs per call, GPU µs per
+    call from CUDA events around the same loop)."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    host, gpu = [], []
     for _ in range(5):
         torch.cuda.synchronize()
+        start.record()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        rounds.append((time.perf_counter() - t0) / calls * 1e6)
+        host.append((time.perf_counter() - t0) / calls * 1e6)
+        stop.record()
         torch.cuda.synchronize()
-    return statistics.median(rounds)
+        gpu.append(start.elapsed_time(stop) * 1e3 / calls)
+    return statistics.median(host), statistics.median(gpu)
 
 
 def gpu_rows(args, timer):
@@ -71,18 +80,20 @@ def gpu_rows(args, timer):
 
 
 def host_rows(tmp):
-    kf = Path(tmp) / "gemm_bn_scale_softmax_64.kf"
-    kf.write_text(SMALL_KF)
     rows = []
-    for mode in ("train", "eval"):
-        module = compare_torch.make_module("bn_scale_softmax", 64).cuda().train(mode == "train")
+    for case, chain, mode in HOST_CASES:
+        kf = Path(tmp) / f"{case}_64.kf"
+        kf.write_text((REPO / "examples" / f"{case}.kf").read_text().replace("8192", "64"))
+        module = compare_torch.make_module(chain, 64).cuda().train(mode == "train")
         fused = kfuse.torch.Fused(module, kf, mapping=compare_torch.PARAM_MAP)
-        x = torch.randn(8, 64, device="cuda")
-        out = torch.empty(8, 64, device="cuda")
+        x = torch.randn(HOST_ROWS, 64, device="cuda")
+        out = torch.empty(HOST_ROWS, 64, device="cuda")
         with torch.no_grad():
-            fused(x)
+            for _ in range(20):  # compile, first-run checks, workspace: not timed
+                fused(x)
             p = fused.pipeline(x)
-            rows.append({"mode": mode, "kernels": len(p.report["kernels"]),
+            p(x, out=out)
+            rows.append({"case": case, "mode": mode, "kernels": len(p.report["kernels"]),
                          "pipeline_out": host_us_per_call(lambda: p(x, out=out)),
                          "pipeline_alloc": host_us_per_call(lambda: p(x)),
                          "fused": host_us_per_call(lambda: fused(x)),
@@ -91,15 +102,32 @@ def host_rows(tmp):
     return rows
 
 
+def print_host(host):
+    us = lambda t: f"{t[0]:.1f} / {t[1]:.1f}"  # noqa: E731
+    print(f"\n### Host cost of one call from Python (64 -> 64 features, N = {HOST_ROWS})\n")
+    print("Command: `python3 bench/python_timing.py --host-only`; median of 5 rounds of 200 back-to-back "
+          "calls (no synchronisation between calls); host µs per call (wall time of the loop) / GPU µs "
+          "per call (CUDA events around it)\n")
+    print("| case | mode | kernels | Pipeline p(x, out=y) | Pipeline p(x) | Fused | PyTorch eager |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in host:
+        print(f"| {r['case']} | {r['mode']} | {r['kernels']} | {us(r['pipeline_out'])} | {us(r['pipeline_alloc'])} "
+              f"| {us(r['fused'])} | {us(r['eager'])} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=0, help="rows (default: each case's benchmark N)")
     ap.add_argument("--quick", action="store_true", help="skip torch.compile")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--host-only", action="store_true", help="only the host cost of one call")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         host = host_rows(tmp)
+    if args.host_only:
+        print_host(host)
+        return
     timer = compare_torch.Timer(args.warmup, args.iters)
     rows = gpu_rows(args, timer)
 
@@ -113,13 +141,7 @@ def main():
     for r in rows:
         print(f"| {r['case']} | {r['n']} | {r['mode']} | {ms(r['eager'])} | {ms(r.get('compile'))} "
               f"| {ms(r['fp32'])} | {ms(r['3xtf32'])} |")
-    print("\n### Host cost of one call from Python (gemm_bn_scale_softmax, 64 -> 64, N = 8)\n")
-    print("Median µs per call over 200 back-to-back calls (no synchronisation between calls)\n")
-    print("| mode | kernels | Pipeline p(x, out=y) µs | Pipeline p(x) µs | Fused µs | PyTorch eager µs |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for r in host:
-        print(f"| {r['mode']} | {r['kernels']} | {r['pipeline_out']:.1f} | {r['pipeline_alloc']:.1f} "
-              f"| {r['fused']:.1f} | {r['eager']:.1f} |")
+    print_host(host)
 
 
 if __name__ == "__main__":

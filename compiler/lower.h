@@ -1,16 +1,23 @@
 // The whole path from .kf text to CUDA source, in one place (Halide's lower_impl): parse and
 // verify, the passes, the plan, the generated translation unit. kfuse::Pipeline (which then
-// compiles it with NVRTC) and `kfuse bench` call it.
+// compiles it with NVRTC, rt::PipelineAccess::compile) and every `kfuse` command that lowers
+// (plan, emit, compile, run, bench) call it.
 //
-// KFUSE_DUMP=ir,plan,cuda shows what every lowered pipeline becomes: `ir` the IR as parsed and
-// after every pass, `plan` the kernels, `cuda` the generated source; printed to stderr, or
-// written to KFUSE_DUMP_DIR as <pipeline>.<mode>.<step>.kf, .plan.txt and .cu files.
+// KFUSE_DUMP=ir,plan,cuda,launch shows what every lowered pipeline becomes: `ir` the IR as
+// parsed and after every pass, `plan` the kernels, `cuda` the generated source, `launch` each
+// kernel's launch description; printed to stderr, or written to KFUSE_DUMP_DIR as
+// <pipeline>.<mode>.<step>.kf, .plan.txt, .cu and .launch.txt files (compiler/dump.h). `ptx`
+// and `sass` are the runtime's, after NVRTC.
 #pragma once
 
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/source.h"
 #include "compiler/ir/graph.h"
+#include "compiler/passes/passes.h"
 #include "compiler/plan/plan.h"
+
+#include <cstdint>
+#include <functional>
 
 namespace kfuse {
 
@@ -19,16 +26,21 @@ struct LowerOptions {
   codegen::GemmMath math = codegen::GemmMath::Fp32;
   bool fuse = true;      // false: the unfused baseline benchmarks compare against
   std::string arch = {}; // the NVRTC target: "sm_90a" gives tf32 GEMMs the Hopper mainloop
+  // Plan: stop after the plan, with no CUDA (`kfuse plan` shows plans of pipelines the GPU
+  // path does not run yet).
+  enum class Until : uint8_t { Plan, Cuda } until = Until::Cuda;
+  // Called with the IR after every pass (`kfuse plan --dump-after-each-pass`).
+  std::function<void(const passes::Pass &, const ir::Graph &)> after_pass = {};
 };
 
 struct Lowered {
-  ir::Graph graph; // as parsed
-  plan::Plan plan; // its graph is the IR after every pass
-  codegen::Program program;
+  ir::Graph graph;          // as parsed
+  plan::Plan plan;          // its graph is the IR after every pass
+  codegen::Program program; // empty when lowered until the plan
 };
 
-// Throws dsl::DiagnosticError for a .kf error or what the GPU path does not run
-// (codegen::gpu_unsupported), kfuse::Error for a KFUSE_DUMP it cannot honour.
+// Throws dsl::DiagnosticError for a .kf error or (lowering to CUDA) what the GPU path does not
+// run (codegen::gpu_unsupported), kfuse::Error for a KFUSE_DUMP it cannot honour.
 Lowered lower(const dsl::SourceFile &src, const LowerOptions &options);
 
 } // namespace kfuse

@@ -1,5 +1,7 @@
 #include "runtime/npy_file.h"
 
+#include "runtime/host_elements.h"
+
 #include "kfuse/error.h"
 
 #include <fmt/format.h>
@@ -153,10 +155,14 @@ NpyArray read_npy(const std::string &path) {
     parser.fail("keys other than descr, fortran_order and shape");
   NpyArray a;
   a.shape = parse_shape(parser, fields["shape"]);
-  if (fields["descr"] != "<f4")
+  const std::string &descr = fields["descr"];
+  if (descr != "<f4" && descr != "<f2")
     throw Error(fmt::format(
-        "{}: dtype '{}' {}; kfuse reads float32 ('<f4'): np.save(path, a.astype(np.float32))", path,
-        fields["descr"], shape_text(a.shape)));
+        "{}: dtype '{}' {}; kfuse reads float32 ('<f4') and float16 ('<f2'): "
+        "np.save(path, a.astype(np.float32)) (bf16 has no standard .npy type: save bf16 tensors "
+        "as float32, kfuse rounds them to a bf16 declaration's type)",
+        path, descr, shape_text(a.shape)));
+  const size_t element = descr == "<f4" ? 4 : 2;
   if (fields["fortran_order"] != "False")
     throw Error(fmt::format(
         "{}: Fortran order {}; kfuse reads C order: np.save(path, np.ascontiguousarray(a))", path,
@@ -168,12 +174,14 @@ NpyArray read_npy(const std::string &path) {
     count *= static_cast<size_t>(e);
   }
   size_t data_start = header_start + header_len;
-  if (bytes.size() - data_start != count * sizeof(float))
-    throw Error(fmt::format("{}: shape {} needs {} bytes of float32 data, the file has {}", path,
-                            shape_text(a.shape), count * sizeof(float), bytes.size() - data_start));
-  a.data.resize(count);
-  std::memcpy(a.data.data(), bytes.data() + data_start,
-              count * sizeof(float)); // little-endian hosts
+  if (bytes.size() - data_start != count * element)
+    throw Error(fmt::format("{}: shape {} needs {} bytes of {} data, the file has {}", path,
+                            shape_text(a.shape), count * element,
+                            element == 4 ? "float32" : "float16", bytes.size() - data_start));
+  // Little-endian hosts: the file's bytes are the elements.
+  std::vector<double> values = decode_elements(bytes.data() + data_start, count,
+                                               element == 4 ? ir::DType::F32 : ir::DType::F16);
+  a.data.assign(values.begin(), values.end());
   return a;
 }
 

@@ -1,7 +1,10 @@
-// .npy files, NumPy's array format (numpy.lib.format), for the f32 tensors kfuse reads and
-// writes: `kfuse run --inputs DIR` and `--save DIR`. Strict on purpose: dtype '<f4' only,
-// C order, the whole file read and accounted for; anything else is a kfuse::Error naming the
-// file and what it holds (np.save(path, a.astype(np.float32)) writes what is read here).
+// .npy files, NumPy's array format (numpy.lib.format), for the tensors kfuse reads and
+// writes: `kfuse run --inputs DIR` and `--save DIR`. Strict on purpose: dtype '<f4' or '<f2'
+// (float16, read exactly into floats), C order, the whole file read and accounted for;
+// anything else is a kfuse::Error naming the file and what it holds
+// (np.save(path, a.astype(np.float32)) writes what is read here). bf16 has no standard .npy
+// type: bf16 tensors are read from, and written as, float32 files (exact for bf16 values).
+// Files are written as '<f4'.
 #pragma once
 
 #include <cstdint>

@@ -257,6 +257,36 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// Compiles `program` with `options` and returns NVRTC's log. Throws CompileError, with the log
+// annotated with source lines, when NVRTC rejects it.
+std::string compile_program(const Program &program, const CompileRequest &req,
+                            const std::vector<std::string> &options) {
+  std::vector<const char *> option_pointers;
+  for (const std::string &option : options)
+    option_pointers.push_back(option.c_str());
+  nvrtcResult result = nvrtcCompileProgram(program.get(), static_cast<int>(option_pointers.size()),
+                                           option_pointers.data());
+
+  std::size_t log_size = 0;
+  check_nvrtc(nvrtcGetProgramLogSize(program.get(), &log_size), "nvrtcGetProgramLogSize");
+  std::string log(log_size, '\0');
+  if (log_size > 0)
+    check_nvrtc(nvrtcGetProgramLog(program.get(), log.data()), "nvrtcGetProgramLog");
+  while (!log.empty() && log.back() == '\0')
+    log.pop_back();
+
+  if (result != NVRTC_SUCCESS) {
+    std::string joined;
+    for (const std::string &option : options)
+      joined += (joined.empty() ? "" : " ") + option;
+    std::string message =
+        fmt::format("NVRTC failed to compile {} for {} ({}):\n{}options: {}", req.file_name,
+                    req.arch, nvrtcGetErrorString(result), annotate_log(req, log), joined);
+    throw CompileError(message, req.file_name, log);
+  }
+  return log;
+}
+
 } // namespace
 
 std::string nvrtc_version() {
@@ -368,30 +398,7 @@ CompiledModule compile(const CompileRequest &req, const DiskCache *cache) {
   }
 
   Program program(req);
-  std::vector<const char *> option_pointers;
-  for (const std::string &option : options)
-    option_pointers.push_back(option.c_str());
-  nvrtcResult result = nvrtcCompileProgram(program.get(), static_cast<int>(option_pointers.size()),
-                                           option_pointers.data());
-
-  std::size_t log_size = 0;
-  check_nvrtc(nvrtcGetProgramLogSize(program.get(), &log_size), "nvrtcGetProgramLogSize");
-  std::string log(log_size, '\0');
-  if (log_size > 0)
-    check_nvrtc(nvrtcGetProgramLog(program.get(), log.data()), "nvrtcGetProgramLog");
-  while (!log.empty() && log.back() == '\0')
-    log.pop_back();
-
-  if (result != NVRTC_SUCCESS) {
-    std::string joined;
-    for (const std::string &option : options)
-      joined += (joined.empty() ? "" : " ") + option;
-    std::string message =
-        fmt::format("NVRTC failed to compile {} for {} ({}):\n{}options: {}", req.file_name,
-                    req.arch, nvrtcGetErrorString(result), annotate_log(req, log), joined);
-    throw CompileError(message, req.file_name, log);
-  }
-
+  std::string log = compile_program(program, req, options);
   CompiledModule module;
   std::size_t cubin_size = 0;
   check_nvrtc(nvrtcGetCUBINSize(program.get(), &cubin_size), "nvrtcGetCUBINSize");
@@ -408,6 +415,29 @@ CompiledModule compile(const CompileRequest &req, const DiskCache *cache) {
     cache->store(key, encode(module));
   module.compile_ms = milliseconds_since(start);
   return module;
+}
+
+std::string compile_ptx(const CompileRequest &req) {
+  if (req.arch.rfind("sm_", 0) != 0)
+    throw Error(fmt::format("compile {}: PTX needs a real architecture sm_XY, got '{}'",
+                            req.file_name, req.arch));
+  // The virtual architecture of the same features (sm_90a -> compute_90a): NVRTC then stops at
+  // PTX. ptxas does not run, so its resource report is not asked for.
+  std::vector<std::string> options;
+  for (const std::string &option : full_options(req))
+    if (option != "--ptxas-options=-v")
+      options.push_back(option.rfind("--gpu-architecture=", 0) == 0
+                            ? "--gpu-architecture=compute_" + req.arch.substr(3)
+                            : option);
+  Program program(req);
+  compile_program(program, req, options);
+  std::size_t size = 0;
+  check_nvrtc(nvrtcGetPTXSize(program.get(), &size), "nvrtcGetPTXSize");
+  std::string ptx(size, '\0');
+  check_nvrtc(nvrtcGetPTX(program.get(), ptx.data()), "nvrtcGetPTX");
+  while (!ptx.empty() && ptx.back() == '\0')
+    ptx.pop_back();
+  return ptx;
 }
 
 } // namespace kfuse::rt

@@ -50,6 +50,10 @@ struct CompiledModule {
 // (see DiskCache): the compile still succeeds.
 CompiledModule compile(const CompileRequest &req, const DiskCache *cache);
 
+// The PTX of `req` (KFUSE_DUMP=ptx): a second NVRTC compile, for the virtual architecture of
+// req.arch, made only when asked, never cached. Throws as compile() does.
+std::string compile_ptx(const CompileRequest &req);
+
 // The cache key compile() uses for `req`.
 std::string compile_cache_key(const CompileRequest &req);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "compiler/codegen/program.h"
+#include "compiler/lower.h"
 #include "kfuse/kfuse.h"
 
 #include <cuda.h>
@@ -31,11 +32,14 @@ struct GemmCall {
 };
 
 struct PipelineAccess {
-  // Every Pipeline is made here. `fuse` false: the unfused baseline benchmarks compare
-  // against (lowering only, one kernel per matrix op, every GEMM a bare product).
-  static Pipeline compile(const std::string &kf_text, const std::string &file_name,
-                          const Options &options, bool fuse);
-  static Pipeline unfused_from_file(const std::string &path, const Options &options);
+  // What lower() is asked for a pipeline of `options` (the target arch resolved). Throws
+  // kfuse::Error for a value that is no Mode or Precision, and for bf16. `fuse` false: the
+  // unfused baseline benchmarks compare against (one kernel per matrix op, every GEMM a bare
+  // product).
+  static LowerOptions lower_options(const Options &options, bool fuse);
+  // Every Pipeline is made here: NVRTC (through the disk cache) on what
+  // lower(src, lower_options(options, fuse)) returned, so each front end lowers once.
+  static Pipeline compile(Lowered lowered, const Options &options, bool fuse);
   // The pipeline's graph as parsed (before any pass): what the fp64 reference interprets.
   static const ir::Graph &graph(const Pipeline &p);
   // Unfused pipelines only: run every GEMM kernel through `gemm` instead (benchmarks put

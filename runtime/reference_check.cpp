@@ -2,10 +2,13 @@
 
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
+#include "runtime/host_elements.h"
 #include "runtime/npy_file.h"
 #include "runtime/pipeline.h"
 #include "runtime/stream.h"
+#include "runtime/tensor_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
@@ -27,36 +30,50 @@ double error_bound(Precision p) {
   }
 }
 
+double error_bound(Precision p, const ir::Graph &g) {
+  // A bf16 or f16 tensor anywhere (declared or returned) rounds to 8 or 11 significant bits:
+  // the bf16 bound, for f16 as well.
+  bool half = false;
+  for (const Value &v : g.values)
+    half |= !v.is_op() && v.type.dtype != ir::DType::F32;
+  for (ValueId o : g.outputs)
+    half |= g[o].type.dtype != ir::DType::F32;
+  return half ? std::max(error_bound(p), error_bound(Precision::BF16)) : error_bound(p);
+}
+
 namespace {
 
-// Device copy of a host tensor, rounded to f32 (the reference then uses the rounded
-// values, so both sides see the same inputs).
+// Device copy of a host tensor in its element type; the host values are rounded to what the
+// device holds (the reference then uses the rounded values, so both sides see the same inputs).
 struct DeviceTensor {
   DeviceBuffer buffer;
   std::vector<int64_t> shape;
+  ir::DType dtype;
 };
 
-std::vector<float> to_f32(HostTensor &t) {
-  std::vector<float> f(t.data.begin(), t.data.end());
-  for (size_t i = 0; i < f.size(); ++i)
-    t.data[i] = f[i];
-  return f;
-}
-
-DeviceTensor upload(HostTensor &t) {
-  std::vector<float> f = to_f32(t);
-  DeviceTensor d{DeviceBuffer(std::max<size_t>(f.size(), 1) * sizeof(float)), t.shape};
-  d.buffer.upload(f.data(), f.size() * sizeof(float));
+DeviceTensor upload(HostTensor &t, ir::DType dtype) {
+  std::vector<uint8_t> bytes = encode_elements(t.data, dtype);
+  t.data = decode_elements(bytes.data(), t.data.size(), dtype);
+  DeviceTensor d{DeviceBuffer(std::max<size_t>(bytes.size(), 4)), t.shape, dtype};
+  d.buffer.upload(bytes.data(), bytes.size());
   return d;
 }
 
 std::vector<double> download(const DeviceTensor &d, size_t n) {
-  std::vector<float> f(n);
-  d.buffer.download(f.data(), n * sizeof(float));
-  return {f.begin(), f.end()};
+  std::vector<uint8_t> bytes(n * static_cast<size_t>(ir::dtype_bytes(d.dtype)));
+  d.buffer.download(bytes.data(), bytes.size());
+  return decode_elements(bytes.data(), n, d.dtype);
 }
 
-CheckEntry compare(const std::string &name, const std::vector<double> &gpu, const std::vector<double> &ref) {
+size_t elements(const std::vector<int64_t> &shape) {
+  size_t n = 1;
+  for (int64_t e : shape)
+    n *= static_cast<size_t>(e);
+  return n;
+}
+
+CheckEntry compare(const std::string &name, const std::vector<double> &gpu,
+                   const std::vector<double> &ref) {
   CheckEntry e;
   e.name = name;
   for (size_t i = 0; i < gpu.size(); ++i) {
@@ -107,11 +124,14 @@ TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::strin
   return host;
 }
 
-
 } // namespace
 
 CheckResult check_against_reference(const CheckRequest &req) {
   Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
+  return check_against_reference(pipeline, req);
+}
+
+CheckResult check_against_reference(Pipeline &pipeline, const CheckRequest &req) {
   const Graph &g = PipelineAccess::graph(pipeline); // as parsed: the reference runs it
   ir::Mode mode = req.options.mode == kfuse::Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
 
@@ -122,13 +142,14 @@ CheckResult check_against_reference(const CheckRequest &req) {
   Driver::get().make_current();
   std::map<std::string, DeviceTensor> device;
   for (auto &[name, t] : host)
-    device.emplace(name, upload(t));
+    device.emplace(name, upload(t, g[g.find(name)].type.dtype));
   const TensorMap initial = host;
   std::map<std::string, Tensor> inputs;
   for (const Value &v : g.values) {
     if (v.is_op())
       continue;
-    Tensor t{reinterpret_cast<void *>(device.at(v.name).buffer.ptr()), device.at(v.name).shape};
+    const DeviceTensor &d = device.at(v.name);
+    Tensor t{reinterpret_cast<void *>(d.buffer.ptr()), d.shape, api_dtype(d.dtype)};
     if (v.kind == ValueKind::Input)
       inputs[v.name] = t;
     else
@@ -138,11 +159,13 @@ CheckResult check_against_reference(const CheckRequest &req) {
   std::vector<Tensor> out_refs;
   for (size_t i = 0; i < pipeline.output_count(); ++i) {
     std::vector<int64_t> shape = pipeline.output_shape(i, dims);
-    size_t n = 1;
-    for (int64_t e : shape)
-      n *= static_cast<size_t>(e);
-    outs.push_back({DeviceBuffer(n * sizeof(float)), shape});
-    out_refs.push_back({reinterpret_cast<void *>(outs.back().buffer.ptr()), shape});
+    size_t n = elements(shape);
+    ir::DType dtype = g[g.outputs[i]].type.dtype;
+    outs.push_back(
+        {DeviceBuffer(std::max<size_t>(n * static_cast<size_t>(ir::dtype_bytes(dtype)), 4)), shape,
+         dtype});
+    out_refs.push_back(
+        {reinterpret_cast<void *>(outs.back().buffer.ptr()), shape, api_dtype(dtype)});
   }
 
   std::vector<HostTensor> ref_outs;
@@ -157,14 +180,15 @@ CheckResult check_against_reference(const CheckRequest &req) {
   }
   if (!req.reference) { // judged elsewhere: compare with itself, which only checks finiteness
     for (size_t i = 0; i < outs.size(); ++i)
-      ref_outs.push_back({outs[i].shape, download(outs[i], outs[i].buffer.size() / sizeof(float))});
+      ref_outs.push_back({outs[i].shape, download(outs[i], elements(outs[i].shape))});
     for (ValueId id : g.declared(ValueKind::State))
       host.at(g[id].name).data = download(device.at(g[id].name), host.at(g[id].name).data.size());
   }
 
   CheckResult result;
   auto add = [&](CheckEntry e) {
-    result.worst = std::max(result.worst, e.finite ? e.relative : std::numeric_limits<double>::infinity());
+    result.worst =
+        std::max(result.worst, e.finite ? e.relative : std::numeric_limits<double>::infinity());
     result.entries.push_back(std::move(e));
   };
   std::vector<std::vector<double>> gpu_outs;

@@ -43,8 +43,14 @@ struct CheckRequest {
 
 // Throws kfuse::Error when the GPU is unavailable or the pipeline is rejected.
 CheckResult check_against_reference(const CheckRequest &req);
+// The same for `pipeline`, compiled from req.kf_text with req.options already (kfuse run
+// lowers the file once, and takes its dims from the same graph).
+CheckResult check_against_reference(Pipeline &pipeline, const CheckRequest &req);
 
 // The error bound of a precision (DESIGN.md: fp32 and 3xtf32 1e-5, tf32 5e-3, bf16 2e-2).
 double error_bound(Precision p);
+// The bound of pipeline `g` at precision p: the precision's, or bf16's 2e-2 (for f16 too)
+// where a declaration or an output is bf16 or f16.
+double error_bound(Precision p, const ir::Graph &g);
 
 } // namespace kfuse::rt

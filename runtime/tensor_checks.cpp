@@ -7,8 +7,6 @@
 
 namespace kfuse::rt {
 
-namespace {
-
 ir::DType ir_dtype(DType t) {
   switch (t) {
   case DType::F32:
@@ -20,6 +18,20 @@ ir::DType ir_dtype(DType t) {
   }
   throw Error(fmt::format("{} is not a kfuse::DType value", static_cast<int>(t)));
 }
+
+DType api_dtype(ir::DType t) {
+  switch (t) {
+  case ir::DType::F32:
+    return DType::F32;
+  case ir::DType::F16:
+    return DType::F16;
+  case ir::DType::BF16:
+    return DType::BF16;
+  }
+  throw Error("internal error: an element type with no kfuse::DType");
+}
+
+namespace {
 
 // "f16[3, 6]": the tensor as given.
 std::string describe(const Tensor &t) {
@@ -39,9 +51,10 @@ void check_layout(const std::string &where, const std::string &tensor,
     throw Error(fmt::format("{}: tensor '{}' is {}, declared {}: kfuse takes {} tensors here",
                             where, tensor, describe(t), declared.str(),
                             ir::dtype_name(declared.dtype)));
-  if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0)
-    throw Error(fmt::format("{}: tensor '{}' {} at {} is not 4-byte aligned", where, tensor,
-                            describe(t), t.data));
+  const int64_t element = ir::dtype_bytes(declared.dtype);
+  if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(element) != 0)
+    throw Error(fmt::format("{}: tensor '{}' {} at {} is not {}-byte aligned", where, tensor,
+                            describe(t), t.data, element));
   if (t.row_stride < 0 ||
       (t.row_stride != 0 && (t.shape.size() != 2 || t.row_stride != t.shape[1])))
     throw Error(
@@ -61,12 +74,15 @@ void check_device_memory(const std::string &where, const std::string &tensor, co
   CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
   void *values[] = {&memory_type, &ordinal};
-  d.check(d.cuPointerGetAttributes(2, attributes, values, reinterpret_cast<CUdeviceptr>(t.data)),
-          fmt::format("cuPointerGetAttributes(tensor '{}')", tensor));
+  CUresult r =
+      d.cuPointerGetAttributes(2, attributes, values, reinterpret_cast<CUdeviceptr>(t.data));
+  if (r != CUDA_SUCCESS)
+    d.check(r, fmt::format("cuPointerGetAttributes(tensor '{}')", tensor));
   if (memory_type == CU_MEMORYTYPE_HOST)
-    throw Error(fmt::format("{}: tensor '{}' {} at {} is host memory (pinned or mapped); kfuse needs device "
-                            "memory",
-                            where, tensor, describe(t), t.data));
+    throw Error(fmt::format(
+        "{}: tensor '{}' {} at {} is host memory (pinned or mapped); kfuse needs device "
+        "memory",
+        where, tensor, describe(t), t.data));
   if (memory_type != CU_MEMORYTYPE_DEVICE && memory_type != CU_MEMORYTYPE_UNIFIED)
     throw Error(fmt::format(
         "{}: tensor '{}' {} at {} is not CUDA memory (host memory?); kfuse needs device memory",
@@ -81,7 +97,8 @@ TensorBytes bytes_of(std::string name, const Tensor &t) {
   for (int64_t e : t.shape)
     n *= static_cast<size_t>(e);
   uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
-  return {std::move(name), t.shape, begin, begin + n * sizeof(float)};
+  return {std::move(name), t.shape, begin,
+          begin + n * static_cast<size_t>(ir::dtype_bytes(ir_dtype(t.dtype)))};
 }
 
 void check_no_aliasing(const std::string &where, const std::vector<TensorBytes> &written,

@@ -13,6 +13,10 @@
 
 namespace kfuse::rt {
 
+// The API's element types and the IR's, one to one (an invalid DType value throws).
+ir::DType ir_dtype(DType t);
+DType api_dtype(ir::DType t);
+
 // A null or misaligned pointer, a dtype other than the declared one, an invalid DType value,
 // or rows that are not contiguous. `declared` is the .kf type (its dtype is compared).
 void check_layout(const std::string &where, const std::string &tensor,
@@ -30,7 +34,7 @@ struct TensorBytes {
   std::vector<int64_t> shape;
   uintptr_t begin = 0, end = 0;
 };
-TensorBytes bytes_of(std::string name, const Tensor &t); // f32, contiguous (check_layout first)
+TensorBytes bytes_of(std::string name, const Tensor &t); // contiguous (check_layout first)
 
 // Throws when a tensor the pipeline writes (`written`: outputs and state) overlaps another
 // written one or any of `read` (inputs and params): kernels would read what others write, in

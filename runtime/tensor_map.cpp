@@ -18,7 +18,7 @@ const CUtensorMap &tensor_map(CachedTensorMap &cache, const codegen::TensorMapSp
                     "it with TMA, which needs that (allocate it aligned, or compile "
                     "for another --arch)",
                     where, tensor, ptr));
-  const uint64_t row_bytes = static_cast<uint64_t>(inner) * spec.element_bytes;
+  const uint64_t row_bytes = static_cast<uint64_t>(inner) * ir::dtype_bytes(spec.element);
   if (row_bytes % 16 != 0)
     throw Error(
         fmt::format("{}: tensor '{}' has rows of {} bytes; the sm_90a GEMM's TMA loads need "
@@ -30,10 +30,10 @@ const CUtensorMap &tensor_map(CachedTensorMap &cache, const codegen::TensorMapSp
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(spec.box_inner),
                              static_cast<cuuint32_t>(spec.box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  if (spec.element_bytes != 4)
-    throw Error(fmt::format("{}: tensor '{}': tensor maps of {}-byte elements are not supported",
-                            where, tensor, spec.element_bytes));
-  const CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const CUtensorMapDataType type = spec.element == ir::DType::F32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : spec.element == ir::DType::BF16
+                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   driver.check(driver.cuTensorMapEncodeTiled(
                    &cache.map, type, 2, reinterpret_cast<void *>(ptr), dims, strides, box,
                    element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,

@@ -4,8 +4,8 @@
 //    of the columns [bx * COL_STATS_COLS, ...) as a per-column (mean, M2) pair, M2 being the sum
 //    of squared deviations from that tile's mean, of the values pre(col, in[row, col]):
 //      partial_mean[by * n + col], partial_m2[by * n + col]
-//    This is the layout gemm_simt's statistics epilogue writes (there tile_rows = GEMM_BM), so
-//    one merge serves both producers.
+//    This is the layout the GEMM epilogue's statistics write (gemm_epilogue.cuh; there
+//    tile_rows = the GEMM's tile height), so one merge serves both producers.
 //    Launch: block = dim3(COL_STATS_THREADS), grid = dim3(ceil(n / COL_STATS_COLS),
 //    ceil(m / tile_rows)), no dynamic shared memory. Any tile_rows >= 1;
 //    COL_STATS_TILE_ROWS is a good default.
@@ -17,30 +17,31 @@
 // then the row groups of a tile merged in order by one thread per column, then the tiles in
 // order); no atomics. No E[x^2] - E[x]^2 cancellation anywhere.
 //
-// float4 loads where the base pointer is 16-byte aligned, ld % 4 == 0 and the four columns are
-// in bounds; guarded scalar loads otherwise. Addresses are computed in 64-bit.
+// The matrix is float, kf::bf16 or kf::f16 (dtype.cuh), statistics are float. Four columns
+// are loaded at once where the base pointer is aligned to four elements, ld % 4 == 0 and the
+// four columns are in bounds; guarded scalar loads otherwise. Addresses are computed in 64-bit.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
 // code generator can take the geometry constants from the same source.
 #pragma once
 
+#include "dtype.cuh"
 #include "host_device.cuh"
 
 namespace kf {
 
 inline constexpr int COL_STATS_THREADS = 256;
-inline constexpr int COL_STATS_COLS = 128;     // columns per block: 32 threads x 4 columns (a float4)
+inline constexpr int COL_STATS_COLS = 128; // columns per block: 32 threads x 4 columns (a float4)
 inline constexpr int COL_STATS_ROW_GROUPS = 8; // COL_STATS_THREADS / 32: one warp per row group
 inline constexpr int COL_STATS_TILE_ROWS = 128;
 // Generated column kernels (merge, running-stat update, per-feature stores): a thread per feature.
 inline constexpr int COLUMN_THREADS = 256;
 
-
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 // Pre concept: __device__ float operator()(int col, float x) const.
-template <class Pre>
-__device__ void col_partials(int m, int n, const float *__restrict__ in, int ld, const Pre &pre,
+template <class Pre, class In>
+__device__ void col_partials(int m, int n, const In *__restrict__ in, int ld, const Pre &pre,
                              int tile_rows, float *__restrict__ partial_mean,
                              float *__restrict__ partial_m2) {
   static_assert(COL_STATS_THREADS == 32 * COL_STATS_ROW_GROUPS && COL_STATS_COLS == 32 * 4,
@@ -53,8 +54,7 @@ __device__ void col_partials(int m, int n, const float *__restrict__ in, int ld,
   const int c0 = blockIdx.x * COL_STATS_COLS + (t & 31) * 4; // this thread's 4 columns
   const int r0 = blockIdx.y * tile_rows;
   const int rows = min(tile_rows, m - r0);
-  const bool vec =
-      (reinterpret_cast<unsigned long long>(in) & 15ull) == 0 && (ld & 3) == 0 && c0 + 3 < n;
+  const bool vec = vec4_aligned(in) && (ld & 3) == 0 && c0 + 3 < n;
 
   // Welford over this thread's rows, all four columns at once (they share the count).
   float mean[4] = {0.0f, 0.0f, 0.0f, 0.0f}, m2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -62,10 +62,10 @@ __device__ void col_partials(int m, int n, const float *__restrict__ in, int ld,
   if (c0 < n) {
 #pragma unroll 4
     for (int r = rg; r < rows; r += COL_STATS_ROW_GROUPS) {
-      const float *p = in + (static_cast<long long>(r0 + r) * ld + c0);
+      const In *p = in + (static_cast<long long>(r0 + r) * ld + c0);
       float x[4];
       if (vec) {
-        const float4 v = __ldg(reinterpret_cast<const float4 *>(p));
+        const float4 v = load4(p, 0, true);
         x[0] = v.x;
         x[1] = v.y;
         x[2] = v.z;
@@ -73,7 +73,7 @@ __device__ void col_partials(int m, int n, const float *__restrict__ in, int ld,
       } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          x[j] = c0 + j < n ? __ldg(p + j) : 0.0f;
+          x[j] = c0 + j < n ? ldg(p + j) : 0.0f;
       }
       ++count;
       const float inv = 1.0f / static_cast<float>(count);

@@ -1,19 +1,20 @@
-// fp32 SIMT GEMM mainloop with an epilogue hook and optional per-tile column statistics.
+// fp32 SIMT GEMM mainloop: the accumulators of one BM x BN tile in registers, handed to the
+// shared epilogue (gemm_epilogue.cuh), on the tile the scheduler (tile_scheduler.cuh) assigns.
 //
-//   C[row, col] = epi.apply(epi.column(col), row, col, sum_k A[row, k] * B'[k, col])
+//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row, k] * B'[k,
+//   col])
 //
 // A is [m, k] row-major (leading dim lda). B' is B^T when TransB (B is [n, k] row-major, a
 // PyTorch Linear weight) and B itself otherwise (B is [k, n] row-major). C is [m, n] row-major
 // (ldc) and aliases neither A, B nor any epilogue input.
 //
 // Launch geometry (the generated entry point must use exactly this):
-//   block = dim3(GEMM_THREADS), grid = dim3(ceil(n / GEMM_BN), ceil(m / GEMM_BM)),
-//   dynamic shared memory = gemm_smem_bytes (above 48 KiB: the launcher raises
-//   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
-//   __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS) so that the register cap keeps two blocks
-//   per SM.
-// Block (bx, by) computes the BM x BN tile at rows by*BM, cols bx*BN; blocks write disjoint
-// parts of C and of the partial statistics.
+//   block = dim3(GEMM_THREADS), grid = one block per tile of the scheduler
+//   TileScheduler<GEMM_BM, GEMM_BN, GEMM_GROUP_M>, dynamic shared memory = gemm_smem_bytes
+//   (above 48 KiB: the launcher raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry
+//   point declared __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS) so that the register cap
+//   keeps two blocks per SM.
+// Blocks write disjoint tiles of C and of the partial statistics.
 //
 // Mainloop: a GEMM_STAGES-deep cp.async pipeline of BK = 16 K-slices into K-major shared tiles
 // ([BK][BM] for A, [BK][BN] for B), so that a thread reads its 4-wide row and column fragments
@@ -23,61 +24,80 @@
 // 4 rows x 8 k (32-byte global segments, 32 distinct banks in shared memory). B when !TransB
 // is already n-major and goes in with 16-byte cp.async.cg where allowed (see Sizes).
 //
-// Epilogue concept:
-//   struct Column { ... };  copy-constructible per-column constants
-//   __device__ Column column(int col) const;   called once per column a thread owns; for owned
-//       columns past n it is called with n - 1 instead (its result is then never used), so it
-//       may read per-column arrays unguarded.
-//   __device__ float apply(const Column &c, int row, int col, float acc) const;
-//       called only for valid (row, col).
-//
-// Column statistics: when partial_mean != nullptr, block (bx, by) also writes, for each valid
-// column col of its tile, the mean and M2 (sum of squared deviations from that mean) of the
-// values it STORED in C over the tile's valid rows, count = min(BM, m - by*BM):
-//   partial_mean[by * n + col], partial_m2[by * n + col]
-// (the layout col_stats.cuh's col_partials produces with tile_rows = GEMM_BM, and merge_column
-// consumes). partial_mean and partial_m2 are both null or both valid. Each thread takes the
-// two-pass mean/M2 of its (at most 8) rows from registers, then one thread per column merges the
-// 16 row groups with Chan's formula in a fixed order: deterministic, no atomics.
+// Epilogue: gemm_epilogue.cuh's, with SimtFragment's layout (float4 stores of C); its
+// statistics scratch reuses the pipeline's shared memory.
 //
 // Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Out-of-range elements of a K-slice
 // are zero-filled by the copies (src-size 0, nothing read; the source address is then the
-// matrix base). 16-byte copies (of B when !TransB) and float4 stores of C are used only where
-// the base pointer is 16-byte aligned and the leading dimension is a multiple of 4 (checked at
-// run time, uniformly per matrix); a 16-byte copy reads only its in-bounds bytes, and C falls
-// back to guarded scalar stores. Addresses are computed in 64-bit.
+// matrix base). 16-byte copies (of B when !TransB) are used only where the base pointer is
+// 16-byte aligned and the leading dimension is a multiple of 4 (checked at run time, uniformly
+// per matrix); a 16-byte copy reads only its in-bounds bytes. Addresses are computed in 64-bit.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
 // code generator can take the geometry constants from the same source.
 #pragma once
 
-#include "host_device.cuh"
+#include "gemm_epilogue.cuh"
+#include "gemm_primitives.cuh"
+#include "tile_scheduler.cuh"
 
 namespace kf {
 
-struct GemmShape {
-  int m, n, k;
-};
-
-inline constexpr int GEMM_BM = 128;       // tile rows (the statistics tile height as well)
-inline constexpr int GEMM_BN = 128;       // tile columns
-inline constexpr int GEMM_BK = 16;        // K depth of one shared-memory stage
-inline constexpr int GEMM_STAGES = 3;     // cp.async pipeline depth (STAGES - 1 slices in flight)
-inline constexpr int GEMM_TM = 8;         // accumulator rows per thread: two groups of 4, 64 rows apart
-inline constexpr int GEMM_TN = 8;         // accumulator cols per thread: two groups of 4, 64 cols apart
+inline constexpr int GEMM_BM = 128;   // tile rows
+inline constexpr int GEMM_BN = 128;   // tile columns
+inline constexpr int GEMM_BK = 16;    // K depth of one shared-memory stage
+inline constexpr int GEMM_STAGES = 3; // cp.async pipeline depth (STAGES - 1 slices in flight)
+inline constexpr int GEMM_TM = 8;     // accumulator rows per thread: two groups of 4, 64 rows apart
+inline constexpr int GEMM_TN = 8;     // accumulator cols per thread: two groups of 4, 64 cols apart
 inline constexpr int GEMM_THREADS = 256;  // (BM / TM) * (BN / TN)
-inline constexpr int GEMM_MIN_BLOCKS = 2; // second __launch_bounds__ argument: caps registers at 128
+inline constexpr int GEMM_MIN_BLOCKS = 2; // __launch_bounds__' second argument: 128 registers
+inline constexpr int GEMM_GROUP_M = 8;    // row tiles per rasterization group (tile_scheduler)
 // Shared tiles are K-major ([BK][BM] for A, [BK][BN] for B). The row stride is padded by 4
 // floats so that the transposing 4-byte copies (a warp: 8 k x 4 rows) hit 32 distinct banks
 // (132 = 4 mod 32), and stays a multiple of 4 floats for 16-byte fragment reads and copies.
 inline constexpr int GEMM_LDS = GEMM_BM + 4;
-inline constexpr int GEMM_TILE_FLOATS = GEMM_BK * GEMM_LDS;          // one operand's K-slice
-inline constexpr int GEMM_STAGE_FLOATS = 2 * GEMM_TILE_FLOATS;       // A tile + B tile
-inline constexpr int GEMM_ROW_GROUPS = GEMM_BM / GEMM_TM;             // threads sharing one column: 16
+inline constexpr int GEMM_TILE_FLOATS = GEMM_BK * GEMM_LDS;    // one operand's K-slice
+inline constexpr int GEMM_STAGE_FLOATS = 2 * GEMM_TILE_FLOATS; // A tile + B tile
 inline constexpr int gemm_mainloop_bytes = GEMM_STAGES * GEMM_STAGE_FLOATS * 4; // 50688
-inline constexpr int gemm_stats_bytes = 2 * GEMM_ROW_GROUPS * GEMM_BN * 4; // mean and M2 per group
-inline constexpr int gemm_smem_bytes =
-    gemm_mainloop_bytes > gemm_stats_bytes ? gemm_mainloop_bytes : gemm_stats_bytes;
+
+namespace gemm_detail {
+// Tile-local row (column) of a thread's accumulator row i (column j): thread row group ty owns
+// rows ty*4 + {0..3} and 64 + ty*4 + {0..3}; the same for columns with tx.
+KF_HOST_DEVICE constexpr int frag_offset(int group, int i) {
+  return i < 4 ? group * 4 + i : 64 + group * 4 + (i - 4);
+}
+} // namespace gemm_detail
+
+// Which tile element each accumulator acc[i][j] of thread t holds (gemm_epilogue.cuh's
+// Fragment). A warp is 4 (rows) x 8 (cols) threads, the 8 warps are 4 x 2, so a warp's fragment
+// reads touch 64 contiguous bytes of A and 128 of B per k (one wavefront each).
+struct SimtFragment {
+  static constexpr int BM = GEMM_BM, BN = GEMM_BN;
+  static constexpr int ROWS = GEMM_TM, COLS = GEMM_TN;
+  static constexpr int VEC = 4;            // columns tx*4 + {0..3} and 64 + tx*4 + {0..3}
+  static constexpr int ROW_LANE_SHIFT = 3; // lane / 8 picks the row group inside a warp
+  static constexpr int ROW_GROUPS = 4;     // warps 2w and 2w + 1: rows 16w.. and 64 + 16w..
+  static constexpr int THREADS = GEMM_THREADS;
+  int thread;
+  int ty; // 0..15: rows ty*4 + {0..3}, 64 + ty*4 + {0..3}
+  int tx; // 0..15: cols tx*4 + {0..3}, 64 + tx*4 + {0..3}
+  KF_HOST_DEVICE explicit SimtFragment(int t)
+      : thread(t), ty((t >> 6) * 4 + ((t & 31) >> 3)), tx(((t >> 5) & 1) * 8 + (t & 7)) {}
+  KF_HOST_DEVICE int row(int i) const { return gemm_detail::frag_offset(ty, i); }
+  KF_HOST_DEVICE int col(int j) const { return gemm_detail::frag_offset(tx, j); }
+  KF_HOST_DEVICE int row_group() const { return thread >> 6; }
+  KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
+    return rows_below(tile_rows, 16 * group, 16) + rows_below(tile_rows, 64 + 16 * group, 16);
+  }
+  template <class Acc> KF_HOST_DEVICE static auto &at(Acc &acc, int i, int j) { return acc[i][j]; }
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  __device__ static void sync() { __syncthreads(); }
+#endif
+};
+
+inline constexpr int gemm_smem_bytes = gemm_mainloop_bytes > epilogue_stats_bytes<SimtFragment>()
+                                           ? gemm_mainloop_bytes
+                                           : epilogue_stats_bytes<SimtFragment>();
 
 static_assert(GEMM_BM == 128 && GEMM_BN == 128 && GEMM_BK == 16 && GEMM_THREADS == 256,
               "the copy and fragment mappings below are written for this configuration");
@@ -86,39 +106,9 @@ static_assert(GEMM_LDS % 4 == 0 && GEMM_LDS % 32 == 4,
               "fragment reads are 16 bytes; the transposing copies need stride = 4 mod 32");
 static_assert(GEMM_MIN_BLOCKS * gemm_smem_bytes <= 227 * 1024, "two blocks must fit an SM");
 
-
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 namespace gemm_detail {
-
-// True when float4 accesses at (row, col) with col % 4 == 0 are 16-byte aligned for every row.
-__device__ __forceinline__ bool vec4_ok(const float *p, int ld) {
-  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0 && (ld & 3) == 0;
-}
-
-__device__ __forceinline__ unsigned smem_addr(const void *p) {
-  unsigned long long a;
-  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-  return static_cast<unsigned>(a);
-}
-// 16-byte async copy; only src_bytes (0..16) are read, the rest of the 16 is zero-filled.
-__device__ __forceinline__ void cp_async16(unsigned dst, const float *src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-// 4-byte async copy; src_bytes is 0 (zero-fill, nothing read) or 4.
-__device__ __forceinline__ void cp_async4(unsigned dst, const float *src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // Copies one K-slice of a k-contiguous operand P ([rows, k] row-major) into the K-major tile at
 // shared address dst (tile[kk * LDS + r] = P[r0 + r, k0 + kk]). Thread t copies rows
@@ -127,8 +117,8 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 // 4 * (t % 8) + (t / 8) % 4 (+ a warp constant): all distinct. p is &P[r0 + t / 8, t % 8],
 // row32 = 32 * ld, rows_left = rows - (r0 + t / 8), k_left = k - (k0 + t % 8).
 __device__ __forceinline__ void copy_kmajor(unsigned dst, const float *__restrict__ P,
-                                            const float *p, long long row32, int k0,
-                                            int rows_left, int k_left) {
+                                            const float *p, long long row32, int k0, int rows_left,
+                                            int k_left) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -140,45 +130,24 @@ __device__ __forceinline__ void copy_kmajor(unsigned dst, const float *__restric
   }
 }
 
-// Tile-local row (column) of a thread's accumulator row i (column j): thread row group ty owns
-// rows ty*4 + {0..3} and 64 + ty*4 + {0..3}; the same for columns with tx.
-__device__ __forceinline__ int frag_offset(int group, int i) {
-  return i < 4 ? group * 4 + i : 64 + group * 4 + (i - 4);
-}
-
-// Chan et al.'s pairwise merge of (count, mean, M2) summaries; nb == 0 leaves a unchanged.
-__device__ __forceinline__ void chan_merge(float &na, float &mean_a, float &m2_a, float nb,
-                                           float mean_b, float m2_b) {
-  if (nb == 0.0f)
-    return;
-  const float n = na + nb;
-  const float delta = mean_b - mean_a;
-  const float wb = nb / n;
-  mean_a = mean_a + delta * wb;
-  m2_a = m2_a + m2_b + delta * delta * na * wb;
-  na = n;
-}
-
 } // namespace gemm_detail
 
-template <bool TransB, class Epilogue>
-__device__ void gemm_simt(GemmShape s, const float *__restrict__ A, int lda,
-                          const float *__restrict__ B, int ldb, float *__restrict__ C, int ldc,
-                          const Epilogue &epi, float *__restrict__ partial_mean,
-                          float *__restrict__ partial_m2) {
+template <bool TransB, class Scheduler, class Epilogue>
+__device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__restrict__ A, int lda,
+                          const float *__restrict__ B, int ldb, const Epilogue &epi) {
+  static_assert(Scheduler::BM == GEMM_BM && Scheduler::BN == GEMM_BN,
+                "the scheduler hands out this mainloop's tiles");
   using namespace gemm_detail;
   extern __shared__ __align__(16) float kf_gemm_smem[];
 
   const int t = threadIdx.x;
-  const int m0 = blockIdx.y * GEMM_BM;
-  const int n0 = blockIdx.x * GEMM_BN;
-  const bool vec_b = vec4_ok(B, ldb);
+  const TileCoord tile = tiles.tile(tiles.first()); // one block per tile
+  const int m0 = tile.m * GEMM_BM;
+  const int n0 = tile.n * GEMM_BN;
+  const bool vec_b = vector_ok<4>(B, ldb);
 
-  // Compute mapping: a warp is 4 (rows) x 8 (cols) threads, the 8 warps are 4 x 2, so a warp's
-  // fragment reads touch 64 contiguous bytes of A and 128 of B per k (one wavefront each).
-  const int warp = t >> 5, lane = t & 31;
-  const int ty = (warp >> 1) * 4 + (lane >> 3); // 0..15: rows ty*4 + {0..3}, 64 + ty*4 + {0..3}
-  const int tx = (warp & 1) * 8 + (lane & 7);   // 0..15: cols tx*4 + {0..3}, 64 + tx*4 + {0..3}
+  const SimtFragment layout(t);
+  const int ty = layout.ty, tx = layout.tx;
 
   float acc[GEMM_TM][GEMM_TN];
 #pragma unroll
@@ -292,106 +261,10 @@ __device__ void gemm_simt(GemmShape s, const float *__restrict__ A, int lda,
     stage = stage + 1 == GEMM_STAGES ? 0 : stage + 1;
     next_stage = next_stage + 1 == GEMM_STAGES ? 0 : next_stage + 1;
   }
-  // No copy is pending (every slice's group was waited for, later groups are empty). The
-  // statistics below reuse the shared memory after a barrier of their own.
-
-  // Epilogue: apply, store, and keep the stored value in acc for the statistics.
-  const bool vec_c = vec4_ok(C, ldc);
-#pragma unroll
-  for (int g = 0; g < 2; ++g) {
-    const int c0 = n0 + g * 64 + tx * 4;
-    const typename Epilogue::Column cols[4] = {
-        epi.column(min(c0 + 0, s.n - 1)), epi.column(min(c0 + 1, s.n - 1)),
-        epi.column(min(c0 + 2, s.n - 1)), epi.column(min(c0 + 3, s.n - 1))};
-#pragma unroll
-    for (int i = 0; i < GEMM_TM; ++i) {
-      const int row = m0 + frag_offset(ty, i);
-      if (row >= s.m)
-        continue;
-      float *crow = C + (static_cast<long long>(row) * ldc + c0);
-      if (c0 + 3 < s.n) {
-        float4 v;
-        v.x = epi.apply(cols[0], row, c0 + 0, acc[i][g * 4 + 0]);
-        v.y = epi.apply(cols[1], row, c0 + 1, acc[i][g * 4 + 1]);
-        v.z = epi.apply(cols[2], row, c0 + 2, acc[i][g * 4 + 2]);
-        v.w = epi.apply(cols[3], row, c0 + 3, acc[i][g * 4 + 3]);
-        acc[i][g * 4 + 0] = v.x;
-        acc[i][g * 4 + 1] = v.y;
-        acc[i][g * 4 + 2] = v.z;
-        acc[i][g * 4 + 3] = v.w;
-        if (vec_c) {
-          *reinterpret_cast<float4 *>(crow) = v;
-        } else {
-          crow[0] = v.x;
-          crow[1] = v.y;
-          crow[2] = v.z;
-          crow[3] = v.w;
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (c0 + j < s.n) {
-            const float v = epi.apply(cols[j], row, c0 + j, acc[i][g * 4 + j]);
-            acc[i][g * 4 + j] = v;
-            crow[j] = v;
-          }
-        }
-      }
-    }
-  }
-
-  if (partial_mean == nullptr)
-    return;
-
-  // Per-thread summary of its valid rows (the same rows for all 8 of its columns): two-pass
-  // mean and M2 over at most 8 register values.
-  const int tile_rows = min(GEMM_BM, s.m - m0);
-  int count = 0;
-#pragma unroll
-  for (int i = 0; i < GEMM_TM; ++i)
-    count += frag_offset(ty, i) < tile_rows;
+  // Only empty commit groups can be pending; the epilogue's statistics may reuse the stages
+  // after a barrier of their own.
   cp_async_wait<0>();
-  __syncthreads(); // every thread is past its last mainloop read of the shared memory
-  float *sm_mean = kf_gemm_smem;                           // [ROW_GROUPS][BN]
-  float *sm_m2 = kf_gemm_smem + GEMM_ROW_GROUPS * GEMM_BN; // [ROW_GROUPS][BN]
-  const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
-#pragma unroll
-  for (int j = 0; j < GEMM_TN; ++j) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < GEMM_TM; ++i)
-      if (frag_offset(ty, i) < tile_rows)
-        sum += acc[i][j];
-    const float mean = sum * inv_count;
-    float m2 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < GEMM_TM; ++i) {
-      if (frag_offset(ty, i) < tile_rows) {
-        const float d = acc[i][j] - mean;
-        m2 = fmaf(d, d, m2);
-      }
-    }
-    const int cl = frag_offset(tx, j);
-    sm_mean[ty * GEMM_BN + cl] = mean;
-    sm_m2[ty * GEMM_BN + cl] = m2;
-  }
-  __syncthreads();
-
-  // One thread per tile column merges the row groups in order 0..15.
-  if (t < GEMM_BN && n0 + t < s.n) {
-    float n_acc = 0.0f, mean_acc = 0.0f, m2_acc = 0.0f;
-    for (int g = 0; g < GEMM_ROW_GROUPS; ++g) {
-      int cnt = 0; // the valid rows of row group g
-#pragma unroll
-      for (int i = 0; i < GEMM_TM; ++i)
-        cnt += frag_offset(g, i) < tile_rows;
-      chan_merge(n_acc, mean_acc, m2_acc, static_cast<float>(cnt), sm_mean[g * GEMM_BN + t],
-                 sm_m2[g * GEMM_BN + t]);
-    }
-    const long long idx = static_cast<long long>(blockIdx.y) * s.n + n0 + t;
-    partial_mean[idx] = mean_acc;
-    partial_m2[idx] = m2_acc;
-  }
+  epi.template run<false>(layout, s, tile, acc, nullptr, kf_gemm_smem);
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

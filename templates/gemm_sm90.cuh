@@ -1,8 +1,9 @@
 // Hopper (sm_90a) GEMM: TMA loads into 128-byte-swizzled shared memory, an mbarrier pipeline,
-// one producer warpgroup and two consumer warpgroups issuing wgmma, a persistent grid. Same
-// epilogue hook and column-statistics contract as gemm_simt.cuh / gemm_tc.cuh:
+// one producer warpgroup and one or two consumer warpgroups issuing wgmma, a persistent grid. Same
+// epilogue (gemm_epilogue.cuh) and tile scheduler (tile_scheduler.cuh) as gemm_simt.cuh /
+// gemm_tc.cuh:
 //
-//   C[row, col] = epi.apply(epi.column(col), row, col, sum_k A[row, k] * B[col, k])
+//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row, k] * B[col, k])
 //
 // A is [m, k] and B is [n, k] (a PyTorch Linear weight), both row-major, so both operands are
 // K-major as tf32 wgmma requires. They are read through tensor maps (the launcher encodes them,
@@ -16,66 +17,78 @@
 // products go into a zeroed partial sum that is added to the accumulator with an fp32 add: the
 // tensor cores' truncating accumulation would otherwise bias a long K (as in gemm_tc.cuh).
 //
-// Launch (Sm90Gemm<Op, BN> holds every number): block = THREADS (384), grid = min(tiles, SMs)
-// persistent blocks, dynamic shared memory = smem_bytes(Epilogue::COLUMN_FLOATS) (above 48 KiB:
-// the launcher raises the limit), entry point __launch_bounds__(THREADS, 1), compiled for sm_90a.
-// The tensor maps are 2-D {k, rows} with box {BK, BM} for A and {BK, BN} for B, 128-byte swizzle,
-// zero fill, and are passed as __grid_constant__ parameters. TMA needs the matrices 16-byte aligned
-// with row strides a multiple of 16 bytes (k % 4 == 0 for fp32, k % 8 == 0 for bf16/f16): the code
-// generator and the launcher check both and use gemm_tc.cuh otherwise.
+// Launch (Sm90Gemm<Op, BN, BM, MIN_BLOCKS> holds every number): block = THREADS (128 per
+// warpgroup), grid = min(tiles, MIN_BLOCKS * SMs) persistent blocks, dynamic shared memory =
+// smem_bytes(Epilogue::COLUMN_FLOATS) (above 48 KiB: the launcher raises the limit), entry point
+// __launch_bounds__(THREADS, 1), compiled for sm_90a. The tensor maps are 2-D {k, rows} with box
+// {BK, BM} for A and {BK, BN} for B, 128-byte swizzle, zero fill, and are passed as
+// __grid_constant__ parameters. TMA needs the matrices 16-byte aligned with row strides a multiple
+// of 16 bytes (k % 4 == 0 for fp32, k % 8 == 0 for bf16/f16): the code generator and the launcher
+// check both and use gemm_tc.cuh otherwise.
 //
 // Roles: warpgroup 0 is the producer (one thread issues the TMA loads of stage after stage,
-// waiting on each stage's `empty` barrier); warpgroups 1 and 2 are consumers, each computing 64
-// rows of the 128 x BN tile with wgmma m64nBNk{8,16} from shared memory, releasing a stage once
-// the wgmma that read it has completed (one k-block of wgmma stays in flight). The producer runs
-// ahead into the next tile while the consumers run the epilogue of this one.
+// waiting on each stage's `empty` barrier); the BM / 64 other warpgroups are consumers, each
+// computing 64 rows of the 128 x BN tile with wgmma m64nBNk{8,16} from shared memory, releasing a
+// stage once the wgmma that read it has completed (one k-block of wgmma stays in flight). The
+// producer runs ahead into the next tile while the consumers run the epilogue of this one.
 //
-// Tiles: the block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... of the grouped
-// rasterization (tile_scheduler.cuh). Tails in m, n and k are zero-filled by TMA and masked in
-// the epilogue.
+// Tiles: the block takes the scheduler's work indices first(), first() + stride(), ... (the
+// TileScheduler<BM, BN, GROUP_M> of tile_scheduler.cuh). Tails in m, n and k are zero-filled by
+// TMA and masked in the epilogue.
 //
-// Epilogue: the concept of gemm_simt.cuh plus `static constexpr int COLUMN_FLOATS`, the number
-// of floats in a Column (its only members). Where caches_columns(COLUMN_FLOATS), consumer
-// thread t evaluates column(n0 + t) once per tile, while the tile's first wgmma runs, into
-// shared memory, and the epilogue reads Columns from there.
-//
-// Column statistics (partial_mean != nullptr): for row tile tm (rows [tm*BM, min(tm*BM+BM, m)))
-// and each valid column, the mean and M2 of the values STORED in C, at partial_mean[tm * n + col]
-// and partial_m2[tm * n + col] (col_stats.cuh's layout with tile_rows = BM). Each consumer warp
-// reduces its 16 rows with a fixed butterfly, then one thread per column merges the 8 warps in
-// order with Chan's formula: deterministic, no atomics.
+// Epilogue: gemm_epilogue.cuh's, run by the consumers from registers with Sm90Fragment's
+// layout, statistics scratch of its own. Where caches_columns(COLUMN_FLOATS), consumer thread t
+// evaluates column(n0 + t) once per tile, while the tile's first wgmma runs, into shared memory
+// (fill_columns), and the epilogue reads Columns from there.
 #pragma once
 
-#include "gemm_simt.cuh" // GemmShape, gemm_detail::chan_merge
+#include "gemm_epilogue.cuh"
 #include "sm90_primitives.cuh"
 #include "tile_scheduler.cuh"
 
 namespace kf {
 
-template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
+template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> struct Sm90Gemm {
   static constexpr sm90::Operand OPERAND = Op;
-  static constexpr int BM = 128;    // two consumer warpgroups of 64 rows
-  static constexpr int BN = BlockN; // 128 or 256 (wgmma n)
+  static constexpr int BM = BlockM;            // 64 rows per consumer warpgroup
+  static constexpr int BN = BlockN;            // 128 or 256 (wgmma n)
+  static constexpr int MIN_BLOCKS = MinBlocks; // blocks resident per SM (__launch_bounds__)
   static constexpr bool SPLIT = Op == sm90::Operand::Tf32x3;
   // The wgmma operand type: 3xTF32 multiplies tf32 parts.
   static constexpr sm90::Operand MMA = SPLIT ? sm90::Operand::Tf32 : Op;
   static constexpr int ELEMENT_BYTES = MMA == sm90::Operand::Tf32 ? 4 : 2;
   static constexpr int BK = 128 / ELEMENT_BYTES; // one 128-byte swizzled row of K per stage
   static constexpr int K_STEPS = 4;              // wgmma k-steps of 32 bytes per stage
-  static constexpr int THREADS = 384;
-  static constexpr int CONSUMER_WARPS = 8;
+  static constexpr int CONSUMERS = BM / 64;      // consumer warpgroups
+  static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
+  static constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
+  static constexpr int THREADS = 128 + CONSUMER_THREADS; // the producer warpgroup first
   static constexpr int GROUP_M = 8; // grouped rasterization (tile_scheduler.cuh)
   static constexpr int A_BYTES = BM * 128;
   static constexpr int B_BYTES = BN * 128;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr int STAGES = SPLIT ? 3 : BN == 256 ? 4 : 6;
-  static constexpr int SMALL_BYTES = SPLIT ? 3 * STAGE_BYTES : 0; // three tiles of small parts
   static constexpr int STATS_BYTES = 2 * CONSUMER_WARPS * BN * 4;
-  // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, then the stages, the
-  // small parts (3xTF32), the statistics scratch and the full/empty barriers.
+  // Shared memory one block may use where MIN_BLOCKS share an SM's 228 KiB (1 KiB of each
+  // block is the system's), less the largest column cache (below).
+  static constexpr int BUDGET = (228 * 1024) / MIN_BLOCKS - 1024 - 2 * BN * 4 * 6;
+  // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, the statistics scratch and
+  // the barriers; then as many stages as fit, at most 6 (3xTF32: 3, with their small parts).
+  static constexpr int FIXED_BYTES = 1024 + STATS_BYTES + 2 * 8 * 8;
+  static constexpr int STAGES = SPLIT ? 3
+                                : (BUDGET - FIXED_BYTES) / STAGE_BYTES > 6
+                                    ? 6
+                                    : (BUDGET - FIXED_BYTES) / STAGE_BYTES;
+  static constexpr int SMALL_BYTES = SPLIT ? 3 * STAGE_BYTES : 0; // three tiles of small parts
   static constexpr int SMEM_BYTES =
       1024 + STAGES * STAGE_BYTES + SMALL_BYTES + STATS_BYTES + 2 * STAGES * 8;
   static constexpr int ACCUMULATORS = BN / 2; // fp32 registers per consumer thread
+  // Registers: the producer gives back down to 40 per thread, the consumers take what the
+  // MIN_BLOCKS blocks of an SM leave (a multiple of 8, at most 232).
+  static constexpr int PRODUCER_REGISTERS = 40;
+  static constexpr int CONSUMER_REGISTERS_FREE =
+      ((65536 / MIN_BLOCKS - 128 * PRODUCER_REGISTERS) / CONSUMER_THREADS) / 8 * 8;
+  static constexpr int CONSUMER_REGISTERS =
+      CONSUMER_REGISTERS_FREE > 232 ? 232 : CONSUMER_REGISTERS_FREE;
   // Epilogues whose Column holds 1..MAX_CACHED_COLUMN_FLOATS floats have it computed once per
   // tile column (not once per thread and column) into a double-buffered shared-memory cache.
   static constexpr int MAX_CACHED_COLUMN_FLOATS = 6;
@@ -87,20 +100,55 @@ template <sm90::Operand Op, int BlockN> struct Sm90Gemm {
     return SMEM_BYTES + (caches_columns(column_floats) ? 2 * BN * 4 * column_floats : 0);
   }
   static_assert(BN == 128 || BN == 256, "wgmma tiles of 128 or 256 columns");
+  static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
+  static_assert(MIN_BLOCKS == 1 || MIN_BLOCKS == 2, "one or two blocks per SM");
   static_assert(!SPLIT || BN == 128, "3xTF32 keeps a per-stage partial sum: 128 columns");
-  static_assert(SMEM_BYTES <= 227 * 1024, "sm_90 allows at most 227 KiB per block");
-  static_assert(BN <= 256, "one consumer thread per column merges the statistics");
+  static_assert(STAGES >= 3, "the pipeline keeps at least three stages");
+  static_assert(SMEM_BYTES <= BUDGET, "MIN_BLOCKS blocks fit an SM's shared memory");
+  static_assert(!SPLIT || MIN_BLOCKS == 1, "3xTF32's small parts leave room for one block");
   static_assert(smem_bytes(MAX_CACHED_COLUMN_FLOATS) <= 227 * 1024, "the column cache fits");
+  static_assert(CONSUMER_REGISTERS >= ACCUMULATORS + 64, "the accumulators fit the registers");
+};
+
+// Which tile element each consumer accumulator acc[4 * (j / 2) + 2 * i + j % 2] holds
+// (gemm_epilogue.cuh's Fragment): the wgmma m64 layout, consumer warp w (0 .. BM / 16 - 1) on
+// rows 16w.., lane (g, q) = (lane / 4, lane % 4): rows 16w + 8i + g, columns
+// 8 * (j / 2) + 2q + j % 2.
+template <int BlockN, int BlockM> struct Sm90Fragment {
+  static constexpr int BM = BlockM, BN = BlockN;
+  static constexpr int ROWS = 2, COLS = BN / 4;
+  static constexpr int VEC = 2;
+  static constexpr int ROW_LANE_SHIFT = 2;  // g = lane / 4
+  static constexpr int ROW_GROUPS = BM / 16; // the consumer warps
+  static constexpr int THREADS = 2 * BM;     // the consumer warpgroups
+  int thread, warp, g, q;
+  KF_HOST_DEVICE explicit Sm90Fragment(int t)
+      : thread(t), warp(t >> 5), g((t & 31) >> 2), q(t & 3) {}
+  KF_HOST_DEVICE int row(int i) const { return 16 * warp + 8 * i + g; }
+  KF_HOST_DEVICE int col(int j) const { return 8 * (j >> 1) + 2 * q + (j & 1); }
+  KF_HOST_DEVICE int row_group() const { return warp; }
+  KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
+    return rows_below(tile_rows, 16 * group, 16);
+  }
+  template <class Acc> KF_HOST_DEVICE static auto &at(Acc &acc, int i, int j) {
+    return acc[4 * (j >> 1) + 2 * i + (j & 1)];
+  }
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  __device__ static void sync() { sm90::named_barrier(1, THREADS); }
+#endif
 };
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-template <class Config, class Epilogue>
+template <class Config, class Scheduler, class Epilogue>
 __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &map_b, GemmShape s,
-                          float *__restrict__ C, int ldc, const Epilogue &epi,
-                          float *__restrict__ partial_mean, float *__restrict__ partial_m2) {
+                          const Scheduler &scheduler, const Epilogue &epi) {
   using namespace sm90;
   constexpr int BM = Config::BM, BN = Config::BN, STAGES = Config::STAGES;
+  using Fragment = Sm90Fragment<BN, BM>;
+  static_assert(Scheduler::BM == BM && Scheduler::BN == BN && Fragment::BM == BM,
+                "the scheduler hands out this mainloop's tiles");
+  static_assert(epilogue_stats_bytes<Fragment>() <= Config::STATS_BYTES, "the scratch fits");
   extern __shared__ unsigned char kf_sm90_smem[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
@@ -113,8 +161,10 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   constexpr bool kCache = Config::caches_columns(Epilogue::COLUMN_FLOATS);
   Column *column_cache = reinterpret_cast<Column *>(empty + STAGES); // [2][BN] when kCache
 
-  const int tiles_m = ceil_div(s.m, BM), tiles_n = ceil_div(s.n, BN);
-  const int tiles = tiles_m * tiles_n;
+  const int tiles = scheduler.tiles();
+  // k >= 1 (a Linear's inner extent is a positive constant): every tile's first wgmma zeroes
+  // the accumulators. A k == 0 branch zeroing them with ordinary instructions would make ptxas
+  // serialize every wgmma of the kernel (warning C7515) once the column cache is in use.
   const int kblocks = ceil_div(s.k, Config::BK);
 
   if (threadIdx.x == 0) {
@@ -131,12 +181,12 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
 
   if (threadIdx.x < 128) {
     // Producer warpgroup: one thread streams the stages.
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
     if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const TileCoord tc = grouped_tile(tile, tiles_m, tiles_n, Config::GROUP_M);
+      for (int tile = scheduler.first(); tile < tiles; tile += scheduler.stride()) {
+        const TileCoord tc = scheduler.tile(tile);
         for (int kb = 0; kb < kblocks; ++kb) {
           mbar_wait(&empty[stage], phase ^ 1u);
           unsigned char *dst = smem + stage * Config::STAGE_BYTES;
@@ -151,32 +201,25 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
       }
     }
   } else {
-    setmaxnreg_inc<232>();
-    const int warp = (threadIdx.x >> 5) - 4; // consumer warp 0..7: tile rows 16 * warp ..
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+    const int warp = (threadIdx.x >> 5) - 4; // consumer warp: tile rows 16 * warp ..
+    const int lane = threadIdx.x & 31;
     const int half = warp >> 2;       // consumer warpgroup: rows 64 * half ..
-    const int ct = threadIdx.x - 128; // consumer thread 0..255
+    const int ct = threadIdx.x - 128; // consumer thread 0 .. CONSUMER_THREADS - 1
+    const Fragment layout(ct);
     int stage = 0;
     unsigned phase = 0;
     float acc[Config::ACCUMULATORS];
     int turn = 0;
     int splits = 0; // 3xTF32: stages split so far, across tiles
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++turn) {
-      const TileCoord tc = grouped_tile(tile, tiles_m, tiles_n, Config::GROUP_M);
-      const int m0 = tc.m * BM, n0 = tc.n * BN;
+    for (int tile = scheduler.first(); tile < tiles; tile += scheduler.stride(), ++turn) {
+      const TileCoord tc = scheduler.tile(tile);
+      const int n0 = tc.n * BN;
       Column *cache = column_cache + (turn & 1) * BN;
       auto fill_cache = [&] {
-        if constexpr (kCache) {
-          if (ct < BN)
-            cache[ct] = epi.column(min(n0 + ct, s.n - 1));
-        }
+        if constexpr (kCache)
+          epi.fill_columns(layout, s, n0, cache);
       };
-      if (kblocks == 0) {
-        fill_cache();
-#pragma unroll
-        for (int i = 0; i < Config::ACCUMULATORS; ++i)
-          acc[i] = 0.0f;
-      }
       if constexpr (Config::SPLIT) {
         // 3xTF32. split() waits for a stage, writes its big parts in place and its small parts
         // into the next small tile (in rotation of three), and makes both visible to wgmma. The
@@ -187,7 +230,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           float4 *tile = reinterpret_cast<float4 *>(smem + st * Config::STAGE_BYTES);
           unsigned char *lo = small + (splits % 3) * Config::STAGE_BYTES;
           ++splits;
-          for (int i = ct; i < Config::STAGE_BYTES / 16; i += 256) {
+          for (int i = ct; i < Config::STAGE_BYTES / 16; i += Config::CONSUMER_THREADS) {
             const float4 x = tile[i];
             float4 big, part;
             split_tf32(x.x, big.x, part.x);
@@ -198,7 +241,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
             reinterpret_cast<float4 *>(lo)[i] = part;
           }
           fence_proxy_async();
-          named_barrier(3, 256);
+          named_barrier(3, Config::CONSUMER_THREADS);
           return lo;
         };
         unsigned char *lo = kblocks > 0 ? split(stage, phase) : nullptr;
@@ -265,86 +308,11 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           mbar_arrive(&empty[previous]);
       }
 
-      // Epilogue from registers. Accumulator 4j + 2h + e holds row 16 * warp + g + 8h (of the
-      // tile), column 8j + 2q + e. The cache of this turn is complete after the barrier; the
+      // Epilogue from registers. The cache of this turn is complete after the barrier; the
       // one of the next turn is written after this turn's barrier, when no thread reads it.
       if constexpr (kCache)
-        named_barrier(2, 256);
-      const int row0 = m0 + 16 * warp + g;
-      const bool vec_c = (reinterpret_cast<unsigned long long>(C) & 7ull) == 0 && (ldc & 1) == 0;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = n0 + 8 * j + 2 * q;
-        Column cols[2];
-        if constexpr (kCache) {
-          cols[0] = cache[8 * j + 2 * q];
-          cols[1] = cache[8 * j + 2 * q + 1];
-        } else {
-          cols[0] = epi.column(min(col, s.n - 1));
-          cols[1] = epi.column(min(col + 1, s.n - 1));
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row0 + 8 * h;
-          if (row >= s.m)
-            continue;
-          float *crow = C + (static_cast<long long>(row) * ldc + col);
-          float &v0 = acc[4 * j + 2 * h], &v1 = acc[4 * j + 2 * h + 1];
-          if (col + 1 < s.n) {
-            v0 = epi.apply(cols[0], row, col, v0);
-            v1 = epi.apply(cols[1], row, col + 1, v1);
-            if (vec_c) {
-              *reinterpret_cast<float2 *>(crow) = make_float2(v0, v1);
-            } else {
-              crow[0] = v0;
-              crow[1] = v1;
-            }
-          } else if (col < s.n) {
-            v0 = epi.apply(cols[0], row, col, v0);
-            crow[0] = v0;
-          }
-        }
-      }
-
-      if (partial_mean != nullptr) {
-        const bool ok0 = row0 < s.m, ok1 = row0 + 8 < s.m;
-        const int valid = min(max(s.m - (m0 + 16 * warp), 0), 16);
-        const float inv = valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float a0 = ok0 ? acc[4 * j + e] : 0.0f, a1 = ok1 ? acc[4 * j + 2 + e] : 0.0f;
-            float sum = a0 + a1;
-            sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-            const float mean = sum * inv;
-            const float d0 = ok0 ? a0 - mean : 0.0f, d1 = ok1 ? a1 - mean : 0.0f;
-            float m2 = fmaf(d0, d0, d1 * d1);
-            m2 += __shfl_xor_sync(0xffffffffu, m2, 4);
-            m2 += __shfl_xor_sync(0xffffffffu, m2, 8);
-            m2 += __shfl_xor_sync(0xffffffffu, m2, 16);
-            if (g == 0) {
-              stats[warp * BN + 8 * j + 2 * q + e] = mean;
-              stats[(Config::CONSUMER_WARPS + warp) * BN + 8 * j + 2 * q + e] = m2;
-            }
-          }
-        named_barrier(1, 256);
-        if (ct < BN && n0 + ct < s.n) {
-          float n_acc = 0.0f, mean_acc = 0.0f, m2_acc = 0.0f;
-          for (int w = 0; w < Config::CONSUMER_WARPS; ++w) {
-            const int cnt = min(max(s.m - (m0 + 16 * w), 0), 16);
-            gemm_detail::chan_merge(n_acc, mean_acc, m2_acc, static_cast<float>(cnt),
-                                    stats[w * BN + ct],
-                                    stats[(Config::CONSUMER_WARPS + w) * BN + ct]);
-          }
-          const long long idx = static_cast<long long>(tc.m) * s.n + n0 + ct;
-          partial_mean[idx] = mean_acc;
-          partial_m2[idx] = m2_acc;
-        }
-        named_barrier(1, 256); // the scratch is free for the next tile
-      }
+        named_barrier(2, Config::CONSUMER_THREADS);
+      epi.template run<kCache>(layout, s, tc, acc, cache, stats);
     }
   }
 }

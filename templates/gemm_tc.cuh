@@ -1,7 +1,9 @@
-// Tensor-core (TF32 / 3xTF32) GEMM mainloop with the same epilogue hook and column-statistics
-// contract as gemm_simt.cuh, so the code generator can swap one for the other.
+// Tensor-core (TF32 / 3xTF32) GEMM mainloop (mma.sync, cp.async) behind the same epilogue
+// (gemm_epilogue.cuh) and tile scheduler (tile_scheduler.cuh) as gemm_simt.cuh, so the code
+// generator can swap one for the other.
 //
-//   C[row, col] = epi.apply(epi.column(col), row, col, sum_k A[row, k] * B'[k, col])
+//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row, k] * B'[k,
+//   col])
 //
 // A is [m, k] row-major (lda). B' is B^T when TransB (B is [n, k] row-major, a PyTorch Linear
 // weight) and B itself otherwise (B is [k, n] row-major). C is [m, n] row-major (ldc) and aliases
@@ -12,58 +14,46 @@
 //                acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (lo*lo dropped); fp32-level accuracy.
 //
 // Launch geometry (the generated entry point must use exactly this; P = Precision):
-//   block = dim3(GEMM_TC_THREADS), grid = dim3(ceil(n / gemm_tc_bn(P)), ceil(m / GEMM_TC_BM)),
-//   dynamic shared memory = gemm_tc_smem_bytes(P) (ABOVE 48 KiB: the launcher must raise
+//   block = dim3(GEMM_TC_THREADS), grid = one block per tile of the scheduler
+//   TileScheduler<GEMM_TC_BM, gemm_tc_bn(P), GEMM_TC_GROUP_M>, dynamic shared memory =
+//   gemm_tc_smem_bytes(P) (ABOVE 48 KiB: the launcher must raise
 //   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
 //   __launch_bounds__(GEMM_TC_THREADS, GEMM_TC_MIN_BLOCKS).
 //   The tile is GEMM_TC_BM x gemm_tc_bn(P): 128 x 256 for TF32, 128 x 128 for 3xTF32.
-// Each block computes one BM x BN tile of C. Which tile is NOT (blockIdx.x, blockIdx.y): the
-// linear block index is remapped (gemm_tc_detail::tile_of) so that blocks resident at the same
-// time cover GROUP_M row tiles x many column tiles, which keeps the streamed operand tiles in L2
-// (for the 1024 x 8192 x 8192 Linear all 8 row tiles share each weight tile while it is hot).
-// The mapping is a bijection onto the (row tile, column tile) grid; blocks write disjoint parts
-// of C and of the partial statistics.
+// The scheduler's grouped rasterization keeps the streamed operand tiles in L2 (for the
+// 1024 x 8192 x 8192 Linear all 8 row tiles share each weight tile while it is hot). Blocks
+// write disjoint tiles of C and of the partial statistics.
 //
-// Epilogue concept: exactly gemm_simt.cuh's (Column column(int col) once per owned column, with
-// n - 1 passed for owned columns past n; float apply(const Column &, int row, int col, float acc)
-// for valid elements only).
-//
-// Column statistics: when partial_mean != nullptr, the block owning row tile tm (rows
-// [tm*128, min(tm*128+128, m))) writes, for each valid column col of its tile, the mean and M2 of
-// the values it STORED in C over those rows, count = min(GEMM_TC_BM, m - tm*GEMM_TC_BM):
-//   partial_mean[tm * n + col], partial_m2[tm * n + col]
-// i.e. the same layout as gemm_simt / col_partials (tile_rows = 128), consumed by merge_column.
-// Each thread takes the two-pass mean/M2 of its (at most 16) rows of a column from registers,
-// then one thread per column merges the 16 row groups in a fixed order with Chan's formula:
-// deterministic, no atomics.
+// Epilogue: gemm_epilogue.cuh's, with TcFragment's layout (float2 stores of C); its statistics
+// scratch reuses the pipeline's shared memory.
 //
 // Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Tiles are fetched with 16-byte
 // cp.async only where the matrix base is 16-byte aligned and its leading dimension a multiple
 // of 4 (checked at run time, uniformly per matrix); a chunk that straddles the k (or n) edge uses
 // the src-size operand so the bytes past the edge are zero-filled, never read. Otherwise 4-byte
-// cp.async per element, each guarded the same way. Addresses are computed in 64-bit. float2
-// stores to C where C is 8-byte aligned and ldc even, guarded scalar stores otherwise.
+// cp.async per element, each guarded the same way. Addresses are computed in 64-bit.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
 // code generator can take the geometry constants from the same source.
 #pragma once
 
-#include "gemm_simt.cuh" // GemmShape, KF_HOST_DEVICE, gemm_detail::chan_merge
+#include "gemm_epilogue.cuh"
+#include "gemm_primitives.cuh"
+#include "tile_scheduler.cuh"
 
 namespace kf {
 
-inline constexpr int GEMM_TC_BM = 128;       // tile rows: MUST stay 128 (statistics tile height)
+inline constexpr int GEMM_TC_BM = 128;       // tile rows: 2 warp rows of 64
 inline constexpr int GEMM_TC_BK = 32;        // K depth of one shared-memory stage
 inline constexpr int GEMM_TC_STAGES = 4;     // cp.async pipeline depth
 inline constexpr int GEMM_TC_THREADS = 256;  // 8 warps, 2 (rows) x 4 (cols), each 64 x BN/4
 inline constexpr int GEMM_TC_MIN_BLOCKS = 1; // smem (216 / 144 KiB) allows one block per SM anyway
-inline constexpr int GEMM_TC_GROUP_M = 8;    // row tiles per block-order group (L2 reuse)
+inline constexpr int GEMM_TC_GROUP_M = 8;    // row tiles per rasterization group (L2 reuse)
 // k-contiguous tiles (A, and B when TransB) are stored [rows][BK] with the row stride padded by
 // 4 floats: 16-byte fragment reads by a quarter warp (rows r, r+1 x 4 column chunks 8 floats
 // apart) then cover all 32 banks once, and rows stay 16-byte aligned for cp.async.
 inline constexpr int GEMM_TC_LDK = GEMM_TC_BK + 4;
 inline constexpr int GEMM_TC_A_FLOATS = GEMM_TC_BM * GEMM_TC_LDK;
-inline constexpr int GEMM_TC_ROW_GROUPS = 16; // threads sharing one column: 2 warps x 8 lane groups
 
 // Tile columns depend on the precision. With fp32 operands a 128 x 128 tile moves 1 KiB from L2
 // per 16 Ki multiply-adds, which caps TF32 near L2 bandwidth (~85 TFLOP/s measured on the H100);
@@ -75,18 +65,47 @@ KF_HOST_DEVICE constexpr int gemm_tc_bn(int precision) { return precision == 0 ?
 KF_HOST_DEVICE constexpr int gemm_tc_stage_floats(int precision) {
   return GEMM_TC_A_FLOATS + gemm_tc_bn(precision) * GEMM_TC_LDK;
 }
-// Dynamic shared memory of one block: 221184 bytes for TF32, 147456 for 3xTF32.
+
+// Which tile element each accumulator acc[i / 2][j / 2][2 * (i % 2) + j % 2] holds
+// (gemm_epilogue.cuh's Fragment): the mma m16n8 layout, warps 2 (rows) x 4 (columns). Warp
+// (wm, wn), lane (g, q) = (lane / 4, lane % 4): rows wm*64 + (i/2)*16 + (i%2)*8 + g, columns
+// wn*BN/4 + (j/2)*8 + 2q + j%2.
+template <int BlockN> struct TcFragment {
+  static constexpr int BM = GEMM_TC_BM, BN = BlockN;
+  static constexpr int ROWS = 8;       // 4 m16 tiles x rows g, g + 8
+  static constexpr int COLS = BN / 16; // BN / 32 n8 tiles x columns 2q, 2q + 1
+  static constexpr int VEC = 2;
+  static constexpr int ROW_LANE_SHIFT = 2; // g = lane / 4
+  static constexpr int ROW_GROUPS = 2;     // wm: rows 0..63 and 64..127
+  static constexpr int THREADS = GEMM_TC_THREADS;
+  int thread, wm, wn, g, q;
+  KF_HOST_DEVICE explicit TcFragment(int t)
+      : thread(t), wm(t >> 7), wn((t >> 5) & 3), g((t & 31) >> 2), q(t & 3) {}
+  KF_HOST_DEVICE int row(int i) const { return wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + g; }
+  KF_HOST_DEVICE int col(int j) const { return wn * (BN / 4) + (j >> 1) * 8 + 2 * q + (j & 1); }
+  KF_HOST_DEVICE int row_group() const { return wm; }
+  KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
+    return rows_below(tile_rows, 64 * group, 64);
+  }
+  template <class Acc> KF_HOST_DEVICE static auto &at(Acc &acc, int i, int j) {
+    return acc[i >> 1][j >> 1][2 * (i & 1) + (j & 1)];
+  }
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  __device__ static void sync() { __syncthreads(); }
+#endif
+};
+
+// Dynamic shared memory of one block: 221184 bytes for TF32, 147456 for 3xTF32. The epilogue's
+// statistics scratch reuses the stages.
 KF_HOST_DEVICE constexpr int gemm_tc_smem_bytes(int precision) {
-  return GEMM_TC_STAGES * gemm_tc_stage_floats(precision) * 4 >
-                 2 * GEMM_TC_ROW_GROUPS * gemm_tc_bn(precision) * 4
-             ? GEMM_TC_STAGES * gemm_tc_stage_floats(precision) * 4
-             : 2 * GEMM_TC_ROW_GROUPS * gemm_tc_bn(precision) * 4;
+  return GEMM_TC_STAGES * gemm_tc_stage_floats(precision) * 4;
 }
+static_assert(epilogue_stats_bytes<TcFragment<gemm_tc_bn(0)>>() <= gemm_tc_smem_bytes(0) &&
+                  epilogue_stats_bytes<TcFragment<gemm_tc_bn(1)>>() <= gemm_tc_smem_bytes(1),
+              "the statistics scratch fits in the stages");
 
 static_assert(GEMM_TC_BM == 128 && GEMM_TC_BK == 32 && GEMM_TC_THREADS == 256,
               "the load and fragment mappings below are written for this configuration");
-static_assert(gemm_tc_bn(0) <= GEMM_TC_THREADS && gemm_tc_bn(1) <= GEMM_TC_THREADS,
-              "one thread per tile column merges the statistics");
 static_assert(gemm_tc_smem_bytes(0) <= 227 * 1024 && gemm_tc_smem_bytes(1) <= 227 * 1024,
               "sm_90 allows at most 227 KiB of shared memory per block");
 static_assert(GEMM_TC_BK * (gemm_tc_bn(0) + 8) <= gemm_tc_bn(0) * GEMM_TC_LDK &&
@@ -98,31 +117,6 @@ static_assert(GEMM_TC_LDK % 4 == 0, "rows of k-contiguous tiles must stay 16-byt
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 namespace gemm_tc_detail {
-
-__device__ __forceinline__ unsigned smem_addr(const void *p) {
-  unsigned long long a;
-  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-  return static_cast<unsigned>(a);
-}
-
-// 16-byte async copy; only src_bytes (0..16) are read, the rest of the 16 is zero-filled.
-__device__ __forceinline__ void cp_async16(unsigned dst, const float *src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-// 4-byte async copy; src_bytes is 0 (zero-fill, nothing read) or 4.
-__device__ __forceinline__ void cp_async4(unsigned dst, const float *src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // x rounded to tf32 (nearest, ties away). The mma ignores the low 13 bits of its tf32 operands,
 // and ptxas may leave them unspecified in the cvt result (it lowers it to an integer add of the
@@ -166,50 +160,33 @@ template <int BN> __device__ __forceinline__ int bn_offset(int krow, int col) {
   return ((krow & 7) * 4 + (krow >> 3)) * (BN + 8) + col;
 }
 
-__device__ __forceinline__ bool vec4_ok(const float *p, int ld) {
-  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0 && (ld & 3) == 0;
-}
-
-// Block -> (row tile, column tile): groups of GROUP_M row tiles, column-major inside a group, so
-// consecutively scheduled blocks share column tiles of B' and the group's A rows stay in L2.
-__device__ __forceinline__ void tile_of(int &tm, int &tn) {
-  const int gx = gridDim.x, gy = gridDim.y;
-  const int lin = blockIdx.y * gx + blockIdx.x;
-  const int per_group = GEMM_TC_GROUP_M * gx;
-  const int first = (lin / per_group) * GEMM_TC_GROUP_M;
-  const int rows = min(gy - first, GEMM_TC_GROUP_M);
-  const int in = lin % per_group;
-  tm = first + in % rows;
-  tn = in / rows;
-}
-
 } // namespace gemm_tc_detail
 
-template <bool TransB, int Precision, class Epilogue>
-__device__ void gemm_tc(GemmShape s, const float *__restrict__ A, int lda,
-                        const float *__restrict__ B, int ldb, float *__restrict__ C, int ldc,
-                        const Epilogue &epi, float *__restrict__ partial_mean,
-                        float *__restrict__ partial_m2) {
+template <bool TransB, int Precision, class Scheduler, class Epilogue>
+__device__ void gemm_tc(GemmShape s, const Scheduler &tiles, const float *__restrict__ A, int lda,
+                        const float *__restrict__ B, int ldb, const Epilogue &epi) {
   static_assert(Precision == 0 || Precision == 1, "Precision: 0 = TF32, 1 = 3xTF32");
+  static_assert(Scheduler::BM == GEMM_TC_BM && Scheduler::BN == gemm_tc_bn(Precision),
+                "the scheduler hands out this mainloop's tiles");
+  using namespace gemm_detail;
   using namespace gemm_tc_detail;
   constexpr int BN = gemm_tc_bn(Precision);
-  constexpr int WN = BN / 4;  // warp tile columns
-  constexpr int NT = WN / 8;  // n8 mma tiles per warp
+  constexpr int WN = BN / 4; // warp tile columns
+  constexpr int NT = WN / 8; // n8 mma tiles per warp
   constexpr int STAGE_FLOATS = gemm_tc_stage_floats(Precision);
   extern __shared__ __align__(16) float kf_gemm_smem[];
 
   const int t = threadIdx.x;
-  int tm, tn;
-  tile_of(tm, tn);
-  const int m0 = tm * GEMM_TC_BM;
-  const int n0 = tn * BN;
-  const bool vec_a = vec4_ok(A, lda);
-  const bool vec_b = vec4_ok(B, ldb);
+  const TileCoord tile = tiles.tile(tiles.first()); // one block per tile
+  const int m0 = tile.m * GEMM_TC_BM;
+  const int n0 = tile.n * BN;
+  const bool vec_a = vector_ok<4>(A, lda);
+  const bool vec_b = vector_ok<4>(B, ldb);
 
-  const int warp = t >> 5, lane = t & 31;
-  const int g = lane >> 2, q = lane & 3; // mma fragment coordinates
-  const int wm = warp >> 2;              // warp rows   wm*64 .. +64
-  const int wn = warp & 3;               // warp cols   wn*WN .. +WN
+  const TcFragment<BN> layout(t);
+  const int g = layout.g, q = layout.q; // mma fragment coordinates
+  const int wm = layout.wm;             // warp rows   wm*64 .. +64
+  const int wn = layout.wn;             // warp cols   wn*WN .. +WN
 
   float acc[4][NT][4]; // [m16 tile][n8 tile][fragment element]
 #pragma unroll
@@ -224,8 +201,8 @@ __device__ void gemm_tc(GemmShape s, const float *__restrict__ A, int lda,
 
   // Issues the copies of K-tile kt into stage st (one commit group is made by the caller).
   // A k-contiguous tile of R rows has R * 8 chunks of 16 bytes: R / 32 per thread (reps).
-  auto load_kmajor = [&](unsigned dst_base, const float *__restrict__ P, int ld, int r0,
-                         int rows, int k0, bool vec, int reps) {
+  auto load_kmajor = [&](unsigned dst_base, const float *__restrict__ P, int ld, int r0, int rows,
+                         int k0, bool vec, int reps) {
 #pragma unroll
     for (int rep = 0; rep < 8; ++rep) {
       if (rep >= reps)
@@ -288,7 +265,7 @@ __device__ void gemm_tc(GemmShape s, const float *__restrict__ A, int lda,
   // 8q + 4p + 2u + 1. A and B use the same map, so each (p) is one 16-byte read per row that
   // covers two k8 steps.
   // dst: the accumulator set the stage's mmas add into ([4][NT][4]).
-  auto compute_stage = [&](int st, float (*dst)[NT][4]) {
+  auto compute_stage = [&](int st, float(*dst)[NT][4]) {
     const float *as = kf_gemm_smem + st * STAGE_FLOATS;
     const float *bs = as + GEMM_TC_A_FLOATS;
 #pragma unroll
@@ -401,106 +378,10 @@ __device__ void gemm_tc(GemmShape s, const float *__restrict__ A, int lda,
       compute_stage(kt % GEMM_TC_STAGES, acc);
     }
   }
-  // Drain (only empty groups can be pending) and make sure no warp still reads a stage before
-  // the statistics reuse the shared memory.
+  // Only empty commit groups can be pending; the epilogue's statistics may reuse the stages
+  // after a barrier of their own.
   cp_async_wait<0>();
-  __syncthreads();
-
-  // Epilogue: apply, store, and keep the stored value in acc for the statistics.
-  const bool vec_c = (reinterpret_cast<unsigned long long>(C) & 7ull) == 0 && (ldc & 1) == 0;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int c0 = n0 + wn * WN + j * 8 + 2 * q; // this thread's columns c0, c0 + 1
-    const typename Epilogue::Column cols[2] = {epi.column(min(c0, s.n - 1)),
-                                               epi.column(min(c0 + 1, s.n - 1))};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = m0 + wm * 64 + i * 16 + h * 8 + g;
-        if (row >= s.m)
-          continue;
-        float *crow = C + (static_cast<long long>(row) * ldc + c0);
-        if (c0 + 1 < s.n) {
-          const float v0 = epi.apply(cols[0], row, c0, acc[i][j][2 * h]);
-          const float v1 = epi.apply(cols[1], row, c0 + 1, acc[i][j][2 * h + 1]);
-          acc[i][j][2 * h] = v0;
-          acc[i][j][2 * h + 1] = v1;
-          if (vec_c) {
-            *reinterpret_cast<float2 *>(crow) = make_float2(v0, v1);
-          } else {
-            crow[0] = v0;
-            crow[1] = v1;
-          }
-        } else if (c0 < s.n) {
-          const float v0 = epi.apply(cols[0], row, c0, acc[i][j][2 * h]);
-          acc[i][j][2 * h] = v0;
-          crow[0] = v0;
-        }
-      }
-    }
-  }
-
-  if (partial_mean == nullptr)
-    return;
-
-  // Row group rg = wm * 8 + g owns tile rows wm*64 + i*16 + h*8 + g (i < 4, h < 2): 16 rows.
-  const int tile_rows = min(GEMM_TC_BM, s.m - m0);
-  auto group_row = [](int rg, int i, int h) { return (rg >> 3) * 64 + i * 16 + h * 8 + (rg & 7); };
-  const int rg = wm * 8 + g;
-  int count = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      count += group_row(rg, i, h) < tile_rows;
-  const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
-  float *sm_mean = kf_gemm_smem;                       // [ROW_GROUPS][BN]
-  float *sm_m2 = kf_gemm_smem + GEMM_TC_ROW_GROUPS * BN; // [ROW_GROUPS][BN]
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (group_row(rg, i, h) < tile_rows)
-            sum += acc[i][j][2 * h + e];
-      const float mean = sum * inv_count;
-      float m2 = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (group_row(rg, i, h) < tile_rows) {
-            const float d = acc[i][j][2 * h + e] - mean;
-            m2 = fmaf(d, d, m2);
-          }
-      const int cl = wn * WN + j * 8 + 2 * q + e;
-      sm_mean[rg * BN + cl] = mean;
-      sm_m2[rg * BN + cl] = m2;
-    }
-  __syncthreads();
-
-  // One thread per tile column merges the row groups in order 0..15.
-  if (t < BN && n0 + t < s.n) {
-    float n_acc = 0.0f, mean_acc = 0.0f, m2_acc = 0.0f;
-    for (int r = 0; r < GEMM_TC_ROW_GROUPS; ++r) {
-      int cnt = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          cnt += group_row(r, i, h) < tile_rows;
-      gemm_detail::chan_merge(n_acc, mean_acc, m2_acc, static_cast<float>(cnt),
-                              sm_mean[r * BN + t], sm_m2[r * BN + t]);
-    }
-    const long long idx = static_cast<long long>(tm) * s.n + n0 + t;
-    partial_mean[idx] = mean_acc;
-    partial_m2[idx] = m2_acc;
-  }
+  epi.template run<false>(layout, s, tile, acc, nullptr, kf_gemm_smem);
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

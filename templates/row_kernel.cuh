@@ -1,7 +1,8 @@
 // What every row kernel shares (row_softmax.cuh, row_norm.cuh, row_reduce.cuh): one block of
 // Threads threads per row of an [m, n] row-major matrix, the block size by row length, the
-// shared-memory budget of a resident row, deterministic block reductions, and float4 loads of
-// the row with the per-column prologue applied on load.
+// shared-memory budget of a resident row, deterministic block reductions, and vector loads of
+// the row (any element type of dtype.cuh, converted to float) with the per-column prologue
+// applied on load.
 //
 // Resident rows: a kernel that keeps its transformed row in dynamic shared memory (smem,
 // 16-byte aligned) gets round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES and none
@@ -14,6 +15,7 @@
 // code generator sizes blocks and shared memory with the same constants.
 #pragma once
 
+#include "dtype.cuh"
 #include "host_device.cuh"
 
 namespace kf {
@@ -33,10 +35,6 @@ namespace row_detail {
 
 // NVRTC has no <cmath> INFINITY.
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-__device__ __forceinline__ bool aligned16(const void *p) {
-  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
-}
 
 // All threads of the block get combine() of v over the block, lanes first (butterfly: every
 // lane of a warp ends with the same value when combine is commutative bitwise), then warps in
@@ -162,29 +160,12 @@ template <int Threads> __device__ __forceinline__ Welford block_welford(Welford 
   return r;
 }
 
-// Four consecutive elements starting at a multiple of 4; p + i*4 is 16-byte aligned when vec.
-__device__ __forceinline__ float4 load4(const float *p, int i, bool vec) {
-  if (vec)
-    return __ldg(reinterpret_cast<const float4 *>(p) + i);
-  return make_float4(__ldg(p + 4 * i), __ldg(p + 4 * i + 1), __ldg(p + 4 * i + 2),
-                     __ldg(p + 4 * i + 3));
-}
-__device__ __forceinline__ void store4(float *p, int i, float4 v, bool vec) {
-  if (vec) {
-    reinterpret_cast<float4 *>(p)[i] = v;
-  } else {
-    p[4 * i] = v.x;
-    p[4 * i + 1] = v.y;
-    p[4 * i + 2] = v.z;
-    p[4 * i + 3] = v.w;
-  }
-}
-
-// Calls f(col, pre(col, src[col])) for this thread's elements of a row of n: float4 groups
-// tid, tid + Threads, ... (float4 loads where src is 16-byte aligned), then the scalar tail.
-template <int Threads, class Pre, class F>
-__device__ __forceinline__ void for_each_loaded(const float *src, int n, const Pre &pre, F &&f) {
-  const bool vec = aligned16(src);
+// Calls f(col, pre(col, src[col])) for this thread's elements of a row of n: groups of four
+// tid, tid + Threads, ... (one access each where src is aligned to four elements), then the
+// scalar tail.
+template <int Threads, class T, class Pre, class F>
+__device__ __forceinline__ void for_each_loaded(const T *src, int n, const Pre &pre, F &&f) {
+  const bool vec = vec4_aligned(src);
   const int n4 = n / 4;
   for (int i = threadIdx.x; i < n4; i += Threads) {
     const float4 v = load4(src, i, vec);
@@ -194,7 +175,7 @@ __device__ __forceinline__ void for_each_loaded(const float *src, int n, const P
     f(4 * i + 3, pre(4 * i + 3, v.w));
   }
   for (int c = 4 * n4 + threadIdx.x; c < n; c += Threads)
-    f(c, pre(c, __ldg(src + c)));
+    f(c, pre(c, ldg(src + c)));
 }
 
 } // namespace row_detail

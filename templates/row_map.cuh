@@ -7,8 +7,9 @@
 // kernel, e.g. exp(h - max(h)) / sum(...) after the passes that reduced the row. One block of
 // Threads threads per row calls
 //   row_map<Threads>(row, n, in, ld_in, out, ld_out, f)
-// with the elements of each thread those of row_kernel.cuh's for_each_loaded, float4 loads and
-// stores where the row's pointers are 16-byte aligned.
+// with the elements of each thread those of row_kernel.cuh's for_each_loaded, four elements per
+// access where the row's pointers are aligned to four elements. In, Out: float, kf::bf16 or
+// kf::f16 (dtype.cuh); f computes in float and the store rounds once to Out.
 #pragma once
 
 #include "row_kernel.cuh"
@@ -18,14 +19,13 @@ namespace kf {
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 // F concept: __device__ float operator()(int col, float x) const.
-template <int Threads, class F>
-__device__ __forceinline__ void row_map(int row, int n, const float *in, int ld_in, float *out,
+template <int Threads, class F, class In, class Out>
+__device__ __forceinline__ void row_map(int row, int n, const In *in, int ld_in, Out *out,
                                         int ld_out, const F &f) {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
-  using namespace row_detail;
-  const float *src = in + static_cast<long long>(row) * ld_in;
-  float *dst = out + static_cast<long long>(row) * ld_out;
-  const bool vin = aligned16(src), vout = aligned16(dst);
+  const In *src = in + static_cast<long long>(row) * ld_in;
+  Out *dst = out + static_cast<long long>(row) * ld_out;
+  const bool vin = vec4_aligned(src), vout = vec4_aligned(dst);
   const int n4 = n / 4;
   for (int i = threadIdx.x; i < n4; i += Threads) {
     float4 v = load4(src, i, vin);
@@ -36,7 +36,7 @@ __device__ __forceinline__ void row_map(int row, int n, const float *in, int ld_
     store4(dst, i, v, vout);
   }
   for (int c = 4 * n4 + threadIdx.x; c < n; c += Threads)
-    dst[c] = f(c, __ldg(src + c));
+    store(dst + c, f(c, ldg(src + c)));
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

@@ -32,11 +32,11 @@ namespace row_detail {
 
 // Writes dst[col] = post(col, (y - shift) * scale) for this thread's elements of a row of n, y
 // from get4(i) (the float4 group i) and get1(c) (a tail element): the same elements per thread
-// as for_each_loaded, float4 stores where dst is 16-byte aligned.
-template <int Threads, class Post, class Get4, class Get1>
-__device__ __forceinline__ void write_normalized(float *dst, int n, float shift, float scale,
+// as for_each_loaded, four elements per store where dst is aligned to four elements.
+template <int Threads, class Out, class Post, class Get4, class Get1>
+__device__ __forceinline__ void write_normalized(Out *dst, int n, float shift, float scale,
                                                  const Post &post, Get4 get4, Get1 get1) {
-  const bool vec = aligned16(dst);
+  const bool vec = vec4_aligned(dst);
   const int n4 = n / 4;
   for (int i = threadIdx.x; i < n4; i += Threads) {
     float4 v = get4(i);
@@ -47,23 +47,23 @@ __device__ __forceinline__ void write_normalized(float *dst, int n, float shift,
     store4(dst, i, v, vec);
   }
   for (int c = 4 * n4 + threadIdx.x; c < n; c += Threads)
-    dst[c] = post(c, (get1(c) - shift) * scale);
+    store(dst + c, post(c, (get1(c) - shift) * scale));
 }
 
 } // namespace row_detail
 
 // Pre concept: __device__ float operator()(int col, float x) const; Post likewise, given the
-// normalized value.
-template <int Threads, bool Rms, class Pre, class Post>
-__device__ void row_norm(int row, int n, const float *in, int ld_in, float *out, int ld_out,
-                         float eps, const Pre &pre, const Post &post, float *smem,
-                         int smem_floats) {
+// normalized value. In, Out: float, kf::bf16 or kf::f16 (dtype.cuh); the row is computed in
+// float.
+template <int Threads, bool Rms, class Pre, class Post, class In, class Out>
+__device__ void row_norm(int row, int n, const In *in, int ld_in, Out *out, int ld_out, float eps,
+                         const Pre &pre, const Post &post, float *smem, int smem_floats) {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
   using namespace row_detail;
   __shared__ float red[96];
-  const float *src = in + static_cast<long long>(row) * ld_in;
-  float *dst = out + static_cast<long long>(row) * ld_out;
-  const bool vin = aligned16(src);
+  const In *src = in + static_cast<long long>(row) * ld_in;
+  Out *dst = out + static_cast<long long>(row) * ld_out;
+  const bool vin = vec4_aligned(src);
   const int n4 = n / 4;
   const int tid = threadIdx.x;
   const float count = static_cast<float>(n);
@@ -113,7 +113,7 @@ __device__ void row_norm(int row, int n, const float *in, int ld_in, float *out,
         return make_float4(pre(4 * i, v.x), pre(4 * i + 1, v.y), pre(4 * i + 2, v.z),
                            pre(4 * i + 3, v.w));
       },
-      [&](int c) { return pre(c, __ldg(src + c)); });
+      [&](int c) { return pre(c, ldg(src + c)); });
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

@@ -39,14 +39,15 @@ __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff)
 
 } // namespace row_detail
 
-// Pre concept: __device__ float operator()(int col, float x) const.
-template <int Threads, Reduce R, class Pre>
-__device__ __forceinline__ float row_reduce(int row, int n, const float *in, int ld_in,
+// Pre concept: __device__ float operator()(int col, float x) const. In: float, kf::bf16 or
+// kf::f16 (dtype.cuh); the reduction is computed in float.
+template <int Threads, Reduce R, class Pre, class In>
+__device__ __forceinline__ float row_reduce(int row, int n, const In *in, int ld_in,
                                             float correction, const Pre &pre) {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
   using namespace row_detail;
   __shared__ float red[96];
-  const float *src = in + static_cast<long long>(row) * ld_in;
+  const In *src = in + static_cast<long long>(row) * ld_in;
   float result;
   if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
     float s = 0.0f;

@@ -17,8 +17,9 @@
 //   memory, so each input element is read from global memory once and each output written once.
 // - streaming (longer rows): a first pass keeps a per-thread online (max, sum) pair, the pairs
 //   are merged, a second pass re-reads the row and writes it. Two reads, one write.
-// Global accesses are float4 where the row's pointer is 16-byte aligned (decided per row), with
-// a scalar tail for n % 4; otherwise scalar. Addresses are computed in 64-bit.
+// Global accesses move four elements at once where the row's pointer is aligned to four
+// elements (decided per row), with a scalar tail for n % 4; otherwise scalar. Addresses are
+// computed in 64-bit.
 //
 // in == out with ld_in == ld_out (in place) is allowed: every element is read before any
 // element of the row is written (resident path), or by the thread that later overwrites it
@@ -34,17 +35,18 @@ namespace kf {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-// Pre concept: __device__ float operator()(int col, float x) const.
-template <int Threads, bool Log, class Pre>
-__device__ void row_softmax(int row, int n, const float *in, int ld_in, float *out, int ld_out,
+// Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16
+// or kf::f16 (dtype.cuh); the row is computed in float.
+template <int Threads, bool Log, class Pre, class In, class Out>
+__device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, int ld_out,
                             const Pre &pre, float *smem, int smem_floats) {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
   using namespace row_detail;
   __shared__ float red[64];
 
-  const float *src = in + static_cast<long long>(row) * ld_in;
-  float *dst = out + static_cast<long long>(row) * ld_out;
-  const bool vin = aligned16(src), vout = aligned16(dst);
+  const In *src = in + static_cast<long long>(row) * ld_in;
+  Out *dst = out + static_cast<long long>(row) * ld_out;
+  const bool vin = vec4_aligned(src), vout = vec4_aligned(dst);
   const int n4 = n / 4; // float4 body; elements [4 * n4, n) are the scalar tail
   const int tid = threadIdx.x;
 
@@ -61,7 +63,7 @@ __device__ void row_softmax(int row, int n, const float *in, int ld_in, float *o
       lmax = fmaxf(lmax, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
     }
     for (int c = 4 * n4 + tid; c < n; c += Threads) {
-      const float y = pre(c, __ldg(src + c));
+      const float y = pre(c, ldg(src + c));
       smem[c] = y;
       lmax = fmaxf(lmax, y);
     }
@@ -105,7 +107,7 @@ __device__ void row_softmax(int row, int n, const float *in, int ld_in, float *o
       store4(dst, i, v, vout);
     }
     for (int c = 4 * n4 + tid; c < n; c += Threads)
-      dst[c] = Log ? (smem[c] - mx) - lse : smem[c] / sum;
+      store(dst + c, Log ? (smem[c] - mx) - lse : smem[c] / sum);
     return;
   }
 
@@ -119,7 +121,7 @@ __device__ void row_softmax(int row, int n, const float *in, int ld_in, float *o
     online_add(acc, pre(4 * i + 3, v.w));
   }
   for (int c = 4 * n4 + tid; c < n; c += Threads)
-    online_add(acc, pre(c, __ldg(src + c)));
+    online_add(acc, pre(c, ldg(src + c)));
   const MaxSum tot = block_max_sum<Threads>(acc, red);
   const float mx = tot.m, sum = tot.s, lse = logf(tot.s);
 
@@ -143,8 +145,8 @@ __device__ void row_softmax(int row, int n, const float *in, int ld_in, float *o
     store4(dst, i, v, vout);
   }
   for (int c = 4 * n4 + tid; c < n; c += Threads) {
-    const float y = pre(c, __ldg(src + c));
-    dst[c] = Log ? (y - mx) - lse : expf(y - mx) / sum;
+    const float y = pre(c, ldg(src + c));
+    store(dst + c, Log ? (y - mx) - lse : expf(y - mx) / sum);
   }
 }
 

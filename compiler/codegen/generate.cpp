@@ -1,7 +1,9 @@
 // From a plan to one CUDA translation unit: per kernel, the generated functor the
 // template calls and the extern "C" entry point.
 #include "compiler/codegen/embedded_templates.h"
+#include "compiler/codegen/gpu_support.h"
 #include "compiler/codegen/kernel_writer.h"
+#include "compiler/ir/infer.h"
 #include "compiler/ir/printer.h"
 #include "templates/col_stats.cuh"
 #include "templates/elementwise.cuh"
@@ -25,6 +27,9 @@ using plan::KernelKind;
 namespace {
 
 const char *kIndent = "    ";
+
+// Output features from which a tf32 GEMM takes the Hopper mainloop's widest tile (128 x 256).
+constexpr int64_t kWideLayer = 4096;
 
 std::string comment(const Kernel &k) {
   std::string covers, rules;
@@ -97,42 +102,105 @@ private:
 
   // The Hopper mainloop takes tf32 and 3xtf32 Linear GEMMs (both operands K-major) on sm_90a
   // whose inner extent is a constant multiple of 4 (TMA row strides are multiples of 16 bytes).
+  // GEMMs of bf16/f16 operands run on it only (a multiple of 8 then): gpu_unsupported reports
+  // those it cannot take at their location, so one reaching here is a caller's mistake.
   bool use_sm90(const Value &mm) const {
+    if (g_[mm.args[0]].type.dtype != DType::F32) {
+      if (auto why = half_gemm_unsupported(g_, mm, arch_))
+        throw CodegenError(fmt::format("pipeline '{}': line {}: {}", g_.name, mm.loc.line, *why));
+      return true;
+    }
     const Dim &inner = g_[mm.args[0]].type.shape[1];
     return arch_ == "sm_90a" && (math_ == GemmMath::Tf32 || math_ == GemmMath::Tf32x3) &&
            mm.op == OpKind::Linear && !inner.is_symbolic() && inner.value % 4 == 0;
   }
 
-  // The generated entry point of the sm90 GEMM of `Config`, named as in the source.
+  // The entry point of a GEMM kernel, composed of its building blocks: the problem shape, the
+  // tile scheduler `Tiles` (which also fixes the column statistics' tile height), the epilogue
+  // (the generated functor, the store of `out`, the statistics partials) and the mainloop call
+  // `mainloop`, which names them `shape`, `scheduler` and `epilogue`. `head` is the
+  // declaration up to the parameter list, `first_params` the parameters before the writer's.
+  template <class Tiles>
+  std::string gemm_entry(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
+                         const std::string &functor, ValueId out, const std::string &head,
+                         const std::string &first_params, const std::string &mainloop) {
+    LaunchGeometry &geo = launch.geometry;
+    geo.tile_rows = Tiles::BM;
+    geo.tile_cols = Tiles::BN;
+    std::string stats = "nullptr, nullptr";
+    if (k.stats_of >= 0) {
+      partial_rows_[k.stats_of] = Tiles::BM;
+      stats = fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of));
+    }
+    std::string n = KernelWriter::extent(launch.cols);
+    return fmt::format("{}\n{}({}{}) {{\n"
+                       "  const kf::GemmShape shape{{{}, {}, {}}};\n"
+                       "  const kf::TileScheduler<{}, {}, {}> scheduler(shape);\n"
+                       "  const kf::GemmEpilogue<{}, {}> epilogue{{{}, {}, {}, {}}};\n"
+                       "  {};\n}}\n",
+                       head, k.name, first_params, w.param_list(),
+                       KernelWriter::extent(launch.rows), n, KernelWriter::extent(launch.inner),
+                       Tiles::BM, Tiles::BN, Tiles::GROUP_M, functor, w.element_type(out),
+                       w.member_initializer(), w.ptr(out), n, stats, mainloop);
+  }
+
+  // The sm90 GEMM of `Config` (its name as in the source): a persistent grid, operands through
+  // tensor maps.
   template <class Config>
   std::string sm90_gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
-                        const std::string &config, int column_floats, ValueId a, ValueId b,
-                        ValueId out, const std::string &type, const std::string &stats) {
+                        const std::string &operand, int column_floats, ValueId a, ValueId b,
+                        ValueId out, const std::string &functor) {
+    std::string config = fmt::format("kf::Sm90Gemm<kf::sm90::Operand::{}, {}", operand, Config::BN);
+    if (Config::BM != 128 || Config::MIN_BLOCKS != 1)
+      config += fmt::format(", {}, {}", Config::BM, Config::MIN_BLOCKS);
+    config += ">";
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Persistent;
-    geo.tile_rows = Config::BM;
-    geo.tile_cols = Config::BN;
+    geo.blocks_per_sm = Config::MIN_BLOCKS;
     geo.block_threads = Config::THREADS;
     geo.smem_bytes = Config::smem_bytes(column_floats);
-    if (k.stats_of >= 0)
-      partial_rows_[k.stats_of] = Config::BM;
     auto map = [&](ValueId v, int box_rows) {
       LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
-      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, 4};
+      lp.map = {g_[v].type.shape[0], g_[v].type.shape[1], box_rows, Config::BK, g_[v].type.dtype};
       return lp;
     };
     launch.params = {map(a, Config::BM), map(b, Config::BN)};
     includes_.insert("gemm_sm90.cuh");
-    return fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__({1}::THREADS, 1)\n"
-        "{0}(const __grid_constant__ kf::sm90::TensorMap {2}_map, "
-        "const __grid_constant__ kf::sm90::TensorMap {3}_map, {4}) {{\n"
-        "  const {5} epi{6};\n"
-        "  kf::gemm_sm90<{1}>({2}_map, {3}_map, kf::GemmShape{{{7}, {8}, {9}}}, {10}, "
-        "{8}, epi, {11});\n}}\n",
-        k.name, config, w.ptr(a), w.ptr(b), w.param_list(), type, w.member_initializer(),
-        KernelWriter::extent(launch.rows), KernelWriter::extent(launch.cols),
-        KernelWriter::extent(launch.inner), w.ptr(out), stats);
+    return gemm_entry<kf::TileScheduler<Config::BM, Config::BN, Config::GROUP_M>>(
+        k, w, launch, functor, out,
+        fmt::format("extern \"C\" __global__ void __launch_bounds__({0}::THREADS, {0}::MIN_BLOCKS)",
+                    config),
+        fmt::format("const __grid_constant__ kf::sm90::TensorMap {0}_map, "
+                    "const __grid_constant__ kf::sm90::TensorMap {1}_map, ",
+                    w.ptr(a), w.ptr(b)),
+        fmt::format("kf::gemm_sm90<{}>({}_map, {}_map, shape, scheduler, epilogue)", config,
+                    w.ptr(a), w.ptr(b)));
+  }
+
+  // An sm90 GEMM of `Op` operands (named `operand` in the source), its tile by the layer's
+  // width: the batch (rows) is bound at run time. 128 x 256 tiles reach cuBLAS's speed once there
+  // are enough of them for every SM; below 4096 features that takes thousands of rows, so
+  // narrower layers take 64 x 128 tiles, two blocks per SM (one's epilogue overlaps the other's
+  // mainloop).
+  template <kf::sm90::Operand Op>
+  std::string sm90_by_width(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
+                            const char *operand, int column_floats, ValueId a, ValueId b,
+                            ValueId out, const std::string &functor) {
+    const std::string type =
+        g_[a].type.dtype == DType::F32 ? "tf32" : std::string(dtype_name(g_[a].type.dtype));
+    const Dim &features = launch.cols;
+    if (!features.is_symbolic() && features.value < kWideLayer) {
+      launch.config = fmt::format("{} 64 x 128 tile, 2 blocks per SM: {} output features (< {}) "
+                                  "give few 128 x 256 tiles at the batches such layers run",
+                                  type, features.value, kWideLayer);
+      return sm90_gemm<kf::Sm90Gemm<Op, 128, 64, 2>>(k, w, launch, operand, column_floats, a, b,
+                                                     out, functor);
+    }
+    launch.config = fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "
+                                "fill the SMs from about 1000 rows",
+                                type, features.str(), kWideLayer);
+    return sm90_gemm<kf::Sm90Gemm<Op, 256>>(k, w, launch, operand, column_floats, a, b, out,
+                                            functor);
   }
 
   std::string gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
@@ -142,7 +210,7 @@ private:
     launch.rows = mm.type.shape[0];
     launch.cols = mm.type.shape[1];
     launch.inner = g_[a].type.shape[1];
-    std::string type = k.name + "_epilogue";
+    std::string functor = k.name + "_functor";
     // A Column carries the column values apply() reads, computed once per column.
     std::set<ValueId> read_per_element;
     for (ValueId id : k.computes)
@@ -158,7 +226,7 @@ private:
       copy_out += (copy_out.empty() ? "" : ", ") + w.var(c);
       copy_in += fmt::format("{}const float {} = c.{};\n", kIndent, w.var(c), w.var(c));
     }
-    std::string s = functor_head(type, w);
+    std::string s = functor_head(functor, w);
     s += fmt::format("  static constexpr int COLUMN_FLOATS = {};\n", cols.size());
     s += fmt::format("  struct Column {{\n{}  }};\n", fields);
     s += fmt::format(
@@ -169,46 +237,66 @@ private:
         "{}{}const float {} = acc;\n{}{}return {};\n  }}\n}};\n",
         copy_in, kIndent, w.var(k.anchor), w.element_statements(kIndent, {k.anchor}), kIndent,
         w.var(out));
-    std::string stats =
-        k.stats_of >= 0 ? fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of)) : "nullptr, nullptr";
-    std::string m = KernelWriter::extent(launch.rows), n = KernelWriter::extent(launch.cols),
-                inner = KernelWriter::extent(launch.inner);
     LaunchGeometry &geo = launch.geometry;
     geo.rows = launch.rows;
     geo.cols = launch.cols;
     if (use_sm90(mm)) {
       const int floats = static_cast<int>(cols.size());
-      if (math_ == GemmMath::Tf32)
-        return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>(
-                       k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>", floats, a, b,
-                       out, type, stats);
-      return s + sm90_gemm<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>(
-                     k, w, launch, "kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>", floats, a, b,
-                     out, type, stats);
+      using kf::sm90::Operand;
+      if (math_ == GemmMath::Tf32x3 && g_[a].type.dtype == DType::F32) {
+        launch.config = "3xtf32 128 x 128 tile, 1 block per SM: its small parts take the shared "
+                        "memory of a second block";
+        return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32x3, 128>>(k, w, launch, "Tf32x3", floats, a,
+                                                                 b, out, functor);
+      }
+      switch (g_[a].type.dtype) {
+      case DType::BF16:
+        return s + sm90_by_width<Operand::Bf16>(k, w, launch, "Bf16", floats, a, b, out, functor);
+      case DType::F16:
+        return s + sm90_by_width<Operand::F16>(k, w, launch, "F16", floats, a, b, out, functor);
+      case DType::F32:
+        break;
+      }
+      return s + sm90_by_width<Operand::Tf32>(k, w, launch, "Tf32", floats, a, b, out, functor);
     }
-    bool simt = math_ == GemmMath::Fp32;
-    int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
-    geo.grid = LaunchGeometry::Grid::Tiles2D;
-    geo.tile_rows = simt ? kf::GEMM_BM : kf::GEMM_TC_BM;
-    geo.tile_cols = simt ? kf::GEMM_BN : kf::gemm_tc_bn(precision);
-    geo.block_threads = simt ? kf::GEMM_THREADS : kf::GEMM_TC_THREADS;
-    geo.smem_bytes = simt ? kf::gemm_smem_bytes : kf::gemm_tc_smem_bytes(precision);
-    if (k.stats_of >= 0)
-      partial_rows_[k.stats_of] = geo.tile_rows;
-    includes_.insert(simt ? "gemm_simt.cuh" : "gemm_tc.cuh");
-    std::string mainloop =
-        simt ? fmt::format("gemm_simt<{}>", trans_b ? "true" : "false")
-             : fmt::format("gemm_tc<{}, {}>", trans_b ? "true" : "false", precision);
-    s += fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__(kf::{2}THREADS, kf::{2}MIN_BLOCKS)\n"
-        "{0}({1}) {{\n"
-        "  const {3} epi{4};\n"
-        "  kf::{5}(kf::GemmShape{{{6}, {7}, {8}}}, {9}, {10}, {11}, {12}, {13}, {14}, epi, "
-        "{15});\n}}\n",
-        k.name, w.param_list(), simt ? "GEMM_" : "GEMM_TC_", type, w.member_initializer(), mainloop,
-        m, n, inner, w.ptr(a), inner, w.ptr(b), KernelWriter::extent(g_[b].type.shape[1]),
-        w.ptr(out), n, stats);
-    return s;
+    // The cp.async mainloops: a grid of one block per tile.
+    geo.grid = LaunchGeometry::Grid::Tiles;
+    const std::string operands = fmt::format("(shape, scheduler, {}, {}, {}, {}, epilogue)",
+                                             w.ptr(a), KernelWriter::extent(launch.inner), w.ptr(b),
+                                             KernelWriter::extent(g_[b].type.shape[1]));
+    const char *tb = trans_b ? "true" : "false";
+    if (math_ == GemmMath::Fp32) {
+      geo.block_threads = kf::GEMM_THREADS;
+      geo.smem_bytes = kf::gemm_smem_bytes;
+      includes_.insert("gemm_simt.cuh");
+      launch.config = fmt::format("fp32 SIMT {} x {} tile, the SIMT GEMM's one configuration",
+                                  kf::GEMM_BM, kf::GEMM_BN);
+      return s + gemm_entry<kf::TileScheduler<kf::GEMM_BM, kf::GEMM_BN, kf::GEMM_GROUP_M>>(
+                     k, w, launch, functor, out,
+                     "extern \"C\" __global__ void __launch_bounds__(kf::GEMM_THREADS, "
+                     "kf::GEMM_MIN_BLOCKS)",
+                     "", fmt::format("kf::gemm_simt<{}>{}", tb, operands));
+    }
+    const int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
+    geo.block_threads = kf::GEMM_TC_THREADS;
+    geo.smem_bytes = kf::gemm_tc_smem_bytes(precision);
+    includes_.insert("gemm_tc.cuh");
+    launch.config = fmt::format(
+        "{} mma.sync {} x {} tile, the mma.sync GEMM's one configuration{}",
+        precision == 0 ? "tf32" : "3xtf32", kf::GEMM_TC_BM, kf::gemm_tc_bn(precision),
+        arch_ == "sm_90a"
+            ? " (the Hopper mainloop needs a Linear whose inner extent is a constant multiple of 4)"
+            : "");
+    const std::string head = "extern \"C\" __global__ void "
+                             "__launch_bounds__(kf::GEMM_TC_THREADS, kf::GEMM_TC_MIN_BLOCKS)";
+    const std::string call = fmt::format("kf::gemm_tc<{}, {}>{}", tb, precision, operands);
+    if (precision == 0)
+      return s +
+             gemm_entry<kf::TileScheduler<kf::GEMM_TC_BM, kf::gemm_tc_bn(0), kf::GEMM_TC_GROUP_M>>(
+                 k, w, launch, functor, out, head, "", call);
+    return s +
+           gemm_entry<kf::TileScheduler<kf::GEMM_TC_BM, kf::gemm_tc_bn(1), kf::GEMM_TC_GROUP_M>>(
+               k, w, launch, functor, out, head, "", call);
   }
 
   // A row kernel: a block per row of the stored matrix rows_of, one pass over the row per row
@@ -222,8 +310,7 @@ private:
     bool resident = false;
     for (ValueId st : k.row_stages) {
       const Value &op = g_[st];
-      OpClass cls = op_info(op.op).cls;
-      resident = resident || cls == OpClass::Row || cls == OpClass::RowNorm;
+      resident = resident || keeps_resident_row(op.op);
       if (!op.attrs.count("dim"))
         continue;
       int rank = g_[op.args[0]].type.rank();
@@ -241,7 +328,7 @@ private:
     geo.grid = LaunchGeometry::Grid::Tiles; // a block per row
     geo.rows = launch.rows;
     geo.block_threads = threads;
-    if (resident) { // reductions and elementwise passes read the row and keep nothing
+    if (resident) { // reductions, pools and elementwise passes read the row and keep nothing
       geo.row_length = launch.cols;
       geo.row_bytes_cap = kf::ROW_SMEM_CAP_BYTES;
     }
@@ -251,20 +338,29 @@ private:
     body += "  const int row = blockIdx.x;\n";
     std::vector<ValueId> row_values; // per-row results so far, in registers
     std::set<ValueId> in_entry;      // values the entry point has computed
+    bool smem_filled = false;        // an earlier pass left its row in shared memory
     for (size_t i = 0; i < k.row_stages.size(); ++i) {
       const ValueId st = k.row_stages[i];
       const Value &op = g_[st];
       const OpClass cls = op_info(op.op).cls;
       const bool stored = std::count(k.stores.begin(), k.stores.end(), st) != 0;
-      const bool row_op = cls == OpClass::Row || cls == OpClass::RowNorm || cls == OpClass::Reduce;
-      if (!row_op && op.type != t) { // row_result: from this row's results only
+      const bool row_op = cls == OpClass::Row || cls == OpClass::RowNorm ||
+                          cls == OpClass::Reduce || cls == OpClass::Pool;
+      if (!row_op && op.type.shape != t.shape) { // row_result: from this row's results only
         std::set<ValueId> given(row_values.begin(), row_values.end());
         given.insert(in_entry.begin(), in_entry.end());
         body += w.tree_statements("  ", st, given);
-        body += fmt::format("  if (threadIdx.x == 0)\n    {}[row] = {};\n", w.ptr(st), w.var(st));
+        body += fmt::format("  if (threadIdx.x == 0)\n    {};\n", w.store(st, "row", w.var(st)));
         collect_tree(k, st, given, in_entry);
         row_values.push_back(st);
         continue;
+      }
+      // A second pass that fills shared memory waits for every thread to be done with the
+      // first one's row: row_group_norm reads elements other threads loaded.
+      if (keeps_resident_row(op.op)) {
+        if (smem_filled)
+          body += "  __syncthreads();\n";
+        smem_filled = true;
       }
       // The functor of this pass: the stage's input (a row op's argument, or the elementwise
       // value itself) from the loaded element.
@@ -282,30 +378,39 @@ private:
                           "{{\n{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
                           type, members, kIndent, w.var(k.rows_of),
                           w.tree_statements(kIndent, input, given), kIndent, w.var(input));
-      const std::string pre = type + w.member_initializer(init);
+      const std::string pre = type + w.member_initializer(init), dst = w.ptr(st);
       switch (cls) {
       case OpClass::Row:
         includes_.insert("row_softmax.cuh");
         body += fmt::format("  kf::row_softmax<{}, {}>(row, {}, {}, {}, {}, {}, {}, smem, "
                             "smem_floats);\n",
-                            threads, op.op == OpKind::LogSoftmax ? "true" : "false", n, src, n,
-                            w.ptr(st), n, pre);
+                            threads, op.op == OpKind::LogSoftmax ? "true" : "false", n, src, n, dst,
+                            n, pre);
         break;
       case OpClass::RowNorm: {
-        includes_.insert("row_norm.cuh");
         std::string affine = "y";
         if (op.args.size() > 1)
-          affine += fmt::format(" * {}[col]", w.ptr(op.args[1]));
+          affine += " * " + w.load(op.args[1], "col");
         if (op.args.size() > 2)
-          affine += fmt::format(" + {}[col]", w.ptr(op.args[2]));
+          affine += " + " + w.load(op.args[2], "col");
         defs += fmt::format("struct {0}_affine {{\n{1}  __device__ float operator()(int col, "
                             "float y) const {{ return {2}; }}\n}};\n",
                             type, w.member_declarations("  "), affine);
-        body +=
-            fmt::format("  kf::row_norm<{}, {}>(row, {}, {}, {}, {}, {}, {}, {}, {}_affine{}, "
-                        "smem, smem_floats);\n",
-                        threads, op.op == OpKind::RmsNorm ? "true" : "false", n, src, n, w.ptr(st),
-                        n, float_literal(op.attr("eps")), pre, type, w.member_initializer());
+        const std::string post = type + "_affine" + w.member_initializer(),
+                          eps = float_literal(op.attr("eps"));
+        if (op.op == OpKind::GroupNorm) {
+          includes_.insert("row_group_norm.cuh");
+          body += fmt::format("  kf::row_group_norm<{}>(row, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+                              "smem, smem_floats);\n",
+                              threads, n, static_cast<int64_t>(op.attr("groups")), src, n, dst, n,
+                              eps, pre, post);
+          break;
+        }
+        includes_.insert("row_norm.cuh");
+        body += fmt::format("  kf::row_norm<{}, {}>(row, {}, {}, {}, {}, {}, {}, {}, {}, smem, "
+                            "smem_floats);\n",
+                            threads, op.op == OpKind::RmsNorm ? "true" : "false", n, src, n, dst, n,
+                            eps, pre, post);
         break;
       }
       case OpClass::Reduce: {
@@ -316,10 +421,17 @@ private:
                             w.var(st), threads, op_info(op.op).reducer, n, src, n,
                             float_literal(correction), pre);
         if (stored)
-          body += fmt::format("  if (threadIdx.x == 0)\n    {}[row] = {};\n", w.ptr(st), w.var(st));
+          body += fmt::format("  if (threadIdx.x == 0)\n    {};\n", w.store(st, "row", w.var(st)));
         row_values.push_back(st);
         break;
       }
+      case OpClass::Pool:
+        includes_.insert("row_pool.cuh");
+        body += fmt::format(
+            "  kf::row_pool<{}, kf::Reduce::{}>(row, {}, {}, {}, {}, {}, {}, {});\n", threads,
+            op_info(op.op).reducer, src, n, dst, KernelWriter::extent(op.type.shape.back()),
+            static_cast<int64_t>(op.attr("kernel_size")), pool_stride(op.attrs), pre);
+        break;
       case OpClass::Gemm:
       case OpClass::Norm:
       case OpClass::Binary:
@@ -329,7 +441,7 @@ private:
       case OpClass::Constant:
         includes_.insert("row_map.cuh");
         body += fmt::format("  kf::row_map<{}>(row, {}, {}, {}, {}, {}, {});\n", threads, n, src, n,
-                            w.ptr(st), n, pre);
+                            dst, n, pre);
         break;
       case OpClass::Effect:
         throw CodegenError(
@@ -374,9 +486,9 @@ private:
                                       : std::string(t.shape[0] == Dim::constant(1) ? "0" : "col");
     std::string s = functor_head(type, w);
     s += fmt::format(
-        "  __device__ void operator()(int row, int col) const {{\n{}{}{}{}[{}] = {};\n  }}\n}};\n",
-        w.column_statements(kIndent), w.element_statements(kIndent, {}), kIndent, w.ptr(out), index,
-        w.var(out));
+        "  __device__ void operator()(int row, int col) const {{\n{}{}{}{};\n  }}\n}};\n",
+        w.column_statements(kIndent), w.element_statements(kIndent, {}), kIndent,
+        w.store(out, index, w.var(out)));
     s += fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)\n{}({}) {{\n"
         "  {} f{};\n  kf::for_each_element({}, {}, f);\n}}\n",
@@ -453,22 +565,26 @@ private:
       auto at = [&](ValueId v) {
         return std::count(k.computes.begin(), k.computes.end(), v)
                    ? w.var(v)
-                   : fmt::format("{}[{}]", w.ptr(v),
-                                 g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col");
+                   : w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col");
       };
-      s += fmt::format("{0}{{ // bn_update: running stats with momentum, unbiased variance\n"
-                       "{0}  const float momentum = {1};\n{0}  const float count = {2};\n"
-                       "{0}  {3}[col] = (1.0f - momentum) * {3}[col] + momentum * {5};\n"
-                       "{0}  {4}[col] = (1.0f - momentum) * {4}[col] + momentum * {6} * count / "
-                       "(count - 1.0f);\n"
-                       "{0}}}\n",
-                       in, float_literal(e.attr("momentum")), cnt, w.ptr(e.args[0]),
-                       w.ptr(e.args[1]), at(e.args[2]), at(e.args[3]));
+      // Computed in fp32 from the statistics, rounded once to each state's type.
+      ValueId rm = e.args[0], rv = e.args[1];
+      s += fmt::format(
+          "{0}{{ // bn_update: running stats with momentum, unbiased variance\n"
+          "{0}  const float momentum = {1};\n{0}  const float count = {2};\n"
+          "{0}  {3};\n{0}  {4};\n{0}}}\n",
+          in, float_literal(e.attr("momentum")), cnt,
+          w.store(rm, "col",
+                  fmt::format("(1.0f - momentum) * {} + momentum * {}", w.load(rm, "col"),
+                              at(e.args[2]))),
+          w.store(rv, "col",
+                  fmt::format("(1.0f - momentum) * {} + momentum * {} * count / (count - 1.0f)",
+                              w.load(rv, "col"), at(e.args[3]))));
     }
     for (ValueId v : k.stores) {
       bool scalar = g_[v].type.shape[0] == Dim::constant(1);
-      s += fmt::format("{}{}{}[{}] = {};\n", in, scalar ? "if (col == 0)\n    " : "", w.ptr(v),
-                       scalar ? "0" : "col", w.var(v));
+      s += fmt::format("{}{}{};\n", in, scalar ? "if (col == 0)\n    " : "",
+                       w.store(v, scalar ? "0" : "col", w.var(v)));
     }
     return s + "}\n";
   }
@@ -478,7 +594,7 @@ private:
   std::vector<std::string> names_;
   GemmMath math_;
   std::string arch_;
-  std::set<std::string> includes_ = {"math.cuh"};
+  std::set<std::string> includes_ = {"dtype.cuh", "math.cuh"};
   std::map<ValueId, int> partial_rows_; // stats_of value -> rows per partial tile of its producer
 };
 

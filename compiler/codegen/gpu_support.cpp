@@ -8,21 +8,39 @@ namespace kfuse::codegen {
 
 using namespace ir;
 
-std::optional<GpuUnsupported> gpu_unsupported(const Graph &g) {
-  std::vector<std::string> names = printed_names(g);
+std::optional<std::string> half_gemm_unsupported(const Graph &g, const Value &mm,
+                                                 const std::string &arch) {
+  const TensorType &a = g[mm.args[0]].type;
+  std::string_view name = op_info(mm.op).name, dtype = dtype_name(a.dtype);
+  if (mm.op != OpKind::Linear)
+    return fmt::format("{} of {} operands is not supported on the GPU: the Hopper GEMM that "
+                       "multiplies {} takes linear's [out, in] weight (write linear(x, W) with "
+                       "W transposed)",
+                       name, dtype, dtype);
+  const Dim &k = a.shape[1];
+  if (k.is_symbolic() || k.value % 8 != 0)
+    return fmt::format("linear of {} operands runs on the Hopper GEMM, which needs the inner "
+                       "dim a constant multiple of 8 (16-byte rows for TMA); got {}",
+                       dtype, a.str());
+  if (!arch.empty() && arch != "sm_90a")
+    return fmt::format("linear of {} operands runs on the Hopper GEMM, which needs --arch "
+                       "sm_90a; got {}",
+                       dtype, arch);
+  return std::nullopt;
+}
+
+std::optional<GpuUnsupported> gpu_unsupported(const Graph &g, const std::string &arch) {
   for (size_t i = 0; i < g.values.size(); ++i) {
     const Value &v = g.values[i];
     ValueId id = static_cast<ValueId>(i);
-    // Ops take the element type of their arguments, so the first non-f32 value is a
-    // declaration or a constant: the place to change.
-    if (!v.is_effect() && v.type.dtype != DType::F32)
-      return GpuUnsupported{
-          id,
-          fmt::format("{} '{}' is {}; the GPU code generator supports f32 tensors only",
-                      v.is_op() ? "the value" : value_kind_name(v.kind), names[i], v.type.str())};
-    if (!v.is_op() || !v.attrs.count("dim"))
+    if (!v.is_op())
       continue;
     OpClass cls = op_info(v.op).cls;
+    if (cls == OpClass::Gemm && g[v.args[0]].type.dtype != DType::F32)
+      if (auto why = half_gemm_unsupported(g, v, arch))
+        return GpuUnsupported{id, *why};
+    if (!v.attrs.count("dim"))
+      continue;
     int rank = g[v.args[0]].type.rank();
     double d = v.attr("dim");
     if ((cls == OpClass::Row || cls == OpClass::Reduce) && !(d == -1 || d == rank - 1))

@@ -1,8 +1,11 @@
 // What the GPU path runs: every op the interpreter runs, except the cases below, which
 // `kfuse check` and lower() report at their source location before planning (so a file that
 // checks also emits):
-//   - tensors that are not f32 (the templates load and store float);
-//   - softmax / log_softmax and reductions along any axis but the last (row kernels only).
+//   - softmax / log_softmax and reductions along any axis but the last (row kernels only);
+//   - GEMMs of bf16/f16 operands that the Hopper mainloop (gemm_sm90.cuh, the only one taking
+//     2-byte operands) cannot run: matmul (its weight is not K-major), an inner dim that is
+//     not a constant multiple of 8 (TMA row strides are multiples of 16 bytes), or a target
+//     other than sm_90a.
 #pragma once
 
 #include "compiler/ir/graph.h"
@@ -17,6 +20,12 @@ struct GpuUnsupported {
   std::string message;
 };
 
-std::optional<GpuUnsupported> gpu_unsupported(const ir::Graph &g);
+// `arch`: the NVRTC target, or empty when not known yet (`kfuse check`): the target is then
+// not checked.
+std::optional<GpuUnsupported> gpu_unsupported(const ir::Graph &g, const std::string &arch = {});
+
+// Why GEMM `mm` of bf16/f16 operands cannot run for `arch` (empty: any), or nullopt.
+std::optional<std::string> half_gemm_unsupported(const ir::Graph &g, const ir::Value &mm,
+                                                 const std::string &arch);
 
 } // namespace kfuse::codegen

@@ -16,6 +16,23 @@ std::string float_literal(double v) {
   return "float(" + format_number(v) + ")";
 }
 
+bool keeps_resident_row(OpKind op) {
+  OpClass c = op_info(op).cls;
+  return c == OpClass::Row || c == OpClass::RowNorm;
+}
+
+std::string cuda_type(DType t) {
+  switch (t) {
+  case DType::F32:
+    return "float";
+  case DType::BF16:
+    return "kf::bf16";
+  case DType::F16:
+    return "kf::f16";
+  }
+  throw CodegenError("internal error: an element type with no CUDA type");
+}
+
 KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
                            const std::vector<std::string> &names)
     : p_(p), k_(k), g_(p.graph), names_(names) {
@@ -23,32 +40,35 @@ KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
   for (ValueId s : k.stores)
     if (!std::count(buffers.begin(), buffers.end(), s))
       buffers.push_back(s);
-  for (ValueId b : buffers) {
-    if (g_[b].type.dtype != DType::F32)
-      throw CodegenError(fmt::format("pipeline '{}': tensor '{}' is {}; the GPU code generator "
-                                     "supports f32 tensors only",
-                                     g_.name, names_[static_cast<size_t>(b)], g_[b].type.str()));
+  for (ValueId b : buffers)
     params_.push_back({LaunchParam::Kind::Buffer, b, {}});
-  }
   if (k.stats_of >= 0) {
     params_.push_back({LaunchParam::Kind::PartialMean, k.stats_of, {}});
     params_.push_back({LaunchParam::Kind::PartialM2, k.stats_of, {}});
   }
   for (const std::string &d : g_.dims)
     params_.push_back({LaunchParam::Kind::Dim, -1, d});
-  // Row kernels with a softmax or norm pass keep a resident row in shared memory; reductions
-  // and elementwise passes read the row and keep nothing.
-  bool resident = false;
-  for (ValueId s : k.row_stages) {
-    OpClass c = op_info(g_[s].op).cls;
-    resident = resident || c == OpClass::Row || c == OpClass::RowNorm;
-  }
-  if (resident)
+  // Row kernels with a softmax or normalization pass keep a resident row in shared memory.
+  if (std::any_of(k.row_stages.begin(), k.row_stages.end(),
+                  [&](ValueId st) { return keeps_resident_row(g_[st].op); }))
     params_.push_back({LaunchParam::Kind::SmemFloats, -1, {}});
 }
 
 std::string KernelWriter::var(ValueId v) const { return "v_" + names_.at(static_cast<size_t>(v)); }
 std::string KernelWriter::ptr(ValueId v) const { return "p_" + names_.at(static_cast<size_t>(v)); }
+
+std::string KernelWriter::element_type(ValueId v) const {
+  return cuda_type(plan::buffer_type(p_, v).dtype);
+}
+
+std::string KernelWriter::load(ValueId v, const std::string &index) const {
+  return fmt::format("kf::load({} + {})", ptr(v), index);
+}
+
+std::string KernelWriter::store(ValueId v, const std::string &index,
+                                const std::string &value) const {
+  return fmt::format("kf::store({} + {}, {})", ptr(v), index, value);
+}
 
 std::string KernelWriter::extent(const Dim &d) {
   return d.is_symbolic() ? dim_var(d.sym) : fmt::format("{}", d.value);
@@ -73,13 +93,12 @@ std::string KernelWriter::operand(ValueId v, bool element, const std::set<ValueI
   const TensorType &t = g_[v].type;
   const Dim one = Dim::constant(1);
   if (t.rank() == 1)
-    return fmt::format("{}[{}]", ptr(v), t.shape[0] == one ? "0" : "col");
+    return load(v, t.shape[0] == one ? "0" : "col");
   if (!element)
     throw CodegenError(fmt::format("internal error: kernel {} reads matrix '{}' per column",
                                    k_.name, names_[static_cast<size_t>(v)]));
-  return fmt::format("{}[static_cast<size_t>({}) * {} + {}]", ptr(v),
-                     t.shape[0] == one ? "0" : "row", extent(t.shape[1]),
-                     t.shape[1] == one ? "0" : "col");
+  return load(v, fmt::format("static_cast<size_t>({}) * {} + {}", t.shape[0] == one ? "0" : "row",
+                             extent(t.shape[1]), t.shape[1] == one ? "0" : "col"));
 }
 
 // An attribute in a CUDA expression: a float literal, a choice's word, or a clamp bound
@@ -184,8 +203,8 @@ std::string KernelWriter::param_list() const {
   for (const LaunchParam &lp : params_) {
     switch (lp.kind) {
     case LaunchParam::Kind::Buffer:
-      parts.push_back(
-          fmt::format("{}float *__restrict__ {}", writes(lp.value) ? "" : "const ", ptr(lp.value)));
+      parts.push_back(fmt::format("{}{} *__restrict__ {}", writes(lp.value) ? "" : "const ",
+                                  element_type(lp.value), ptr(lp.value)));
       break;
     case LaunchParam::Kind::PartialMean:
       parts.push_back(fmt::format("float *__restrict__ {}_pmean", ptr(lp.value)));
@@ -215,7 +234,8 @@ std::string KernelWriter::member_declarations(const std::string &indent) const {
   std::string s;
   for (const LaunchParam &lp : params_) {
     if (lp.kind == LaunchParam::Kind::Buffer)
-      s += fmt::format("{}{}float *{};\n", indent, writes(lp.value) ? "" : "const ", ptr(lp.value));
+      s += fmt::format("{}{}{} *{};\n", indent, writes(lp.value) ? "" : "const ",
+                       element_type(lp.value), ptr(lp.value));
     else if (lp.kind == LaunchParam::Kind::Dim)
       s += fmt::format("{}int {};\n", indent, dim_var(lp.dim));
   }

@@ -17,6 +17,11 @@ public:
   // Identifiers: the register value of v, the buffer of v, a dim.
   std::string var(ir::ValueId v) const;
   std::string ptr(ir::ValueId v) const;
+  // The element type of v's buffer in CUDA (dtype.cuh): float, kf::bf16 or kf::f16.
+  std::string element_type(ir::ValueId v) const;
+  // v's element `index` (a C++ expression) loaded as float, or `value` stored into it.
+  std::string load(ir::ValueId v, const std::string &index) const;
+  std::string store(ir::ValueId v, const std::string &index, const std::string &value) const;
   static std::string dim_var(const std::string &dim) { return "d_" + dim; }
   // A dim as a C++ expression (its parameter, or the constant).
   static std::string extent(const ir::Dim &d);
@@ -57,7 +62,14 @@ private:
   std::vector<LaunchParam> params_;
 };
 
+// Whether a row pass of `op` keeps its row resident in shared memory (softmax and the
+// normalizations); reductions, pools and elementwise passes read each element where they use
+// it and keep none.
+bool keeps_resident_row(ir::OpKind op);
+
 // A double as a C++ float expression.
 std::string float_literal(double v);
+// The CUDA type of an element type (dtype.cuh).
+std::string cuda_type(ir::DType t);
 
 } // namespace kfuse::codegen

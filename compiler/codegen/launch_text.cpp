@@ -42,9 +42,9 @@ std::string param_text(const LaunchParam &p, const std::vector<std::string> &nam
   case LaunchParam::Kind::SmemFloats:
     return "resident row floats";
   case LaunchParam::Kind::TensorMap:
-    return fmt::format("tensor map of {} ({} x {}, box {} x {}, {}-byte elements, 128B swizzle)",
+    return fmt::format("tensor map of {} ({} x {}, box {} x {}, {} elements, 128B swizzle)",
                        name(p.value), dim_text(p.map.rows), dim_text(p.map.inner), p.map.box_rows,
-                       p.map.box_inner, p.map.element_bytes);
+                       p.map.box_inner, ir::dtype_name(p.map.element));
   }
   return {};
 }
@@ -62,6 +62,8 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
       s += fmt::format(" + a resident row of {} floats when it fits in {} B",
                        dim_text(g.row_length), g.row_bytes_cap);
     s += fmt::format("; cluster {}\n", g.cluster);
+    if (!l.config.empty())
+      s += "  config: " + l.config + "\n";
     for (const LaunchParam &p : l.params)
       s += "  " + param_text(p, names) + "\n";
   }

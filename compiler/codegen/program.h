@@ -28,12 +28,12 @@ struct CodegenError : kfuse::Error {
 enum class GemmMath : uint8_t { Fp32, Tf32, Tf32x3 };
 
 // A 2-D TMA descriptor the launcher encodes for a kernel parameter: the matrix `value` of
-// `rows` x `inner` elements, row-major with no padding, read in boxes of box_rows x box_inner
-// elements with the 128-byte swizzle.
+// `rows` x `inner` elements of type `element`, row-major with no padding, read in boxes of
+// box_rows x box_inner elements with the 128-byte swizzle.
 struct TensorMapSpec {
   ir::Dim rows, inner;
   int box_rows = 0, box_inner = 0;
-  int element_bytes = 4;
+  ir::DType element = ir::DType::F32;
 };
 
 // One kernel argument, in entry-point order.
@@ -84,6 +84,7 @@ struct KernelLaunch {
   LaunchGeometry geometry;
   // GEMM kernels: m x n x inner, for the benchmark's GEMM override.
   ir::Dim rows, cols, inner;
+  std::string config; // GEMM kernels: the tile configuration chosen and why
   std::vector<LaunchParam> params;
 };
 

@@ -1,6 +1,10 @@
 #include "compiler/ir/infer.h"
 
+#include "compiler/ir/printer.h"
+
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace kfuse::ir {
 namespace {
@@ -12,11 +16,28 @@ void expect_rank(const OpInfo &op, const std::vector<TensorType> &args, int i, i
         i, fmt::format("{} expects {} of rank {}, got {}", op.name, what, rank, args[i].str()));
 }
 
-void expect_dtype(const OpInfo &op, const std::vector<TensorType> &args) {
+// Every argument has the input's element type (a GEMM's operands and bias, as PyTorch's
+// linear and matmul require).
+void expect_same_dtype(const OpInfo &op, const std::vector<TensorType> &args) {
   for (size_t i = 1; i < args.size(); ++i)
     if (args[i].dtype != args[0].dtype)
       throw TypeError(static_cast<int>(i), fmt::format("type mismatch in {}: {} and {}", op.name,
                                                        args[0].str(), args[i].str()));
+}
+
+// A normalization's parameters and statistics have the input's element type or are f32, as
+// PyTorch's mixed precision keeps them for bf16/f16 activations.
+void expect_param_dtype(const OpInfo &op, const std::vector<TensorType> &args, int i,
+                        std::string_view what) {
+  DType dt = args[i].dtype, x = args[0].dtype;
+  if (dt == x || dt == DType::F32)
+    return;
+  if (x == DType::F32)
+    throw TypeError(i, fmt::format("type mismatch in {}: {} must be f32 as the input {}, got {}",
+                                   op.name, what, args[0].str(), args[i].str()));
+  throw TypeError(i,
+                  fmt::format("type mismatch in {}: {} must be {} (as the input {}) or f32, got {}",
+                              op.name, what, dtype_name(x), args[0].str(), args[i].str()));
 }
 
 // Both extents must be the same constant or the same symbolic dim.
@@ -49,6 +70,29 @@ size_t axis_of(const OpInfo &op, const TensorType &x,
 }
 
 } // namespace
+
+std::optional<std::string> group_size_problem(const OpInfo &op,
+                                              const std::map<std::string, AttrValue> &attrs,
+                                              int64_t features) {
+  double groups = attrs.at("groups").number;
+  if (groups < 1 || std::fmod(static_cast<double>(features), groups) == 0)
+    return std::nullopt;
+  return fmt::format("{}: groups={} does not divide the {} features", op.name,
+                     format_number(groups), features);
+}
+
+int64_t pool_stride(const std::map<std::string, AttrValue> &attrs) {
+  double s = attrs.at("stride").number;
+  return static_cast<int64_t>(std::isfinite(s) ? s : attrs.at("kernel_size").number);
+}
+
+int64_t pool_width(const std::map<std::string, AttrValue> &attrs, int64_t features) {
+  auto k = static_cast<int64_t>(attrs.at("kernel_size").number);
+  int64_t s = pool_stride(attrs);
+  if (k < 1 || s < 1 || k > features) // the op's rule reports the first two
+    return 0;
+  return (features - k) / s + 1;
+}
 
 std::optional<std::vector<Dim>> broadcast(const std::vector<Dim> &a, const std::vector<Dim> &b) {
   size_t n = std::max(a.size(), b.size());
@@ -85,13 +129,13 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
       throw TypeError(-1, fmt::format("constant: '{}' is not a type", attrs.at("dtype").dim));
     return {*dt, {Dim::constant(1)}};
   }
-  expect_dtype(op, args);
   DType dt = args[0].dtype;
 
   switch (op.cls) {
   case OpClass::Gemm: {
     expect_rank(op, args, 0, 2, "its input");
     expect_rank(op, args, 1, 2, "its weight");
+    expect_same_dtype(op, args);
     bool linear = kind == OpKind::Linear;
     // linear: weight is [out, in]; matmul: b is [in, out].
     const Dim &k = linear ? args[1].shape[1] : args[1].shape[0];
@@ -109,8 +153,10 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     const Dim &c = args[0].shape[1];
     static const char *names3[] = {"", "running_mean", "running_var"};
     static const char *names5[] = {"", "weight", "bias", "running_mean", "running_var"};
-    for (int i = 1; i < n; ++i)
+    for (int i = 1; i < n; ++i) {
       expect_feature_vector(op, args, i, c, n == 3 ? names3[i] : names5[i]);
+      expect_param_dtype(op, args, i, n == 3 ? names3[i] : names5[i]);
+    }
     return args[0];
   }
   case OpClass::Binary: {
@@ -118,7 +164,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     if (!shape)
       throw TypeError(1, fmt::format("shape mismatch in {}: {} and {} do not broadcast", op.name,
                                      args[0].str(), args[1].str()));
-    return {dt, *shape};
+    return {promote(dt, args[1].dtype), *shape};
   }
   case OpClass::Unary:
     return args[0];
@@ -128,8 +174,14 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
   case OpClass::RowNorm: {
     const Dim &f = args[0].shape.back();
     static const char *names[] = {"", "weight", "bias"};
-    for (int i = 1; i < n; ++i)
+    for (int i = 1; i < n; ++i) {
       expect_feature_vector(op, args, i, f, names[i]);
+      expect_param_dtype(op, args, i, names[i]);
+    }
+    // A symbolic F is checked once bound (group_size_problem); groups < 1 is the rule's.
+    if (attrs.count("groups") && !f.is_symbolic())
+      if (auto problem = group_size_problem(op, attrs, f.value))
+        throw TypeError(-1, *problem);
     return args[0];
   }
   case OpClass::Reduce: {
@@ -147,10 +199,26 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
       shape.erase(shape.begin() + static_cast<std::ptrdiff_t>(axis));
     return {dt, shape};
   }
-  case OpClass::ColReduce:
+  case OpClass::Pool: {
+    // A window count has no dim name: the feature count must be a number.
+    const Dim &f = args[0].shape.back();
+    if (f.is_symbolic())
+      throw TypeError(0, fmt::format("{} needs a constant feature count, got {}: the output width "
+                                     "(F - kernel_size) / stride + 1 would have no dim name",
+                                     op.name, args[0].str()));
+    if (auto problem = op.rule(attrs)) // before the width, which assumes a valid window
+      throw TypeError(-1, *problem);
+    std::vector<Dim> shape = args[0].shape;
+    shape.back() = Dim::constant(pool_width(attrs, f.value));
+    if (shape.back().value < 1)
+      throw TypeError(-1, fmt::format("{}: kernel_size={} is wider than the {} features", op.name,
+                                      format_number(attrs.at("kernel_size").number), f.value));
+    return {dt, shape};
+  }
+  case OpClass::ColReduce: // statistics are held in fp32 whatever the matrix's type
     expect_rank(op, args, 0, 2, "its input");
-    return {dt, {args[0].shape[1]}};
-  case OpClass::ColAffine: {
+    return {DType::F32, {args[0].shape[1]}};
+  case OpClass::ColAffine: { // alpha and beta of any type, the result in the matrix's
     expect_rank(op, args, 0, 2, "its input");
     for (int i = 1; i < 3; ++i)
       if (!(args[i].rank() == 1 &&
@@ -160,7 +228,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
                            i == 1 ? "alpha" : "beta", args[0].shape[1].str(), args[i].str()));
     return args[0];
   }
-  case OpClass::Effect: {
+  case OpClass::Effect: { // each state is updated in its own type from fp32 statistics
     expect_rank(op, args, 0, 1, "running_mean");
     for (int i = 1; i < n; ++i)
       expect_feature_vector(op, args, i, args[0].shape[0], i == 1 ? "running_var" : "a statistic");

@@ -187,34 +187,58 @@ HostTensor reduction(const Value &v, const HostTensor &x, int dim, std::vector<i
   return out;
 }
 
-// layernorm / rmsnorm over the last axis, as F.layer_norm (biased variance, two passes) and
-// F.rms_norm compute them, then the optional per-feature weight and bias.
-HostTensor row_norm(const Value &v, const std::vector<const HostTensor *> &args) {
+// layernorm / rmsnorm / groupnorm / instancenorm over the last axis, as F.layer_norm,
+// F.rms_norm, F.group_norm and F.instance_norm compute them (biased variance, two passes) over
+// each of a row's groups (one, but for groupnorm), then the optional per-feature weight and bias.
+HostTensor row_norm(const Graph &g, ValueId id, const std::vector<const HostTensor *> &args) {
+  const Value &v = g[id];
   const HostTensor &x = *args[0];
   int64_t f = x.shape.back(), rows = x.numel() / f;
+  if (v.op == OpKind::GroupNorm)
+    if (auto problem = group_size_problem(op_info(v.op), v.attrs, f))
+      throw InterpretError(fmt::format("{}: {}", describe(g, id), *problem));
+  int64_t groups = v.op == OpKind::GroupNorm ? static_cast<int64_t>(v.attr("groups")) : 1;
+  int64_t size = f / groups;
   double eps = v.attr("eps");
-  bool layer = v.op == OpKind::LayerNorm;
+  bool centered = v.op != OpKind::RmsNorm;
   HostTensor out = zeros(x.shape);
-  for (int64_t r = 0; r < rows; ++r) {
-    const double *row = &x.data[r * f];
-    double mean = 0, m2 = 0;
-    if (layer) {
-      for (int64_t j = 0; j < f; ++j)
-        mean += row[j];
-      mean /= static_cast<double>(f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t first = r * f; first < (r + 1) * f; first += size) {
+      const double *group = &x.data[first];
+      double mean = 0, m2 = 0;
+      if (centered) {
+        for (int64_t j = 0; j < size; ++j)
+          mean += group[j];
+        mean /= static_cast<double>(size);
+      }
+      for (int64_t j = 0; j < size; ++j)
+        m2 += (group[j] - mean) * (group[j] - mean);
+      double scale = 1.0 / std::sqrt(m2 / static_cast<double>(size) + eps);
+      for (int64_t j = 0; j < size; ++j) {
+        int64_t col = first - r * f + j;
+        double y = (group[j] - mean) * scale;
+        if (args.size() > 1)
+          y *= args[1]->data[col];
+        if (args.size() > 2)
+          y += args[2]->data[col];
+        out.data[first + j] = y;
+      }
     }
-    for (int64_t j = 0; j < f; ++j)
-      m2 += (row[j] - mean) * (row[j] - mean);
-    double scale = 1.0 / std::sqrt(m2 / static_cast<double>(f) + eps);
-    for (int64_t j = 0; j < f; ++j) {
-      double y = (row[j] - mean) * scale;
-      if (args.size() > 1)
-        y *= args[1]->data[j];
-      if (args.size() > 2)
-        y += args[2]->data[j];
-      out.data[r * f + j] = y;
-    }
-  }
+  return out;
+}
+
+// max_pool1d / avg_pool1d over the last axis: the op's reduction over each window.
+HostTensor pool(const Value &v, const HostTensor &x) {
+  const OpInfo &info = op_info(v.op);
+  std::vector<double> attr = attr_numbers(info, v.attrs);
+  int64_t f = x.shape.back(), rows = x.numel() / f, width = pool_width(v.attrs, f),
+          stride = pool_stride(v.attrs), k = static_cast<int64_t>(v.attr("kernel_size"));
+  std::vector<int64_t> shape = x.shape;
+  shape.back() = width;
+  HostTensor out = zeros(shape);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j)
+      out.data[r * width + j] = info.reduce(&x.data[r * f + j * stride], k, 1, attr.data());
   return out;
 }
 
@@ -346,7 +370,16 @@ void Interpreter::record_update(ValueId op, ValueId state, HostTensor t) {
     throw InterpretError(fmt::format("state '{}' is updated by both {} and {}; a run updates a "
                                      "state at most once",
                                      s.name, describe(g_, it->second), describe(g_, op)));
+  for (double &x : t.data)
+    x = round_to(s.type.dtype, x);
   updates_[s.name] = std::move(t);
+}
+
+HostTensor Interpreter::output(ValueId id) const {
+  HostTensor t = value(id);
+  for (double &x : t.data)
+    x = round_to(g_[id].type.dtype, x);
+  return t;
 }
 
 HostTensor Interpreter::batchnorm(ValueId id) {
@@ -468,7 +501,7 @@ void Interpreter::eval(ValueId id) {
     std::vector<const HostTensor *> args;
     for (size_t i = 0; i < v.args.size(); ++i)
       args.push_back(&arg(i));
-    out = row_norm(v, args);
+    out = row_norm(g_, id, args);
     break;
   }
   case OpClass::Reduce: {
@@ -477,6 +510,9 @@ void Interpreter::eval(ValueId id) {
     out = reduction(v, arg(0), dim < 0 ? dim + rank : dim, concrete_shape(v.type, dims_));
     break;
   }
+  case OpClass::Pool:
+    out = pool(v, arg(0));
+    break;
   case OpClass::ColReduce: {
     ColumnStats stats = column_stats(arg(0));
     out.shape = {arg(0).shape[1]};
@@ -503,7 +539,7 @@ std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &
   in.eval_all();
   std::vector<HostTensor> outputs;
   for (ValueId id : g.outputs)
-    outputs.push_back(in.value(id));
+    outputs.push_back(in.output(id));
   for (const auto &[name, t] : in.state_updates())
     tensors[name] = t;
   return outputs;
@@ -562,6 +598,8 @@ TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed)
         for (double &x : t.data)
           x *= it->second;
     }
+    for (double &x : t.data)
+      x = round_to(v.type.dtype, x);
     tensors[v.name] = std::move(t);
   }
   return tensors;

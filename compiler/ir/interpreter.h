@@ -55,7 +55,9 @@ public:
   void eval_all();
   bool computed(ValueId id) const;
   const HostTensor &value(ValueId id) const; // throws InterpretError if not computed
-  // The state updates made so far, by state name.
+  // An output as a kernel stores it: value(id) rounded once to the output's element type.
+  HostTensor output(ValueId id) const;
+  // The state updates made so far, by state name, each rounded to the state's element type.
   const TensorMap &state_updates() const { return updates_; }
 
 private:
@@ -78,14 +80,15 @@ private:
   std::map<std::string, ValueId> updated_by_; // state name -> the op that updated it
 };
 
-// Runs the whole graph: returns the outputs in order and writes state updates into
-// `tensors`.
+// Runs the whole graph: returns the outputs in order (Interpreter::output) and writes state
+// updates into `tensors`.
 std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &dims,
                                   TensorMap &tensors);
 
 // Random tensors for every input, param and state of `g`: standard normal values, except
 // running variances (states used as batchnorm's running_var), uniform in [0.5, 1.5], and
 // GEMM weights, whose standard deviation is 1/sqrt(fan_in) as PyTorch initializes a Linear.
+// Each value is rounded to its tensor's element type (round_to), as the data a GPU run gets.
 // Deterministic in `seed`.
 TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed);
 

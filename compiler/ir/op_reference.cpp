@@ -53,6 +53,7 @@ std::string shapes(const OpInfo &op) {
   case OpClass::Norm:
   case OpClass::RowNorm:
   case OpClass::Reduce:
+  case OpClass::Pool:
   case OpClass::ColReduce:
   case OpClass::ColAffine:
   case OpClass::Effect:

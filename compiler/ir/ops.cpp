@@ -50,6 +50,11 @@ constexpr AttrSpec kVarAttrs[] = {required("dim", AttrKind::Int), boolean("keepd
 constexpr AttrSpec kLayerNormAttrs[] = {number("eps", 1e-5, positive)};
 // PyTorch's F.rms_norm default: eps=None means torch.finfo(torch.float32).eps.
 constexpr AttrSpec kRmsNormAttrs[] = {number("eps", 1.1920928955078125e-07, positive)};
+constexpr AttrSpec kGroupNormAttrs[] = {required("groups", AttrKind::Int),
+                                        number("eps", 1e-5, positive)};
+// PyTorch's stride=None: the window's own width.
+constexpr AttrSpec kPoolAttrs[] = {required("kernel_size", AttrKind::Int),
+                                   optional_number("stride", kInf)};
 constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {}, unit},
                                        required("count", AttrKind::Extent)};
 constexpr AttrSpec kConstantAttrs[] = {required("value", AttrKind::Number),
@@ -70,6 +75,22 @@ std::optional<std::string> some_bound(const AttrMap &a) {
   if (std::isfinite(a.at("min").number) || std::isfinite(a.at("max").number))
     return std::nullopt;
   return std::string("clamp needs at least one of the attributes 'min' and 'max'");
+}
+
+std::optional<std::string> positive_groups(const AttrMap &a) {
+  double g = a.at("groups").number;
+  if (g >= 1)
+    return std::nullopt;
+  return fmt::format("groupnorm needs groups >= 1, got {}", format_number(g));
+}
+
+std::optional<std::string> pool_window(const AttrMap &a) {
+  double k = a.at("kernel_size").number, s = a.at("stride").number;
+  if (k < 1)
+    return fmt::format("kernel_size must be >= 1, got {}", format_number(k));
+  if (std::isfinite(s) && (s < 1 || std::floor(s) != s))
+    return fmt::format("stride must be an integer >= 1, got {}", format_number(s));
+  return std::nullopt;
 }
 
 // --- the table ----------------------------------------------------------------------------
@@ -97,12 +118,10 @@ constexpr OpInfo row(OpKind k, std::string_view name, std::string_view semantics
 
 // A normalization over the feature axis (the last) with optional per-feature vectors.
 constexpr OpInfo row_norm(OpKind k, std::string_view name, int max_args, std::string_view operands,
-                          Span<AttrSpec> attrs, std::string_view semantics) {
-  return {k,         name,     OpClass::RowNorm,
-          1,         max_args, operands,
-          attrs,     false,    nullptr,
-          {},        nullptr,  "`x: [N, F]`, the others `[F]` → `[N, F]`",
-          semantics, nullptr,  {}};
+                          Span<AttrSpec> attrs, std::string_view semantics, AttrRule rule = nullptr,
+                          std::string_view shapes = "`x: [N, F]`, the others `[F]` → `[N, F]`") {
+  return {k,  name, OpClass::RowNorm, 1,         max_args, operands, attrs, false, nullptr,
+          {}, rule, shapes,           semantics, nullptr,  {}};
 }
 
 // A reduction along `dim`; `reducer` names its kf::Reduce in templates/row_reduce.cuh.
@@ -121,6 +140,27 @@ constexpr OpInfo reduction(OpKind k, std::string_view name, ReduceFn f, std::str
           nullptr,
           "`x: [N, F]` → `[N, 1]` (`dim=1`, `keepdim=true`), `[N]` (`dim=1`), `[1, F]` or `[F]` "
           "(`dim=0`)",
+          semantics,
+          f,
+          reducer};
+}
+
+// A pooling over windows of the feature axis; `f` and `reducer` (as for a reduction) apply to
+// each window.
+constexpr OpInfo pool(OpKind k, std::string_view name, ReduceFn f, std::string_view reducer,
+                      std::string_view semantics) {
+  return {k,
+          name,
+          OpClass::Pool,
+          1,
+          1,
+          "x",
+          kPoolAttrs,
+          false,
+          nullptr,
+          {},
+          pool_window,
+          "`x: [N, F]` → `[N, (F - kernel_size) / stride + 1]` (rounded down); `F` a number",
           semantics,
           f,
           reducer};
@@ -236,6 +276,18 @@ constexpr OpInfo kOps[] = {
     row_norm(OpKind::RmsNorm, "rmsnorm", 2, "x, weight?", kRmsNormAttrs,
              "`F.rms_norm(x, [F], weight, eps)`: `x * rsqrt(mean(x²) + eps) * weight` over the "
              "feature axis; `eps` defaults to PyTorch's `finfo(float32).eps`"),
+    row_norm(OpKind::GroupNorm, "groupnorm", 3, "x, weight?, bias?", kGroupNormAttrs,
+             "`F.group_norm(x, groups, weight, bias, eps)`: each row's `F` features split into "
+             "`groups` contiguous groups of `F / groups`, each normalized by its own mean and "
+             "biased variance, then the per-feature `* weight + bias`",
+             positive_groups,
+             "`x: [N, F]`, the others `[F]` → `[N, F]`; `groups` divides `F` (checked at run time "
+             "where `F` is a dim name)"),
+    row_norm(OpKind::InstanceNorm, "instancenorm", 1, "x", kLayerNormAttrs,
+             "`F.instance_norm(x.unsqueeze(1), eps=eps).squeeze(1)`: each row of `x` is one "
+             "instance of one channel over `F` positions, normalized by its mean and biased "
+             "variance, no affine and no running statistics",
+             nullptr, "`x: [N, F]` → `[N, F]`"),
 
     reduction(OpKind::Sum, "sum", rd::sum, "Sum", "`torch.sum(x, dim, keepdim)`"),
     reduction(OpKind::Mean, "mean", rd::mean, "Mean", "`torch.mean(x, dim, keepdim)`"),
@@ -253,6 +305,14 @@ constexpr OpInfo kOps[] = {
               kVarAttrs),
     reduction(OpKind::Std, "std", rd::std, "Std",
               "`torch.std(x, dim, correction, keepdim)`: `sqrt(var)`", kVarAttrs),
+
+    pool(OpKind::MaxPool1d, "max_pool1d", rd::max, "Max",
+         "`F.max_pool1d(x.unsqueeze(1), kernel_size, stride).squeeze(1)`: the max of each window "
+         "`x[:, j * stride : j * stride + kernel_size]`, NaN if it holds a NaN; no padding, "
+         "`stride` defaults to `kernel_size`"),
+    pool(OpKind::AvgPool1d, "avg_pool1d", rd::mean, "Mean",
+         "`F.avg_pool1d(x.unsqueeze(1), kernel_size, stride).squeeze(1)`: the mean of each "
+         "window; no padding, `stride` defaults to `kernel_size`"),
 
     {OpKind::ColMean,
      "col_mean",
@@ -357,16 +417,16 @@ constexpr bool pointwise_complete() {
 static_assert(pointwise_complete(),
               "every pointwise op needs fp64 semantics and a CUDA expression");
 
-// Reductions, and only they, have reduction semantics and a template reducer.
+// Reductions and pools, and only they, have reduction semantics and a template reducer.
 constexpr bool reductions_complete() {
   for (const OpInfo &op : kOps) {
-    bool reduce = op.cls == OpClass::Reduce;
+    bool reduce = op.cls == OpClass::Reduce || op.cls == OpClass::Pool;
     if (reduce != (op.reduce != nullptr) || reduce == op.reducer.empty())
       return false;
   }
   return true;
 }
-static_assert(reductions_complete(), "every reduction needs fp64 semantics and a reducer");
+static_assert(reductions_complete(), "every reduction and pool needs fp64 semantics and a reducer");
 #endif
 
 std::string bound_text(double v) { return format_number(v); }
@@ -389,6 +449,8 @@ std::string_view op_class_name(OpClass c) {
     return "feature normalization";
   case OpClass::Reduce:
     return "reduction";
+  case OpClass::Pool:
+    return "feature pooling";
   case OpClass::ColReduce:
     return "column statistics";
   case OpClass::ColAffine:

@@ -67,6 +67,8 @@ enum class OpKind : uint8_t {
   // feature normalization
   LayerNorm,
   RmsNorm,
+  GroupNorm,
+  InstanceNorm,
   // reduction
   Sum,
   Mean,
@@ -77,6 +79,9 @@ enum class OpKind : uint8_t {
   Logsumexp,
   Var,
   Std,
+  // pooling
+  MaxPool1d,
+  AvgPool1d,
   // internal
   ColMean,
   ColVar,
@@ -96,6 +101,7 @@ enum class OpClass : uint8_t {
   Row,       // row normalization along `dim` (softmax)
   RowNorm,   // normalization over the feature axis with a per-feature affine (layernorm)
   Reduce,    // reduction along `dim`: [N, F] -> [N, 1] / [N] (dim=1) or [1, F] / [F] (dim=0)
+  Pool,      // windows along the feature axis: [N, F] -> [N, (F - kernel_size) / stride + 1]
   ColReduce, // column statistics: [N, C] -> [C]
   ColAffine, // per-column affine map of a matrix
   Effect,    // no value; updates states
@@ -173,8 +179,8 @@ struct OpInfo {
   AttrRule rule;              // nullptr: no constraint between attributes
   std::string_view shapes;    // DSL.md: the shape rule, "" for the class's own
   std::string_view semantics; // DSL.md: the meaning, PyTorch's spelling
-  ReduceFn reduce = nullptr;  // reductions; nullptr otherwise
-  std::string_view reducer;   // reductions: the template's kf::Reduce value ("Sum", ...)
+  ReduceFn reduce = nullptr;  // reductions and pools (over each window); nullptr otherwise
+  std::string_view reducer;   // reductions and pools: the template's kf::Reduce value ("Sum", ...)
 };
 
 const OpInfo &op_info(OpKind k);

@@ -13,12 +13,6 @@ namespace {
 bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
 
-// An OptNumber left at "none" (its infinite default) has no .kf spelling: it is omitted,
-// which parses back to the same value.
-bool printed(const AttrSpec &spec, const AttrValue &a) {
-  return spec.kind != AttrKind::OptNumber || std::isfinite(a.number);
-}
-
 } // namespace
 
 bool is_kf_keyword(std::string_view word) {
@@ -35,6 +29,10 @@ bool is_kf_name(std::string_view name) {
     if (!is_ident_char(c))
       return false;
   return !is_kf_keyword(name);
+}
+
+bool printed(const AttrSpec &spec, const AttrValue &a) {
+  return spec.kind != AttrKind::OptNumber || std::isfinite(a.number);
 }
 
 std::string format_attr(const AttrSpec &spec, const AttrValue &a) {

@@ -34,6 +34,10 @@ std::vector<std::string> printed_names(const Graph &g);
 // `g` must pass verify().
 std::string print_kf(const Graph &g);
 
+// Whether .kf spells the attribute: an OptNumber left at "none" (its infinite default, clamp's
+// max, a pool's stride) has no spelling and is omitted, which parses back to the same value.
+bool printed(const AttrSpec &spec, const AttrValue &a);
+
 // An attribute value as .kf writes it: `1e-5`, `-1`, `N`, `f32`, `"tanh"`, `true`.
 std::string format_attr(const AttrSpec &spec, const AttrValue &a);
 

@@ -13,6 +13,14 @@ enum class DType : uint8_t { F32, F16, BF16 };
 
 std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view s);
+int64_t dtype_bytes(DType t); // 4 or 2
+// The type of a binary op between tensors of types a and b, as torch.result_type: the same
+// type, else f32 (the wider float; bf16 with f16 gives f32 too, neither holds the other).
+DType promote(DType a, DType b);
+// x rounded to the nearest value of type t (ties to even) as a kernel stores it: first to
+// fp32, where a kernel holds it, then to t. f32 values are left in fp64: the reference of an
+// f32 result is its exact value.
+double round_to(DType t, double x);
 
 // One extent of a tensor: a constant, or a symbolic dim (`dim N`) bound at run time.
 struct Dim {
@@ -33,7 +41,7 @@ struct TensorType {
   std::vector<Dim> shape;
 
   int rank() const { return static_cast<int>(shape.size()); }
-  std::string str() const; // "f32[N, 8192]"
+  std::string str() const;       // "f32[N, 8192]"
   std::string shape_str() const; // "[N, 8192]"
   bool operator==(const TensorType &o) const { return dtype == o.dtype && shape == o.shape; }
   bool operator!=(const TensorType &o) const { return !(*this == o); }

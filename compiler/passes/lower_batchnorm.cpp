@@ -20,11 +20,10 @@ Graph lower_batchnorm(const Graph &g, Mode mode) {
     const Value &v = r.old_graph()[old];
     if (v.op != OpKind::BatchNorm)
       return -1;
-    DType dt = v.type.dtype;
     bool affine = v.args.size() == 5;
     ValueId x = r.map(v.args[0]);
-    ValueId weight = affine ? r.map(v.args[1]) : r.constant(1.0, dt);
-    ValueId bias = affine ? r.map(v.args[2]) : r.constant(0.0, dt);
+    ValueId weight = affine ? r.map(v.args[1]) : r.constant(1.0, DType::F32);
+    ValueId bias = affine ? r.map(v.args[2]) : r.constant(0.0, DType::F32);
     ValueId rm = r.map(v.args[affine ? 3 : 1]);
     ValueId rv = r.map(v.args[affine ? 4 : 2]);
     ValueId mean = rm, var = rv;
@@ -37,7 +36,8 @@ Graph lower_batchnorm(const Graph &g, Mode mode) {
       r.op(OpKind::BnUpdate, {rm, rv, mean, var},
            {{"momentum", AttrValue{v.attr("momentum"), {}}}, {"count", count}});
     }
-    ValueId inv_std = r.op(OpKind::Rsqrt, {r.op(OpKind::Add, {var, r.constant(v.attr("eps"), dt)})});
+    ValueId inv_std =
+        r.op(OpKind::Rsqrt, {r.op(OpKind::Add, {var, r.constant(v.attr("eps"), DType::F32)})});
     ValueId alpha = r.op(OpKind::Mul, {weight, inv_std});
     ValueId beta = r.op(OpKind::Sub, {bias, r.op(OpKind::Mul, {mean, alpha})});
     return r.op(OpKind::ColAffine, {x, alpha, beta});

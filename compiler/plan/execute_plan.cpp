@@ -13,7 +13,7 @@ std::vector<HostTensor> execute_plan(const Plan &p, const DimBindings &dims, Ten
         interp.eval(id);
   std::vector<HostTensor> outs;
   for (ValueId o : p.graph.outputs)
-    outs.push_back(interp.value(o));
+    outs.push_back(interp.output(o));
   for (const auto &[name, t] : interp.state_updates())
     tensors[name] = t;
   return outs;

@@ -31,10 +31,12 @@ bool is_scalar(const TensorType &t) {
 bool is_stats(const Value &v) { return v.is_op() && op_info(v.op).cls == OpClass::ColReduce; }
 
 // Ops a row kernel is built around: one block per row reads it (after the inline prologue)
-// and writes the row's result: softmax, layernorm, or a reduction's one value per row.
+// and writes the row's result: softmax, a normalization, a reduction's one value per row, or
+// a pool's windows.
 bool is_row_op(const Value &v) {
   OpClass c = op_info(v.op).cls;
-  return v.is_op() && (c == OpClass::Row || c == OpClass::RowNorm || c == OpClass::Reduce);
+  return v.is_op() &&
+         (c == OpClass::Row || c == OpClass::RowNorm || c == OpClass::Reduce || c == OpClass::Pool);
 }
 
 class Partitioner {
@@ -682,7 +684,7 @@ private:
     explain_stores();
     for (ValueId s : stored_anywhere)
       if (val(s).is_op() && !is_output_.count(s))
-        plan_.intermediates.push_back({s, val(s).name});
+        plan_.intermediates.push_back({s, val(s).name, {DType::F32, val(s).type.shape}});
   }
 
   const Graph &g_;

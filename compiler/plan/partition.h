@@ -18,10 +18,11 @@ namespace kfuse::plan {
 //   stats_epilogue     column partials of a matrix a GEMM stores come from its epilogue
 //   column_finalize    one per-feature kernel merges those partials, updates running
 //                      stats and stores the vectors later kernels need (alpha, beta)
-//   row_prologue       row ops (softmax / log_softmax, layernorm / rmsnorm, reductions along
-//                      the feature axis) apply the elementwise chain before them on load, so
-//                      the pending affine map costs no pass of its own; [N, 1] values broadcast
-//                      along the row
+//   row_prologue       row ops (softmax / log_softmax, layernorm / rmsnorm / groupnorm /
+//                      instancenorm, reductions along the feature axis, max_pool1d /
+//                      avg_pool1d) apply the elementwise chain before them on load, so the
+//                      pending affine map costs no pass of its own; [N, 1] values broadcast
+//                      along the row; a pool's kernel stores its windows
 //   row_chain          a row op over the rows another row kernel reads is one more pass of
 //                      that kernel, reading the earlier passes' [N, 1] results from registers
 //                      (sum(exp(h - max(h))))

@@ -18,4 +18,11 @@ std::string_view kernel_kind_name(KernelKind k) {
   return "?";
 }
 
+ir::TensorType buffer_type(const Plan &p, ir::ValueId v) {
+  for (const Intermediate &i : p.intermediates)
+    if (i.value == v)
+      return i.type;
+  return p.graph[v].type;
+}
+
 } // namespace kfuse::plan

@@ -46,10 +46,13 @@ struct Kernel {
   std::vector<std::string> rules;  // rewrites and partition rules that shaped it, sorted
 };
 
-// A buffer the pipeline owns (values that are neither declared nor outputs).
+// A buffer the pipeline owns (values that are neither declared nor outputs). Its type is
+// f32 whatever the value's element type: kernels hold values in fp32 and hand them on
+// unrounded, as one fused kernel would; only declared outputs and states are rounded.
 struct Intermediate {
   ir::ValueId value;
   std::string name;
+  ir::TensorType type;
 };
 
 struct Plan {
@@ -62,5 +65,9 @@ struct Plan {
   // Why each stored op value is stored ("output", "read by max@11, ..."), for `kfuse plan`.
   std::map<ir::ValueId, std::string> stored_because;
 };
+
+// The type of the buffer that holds stored value `v`: an intermediate's (f32), else the
+// declared or output type.
+ir::TensorType buffer_type(const Plan &p, ir::ValueId v);
 
 } // namespace kfuse::plan

@@ -14,8 +14,6 @@ using namespace ir;
 
 namespace {
 
-int64_t element_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
-
 // Byte counts are products of extents up to 2^31-1 each: two symbolic dims bound near the
 // limit overflow int64, which is reported rather than printed as a negative count.
 [[noreturn]] void byte_count_overflow(const Graph &g) {
@@ -39,12 +37,13 @@ int64_t checked_add(int64_t a, int64_t b, const Graph &g) {
 }
 
 // Bytes of a set of tensors as a sum of monomials in the unbound dims.
-std::string bytes_sum(const Graph &g, const std::vector<ValueId> &ids, const DimBindings &dims) {
+std::string bytes_sum(const Graph &g, const std::vector<TensorType> &types,
+                      const DimBindings &dims) {
   std::map<std::string, int64_t> terms; // monomial ("" for constants, "N", "N*M") -> coefficient
-  for (ValueId id : ids) {
-    int64_t c = element_bytes(g[id].type.dtype);
+  for (const TensorType &t : types) {
+    int64_t c = dtype_bytes(t.dtype);
     std::string mono;
-    for (const Dim &d : g[id].type.shape) {
+    for (const Dim &d : t.shape) {
       auto it = d.is_symbolic() ? dims.find(d.sym) : dims.end();
       if (!d.is_symbolic())
         c = checked_mul(c, d.value, g);
@@ -102,6 +101,14 @@ std::vector<std::string> op_names(const std::vector<std::string> &covers) {
   return out;
 }
 
+// The buffer types of stored values (plan.h: intermediates are f32).
+std::vector<TensorType> buffer_types(const Plan &p, const std::vector<ValueId> &ids) {
+  std::vector<TensorType> out;
+  for (ValueId id : ids)
+    out.push_back(buffer_type(p, id));
+  return out;
+}
+
 std::vector<ValueId> effects_of(const Graph &g, const Kernel &k) {
   std::vector<ValueId> out;
   for (ValueId id : k.computes)
@@ -113,18 +120,15 @@ std::vector<ValueId> effects_of(const Graph &g, const Kernel &k) {
 } // namespace
 
 std::string bytes_text(const TensorType &t, const DimBindings &dims) {
-  Graph g;
-  Value v;
-  v.type = t;
-  g.values.push_back(v);
-  return bytes_sum(g, {0}, dims);
+  return bytes_sum(Graph{}, {t}, dims);
 }
 
 int64_t bytes_moved(const Plan &p, const DimBindings &dims) {
   const Graph &g = p.graph;
   auto bytes = [&](ValueId id) {
-    int64_t b = element_bytes(g[id].type.dtype);
-    for (int64_t extent : concrete_shape(g[id].type, dims))
+    TensorType t = buffer_type(p, id);
+    int64_t b = dtype_bytes(t.dtype);
+    for (int64_t extent : concrete_shape(t, dims))
       b = checked_mul(b, extent, g);
     return b;
   };
@@ -155,7 +159,8 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
       std::vector<std::string> parts = names_of(names, v.args);
       for (const AttrSpec &spec : op_info(v.op).attrs) {
         const AttrValue &a = v.attrs.at(std::string(spec.name));
-        parts.push_back(std::string(spec.name) + "=" + format_attr(spec, a));
+        if (printed(spec, a))
+          parts.push_back(std::string(spec.name) + "=" + format_attr(spec, a));
       }
       std::string args = join(parts, ", ");
       std::string lhs = v.is_effect() ? "" : names[static_cast<size_t>(id)] + " = ";
@@ -164,11 +169,12 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     }
     std::vector<std::string> reads, writes;
     for (ValueId r : k.reads)
-      reads.push_back(fmt::format("{} {}", names[static_cast<size_t>(r)], g[r].type.str()));
+      reads.push_back(fmt::format("{} {}", names[static_cast<size_t>(r)], buffer_type(p, r).str()));
     if (k.kind == KernelKind::Column && k.stats_of >= 0)
       reads.push_back(fmt::format("partials({})", names[static_cast<size_t>(k.stats_of)]));
     for (ValueId w : k.stores)
-      writes.push_back(fmt::format("{} {}", names[static_cast<size_t>(w)], g[w].type.str()));
+      writes.push_back(
+          fmt::format("{} {}", names[static_cast<size_t>(w)], buffer_type(p, w).str()));
     for (ValueId e : effects_of(g, k))
       writes.push_back(fmt::format("{}, {} (in place)", names[static_cast<size_t>(g[e].args[0])],
                                    names[static_cast<size_t>(g[e].args[1])]));
@@ -179,8 +185,9 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     for (ValueId w : k.stores)
       if (auto it = p.stored_because.find(w); it != p.stored_because.end())
         s += fmt::format("  stored   {}: {}\n", names[static_cast<size_t>(w)], it->second);
-    s += fmt::format("  bytes    {} read, {} written\n", bytes_sum(g, k.reads, dims),
-                     bytes_sum(g, k.stores, dims));
+    s += fmt::format("  bytes    {} read, {} written\n",
+                     bytes_sum(g, buffer_types(p, k.reads), dims),
+                     bytes_sum(g, buffer_types(p, k.stores), dims));
     all_reads.insert(all_reads.end(), k.reads.begin(), k.reads.end());
     all_writes.insert(all_writes.end(), k.stores.begin(), k.stores.end());
   }
@@ -189,13 +196,14 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     s += " none";
   s += "\n";
   for (const Intermediate &i : p.intermediates)
-    s += fmt::format("  {} {} ({} B)\n", names[static_cast<size_t>(i.value)], g[i.value].type.str(),
-                     bytes_text(g[i.value].type, dims));
+    s += fmt::format("  {} {} ({} B)\n", names[static_cast<size_t>(i.value)], i.type.str(),
+                     bytes_text(i.type, dims));
   for (ValueId v : p.partials)
     s += fmt::format("  partials({}): count, mean, M2 per column per row tile\n",
                      names[static_cast<size_t>(v)]);
   s += fmt::format("total bytes moved (tensors, partials excluded): {} read, {} written\n",
-                   bytes_sum(g, all_reads, dims), bytes_sum(g, all_writes, dims));
+                   bytes_sum(g, buffer_types(p, all_reads), dims),
+                   bytes_sum(g, buffer_types(p, all_writes), dims));
   return s;
 }
 
@@ -215,14 +223,14 @@ std::string print_plan_json(const Plan &p, const DimBindings &dims) {
         json_array(k.covers), json_array(k.rules), json_array(computes),
         json_array(names_of(names, k.reads)), json_array(names_of(names, k.stores)),
         k.stats_of >= 0 ? json_string(names[static_cast<size_t>(k.stats_of)]) : "null",
-        json_string(bytes_sum(g, k.reads, dims)), json_string(bytes_sum(g, k.stores, dims))));
+        json_string(bytes_sum(g, buffer_types(p, k.reads), dims)),
+        json_string(bytes_sum(g, buffer_types(p, k.stores), dims))));
   }
   std::vector<std::string> inters;
   for (const Intermediate &i : p.intermediates)
     inters.push_back(fmt::format("    {{\"name\": {}, \"type\": {}, \"bytes\": {}}}",
                                  json_string(names[static_cast<size_t>(i.value)]),
-                                 json_string(g[i.value].type.str()),
-                                 json_string(bytes_text(g[i.value].type, dims))));
+                                 json_string(i.type.str()), json_string(bytes_text(i.type, dims))));
   return fmt::format("{{\n  \"pipeline\": {},\n  \"mode\": {},\n  \"kernels\": [\n{}\n  ],\n"
                      "  \"intermediates\": [{}{}{}]\n}}\n",
                      json_string(g.name), json_string(mode_name(p.mode)), join(kernels, ",\n"),

@@ -1,8 +1,9 @@
 // kfuse's C++ API: compile a .kf pipeline once at program start, bind its parameters and
 // state to device memory, then run it on a stream as often as needed.
 //
-//   kfuse::Pipeline p = kfuse::Pipeline::from_file("gemm_bn_scale_softmax.kf", {kfuse::Mode::Eval});
-//   p.bind("weight", {d_weight, {8192, 8192}});        // params and state, by name
+//   kfuse::Pipeline p = kfuse::Pipeline::from_file("gemm_bn_scale_softmax.kf",
+//   {kfuse::Mode::Eval}); p.bind("weight", {d_weight, {8192, 8192}});        // params and state,
+//   by name
 //   ...
 //   p.run({{"x", {d_x, {1024, 8192}}}}, {{d_out, {1024, 8192}}}, stream);
 //
@@ -17,6 +18,7 @@
 
 #include "kfuse/error.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -28,7 +30,9 @@ typedef struct CUstream_st *CUstream; // the same type as cudaStream_t
 namespace kfuse {
 
 enum class Mode { Train, Eval };
-// fp32: exact fp32 FMA GEMM. Other precisions are rejected until their GEMM templates exist.
+// How GEMMs of f32 tensors multiply: fp32 (exact FMA), tf32, 3xtf32 (FP32x3). BF16 (f32 tensors
+// multiplied as bf16) is rejected for now. GEMMs of bf16/f16 tensors multiply in their type
+// whatever the precision, accumulating in fp32.
 enum class Precision { FP32, TF32, BF16, FP32x3 };
 
 struct Options {
@@ -37,13 +41,15 @@ struct Options {
   std::string arch; // "sm_90a"; empty: the current GPU's, or sm_90a where there is none
 };
 
-// Element types. Pipelines take f32 tensors today; f16 and bf16 tensors are refused clearly.
+// Element types: a Tensor's dtype must be the one its .kf declaration names. f32 is 4 bytes,
+// f16 (IEEE half) and bf16 (bfloat16) 2 bytes.
 enum class DType { F32, F16, BF16 };
 
 // A device tensor: a pointer from cudaMalloc/cuMemAlloc (or a framework) in the pipeline's
 // CUDA context, its shape, dtype and row stride. Rows are stored one after another
-// (row-major); the elements of a row are contiguous. kfuse takes 4-byte aligned, contiguous
-// tensors today: row_stride 0 (or the row length); anything else is refused clearly.
+// (row-major); the elements of a row are contiguous. kfuse takes tensors aligned to their
+// element size (4 bytes for f32, 2 for f16/bf16; a GEMM operand on the sm_90a GEMM: 16 bytes)
+// and contiguous: row_stride 0 (or the row length); anything else is refused clearly.
 struct Tensor {
   void *data = nullptr;
   std::vector<int64_t> shape;
@@ -54,6 +60,7 @@ struct Tensor {
 struct KernelReport {
   std::string name;
   int registers = 0, shared_bytes = 0, stack_bytes = 0, spill_stores = 0, spill_loads = 0;
+  std::string config; // GEMM kernels: the tile configuration the code generator chose, and why
 };
 
 struct CompileReport {
@@ -84,15 +91,19 @@ public:
   const CompileReport &report() const;
   // Declared names, in declaration order; outputs are positional (the `return` order).
   std::vector<std::string> inputs() const;
-  std::vector<std::string> params() const;  // params and state
+  std::vector<std::string> params() const; // params and state
   size_t output_count() const;
   // Shapes once the pipeline's dims are bound, e.g. {{"N", 1024}}: of a declared input,
   // param or state, and of output `i`.
-  std::vector<int64_t> shape(const std::string &name, const std::map<std::string, int64_t> &dims) const;
+  std::vector<int64_t> shape(const std::string &name,
+                             const std::map<std::string, int64_t> &dims) const;
   std::vector<int64_t> output_shape(size_t i, const std::map<std::string, int64_t> &dims) const;
+  // The declared element type of output `i` (what run() checks the output tensor against).
+  DType output_dtype(size_t i) const;
   // The dims that tensors of these shapes (inputs, params or state, by name) bind, checked as
   // run() checks them: to allocate outputs, output_shape(i, dims({{"x", x_shape}})).
-  std::map<std::string, int64_t> dims(const std::map<std::string, std::vector<int64_t>> &shapes) const;
+  std::map<std::string, int64_t>
+  dims(const std::map<std::string, std::vector<int64_t>> &shapes) const;
 
   // Binds a param or state; its shape is checked against the declaration (symbolic dims
   // are bound by it and checked against every other tensor at run).
@@ -100,9 +111,29 @@ public:
   // Runs every kernel on `stream` (asynchronously). Dims are inferred from the tensors'
   // shapes; each input, output and bound tensor is checked: shape, dtype, stride, that it is
   // device memory of the pipeline's context, and that no output overlaps another tensor.
-  // State is updated in place.
+  // State is updated in place. Orders the inputs by name and calls the positional run().
   void run(const std::map<std::string, Tensor> &inputs, const std::vector<Tensor> &outputs,
            CUstream stream = nullptr);
+  // The same, positional: `inputs` in declaration order (inputs()), `outputs` in return order.
+  // This is the hot path: a run whose tensors equal the last run's (pointer, shape, dtype,
+  // stride), with no bind() or set_workspace() in between, reuses that run's checks, kernel
+  // arguments and workspace, and only launches: no allocation, no synchronisation, no string
+  // work. Where only pointers differ, the moved tensors are checked as new ones (layout,
+  // device memory, overlaps); any other difference is checked in full. The errors are the
+  // by-name run's. A run can be captured in a CUDA graph; replays read the tensors' memory
+  // anew (new data, updated params).
+  void run(const Tensor *inputs, size_t input_count, const Tensor *outputs, size_t output_count,
+           CUstream stream = nullptr);
+
+  // Bytes of workspace (intermediates and partial statistics) a run at `dims` needs, e.g.
+  // workspace_size(dims({{"x", x_shape}})); every dim must be bound. 0: the pipeline keeps none.
+  size_t workspace_size(const std::map<std::string, int64_t> &dims) const;
+  // Later runs keep their intermediates in [data, data + bytes) instead of memory the pipeline
+  // allocates (at the first run of each larger shape): device memory of the pipeline's context,
+  // 256-byte aligned, that no tensor of a run overlaps and that no other run uses at the same
+  // time. A run that needs more than `bytes` throws. set_workspace(nullptr, 0) goes back to
+  // the pipeline's own.
+  void set_workspace(void *data, size_t bytes);
 
 private:
   friend struct rt::PipelineAccess;

@@ -3,7 +3,7 @@
     p = kfuse.Pipeline("examples/gemm_bn_scale_softmax.kf", mode="train", precision="tf32")
     print(p.plan); print(p.cuda_source); print(p.report)
     p.bind(weight=w, bias=b, ...)     # params and state: any DLPack tensor (torch, cupy, jax)
-    y = p(x)                          # outputs allocated like x; or p(x, out=y)
+    y = p(x)                          # outputs allocated in x's library, in their declared dtype; or p(x, out=y)
 
 Tensors travel through DLPack (``__dlpack__``); kfuse never imports a tensor library. A call
 runs on the caller's current stream: for torch tensors ``torch.cuda.current_stream()``, for
@@ -57,12 +57,20 @@ def _capsule(where, name, t, dl_stream):
     return t.__dlpack__()  # refused by the core, which names the device
 
 
-def _empty_like(where, t, shape):
-    """A new tensor of `shape` from `t`'s library, on its device: torch (new_empty) or cupy."""
-    if hasattr(t, "new_empty"):
-        return t.new_empty(shape)
+# kfuse's element types by library: torch's dtype names, numpy's (cupy has no bfloat16).
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_CUPY_DTYPES = {"f32": "float32", "f16": "float16"}
+
+
+def _empty_like(where, t, shape, dtype):
+    """A new tensor of `shape` and kfuse element type `dtype` ("f32", "f16", "bf16") from `t`'s
+    library, on its device: torch (new_empty) or cupy."""
+    if _library(t) == "torch":
+        return t.new_empty(shape, dtype=getattr(sys.modules["torch"], _TORCH_DTYPES[dtype]))
     if _library(t) == "cupy":
-        return sys.modules["cupy"].empty(shape, dtype=t.dtype)
+        if dtype not in _CUPY_DTYPES:
+            raise Error(f"{where}: cupy has no {dtype} arrays to allocate the output in: pass out=")
+        return sys.modules["cupy"].empty(shape, dtype=_CUPY_DTYPES[dtype])
     raise Error(f"{where}: kfuse allocates outputs for torch and cupy tensors only, not "
                 f"{type(t).__module__}.{type(t).__name__}: pass out=")
 
@@ -83,6 +91,8 @@ class Pipeline:
         self.precision = precision
         self._bound = {}  # name -> (tensor, capsule): kept alive while kfuse holds the pointer
         self._where = f"pipeline '{self._core.name}'"
+        self._inputs = self._core.inputs
+        self._shapes = {}  # input shapes -> output shapes
 
     name = property(lambda self: self._core.name)
     plan = property(lambda self: self._core.plan, doc="the kernels and the ops each holds, as `kfuse plan`")
@@ -105,27 +115,48 @@ class Pipeline:
         """Runs the pipeline on its inputs (positional in declaration order, or by name) and
         returns its output (a tuple where it has several): `out` (one tensor or a sequence)
         when given, otherwise new tensors from the first input's library."""
-        if len(args) > len(self.inputs):
-            raise Error(f"{self._where} takes {len(self.inputs)} input(s) ({', '.join(self.inputs)}), "
+        if len(args) > len(self._inputs):
+            raise Error(f"{self._where} takes {len(self._inputs)} input(s) ({', '.join(self._inputs)}), "
                         f"got {len(args)} positional")
-        inputs = dict(zip(self.inputs, args))
-        for name, t in named.items():
-            if name in inputs:
-                raise Error(f"{self._where}: input '{name}' given twice")
-            inputs[name] = t
-        if not inputs:
-            raise Error(f"{self._where} needs its inputs: {', '.join(self.inputs)}")
-        first = next(iter(inputs.values()))
+        if named or len(args) != len(self._inputs):
+            args = self._positional(args, named)
+        first = args[0]
         handle, dl_stream = _run_stream(first, stream) if _on_cuda(first) else (0, None)
-        capsules = {name: _capsule(self._where, name, t, dl_stream) for name, t in inputs.items()}
+        capsules = [_capsule(self._where, name, t, dl_stream) for name, t in zip(self._inputs, args)]
         if out is None:
-            dims = self._core.dims({name: self._core.tensor_shape(name, c) for name, c in capsules.items()})
-            outs = [_empty_like(self._where, first, self._core.output_shape(i, dims)) for i in range(self.output_count)]
+            outs = [_empty_like(self._where, first, shape, dtype) for shape, dtype in self._outputs_for(args, capsules)]
         else:
             outs = [out] if hasattr(out, "__dlpack__") else list(out)
         out_capsules = [_capsule(self._where, f"output {i}", o, dl_stream) for i, o in enumerate(outs)]
         self._core.run(capsules, out_capsules, handle)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _positional(self, args, named):
+        inputs = dict(zip(self._inputs, args))
+        for name, t in named.items():
+            if name in inputs:
+                raise Error(f"{self._where}: input '{name}' given twice")
+            if name not in self._inputs:
+                raise Error(f"{self._where}: '{name}' is not an input of the pipeline ({', '.join(self._inputs)})")
+            inputs[name] = t
+        if not inputs:
+            raise Error(f"{self._where} needs its inputs: {', '.join(self._inputs)}")
+        for name in self._inputs:
+            if name not in inputs:
+                raise Error(f"{self._where}: input '{name}' is missing (its inputs: {', '.join(self._inputs)})")
+        return tuple(inputs[name] for name in self._inputs)
+
+    def _outputs_for(self, args, capsules):
+        """The outputs' shapes and element types for these inputs' shapes, computed once per
+        shape."""
+        key = tuple(tuple(getattr(t, "shape", ())) for t in args)
+        shapes = self._shapes.get(key)
+        if shapes is None:
+            dims = self._core.dims({name: self._core.tensor_shape(name, c) for name, c in zip(self._inputs, capsules)})
+            shapes = [(self._core.output_shape(i, dims), self._core.output_dtype(i))
+                      for i in range(self.output_count)]
+            self._shapes[key] = shapes
+        return shapes
 
     def __repr__(self):
         return f"kfuse.Pipeline('{self.name}', mode='{self.mode}', precision='{self.precision}')"

@@ -71,18 +71,21 @@ std::string device_text(DLDevice d) {
 
 } // namespace
 
-Tensor tensor_from_dlpack(PyObject *capsule, const std::string &where, const std::string &name,
-                          int *device) {
+void read_dlpack(PyObject *capsule, const std::string &where, const std::string &name, int *device,
+                 Tensor &t) {
   if (!PyCapsule_IsValid(capsule, "dltensor"))
     throw Error(fmt::format(
         "{}: tensor '{}': expected an unused DLPack capsule (\"dltensor\") from __dlpack__()",
         where, name));
   auto *managed = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule, "dltensor"));
   const DLTensor &dl = managed->dl_tensor;
-  Tensor t;
   t.shape.assign(dl.shape, dl.shape + dl.ndim);
-  std::string what = fmt::format("{}: tensor '{}' {}{}", where, name, dtype_text(dl.dtype),
-                                 fmt::format("[{}]", fmt::join(t.shape, ", ")));
+  t.row_stride = 0;
+  // Formatted only for a message: a run reads its tensors with no string work.
+  auto what = [&] {
+    return fmt::format("{}: tensor '{}' {}[{}]", where, name, dtype_text(dl.dtype),
+                       fmt::join(t.shape, ", "));
+  };
   if (dl.dtype.lanes == 1 && dl.dtype.code == kDLFloat && dl.dtype.bits == 32)
     t.dtype = DType::F32;
   else if (dl.dtype.lanes == 1 && dl.dtype.code == kDLFloat && dl.dtype.bits == 16)
@@ -91,14 +94,14 @@ Tensor tensor_from_dlpack(PyObject *capsule, const std::string &where, const std
     t.dtype = DType::BF16;
   else
     throw Error(fmt::format(
-        "{}: kfuse takes f32 tensors (f16 and bf16 where a pipeline declares them)", what));
+        "{}: kfuse takes f32 tensors (f16 and bf16 where a pipeline declares them)", what()));
   if (dl.strides != nullptr && dl.ndim >= 1) {
     int last = dl.ndim - 1;
     if (dl.shape[last] > 1 && dl.strides[last] != 1)
       throw Error(fmt::format(
           "{} has strides ({}): the elements of a row are not contiguous; pass a contiguous "
           "tensor (.contiguous())",
-          what, fmt::join(dl.strides, dl.strides + dl.ndim, ", ")));
+          what(), fmt::join(dl.strides, dl.strides + dl.ndim, ", ")));
     // A row stride of one row is meaningless: rows of a single row are contiguous. A zero row
     // stride (a broadcast, expanded tensor) is refused here: kfuse::Tensor's 0 means contiguous.
     if (dl.ndim == 2 && dl.shape[0] > 1) {
@@ -106,16 +109,15 @@ Tensor tensor_from_dlpack(PyObject *capsule, const std::string &where, const std
         throw Error(fmt::format(
             "{} has strides (0, {}): every row is the same memory (a broadcast); pass a "
             "contiguous tensor (.contiguous())",
-            what, dl.strides[1]));
+            what(), dl.strides[1]));
       t.row_stride = dl.strides[0];
     }
   }
   if (dl.device.device_type != kDLCUDA && dl.device.device_type != kDLCUDAManaged)
     throw Error(fmt::format("{} is on {}; kfuse runs on CUDA devices (move it there, e.g. .cuda())",
-                            what, device_text(dl.device)));
+                            what(), device_text(dl.device)));
   t.data = static_cast<char *>(dl.data) + dl.byte_offset;
   *device = dl.device.device_id;
-  return t;
 }
 
 } // namespace kfuse::python

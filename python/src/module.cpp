@@ -65,28 +65,41 @@ nb::dict report(const Pipeline &p) {
   return d;
 }
 
-std::string where(const Pipeline &p) { return fmt::format("pipeline '{}'", p.name()); }
-
-// Tensors of one run, all on one CUDA device (`device`).
-struct RunTensors {
-  std::map<std::string, Tensor> inputs;
-  std::vector<Tensor> outputs;
-  int device = -1;
-  std::string first; // the tensor that set `device`
+// A Pipeline with what its runs reuse: the names messages use, and the Tensors a run reads its
+// DLPack capsules into (their shapes keep their capacity, so a steady run allocates nothing).
+struct PyPipeline {
+  Pipeline core;
   std::string where;
+  std::vector<std::string> input_names, output_names;
+  std::vector<Tensor> inputs, outputs;
 
-  void take(const std::string &name, int on) {
-    if (device >= 0 && on != device)
-      throw kfuse::Error(
-          fmt::format("{}: tensor '{}' is on cuda:{} but tensor '{}' on cuda:{}; one run's "
-                      "tensors share a device",
-                      where, name, on, first, device));
-    if (device < 0) {
-      device = on;
-      first = name;
-    }
+  explicit PyPipeline(Pipeline p)
+      : core(std::move(p)), where(fmt::format("pipeline '{}'", core.name())),
+        input_names(core.inputs()) {
+    for (size_t i = 0; i < core.output_count(); ++i)
+      output_names.push_back(fmt::format("output {}", i));
   }
 };
+
+// Reads `capsules` into `tensors`, all on one CUDA device (returned; -1 for none).
+int read_all(const PyPipeline &p, nb::list capsules, const std::vector<std::string> &names,
+             std::vector<Tensor> &tensors, int device) {
+  if (capsules.size() != names.size())
+    throw kfuse::Error(fmt::format("{}: expected {} {} tensor(s), got {}", p.where, names.size(),
+                                   &names == &p.input_names ? "input" : "output", capsules.size()));
+  tensors.resize(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    int on = -1;
+    kfuse::python::read_dlpack(capsules[i].ptr(), p.where, names[i], &on, tensors[i]);
+    if (device >= 0 && on != device)
+      throw kfuse::Error(fmt::format(
+          "{}: tensor '{}' is on cuda:{} but the run's first tensor on cuda:{}; one run's "
+          "tensors share a device",
+          p.where, names[i], on, device));
+    device = on;
+  }
+  return device;
+}
 
 } // namespace
 
@@ -94,14 +107,14 @@ NB_MODULE(_kfuse, m) {
   m.doc() = "kfuse's C++ API; use the kfuse package (kfuse.Pipeline), which wraps it";
   nb::exception<kfuse::Error>(m, "Error");
 
-  nb::class_<Pipeline>(m, "Pipeline")
+  nb::class_<PyPipeline>(m, "Pipeline")
       .def_static(
           "from_file",
           [](const std::string &path, const std::string &mode, const std::string &precision,
              const std::string &arch) {
             kfuse::Options o = options(mode, precision, arch);
             nb::gil_scoped_release release; // NVRTC takes a while on a cache miss
-            return Pipeline::from_file(path, o);
+            return PyPipeline(Pipeline::from_file(path, o));
           },
           nb::arg("path"), nb::arg("mode"), nb::arg("precision"), nb::arg("arch"))
       .def_static(
@@ -110,56 +123,72 @@ NB_MODULE(_kfuse, m) {
              const std::string &precision, const std::string &arch) {
             kfuse::Options o = options(mode, precision, arch);
             nb::gil_scoped_release release;
-            return Pipeline::from_string(text, file_name, o);
+            return PyPipeline(Pipeline::from_string(text, file_name, o));
           },
           nb::arg("text"), nb::arg("file_name"), nb::arg("mode"), nb::arg("precision"),
           nb::arg("arch"))
-      .def_prop_ro("name", &Pipeline::name)
-      .def_prop_ro("cuda_source", &Pipeline::cuda_source)
-      .def_prop_ro("plan", &Pipeline::plan_text)
-      .def_prop_ro("report", &report)
-      .def_prop_ro("inputs", &Pipeline::inputs)
-      .def_prop_ro("params", &Pipeline::params)
-      .def_prop_ro("output_count", &Pipeline::output_count)
-      .def("dims", &Pipeline::dims, nb::arg("shapes"))
-      .def("output_shape", &Pipeline::output_shape, nb::arg("i"), nb::arg("dims"))
+      .def_prop_ro("name", [](const PyPipeline &p) { return p.core.name(); })
+      .def_prop_ro("cuda_source", [](const PyPipeline &p) { return p.core.cuda_source(); })
+      .def_prop_ro("plan", [](const PyPipeline &p) { return p.core.plan_text(); })
+      .def_prop_ro("report", [](const PyPipeline &p) { return report(p.core); })
+      .def_prop_ro("inputs", [](const PyPipeline &p) { return p.input_names; })
+      .def_prop_ro("params", [](const PyPipeline &p) { return p.core.params(); })
+      .def_prop_ro("output_count", [](const PyPipeline &p) { return p.core.output_count(); })
+      .def(
+          "dims",
+          [](const PyPipeline &p, const std::map<std::string, std::vector<int64_t>> &shapes) {
+            return p.core.dims(shapes);
+          },
+          nb::arg("shapes"))
+      .def(
+          "output_shape",
+          [](const PyPipeline &p, size_t i, const std::map<std::string, int64_t> &dims) {
+            return p.core.output_shape(i, dims);
+          },
+          nb::arg("i"), nb::arg("dims"))
+      .def(
+          "output_dtype",
+          [](const PyPipeline &p, size_t i) {
+            switch (p.core.output_dtype(i)) {
+            case kfuse::DType::F32:
+              return "f32";
+            case kfuse::DType::F16:
+              return "f16";
+            case kfuse::DType::BF16:
+              return "bf16";
+            }
+            throw kfuse::Error(
+                fmt::format("{}: output {} has no element type kfuse names", p.where, i));
+          },
+          nb::arg("i"), "The declared element type of output i: 'f32', 'f16' or 'bf16'.")
       .def(
           "bind",
-          [](Pipeline &p, const std::string &name, nb::handle capsule) {
+          [](PyPipeline &p, const std::string &name, nb::handle capsule) {
             int device = -1;
-            p.bind(name, kfuse::python::tensor_from_dlpack(capsule.ptr(), where(p), name, &device));
+            Tensor t;
+            kfuse::python::read_dlpack(capsule.ptr(), p.where, name, &device, t);
+            p.core.bind(name, t);
           },
           nb::arg("name"), nb::arg("capsule"))
       .def(
           "run",
-          [](Pipeline &p, nb::dict inputs, nb::list outputs, uintptr_t stream) {
-            RunTensors r;
-            r.where = where(p);
-            for (auto [key, capsule] : inputs) {
-              std::string name = nb::cast<std::string>(key);
-              int device = -1;
-              Tensor t = kfuse::python::tensor_from_dlpack(capsule.ptr(), where(p), name, &device);
-              r.take(name, device);
-              r.inputs[name] = t;
-            }
-            for (size_t i = 0; i < outputs.size(); ++i) {
-              std::string name = fmt::format("output {}", i);
-              int device = -1;
-              Tensor t =
-                  kfuse::python::tensor_from_dlpack(outputs[i].ptr(), where(p), name, &device);
-              r.take(name, device);
-              r.outputs.push_back(t);
-            }
+          [](PyPipeline &p, nb::list inputs, nb::list outputs, uintptr_t stream) {
+            int device = read_all(p, inputs, p.input_names, p.inputs, -1);
+            device = read_all(p, outputs, p.output_names, p.outputs, device);
             nb::gil_scoped_release release;
-            kfuse::python::DeviceScope scope(r.device < 0 ? 0 : r.device);
-            p.run(r.inputs, r.outputs, reinterpret_cast<CUstream>(stream));
+            kfuse::python::DeviceScope scope(device < 0 ? 0 : device);
+            p.core.run(p.inputs.data(), p.inputs.size(), p.outputs.data(), p.outputs.size(),
+                       reinterpret_cast<CUstream>(stream));
           },
-          nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream"))
+          nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream"),
+          "Runs on DLPack capsules: inputs in declaration order, outputs in return order.")
       .def(
           "tensor_shape",
-          [](const Pipeline &p, const std::string &name, nb::handle capsule) {
+          [](const PyPipeline &p, const std::string &name, nb::handle capsule) {
             int device = -1;
-            return kfuse::python::tensor_from_dlpack(capsule.ptr(), where(p), name, &device).shape;
+            Tensor t;
+            kfuse::python::read_dlpack(capsule.ptr(), p.where, name, &device, t);
+            return t.shape;
           },
           nb::arg("name"), nb::arg("capsule"),
           "The shape of a DLPack capsule's tensor, after the checks a run makes of it (dtype, "

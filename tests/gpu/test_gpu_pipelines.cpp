@@ -3,87 +3,22 @@
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/diagnostics.h"
 #include "runtime/reference_check.h"
+#include "tests/support/gpu_cases.h"
 #include "tests/support/random_pipelines.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 
 using namespace kfuse;
+using testing::bn_scale_softmax;
+using testing::example;
+using testing::expect_examples;
+using testing::expect_match;
+using testing::matmul_scale_bn;
+using testing::repo_file;
+using testing::scale_bn;
 
 namespace {
-
-std::string read(const std::string &path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string example(const std::string &name) {
-  return read("examples/" + name); // run from the repository root (ctest does)
-}
-
-void expect_match(const std::string &text, const std::string &file, Mode mode, int64_t n,
-                  uint64_t seed, int steps = 1, Precision precision = Precision::FP32) {
-  rt::CheckRequest req;
-  req.kf_text = text;
-  req.file_name = file;
-  req.options.mode = mode;
-  req.options.precision = precision;
-  req.dims = {{"N", n}};
-  req.seed = seed;
-  req.steps = steps;
-  rt::CheckResult r = rt::check_against_reference(req);
-  for (const rt::CheckEntry &e : r.entries) {
-    INFO(file, " mode ", mode == Mode::Train ? "train" : "eval", " N=", n, " ", e.name, " rel ",
-         e.relative, " max abs ", e.max_abs);
-    CHECK(e.finite);
-    CHECK(e.relative <= rt::error_bound(precision));
-  }
-}
-
-// The founding chains with odd feature counts: every tile has a tail.
-std::string scale_bn(int in, int out) {
-  return fmt::format(R"(pipeline scale_bn_{0}_{1} {{
-  dim N
-  input  x: f32[N, {0}]
-  param  weight: f32[{1}, {0}]
-  param  bias: f32[{1}]
-  param  scale: f32[{1}]
-  param  bn_weight: f32[{1}]
-  param  bn_bias: f32[{1}]
-  state  running_mean: f32[{1}]
-  state  running_var: f32[{1}]
-  h = linear(x, weight, bias)
-  h = mul(h, scale)
-  return batchnorm(h, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
-}}
-)",
-                     in, out);
-}
-
-std::string bn_scale_softmax(int in, int out) {
-  return fmt::format(R"(pipeline bn_scale_softmax_{0}_{1} {{
-  dim N
-  input  x: f32[N, {0}]
-  param  weight: f32[{1}, {0}]
-  param  bias: f32[{1}]
-  param  bn_weight: f32[{1}]
-  param  bn_bias: f32[{1}]
-  state  running_mean: f32[{1}]
-  state  running_var: f32[{1}]
-  param  scale: f32[1]
-  h = linear(x, weight, bias)
-  h = batchnorm(h, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
-  h = mul(scale, h)
-  return softmax(h, dim=1)
-}}
-)",
-                     in, out);
-}
 
 // A stable softmax and a log-sum-exp by hand after a linear layer: a row kernel of several
 // passes (max, sum, the epilogue, a per-row result) with [N, 1] values broadcast along the row,
@@ -122,7 +57,7 @@ TEST_CASE("gpu: shared values and row chains match the reference") {
       expect_match(row_chain(in, out), "row_chain.kf", Mode::Eval, n, ++seed);
   for (const char *file : {"shared_values.kf", "row_chain.kf"})
     for (int64_t n : {1, 5, 40})
-      expect_match(read("tests/support/pipelines/" + std::string(file)), file, Mode::Eval, n,
+      expect_match(repo_file("tests/support/pipelines/" + std::string(file)), file, Mode::Eval, n,
                    ++seed);
 }
 
@@ -140,11 +75,12 @@ TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
 TEST_CASE("gpu: tensor-core GEMMs (tf32, 3xtf32) within their precision's bound") {
   uint64_t seed = 300;
   // In features 19 and 130 are not multiples of 4, so tf32 runs on gemm_tc there; 132, 1000
-  // and 520 take the sm90 mainloop on sm_90a, with tails in M, N (257, 300: not multiples of
-  // its 256-column tile) and K (132: not a multiple of its 32-deep stage).
+  // and 520 take the sm90 mainloop on sm_90a, with tails in M, N (257, 300, 4100: not
+  // multiples of its 128- or 256-column tiles) and K (132: not a multiple of its 32-deep
+  // stage). Below 4096 output features tf32 takes the 64 x 128 tile, from 4096 the 128 x 256.
   for (Precision precision : {Precision::TF32, Precision::FP32x3})
     for (auto [in, out] : {std::pair{19, 37}, std::pair{130, 129}, std::pair{132, 257},
-                           std::pair{1000, 300}, std::pair{520, 512}})
+                           std::pair{1000, 300}, std::pair{520, 512}, std::pair{132, 4100}})
       for (const std::string &text : {scale_bn(in, out), bn_scale_softmax(in, out)}) {
         for (int64_t n : {1, 17, 64, 200})
           expect_match(text, "odd.kf", Mode::Eval, n, ++seed, 1, precision);
@@ -154,9 +90,30 @@ TEST_CASE("gpu: tensor-core GEMMs (tf32, 3xtf32) within their precision's bound"
         for (int64_t n : {17, 64, 130})
           expect_match(text, "odd.kf", Mode::Train, n, ++seed, 2, precision);
       }
-  for (Precision precision : {Precision::TF32, Precision::FP32x3})
+  for (Precision precision : {Precision::TF32, Precision::FP32x3}) {
     expect_match(example("gemm_bn_scale_softmax.kf"), "gemm_bn_scale_softmax.kf", Mode::Train, 64,
                  12, 3, precision);
+    for (const char *file : {"gemm_scale_bn_512x1024.kf", "gemm_bn_scale_softmax_512x1024.kf"}) {
+      expect_match(example(file), file, Mode::Train, 128, 13, 3, precision);
+      expect_match(example(file), file, Mode::Eval, 128, 14, 1, precision);
+    }
+  }
+}
+
+TEST_CASE("gpu: the GEMM epilogue and tile scheduler over many row tiles, every mainloop") {
+  // Nine or ten 128-row tiles: one full rasterization group of 8 row tiles and a partial one,
+  // last tiles of 1, 16, 65 and 127 rows (the row groups the epilogue's statistics merge end
+  // at 16 and 64), several column tiles with a tail. In features 132 take the sm90 mainloop for
+  // tf32 and 3xtf32 on sm_90a, 130 the mma.sync one; fp32 runs the SIMT one; matmul gives the
+  // mainloops' B not transposed.
+  uint64_t seed = 500;
+  for (Precision precision : {Precision::FP32, Precision::TF32, Precision::FP32x3})
+    for (int in : {132, 130})
+      for (const std::string &text : {scale_bn(in, 300), matmul_scale_bn(in, 260)}) {
+        for (int64_t n : {1025, 1040, 1089, 1151, 1217})
+          expect_match(text, "tiles.kf", Mode::Train, n, ++seed, 2, precision);
+        expect_match(text, "tiles.kf", Mode::Eval, 1217, ++seed, 1, precision);
+      }
 }
 
 TEST_CASE("gpu: founding examples at small N, train over three steps") {
@@ -167,6 +124,66 @@ TEST_CASE("gpu: founding examples at small N, train over three steps") {
     expect_match(example(file), file, Mode::Train, 33, 10, 3);
   }
   expect_match(example("gemm_scale_bn_4096.kf"), "gemm_scale_bn_4096.kf", Mode::Train, 64, 11, 3);
+}
+
+TEST_CASE("gpu: groupnorm and instancenorm examples, and groups with odd sizes") {
+  expect_examples({"sd_unet_groupnorm_silu.kf", "adain_style_instancenorm.kf"}, 21);
+  // Groups of 1, 15 (a float4 tail) and 90 features; more groups than warps; a row too long for
+  // shared memory (streaming); a bias-only prologue.
+  uint64_t seed = 300;
+  for (auto [features, groups] : {std::pair{90, 90}, std::pair{90, 6}, std::pair{90, 1},
+                                  std::pair{1000, 40}, std::pair{60000, 3}}) {
+    std::string text = fmt::format(R"(pipeline groups_{0}_{1} {{
+  dim N
+  input  x: f32[N, {0}]
+  param  shift: f32[{0}]
+  param  w: f32[{0}]
+  param  b: f32[{0}]
+  h = add(x, shift)
+  return groupnorm(h, w, b, groups={1}), instancenorm(x)
+}}
+)",
+                                   features, groups);
+    for (int64_t n : {1, 7, 64})
+      expect_match(text, "groups.kf", Mode::Eval, n, ++seed);
+  }
+}
+
+TEST_CASE("gpu: groupnorm whose groups do not divide a bound dim fails before any kernel") {
+  rt::CheckRequest req;
+  req.kf_text = R"(pipeline g {
+  dim N
+  dim F
+  input x: f32[N, F]
+  return groupnorm(x, groups=4)
+}
+)";
+  req.file_name = "groups.kf";
+  req.dims = {{"N", 8}, {"F", 10}};
+  CHECK_THROWS_WITH_AS(rt::check_against_reference(req),
+                       doctest::Contains("groups=4 does not divide the 10 features"), kfuse::Error);
+}
+
+TEST_CASE("gpu: max_pool1d and avg_pool1d examples, and windows of odd sizes") {
+  expect_examples({"maxout_relu_max_pool1d.kf", "bert_ffn_gelu_avg_pool1d.kf"}, 31);
+  // Windows of 1 and of the whole row, overlapping (stride < kernel), gapped (stride > kernel),
+  // a width the window does not divide; a per-feature prologue on load.
+  uint64_t seed = 400;
+  for (auto [kernel, stride] :
+       {std::pair{1, 1}, std::pair{3, 1}, std::pair{5, 2}, std::pair{2, 7}, std::pair{97, 1}})
+    for (const char *pool : {"max_pool1d", "avg_pool1d"}) {
+      std::string text = fmt::format(R"(pipeline pool {{
+  dim N
+  input  x: f32[N, 97]
+  param  scale: f32[97]
+  h = mul(x, scale)
+  return {0}(h, kernel_size={1}, stride={2})
+}}
+)",
+                                     pool, kernel, stride);
+      for (int64_t n : {1, 7, 64})
+        expect_match(text, "pool.kf", Mode::Eval, n, ++seed);
+    }
 }
 
 TEST_CASE("gpu: train mode with one row is an error, as in PyTorch") {

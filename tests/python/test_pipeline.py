@@ -106,3 +106,32 @@ def test_dims_and_output_shapes_follow_the_declarations(small):
     assert small._core.output_shape(0, {"N": 7}) == [7, 5]
     with pytest.raises(kfuse.Error, match=r"tensor 'x' must be f32\[N, 6\], got shape \[7, 5\]"):
         small._core.dims({"x": [7, 5]})
+
+
+HALF = """pipeline half {
+  dim N
+  input  x: bf16[N, 16]
+  param  weight: bf16[8, 16]
+  param  ln_weight: f32[8]
+  return layernorm(linear(x, weight), ln_weight), relu(x)
+}
+"""
+
+
+def test_bf16_and_f16_pipelines_compile_and_declare_their_output_dtypes():
+    p = kfuse.Pipeline(text=HALF, file_name="half.kf", mode="eval", arch="sm_90a")
+    assert [p._core.output_dtype(i) for i in range(p.output_count)] == ["bf16", "bf16"]
+    # 8 output features: the narrow-layer tile.
+    assert "kf::Sm90Gemm<kf::sm90::Operand::Bf16, 128, 64, 2>" in p.cuda_source
+    f16 = kfuse.Pipeline(text=HALF.replace("bf16", "f16"), file_name="half16.kf", mode="eval", arch="sm_90a")
+    assert f16._core.output_dtype(1) == "f16"
+    assert "kf::Sm90Gemm<kf::sm90::Operand::F16, 128, 64, 2>" in f16.cuda_source
+    # A numpy float16 array is an f16 tensor (DLPack kDLFloat, 16 bits): refused only for its device.
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' f16\[3, 16\] is on cpu"):
+        f16(np.ones((3, 16), np.float16))
+
+
+def test_half_gemms_the_hopper_mainloop_cannot_run_are_refused_at_their_location():
+    with pytest.raises(kfuse.Error, match=r"odd.kf:6:\d+: error: linear of bf16 operands runs on the Hopper GEMM, "
+                                          r"which needs the inner dim a constant multiple of 8"):
+        kfuse.Pipeline(text=HALF.replace("16]", "12]"), file_name="odd.kf", arch="sm_90a")

@@ -169,3 +169,22 @@ def test_padded_rows_and_other_devices_tensors_are_refused_clearly():
         p(x, out=x.view(-1)[:15].view(3, 5))
     y = p(torch.ones(3, 6, device="cuda"))
     torch.testing.assert_close(y, torch.full((3, 5), 0.2, device="cuda"))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_tensors_get_outputs_in_their_dtype_and_match_float64(dtype):
+    from test_pipeline import HALF
+
+    text = HALF if dtype == "bfloat16" else HALF.replace("bf16", "f16")
+    p = kfuse.Pipeline(text=text, file_name="half.kf", mode="eval")
+    t = getattr(torch, dtype)
+    torch.manual_seed(0)
+    x = torch.randn(37, 16, device="cuda").to(t)
+    w = (torch.randn(8, 16, device="cuda") / 4).to(t)
+    g = torch.rand(8, device="cuda") + 0.5
+    p.bind(weight=w, ln_weight=g)
+    y, r = p(x)
+    assert y.dtype == t and r.dtype == t and y.shape == (37, 8)
+    ref = torch.nn.functional.layer_norm(x.double() @ w.double().T, (8,), weight=g.double())
+    assert rel(y, ref) <= 2e-2  # DESIGN.md's bf16 bound, f16 likewise
+    assert rel(r, torch.relu(x.double())) <= 2e-2

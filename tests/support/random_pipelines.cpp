@@ -102,13 +102,14 @@ std::vector<OpKind> ops_where(OpClass cls, bool (*keep)(OpKind)) {
   return out;
 }
 
-// A tensor in scope: its name and shape, as .kf text ("N", "4") and as a type.
+// A tensor in scope: its name, shape as .kf text ("N", "4") and element type.
 struct Tensor {
   std::string name;
   std::vector<std::string> dims;
+  DType dtype = DType::F32;
   TensorType type() const {
     TensorType t;
-    t.dtype = DType::F32;
+    t.dtype = dtype;
     for (const std::string &d : dims)
       t.shape.push_back(std::isdigit(static_cast<unsigned char>(d[0]))
                             ? Dim::constant(std::stoll(d))
@@ -132,12 +133,15 @@ public:
       dims += "  dim M\n";
       width_ = "M";
     }
-    Tensor h = declare("input", {"N", width_});
+    DType activations = DType::F32;
+    if (shape_.mixed_types)
+      activations = pick(std::vector<DType>{DType::F32, DType::BF16, DType::F16});
+    Tensor h = declare("input", {"N", width_}, activations);
     int ops = shape_.min_ops + c_.below(shape_.max_ops - shape_.min_ops + 1);
     for (int i = 0; i < ops; ++i) {
       h = step(h);
       if (i % 8 == 7 && !bounded_.empty()) // long chains: keep magnitudes in range
-        h = assign(fmt::format("{}({})", op_info(pick(bounded_)).name, h.name), h.dims);
+        h = assign(fmt::format("{}({})", op_info(pick(bounded_)).name, h.name), h.dims, h.dtype);
     }
     std::vector<std::string> outs = {h.name};
     if (c_.below(4) == 0 && matrices_.size() > 1)
@@ -156,16 +160,20 @@ private:
   }
   bool coin(int one_in) { return c_.below(one_in) == 0; }
 
-  Tensor declare(const char *kind, std::vector<std::string> dims) {
-    Tensor t{fmt::format("{}{}", kind[0], counter_++), std::move(dims)};
-    decls_ += fmt::format("  {} {}: f32{}\n", kind, t.name, t.shape());
+  // The type of a declaration beside values of type `t`: `t`, or now and then f32 (which a
+  // normalization's parameters may be, and which binary ops promote to).
+  DType beside(DType t) { return shape_.mixed_types && coin(3) ? DType::F32 : t; }
+
+  Tensor declare(const char *kind, std::vector<std::string> dims, DType dtype) {
+    Tensor t{fmt::format("{}{}", kind[0], counter_++), std::move(dims), dtype};
+    decls_ += fmt::format("  {} {}: {}{}\n", kind, t.name, dtype_name(dtype), t.shape());
     declared_.push_back(t);
     if (t.dims.size() == 1)
       columns_.push_back(t);
     return t;
   }
-  Tensor assign(const std::string &expr, std::vector<std::string> dims) {
-    Tensor t{fmt::format("v{}", counter_++), std::move(dims)};
+  Tensor assign(const std::string &expr, std::vector<std::string> dims, DType dtype) {
+    Tensor t{fmt::format("v{}", counter_++), std::move(dims), dtype};
     body_ += fmt::format("  {} = {}\n", t.name, expr);
     if (t.dims.size() == 2)
       matrices_.push_back(t);
@@ -175,12 +183,13 @@ private:
   }
   std::string one() {
     if (one_.empty())
-      one_ = assign("constant(value=1, dtype=f32)", {"1"}).name;
+      one_ = assign("constant(value=1, dtype=f32)", {"1"}, DType::F32).name;
     return one_;
   }
-  // An expression of `t`'s shape that is at least 1 everywhere: operands of div and rsqrt.
-  std::string positive(const Tensor &t) {
-    return assign(fmt::format("add(mul({0}, {0}), {1})", t.name, one()), t.dims).name;
+  // An expression of `t`'s shape that is at least 1 everywhere: operands of div and rsqrt
+  // (f32: the constant 1 is).
+  Tensor positive(const Tensor &t) {
+    return assign(fmt::format("add(mul({0}, {0}), {1})", t.name, one()), t.dims, DType::F32);
   }
 
   // The attributes of `op` as .kf text; `dim` for row ops.
@@ -227,28 +236,50 @@ private:
     return s;
   }
 
-  // A rank-1 operand for the current width: a per-feature vector (param, state or column
-  // value already in scope, read again) or a scalar.
-  Tensor column(const std::string &width) {
-    std::vector<Tensor> fits;
-    for (const Tensor &t : columns_)
-      if (t.dims[0] == width || t.dims[0] == "1")
-        fits.push_back(t);
-    if (!fits.empty() && coin(2))
-      return pick(fits);
-    return declare("param", {coin(3) ? "1" : width});
+  // Replaces the value of attribute `key` in `a` (text from attrs()), if it has one.
+  static void set_attr(std::string &a, const std::string &key, const std::string &value) {
+    size_t pos = a.find(key + "=");
+    if (pos == std::string::npos)
+      return;
+    size_t end = a.find(',', pos);
+    a.replace(pos, end == std::string::npos ? std::string::npos : end - pos, key + "=" + value);
   }
 
-  // A per-feature vector of exactly `width` features (no scalar): one in scope, read again, or
-  // a fresh param.
-  Tensor feature_vector(const std::string &width) {
+  // A group count dividing `width`: any divisor of a constant width, 1 for a dim name.
+  std::string groups_dividing(const std::string &width) {
+    if (!std::isdigit(static_cast<unsigned char>(width[0])))
+      return "1";
+    std::vector<int> divisors;
+    for (int d = 1, w = std::stoi(width); d <= w; ++d)
+      if (w % d == 0)
+        divisors.push_back(d);
+    return std::to_string(pick(divisors));
+  }
+
+  // A rank-1 operand for the current width beside values of type `t`: a per-feature vector
+  // (param, state or column value already in scope, read again, of any type: binary ops
+  // promote) or a scalar.
+  Tensor column(const std::string &width, DType t) {
     std::vector<Tensor> fits;
-    for (const Tensor &t : columns_)
-      if (t.dims[0] == width)
-        fits.push_back(t);
+    for (const Tensor &c : columns_)
+      if (c.dims[0] == width || c.dims[0] == "1")
+        fits.push_back(c);
     if (!fits.empty() && coin(2))
       return pick(fits);
-    return declare("param", {width});
+    return declare("param", {coin(3) ? "1" : width}, beside(t));
+  }
+
+  // A per-feature vector of exactly `width` features (no scalar), the parameter of a
+  // normalization of values of type `t` (so of type `t` or f32): one in scope, read again, or
+  // a fresh param.
+  Tensor feature_vector(const std::string &width, DType t) {
+    std::vector<Tensor> fits;
+    for (const Tensor &c : columns_)
+      if (c.dims[0] == width && (c.dtype == t || c.dtype == DType::F32))
+        fits.push_back(c);
+    if (!fits.empty() && coin(2))
+      return pick(fits);
+    return declare("param", {width}, beside(t));
   }
 
   // The second operand of a binary op with matrix `h`.
@@ -258,23 +289,23 @@ private:
       for (auto it = matrices_.rbegin(); it != matrices_.rend(); ++it)
         if (it->dims == h.dims && it->name != h.name && coin(2))
           return *it;
-      return declare("input", h.dims);
+      return declare("input", h.dims, beside(h.dtype));
     }
     case 1:
-      return declare("input", {"N", "1"});
+      return declare("input", {"N", "1"}, beside(h.dtype));
     case 2:
-      return declare("param", {"1", h.dims[1]});
+      return declare("param", {"1", h.dims[1]}, beside(h.dtype));
     default:
-      return column(h.dims[1]);
+      return column(h.dims[1], h.dtype);
     }
   }
 
   Tensor step(const Tensor &h) {
     static const std::vector<OpClass> classes = {
-        OpClass::Gemm,      OpClass::Norm,   OpClass::Norm,    OpClass::Binary,
-        OpClass::Binary,    OpClass::Unary,  OpClass::Unary,   OpClass::Row,
-        OpClass::RowNorm,   OpClass::Reduce, OpClass::Reduce,  OpClass::ColReduce,
-        OpClass::ColAffine, OpClass::Effect, OpClass::Constant};
+        OpClass::Gemm,      OpClass::Norm,   OpClass::Norm,     OpClass::Binary,
+        OpClass::Binary,    OpClass::Unary,  OpClass::Unary,    OpClass::Row,
+        OpClass::RowNorm,   OpClass::Reduce, OpClass::Reduce,   OpClass::ColReduce,
+        OpClass::ColAffine, OpClass::Effect, OpClass::Constant, OpClass::Pool};
     OpClass cls = pick(classes);
     auto it = by_class_.find(cls);
     if (it == by_class_.end())
@@ -289,47 +320,51 @@ private:
     case OpClass::Binary: {
       Tensor o = operand(h);
       if (!total_for_positive_rhs(op)) // pow: a base >= 1 and an exponent in (-1, 1)
-        return assign(fmt::format("{}({}, tanh({}))", name, positive(h), o.name), h.dims);
-      std::string rhs = total_binary(op) ? o.name : positive(o);
+        return assign(fmt::format("{}({}, tanh({}))", name, positive(h).name, o.name), h.dims,
+                      promote(DType::F32, o.dtype));
+      Tensor rhs = total_binary(op) ? o : positive(o);
+      DType dt = promote(h.dtype, rhs.dtype);
       if (coin(2) || !total_binary(op))
-        return assign(fmt::format("{}({}, {})", name, h.name, rhs), h.dims);
-      return assign(fmt::format("{}({}, {})", name, o.name, h.name), h.dims);
+        return assign(fmt::format("{}({}, {})", name, h.name, rhs.name), h.dims, dt);
+      return assign(fmt::format("{}({}, {})", name, o.name, h.name), h.dims, dt);
     }
     case OpClass::Unary: {
-      Tensor u = assign(fmt::format("{}({}{})", name,
-                                    total_unary(op)          ? h.name
-                                    : total_for_positive(op) ? positive(h)
-                                                             : "tanh(" + h.name + ")",
-                                    attrs(op, 2)),
-                        h.dims);
+      Tensor x = total_unary(op)          ? h
+                 : total_for_positive(op) ? positive(h)
+                                          : assign("tanh(" + h.name + ")", h.dims, h.dtype);
+      Tensor u = assign(fmt::format("{}({}{})", name, x.name, attrs(op, 2)), h.dims, x.dtype);
       if (coin(3) || total_binaries_.empty())
         return u;
       // `h` used twice, as in h * sigmoid(h): by the unary op and by a binary op of both.
       return assign(fmt::format("{}({}, {})", op_info(pick(total_binaries_)).name, h.name, u.name),
-                    h.dims);
+                    h.dims, promote(h.dtype, u.dtype));
     }
     case OpClass::Row:
-      return assign(fmt::format("{}({}{})", name, h.name, attrs(op, 2)), h.dims);
+      return assign(fmt::format("{}({}{})", name, h.name, attrs(op, 2)), h.dims, h.dtype);
     case OpClass::RowNorm: { // the optional per-feature vectors, some or all of them
       std::string args = h.name;
       int vectors = c_.below(op_info(op).max_args);
       for (int i = 0; i < vectors; ++i)
-        args += ", " + feature_vector(h.dims[1]).name;
-      return assign(fmt::format("{}({}{})", name, args, attrs(op, 2)), h.dims);
+        args += ", " + feature_vector(h.dims[1], h.dtype).name;
+      std::string a = attrs(op, 2);
+      set_attr(a, "groups", groups_dividing(h.dims[1])); // groupnorm
+      return assign(fmt::format("{}({}{})", name, args, a), h.dims, h.dtype);
     }
     case OpClass::Reduce:
       return reduce(op, h);
-    case OpClass::ColReduce: // a column value, used by later ops and maybe returned
-      assign(fmt::format("{}({})", name, h.name), {h.dims[1]});
+    case OpClass::Pool:
+      return pool(op, h);
+    case OpClass::ColReduce: // a column value (f32), used by later ops and maybe returned
+      assign(fmt::format("{}({})", name, h.name), {h.dims[1]}, DType::F32);
       return h;
     case OpClass::ColAffine:
-      return assign(fmt::format("{}({}, {}, {})", name, h.name, column(h.dims[1]).name,
-                                column(h.dims[1]).name),
-                    h.dims);
+      return assign(fmt::format("{}({}, {}, {})", name, h.name, column(h.dims[1], h.dtype).name,
+                                column(h.dims[1], h.dtype).name),
+                    h.dims, h.dtype);
     case OpClass::Effect:
       return effect(op, h);
     case OpClass::Constant:
-      assign(fmt::format("{}(value={}, dtype=f32)", name, 0.25 + c_.below(8)), {"1"});
+      assign(fmt::format("{}(value={}, dtype=f32)", name, 0.25 + c_.below(8)), {"1"}, DType::F32);
       return h;
     }
     return h;
@@ -341,12 +376,8 @@ private:
   Tensor reduce(OpKind op, const Tensor &h) {
     std::string a = attrs(op, 2);
     // var / std: a correction below the row length, so the divisor stays positive.
-    if (auto pos = a.find("correction="); pos != std::string::npos) {
-      size_t end = a.find(',', pos);
-      bool wide = std::isdigit(static_cast<unsigned char>(h.dims[1][0])) && h.dims[1] != "1";
-      a.replace(pos, end == std::string::npos ? std::string::npos : end - pos,
-                std::string("correction=") + (wide && coin(2) ? "1" : "0"));
-    }
+    bool wide = std::isdigit(static_cast<unsigned char>(h.dims[1][0])) && h.dims[1] != "1";
+    set_attr(a, "correction", wide && coin(2) ? "1" : "0");
     bool keepdim = a.find("keepdim=true") != std::string::npos;
     int dim = std::stoi(a.substr(a.find("dim=") + 4));
     size_t axis = static_cast<size_t>(dim < 0 ? dim + 2 : dim);
@@ -355,11 +386,12 @@ private:
       dims[axis] = "1";
     else
       dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(axis));
-    Tensor r = assign(fmt::format("{}({}{})", op_info(op).name, h.name, a), dims);
+    Tensor r = assign(fmt::format("{}({}{})", op_info(op).name, h.name, a), dims, h.dtype);
     if ((dims.size() == 1 && axis == 1) || total_binaries_.empty())
       return h;
-    Tensor b = assign(
-        fmt::format("{}({}, {})", op_info(pick(total_binaries_)).name, h.name, r.name), h.dims);
+    Tensor b =
+        assign(fmt::format("{}({}, {})", op_info(pick(total_binaries_)).name, h.name, r.name),
+               h.dims, promote(h.dtype, r.dtype));
     if (!keepdim || coin(2))
       return b;
     // A chain on the per-row result: a second reduction of a value computed from the first,
@@ -367,13 +399,28 @@ private:
     return reduce(op, b);
   }
 
+  // A pool of a constant-width `h` (its output width needs a number): a window of 1 to the
+  // width, the stride left at its default (the window) or 1 to 3. The result has a new width,
+  // so later per-feature operands are declared for it.
+  Tensor pool(OpKind op, const Tensor &h) {
+    if (!std::isdigit(static_cast<unsigned char>(h.dims[1][0])))
+      return h;
+    int f = std::stoi(h.dims[1]), k = 1 + c_.below(f);
+    std::string stride = coin(2) ? "" : fmt::format(", stride={}", 1 + c_.below(3));
+    int s = stride.empty() ? k : std::stoi(stride.substr(9));
+    return assign(fmt::format("{}({}, kernel_size={}{})", op_info(op).name, h.name, k, stride),
+                  {h.dims[0], std::to_string((f - k) / s + 1)}, h.dtype);
+  }
+
   // The weight layout and bias come from the op's shape rule: whichever types.
   Tensor gemm(OpKind op, const Tensor &h) {
     std::string out = std::to_string(1 + c_.below(6));
     for (bool transposed : {false, true}) {
-      Tensor w{"", transposed ? std::vector<std::string>{h.dims[1], out}
-                              : std::vector<std::string>{out, h.dims[1]}};
-      Tensor b{"", {out}};
+      Tensor w{"",
+               transposed ? std::vector<std::string>{h.dims[1], out}
+                          : std::vector<std::string>{out, h.dims[1]},
+               h.dtype};
+      Tensor b{"", {out}, h.dtype};
       bool bias = op_info(op).max_args >= 3 && coin(2);
       std::vector<TensorType> args = {h.type(), w.type()};
       if (bias)
@@ -383,10 +430,10 @@ private:
       } catch (const TypeError &) {
         continue;
       }
-      Tensor wd = declare("param", w.dims);
-      std::string bias_text = bias ? ", " + declare("param", b.dims).name : "";
+      Tensor wd = declare("param", w.dims, h.dtype);
+      std::string bias_text = bias ? ", " + declare("param", b.dims, h.dtype).name : "";
       return assign(fmt::format("{}({}, {}{})", op_info(op).name, h.name, wd.name, bias_text),
-                    {"N", out});
+                    {"N", out}, h.dtype);
     }
     return h;
   }
@@ -404,10 +451,11 @@ private:
     std::vector<Tensor> states;
     for (size_t i = 1; i < probe.args.size(); ++i) {
       bool state = std::count(updated.begin(), updated.end(), static_cast<int>(i)) > 0;
-      Tensor t = declare(state ? "state" : "param", {h.dims[1]});
+      Tensor t = declare(state ? "state" : "param", {h.dims[1]}, beside(h.dtype));
       args.push_back(t.name);
     }
-    return assign(fmt::format("{}({}{})", info.name, fmt::join(args, ", "), attrs(op, 2)), h.dims);
+    return assign(fmt::format("{}({}{})", info.name, fmt::join(args, ", "), attrs(op, 2)), h.dims,
+                  h.dtype);
   }
 
   // bn_update(running_mean, running_var, mean, var): column statistics of `h` into fresh
@@ -424,11 +472,11 @@ private:
     std::vector<int> updated = updated_args(probe);
     for (size_t i = 0; i < probe.args.size(); ++i) {
       if (std::count(updated.begin(), updated.end(), static_cast<int>(i)))
-        args.push_back(declare("state", {h.dims[1]}).name);
+        args.push_back(declare("state", {h.dims[1]}, beside(h.dtype)).name);
       else
         args.push_back(
             assign(fmt::format("{}({})", op_info(reduce[i % reduce.size()]).name, h.name),
-                   {h.dims[1]})
+                   {h.dims[1]}, DType::F32)
                 .name);
     }
     std::string a = attrs(op, 2);
@@ -460,6 +508,7 @@ std::string random_pipeline(uint64_t seed) {
   SeededChoices c(seed);
   PipelineShape shape;
   shape.second_dim = false;
+  shape.mixed_types = false;
   return random_pipeline(c, shape, fmt::format("random_{}", seed));
 }
 

@@ -9,8 +9,12 @@
 // declarations and column values, [N, 1] and [1, F] operands, scalars, a second dim, values
 // read several times (h * sigmoid(h)), explicit bn_update effects, reductions (sum, var, ...)
 // whose [N, 1] or [1, F] results are used again, chains of reductions on [N, 1] results
-// (sum(exp(h - max(h)))), layernorm / rmsnorm, and chains of thousands of ops (squashed now and
-// then by a bounded op so values stay finite).
+// (sum(exp(h - max(h)))), layernorm / rmsnorm / groupnorm (groups dividing the width) /
+// instancenorm, max_pool1d / avg_pool1d (constant widths only), and chains of thousands of ops
+// (squashed now and then by a bounded op so values stay finite). With `mixed_types`,
+// declarations are f32, bf16 or f16 within the type rules (a GEMM's operands share the input's
+// type, normalization parameters are the input's type or f32, binary ops promote), so the
+// interpreter's roundings to each declared type are proved too.
 #pragma once
 
 #include <cstddef>
@@ -53,6 +57,7 @@ struct PipelineShape {
   int min_ops = 2, max_ops = 8; // op statements of the main chain (helpers come on top)
   bool second_dim = true;       // may declare `dim M` (bind every dim of the graph)
   bool last_axis_rows = false;  // row ops only over the last axis (what the GPU generates)
+  bool mixed_types = true;      // bf16 and f16 declarations beside f32 ones
 };
 
 std::string random_pipeline(Choices &choices, const PipelineShape &shape, const std::string &name);

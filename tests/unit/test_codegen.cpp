@@ -2,17 +2,21 @@
 // NVRTC compiles of every example in both modes, the disk cache, and the API's checks.
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
+#include "compiler/ir/printer.h"
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
 #include "runtime/pipeline.h"
+#include "runtime/reference_check.h"
 
 #include <cstdlib>
 #include <doctest/doctest.h>
 #include <filesystem>
+#include <fmt/format.h>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 using namespace kfuse;
 
@@ -95,16 +99,51 @@ TEST_CASE("codegen: standalone source inlines every template once") {
         std::string::npos);
 }
 
-TEST_CASE("codegen: a tensor that is not f32 is reported by name") {
-  std::string text = kSmall;
-  text.replace(text.find("weight: f32"), 11, "weight: f16");
-  text.replace(text.find("x: f32"), 6, "x: f16");
-  text.replace(text.find("scale: f32"), 10, "scale: f16");
-  dsl::SourceFile src("f16.kf", text);
-  dsl::Diagnostics diags(src);
-  plan::Plan p = plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval);
-  CHECK_THROWS_WITH_AS(codegen::generate(p), doctest::Contains("supports f32 tensors only"),
-                       codegen::CodegenError);
+TEST_CASE("codegen: bf16/f16 tensors are read and written in their type, GEMMs on the sm90 "
+          "mainloop with 2-byte tensor maps, intermediates in f32") {
+  auto plan_in = [](const char *dtype, int k, const char *op = "linear") {
+    std::string text = fmt::format(
+        "pipeline half {{\n  dim N\n  input x: {0}[N, {1}]\n  param w: {0}[{2}]\n"
+        "  param g: f32[5]\n  state rm: f32[5]\n  state rv: {0}[5]\n"
+        "  h = {3}(x, w)\n  return softmax(batchnorm(h, g, g, rm, rv), dim=1)\n}}\n",
+        dtype, k, std::string(op) == "linear" ? fmt::format("5, {}", k) : fmt::format("{}, 5", k),
+        op);
+    dsl::SourceFile src("half.kf", text);
+    dsl::Diagnostics diags(src);
+    return plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Train);
+  };
+  for (auto [dtype, type, operand] :
+       {std::tuple{"bf16", "kf::bf16", "Bf16"}, std::tuple{"f16", "kf::f16", "F16"}}) {
+    INFO(dtype);
+    plan::Plan p = plan_in(dtype, 16);
+    // The GEMM output h feeds batchnorm in another kernel: an f32 intermediate.
+    REQUIRE(p.intermediates.size() >= 1);
+    CHECK(p.intermediates[0].type.str() == "f32[N, 5]");
+    CHECK(plan::print_plan_text(p, {}).find("f32[N, 5] (N*20 B)") != std::string::npos);
+    for (codegen::GemmMath math : {codegen::GemmMath::Fp32, codegen::GemmMath::Tf32}) {
+      codegen::Program prog = codegen::generate(p, math, "sm_90a");
+      // 5 output features: the narrow-layer tile.
+      CHECK(prog.source.find(fmt::format("kf::Sm90Gemm<kf::sm90::Operand::{}, 128, 64, 2>",
+                                         operand)) != std::string::npos);
+      CHECK(ir::dtype_bytes(prog.launches.at(0).params.at(0).map.element) == 2);
+      CHECK(ir::dtype_name(prog.launches.at(0).params.at(1).map.element) == dtype);
+      CHECK(prog.launches.at(0).params.at(1).map.box_inner == 64);
+      CHECK(prog.source.find(fmt::format("{} *__restrict__ p_rv", type)) != std::string::npos);
+      const std::string out = ir::printed_names(p.graph)[static_cast<size_t>(p.graph.outputs[0])];
+      CHECK(prog.source.find(fmt::format("{} *__restrict__ p_{}", type, out)) != std::string::npos);
+      CHECK(prog.source.find("const float *__restrict__ p_h") != std::string::npos);
+    }
+    // The Hopper GEMM is the only one taking 2-byte operands: what it cannot run is an error.
+    CHECK_THROWS_WITH_AS(codegen::generate(plan_in(dtype, 12), codegen::GemmMath::Fp32, "sm_90a"),
+                         doctest::Contains("needs the inner dim a constant multiple of 8"),
+                         codegen::CodegenError);
+    CHECK_THROWS_WITH_AS(codegen::generate(p, codegen::GemmMath::Fp32, "sm_80"),
+                         doctest::Contains("needs --arch sm_90a; got sm_80"),
+                         codegen::CodegenError);
+    CHECK_THROWS_WITH_AS(
+        codegen::generate(plan_in(dtype, 16, "matmul"), codegen::GemmMath::Fp32, "sm_90a"),
+        doctest::Contains("takes linear's [out, in] weight"), codegen::CodegenError);
+  }
 }
 
 TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unfused") {
@@ -122,8 +161,9 @@ TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unf
         Options o;
         o.mode = mode;
         o.arch = "sm_90a";
-        Pipeline p = fuse ? Pipeline::from_file(entry.path().string(), o)
-                          : rt::PipelineAccess::unfused_from_file(entry.path().string(), o);
+        Pipeline p = rt::PipelineAccess::compile(lower(dsl::SourceFile::read(entry.path().string()),
+                                                       rt::PipelineAccess::lower_options(o, fuse)),
+                                                 o, fuse);
         const CompileReport &r = p.report();
         CHECK(r.cache_hit == !compiled.insert(p.cuda_source()).second);
         REQUIRE(!r.kernels.empty());
@@ -282,6 +322,18 @@ TEST_CASE("api: outputs and state overlapping other tensors are refused before a
                        doctest::Contains("overlaps output 0 [2, 4]"), Error);
 }
 
+TEST_CASE("api: a pipeline with a bf16 or f16 tensor is judged by the bf16 bound") {
+  auto bound = [](const std::string &decls, const std::string &ret) {
+    dsl::SourceFile src("b.kf", "pipeline b {\n  dim N\n" + decls + "  return " + ret + "\n}\n");
+    dsl::Diagnostics diags(src);
+    return rt::error_bound(Precision::FP32, dsl::parse_kf(src, diags));
+  };
+  CHECK(bound("  input x: f32[N, 4]\n", "relu(x)") == 1e-5);
+  CHECK(bound("  input x: f32[N, 4]\n  param s: bf16[1]\n", "mul(x, s)") == 2e-2);
+  CHECK(bound("  input x: f16[N, 4]\n", "relu(x)") == 2e-2);
+  CHECK(rt::error_bound(Precision::TF32) == 5e-3);
+}
+
 TEST_CASE("api: precisions without GEMM templates are refused, not approximated") {
   Options o;
   o.precision = Precision::BF16;
@@ -297,9 +349,10 @@ TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on the sm9
       o.arch = "sm_90a";
       o.precision = precision;
       Pipeline p = Pipeline::from_file(root() + "/examples/" + example + ".kf", o);
-      CHECK(p.cuda_source().find(precision == Precision::TF32
-                                     ? "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>"
-                                     : "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>") !=
+      CHECK(p.cuda_source().find(
+                precision == Precision::TF32
+                    ? "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>"
+                    : "kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32x3, 128>>") !=
             std::string::npos);
       for (const KernelReport &k : p.report().kernels) {
         INFO(example, " ", k.name);

@@ -125,10 +125,13 @@ TEST_CASE("nvrtc: every pointwise op compiles in a GEMM epilogue, a row prologue
     o.arch = "sm_90a";
     // fused: one GEMM kernel whose epilogue holds every op; then a row kernel whose prologue
     // does (the GEMM stores its product: softmax reads the chain per row).
-    Pipeline epilogue =
-        rt::PipelineAccess::compile(every_pointwise_op("  return h\n"), "every_op.kf", o, fuse);
-    Pipeline prologue = rt::PipelineAccess::compile(
-        every_pointwise_op("  return softmax(h, dim=1)\n"), "every_op.kf", o, fuse);
+    auto compile = [&](const std::string &text) {
+      return rt::PipelineAccess::compile(
+          lower(dsl::SourceFile("every_op.kf", text), rt::PipelineAccess::lower_options(o, fuse)),
+          o, fuse);
+    };
+    Pipeline epilogue = compile(every_pointwise_op("  return h\n"));
+    Pipeline prologue = compile(every_pointwise_op("  return softmax(h, dim=1)\n"));
     if (fuse)
       CHECK(epilogue.report().kernels.size() == 1);
     for (const Pipeline *p : {&epilogue, &prologue})

@@ -286,3 +286,52 @@ TEST_CASE("parser: every prefix of every example parses or fails with a diagnost
     }
   }
 }
+
+TEST_CASE("parser: element types follow PyTorch's rules") {
+  std::string header = "pipeline p {\n"
+                       "  dim N\n"
+                       "  input x: bf16[N, 16]\n"
+                       "  input y: f16[N, 16]\n"
+                       "  input z: f32[N, 16]\n"
+                       "  param w: bf16[16, 16]\n"
+                       "  param w32: f32[16, 16]\n"
+                       "  param g: f32[16]\n"
+                       "  param g16: f16[16]\n"
+                       "  state rm: f32[16]\n"
+                       "  state rv: bf16[16]\n";
+  auto type_of = [&](const std::string &expr) {
+    ir::Graph g = parse(header + "  return " + expr + "\n}\n");
+    return g[g.outputs[0]].type.str();
+  };
+  CHECK(type_of("linear(x, w)") == "bf16[N, 16]");
+  CHECK(type_of("add(x, z)") == "f32[N, 16]");    // promotes to the wider float
+  CHECK(type_of("mul(x, y)") == "f32[N, 16]");    // bf16 with f16: f32, as torch.result_type
+  CHECK(type_of("mul(x, 0.5)") == "bf16[N, 16]"); // a number does not promote
+  CHECK(type_of("softmax(x, dim=1)") == "bf16[N, 16]");
+  CHECK(type_of("sum(y, dim=1)") == "f16[N]");
+  CHECK(type_of("batchnorm(x, g, g, rm, rv)") == "bf16[N, 16]"); // f32 params, bf16 activations
+  CHECK(type_of("layernorm(y, g16, g)") == "f16[N, 16]");
+  CHECK(type_of("col_mean(x)") == "f32[16]"); // statistics are fp32
+
+  struct Case {
+    std::string expr, message;
+    uint32_t col;
+  };
+  std::vector<Case> cases = {
+      {"linear(x, w32)", "type mismatch in linear: bf16[N, 16] and f32[16, 16]", 20},
+      {"linear(z, w32, g16)", "type mismatch in linear: f32[N, 16] and f16[16]", 25},
+      {"batchnorm(x, g16, g, rm, rv)",
+       "type mismatch in batchnorm: weight must be bf16 (as the input bf16[N, 16]) or f32, got "
+       "f16[16]",
+       23},
+      {"layernorm(z, g, g16)",
+       "type mismatch in layernorm: bias must be f32 as the input f32[N, 16], got f16[16]", 26},
+  };
+  for (const Case &c : cases) {
+    INFO(c.expr);
+    dsl::DiagnosticError e = parse_error(header + "  return " + c.expr + "\n}\n");
+    CHECK(e.message == c.message);
+    CHECK(e.loc.line == 12);
+    CHECK(e.loc.col == c.col);
+  }
+}

@@ -339,6 +339,61 @@ TEST_CASE("interpreter: layernorm and rmsnorm over the feature axis") {
   check_values(out[2], {1, 4}, {r, 4 * r, 1.5 * r, -6 * r});
 }
 
+TEST_CASE("interpreter: groupnorm per feature group, instancenorm per row") {
+  GraphBuilder b("groups");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(1), c(4)}));
+  ValueId w = b.declare(ValueKind::Param, "w", f32({c(4)}));
+  ValueId bias = b.declare(ValueKind::Param, "b", f32({c(4)}));
+  b.add_output(b.op(OpKind::GroupNorm, {x, w, bias}, {{"groups", num(2)}, {"eps", num(0.75)}}));
+  b.add_output(b.op(OpKind::GroupNorm, {x}, {{"groups", num(1)}, {"eps", num(0.5)}}));
+  b.add_output(b.op(OpKind::InstanceNorm, {x}, {{"eps", num(0.5)}}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({1, 4}, {1, 2, 3, 6})},
+              {"w", tensor({4}, {1, 2, 0.5, -1})},
+              {"b", tensor({4}, {0, 1, 0, 10})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  // Groups {1, 2} (mean 1.5, var 0.25: rstd 1) and {3, 6} (mean 4.5, var 2.25: rstd 1/sqrt(3)).
+  double r = 1 / std::sqrt(3.0);
+  check_values(out[0], {1, 4}, {-0.5, 0.5 * 2 + 1, -1.5 * r * 0.5, 1.5 * r * -1 + 10});
+  // One group is layernorm without affine: mean 3, var 3.5, rstd 1/2.
+  check_values(out[1], {1, 4}, {-1, -0.5, 0, 1.5});
+  check_values(out[2], {1, 4}, {-1, -0.5, 0, 1.5});
+}
+
+TEST_CASE("interpreter: groupnorm whose groups do not divide a bound dim is an error") {
+  GraphBuilder b("groups", {"F"});
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(1), Dim::symbol("F")}));
+  b.add_output(b.op(OpKind::GroupNorm, {x}, {{"groups", num(2)}}));
+  Graph g = b.finish();
+  TensorMap t{{"x", tensor({1, 3}, {1, 2, 3})}};
+  CHECK_THROWS_WITH_AS(interpret(g, Mode::Eval, {{"F", 3}}, t),
+                       doctest::Contains("groups=2 does not divide the 3 features"),
+                       InterpretError);
+}
+
+TEST_CASE("interpreter: max_pool1d and avg_pool1d over feature windows") {
+  GraphBuilder b("pools");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2), c(5)}));
+  b.add_output(b.op(OpKind::MaxPool1d, {x}, {{"kernel_size", num(2)}}));
+  b.add_output(b.op(OpKind::AvgPool1d, {x}, {{"kernel_size", num(3)}, {"stride", num(1)}}));
+  b.add_output(b.op(OpKind::MaxPool1d, {x}, {{"kernel_size", num(1)}, {"stride", num(3)}}));
+  Graph g = b.finish();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  TensorMap t{{"x", tensor({2, 5}, {1, 5, 2, 8, 3, 4, -1, nan, 0, 6})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  // stride defaults to kernel_size: windows [0, 2) and [2, 4); the last feature is left out.
+  REQUIRE(out[0].shape == std::vector<int64_t>{2, 2});
+  CHECK(out[0].data[0] == 5);
+  CHECK(out[0].data[1] == 8);
+  CHECK(out[0].data[2] == 4);
+  CHECK(std::isnan(out[0].data[3])); // a window holding a NaN
+  REQUIRE(out[1].shape == std::vector<int64_t>{2, 3});
+  CHECK(out[1].data[0] == doctest::Approx(8.0 / 3));
+  CHECK(out[1].data[1] == 5);
+  CHECK(out[1].data[2] == doctest::Approx(13.0 / 3));
+  check_values(out[2], {2, 2}, {1, 8, 4, 0});
+}
+
 TEST_CASE("interpreter: softmax and log_softmax") {
   SUBCASE("by hand, with large values") {
     GraphBuilder b("sm");
@@ -599,15 +654,67 @@ TEST_CASE("interpreter: constant is a [1] tensor that broadcasts") {
   check_values(out[1], {2}, {1, -2});
 }
 
-TEST_CASE("interpreter: math is double whatever the declared dtype") {
-  GraphBuilder b("bf16");
+TEST_CASE("round_to: bf16 and f16 round to nearest even, as cvt.rn does; f32 stays exact") {
+  CHECK(round_to(DType::F32, 1 + 1e-10) == 1 + 1e-10);
+  // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7, even is 1.
+  CHECK(round_to(DType::BF16, 1 + std::ldexp(1.0, -8)) == 1);
+  CHECK(round_to(DType::BF16, 1 + 3 * std::ldexp(1.0, -8)) == 1 + std::ldexp(1.0, -6));
+  CHECK(round_to(DType::BF16, -3.14159) == -3.140625);
+  CHECK(std::isinf(round_to(DType::BF16, 3.4e38)));
+  // f16 keeps 11 significant bits, its largest value is 65504, its subnormals step 2^-24.
+  CHECK(round_to(DType::F16, 1 + std::ldexp(1.0, -11)) == 1);
+  CHECK(round_to(DType::F16, 1 + 3 * std::ldexp(1.0, -11)) == 1 + std::ldexp(1.0, -9));
+  CHECK(round_to(DType::F16, 65519) == 65504);
+  CHECK(std::isinf(round_to(DType::F16, 65520)));
+  CHECK(round_to(DType::F16, 3 * std::ldexp(1.0, -26)) == std::ldexp(1.0, -24));
+  CHECK(round_to(DType::F16, 0.1) == 0.0999755859375);
+  CHECK(std::isnan(round_to(DType::BF16, std::nan(""))));
+}
+
+TEST_CASE("interpreter: math is double, outputs and state updates are rounded to their type") {
+  GraphBuilder b("bf16", {"N"});
   TensorType t16{DType::BF16, {c(1)}};
   ValueId x = b.declare(ValueKind::Input, "x", t16);
   ValueId y = b.declare(ValueKind::Input, "y", t16);
-  b.add_output(b.op(OpKind::Add, {x, y}));
+  ValueId sum = b.op(OpKind::Add, {x, y});
+  b.add_output(sum);
+  b.add_output(b.op(OpKind::Sub, {sum, x})); // the unrounded sum: 1e-10
   Graph g = b.finish();
   TensorMap t{{"x", tensor({1}, {1})}, {"y", tensor({1}, {1e-10})}};
-  CHECK(interpret(g, Mode::Eval, {}, t)[0].data[0] == 1 + 1e-10);
+  std::vector<HostTensor> out = interpret(g, Mode::Eval, {}, t);
+  CHECK(out[0].data[0] == 1);
+  CHECK(out[1].data[0] == doctest::Approx(1e-10).epsilon(1e-6));
+
+  // bf16 activations, f32 running statistics: the output is bf16, the statistics stay f32.
+  GraphBuilder m("mixed", {"N"});
+  ValueId h = m.declare(ValueKind::Input, "h", {DType::BF16, {N, c(2)}});
+  ValueId rm = m.declare(ValueKind::State, "rm", f32({c(2)}));
+  ValueId rv = m.declare(ValueKind::State, "rv", {DType::BF16, {c(2)}});
+  m.add_output(m.op(OpKind::BatchNorm, {h, rm, rv}));
+  Graph mg = m.finish();
+  TensorMap mt{{"h", kThreeRows}, {"rm", tensor({2}, {0.1, 0.1})}, {"rv", tensor({2}, {1, 1})}};
+  out = interpret(mg, Mode::Train, {{"N", 3}}, mt);
+  for (double v : out[0].data)
+    CHECK(v == round_to(DType::BF16, v));
+  check_values(mt["rm"], {2}, {0.9 * 0.1 + 0.1 * 2, 0.9 * 0.1 + 0.1 * 2});
+  // 0.9 + 0.1 * 8 * 3/2 = 2.1, which bf16 holds as 2.09375.
+  CHECK(mt["rv"].data[1] == 2.09375);
+}
+
+TEST_CASE("random_tensors: values are rounded to each declaration's type") {
+  GraphBuilder b("types", {"N"});
+  b.declare(ValueKind::Input, "x", {DType::BF16, {N, c(16)}});
+  b.declare(ValueKind::Input, "y", {DType::F16, {N, c(16)}});
+  b.declare(ValueKind::Input, "z", f32({N, c(16)}));
+  Graph g = b.finish();
+  TensorMap t = random_tensors(g, {{"N", 8}}, 1);
+  bool z_beyond_bf16 = false;
+  for (size_t i = 0; i < t["x"].data.size(); ++i) {
+    CHECK(t["x"].data[i] == round_to(DType::BF16, t["x"].data[i]));
+    CHECK(t["y"].data[i] == round_to(DType::F16, t["y"].data[i]));
+    z_beyond_bf16 |= t["z"].data[i] != round_to(DType::BF16, t["z"].data[i]);
+  }
+  CHECK(z_beyond_bf16);
 }
 
 TEST_CASE("random_tensors: deterministic, normal, positive running variances") {

@@ -72,6 +72,12 @@ TEST_CASE("npy: numpy.save's layout is read; kfuse's writes round-trip") {
   CHECK(b.data == std::vector<float>{0.5f, -1, 2, 3});
   CHECK(std::filesystem::file_size(dir.file("b.npy")) == 64 + 16); // header padded to 64 bytes
 
+  // float16 ('<f2'), exactly: 1, -2, 65504 (the largest f16), 2^-24 (the smallest subnormal).
+  write_bytes(dir.file("h.npy"),
+              npy_bytes("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }",
+                        std::string("\x00\x3c\x00\xc0\xff\x7b\x01\x00", 8)));
+  CHECK(rt::read_npy(dir.file("h.npy")).data == std::vector<float>{1, -2, 65504, 0x1p-24f});
+
   rt::write_npy(dir.file("c.npy"), {2, 1}, {1, 2});
   CHECK(rt::read_npy(dir.file("c.npy")).shape == std::vector<int64_t>{2, 1});
 }
@@ -91,8 +97,13 @@ TEST_CASE("npy: other dtypes, Fortran order, wrong sizes and non-npy files are r
   };
   CHECK(refused("f8.npy", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
                                     floats({1, 2, 3, 4})))
-            .find("dtype '<f8' (2); kfuse reads float32 ('<f4'): np.save(path, "
-                  "a.astype(np.float32))") != std::string::npos);
+            .find("dtype '<f8' (2); kfuse reads float32 ('<f4') and float16 ('<f2'): "
+                  "np.save(path, a.astype(np.float32)) (bf16 has no standard .npy type") !=
+        std::string::npos);
+  // ml_dtypes' bfloat16 saves as raw 2-byte void: refused, with what to do instead.
+  CHECK(refused("bf16.npy", npy_bytes("{'descr': '<V2', 'fortran_order': False, 'shape': (2,), }",
+                                      std::string(4, '\0')))
+            .find("save bf16 tensors as float32") != std::string::npos);
   CHECK(
       refused("fortran.npy", npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 1), }",
                                        floats({1, 2})))

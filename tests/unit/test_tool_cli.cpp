@@ -94,11 +94,16 @@ TEST_CASE("cli: plan --prove checks a file in both modes at several sizes") {
   CHECK(mixed.exit_code == 2);
 }
 
-TEST_CASE("cli: plan --prove proves the shared-value and row-chain plans") {
+TEST_CASE("cli: plan --prove proves shared values, row chains, groupnorm, instancenorm and pools") {
+  // The wide examples of groupnorm, instancenorm and the pools prove at a small N only.
   for (const char *kf :
        {"tests/support/pipelines/shared_values.kf", "tests/support/pipelines/row_chain.kf",
         "examples/vit_head_stable_softmax.kf", "examples/distill_log_softmax_by_hand.kf",
-        "examples/resnet50_energy_logsumexp.kf", "examples/simclr_projection_standardize.kf"}) {
+        "examples/resnet50_energy_logsumexp.kf", "examples/simclr_projection_standardize.kf",
+        "examples/sd_unet_groupnorm_silu.kf --dim N=3",
+        "examples/adain_style_instancenorm.kf --dim N=3",
+        "examples/maxout_relu_max_pool1d.kf --dim N=3",
+        "examples/bert_ffn_gelu_avg_pool1d.kf --dim N=3"}) {
     INFO(kf);
     ToolRun r = run_kfuse(std::string("plan --prove ") + kf);
     CHECK(r.exit_code == 0);

@@ -3,7 +3,7 @@
 //
 // Times three contenders in one process, on one stream, over the same device tensors:
 //   fused        the kfuse pipeline as planned;
-//   unfused      the same pipeline unfused (rt::PipelineAccess::unfused_from_file: one kfuse
+//   unfused      the same pipeline lowered unfused (LowerOptions::fuse false: one kfuse
 //                kernel per op), its GEMMs run by cuBLAS at the requested precision;
 //   cublas_gemm  the pipeline's GEMMs alone through cuBLAS: the floor a fused chain chases.
 // Every contender is timed the same way (bench_timer.h). A contender that cannot run says so
@@ -11,15 +11,17 @@
 // the printed table and the --json schema.
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
-#include "compiler/plan/plan_printer.h"
 #include "compiler/lower.h"
+#include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/error.h"
+#include "runtime/host_elements.h"
 #include "runtime/pipeline.h"
 #include "runtime/stream.h"
+#include "runtime/tensor_checks.h"
 #include "tools/kfuse/bench_timer.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
@@ -46,7 +48,8 @@ namespace kfuse::tool {
 namespace {
 
 constexpr const char *kUsage =
-    "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision fp32|3xtf32|tf32]\n"
+    "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision "
+    "fp32|3xtf32|tf32]\n"
     "                   [--json FILE] [--iters 100] [--warmup 10] [--seed 1] [--arch sm_XX]\n";
 
 constexpr int kRecommendedIters = 100;
@@ -149,6 +152,7 @@ void fill_uniform(std::vector<float> &v, uint64_t seed, float lo, float hi) {
 struct DeviceTensor {
   std::vector<int64_t> shape;
   rt::DeviceBuffer buffer;
+  ir::DType dtype = ir::DType::F32;
 
   size_t numel() const {
     size_t n = 1;
@@ -156,14 +160,17 @@ struct DeviceTensor {
       n *= static_cast<size_t>(e);
     return n;
   }
-  Tensor tensor() const { return Tensor{reinterpret_cast<void *>(buffer.ptr()), shape}; }
+  Tensor tensor() const {
+    return Tensor{reinterpret_cast<void *>(buffer.ptr()), shape, rt::api_dtype(dtype)};
+  }
   float *data() const { return reinterpret_cast<float *>(buffer.ptr()); }
 };
 
-DeviceTensor make_tensor(std::vector<int64_t> shape) {
+DeviceTensor make_tensor(std::vector<int64_t> shape, ir::DType dtype = ir::DType::F32) {
   DeviceTensor t;
   t.shape = std::move(shape);
-  t.buffer = rt::DeviceBuffer(t.numel() * sizeof(float));
+  t.dtype = dtype;
+  t.buffer = rt::DeviceBuffer(t.numel() * static_cast<size_t>(ir::dtype_bytes(dtype)));
   return t;
 }
 
@@ -171,7 +178,7 @@ DeviceTensor make_tensor(std::vector<int64_t> shape) {
 // scaled by 1/sqrt(fan_in) as PyTorch's Linear init, states (running variances among them)
 // positive. The timing of fp32/tf32 arithmetic does not depend on the values.
 DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint64_t seed) {
-  DeviceTensor t = make_tensor(ir::concrete_shape(v.type, dims));
+  DeviceTensor t = make_tensor(ir::concrete_shape(v.type, dims), v.type.dtype);
   std::vector<float> host(t.numel());
   float lo = -1, hi = 1;
   if (v.kind == ir::ValueKind::State) {
@@ -185,14 +192,16 @@ DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint
     hi = 1.5f;
   }
   fill_uniform(host, seed, lo, hi);
-  t.buffer.upload(host.data(), host.size() * sizeof(float));
+  std::vector<uint8_t> bytes =
+      rt::encode_elements(std::vector<double>(host.begin(), host.end()), t.dtype);
+  t.buffer.upload(bytes.data(), bytes.size());
   return t;
 }
 
-std::vector<float> download(const DeviceTensor &t) {
-  std::vector<float> host(t.numel());
-  t.buffer.download(host.data(), host.size() * sizeof(float));
-  return host;
+std::vector<double> download(const DeviceTensor &t) {
+  std::vector<uint8_t> bytes(t.numel() * static_cast<size_t>(ir::dtype_bytes(t.dtype)));
+  t.buffer.download(bytes.data(), bytes.size());
+  return rt::decode_elements(bytes.data(), t.numel(), t.dtype);
 }
 
 // ---------------------------------------------------------------- contenders
@@ -495,8 +504,9 @@ int cmd_bench(int argc, char **argv) {
     throw UsageError(fmt::format("--precision: bench times fp32, 3xtf32 and tf32\n{}", kUsage));
   // 3xtf32 is fp32-accurate: its baselines are cuBLAS's fp32 SGEMM and the fp32 FMA peak.
   const bool tf32 = options.precision == Precision::TF32;
-  const std::string precision_name =
-      tf32 ? "tf32" : options.precision == Precision::FP32x3 ? "3xtf32" : "fp32";
+  const std::string precision_name = tf32                                     ? "tf32"
+                                     : options.precision == Precision::FP32x3 ? "3xtf32"
+                                                                              : "fp32";
   const int iters = parse_count(cl, "iters", kRecommendedIters, 1);
   const int warmup = parse_count(cl, "warmup", 10, 0);
   const uint64_t seed = static_cast<uint64_t>(parse_count(cl, "seed", 1, 0));
@@ -504,13 +514,19 @@ int cmd_bench(int argc, char **argv) {
   const std::string &file = cl.file();
 
   // Everything that needs no GPU first, so a usage mistake is reported before device setup.
-  ir::Graph g = dsl::parse_kf_file(file);
+  // Each contender is lowered once: its plan is reported, its program compiled below.
+  // The unfused kernels compute in fp32 (their GEMMs are cuBLAS's, at the precision asked).
+  Options unfused_options = options;
+  unfused_options.precision = Precision::FP32;
+  const dsl::SourceFile src = dsl::SourceFile::read(file);
+  Lowered fused_lowered = lower(src, rt::PipelineAccess::lower_options(options, true));
+  Lowered unfused_lowered = lower(src, rt::PipelineAccess::lower_options(unfused_options, false));
+  const ir::Graph g = fused_lowered.graph;
   const ir::DimBindings dims = cl.dims_of(g, /*all=*/true);
   const ir::Mode mode = ir_mode(options.mode);
   const std::string mode_text(ir::mode_name(mode));
-  const dsl::SourceFile src = dsl::SourceFile::read(file);
-  plan::Plan fused_plan = lower(src, {mode, codegen::GemmMath::Fp32, true}).plan;
-  plan::Plan unfused_plan = lower(src, {mode, codegen::GemmMath::Fp32, false}).plan;
+  const plan::Plan fused_plan = fused_lowered.plan;
+  const plan::Plan unfused_plan = unfused_lowered.plan;
   const int64_t min_bytes = minimum_bytes(g, fused_plan, dims);
   const std::vector<GemmShape> gemms = gemm_shapes(g, dims);
   double flop = 0;
@@ -543,7 +559,7 @@ int cmd_bench(int argc, char **argv) {
   auto make_outputs = [&]() {
     std::vector<DeviceTensor> outs;
     for (ir::ValueId o : g.outputs)
-      outs.push_back(make_tensor(ir::concrete_shape(g[o].type, dims)));
+      outs.push_back(make_tensor(ir::concrete_shape(g[o].type, dims), g[o].type.dtype));
     return outs;
   };
   auto tensors_of = [](const std::vector<DeviceTensor> &ts) {
@@ -608,10 +624,19 @@ int cmd_bench(int argc, char **argv) {
                .first;
     return it->second.data();
   };
+  // The baselines call cuBLAS's fp32/tf32 GEMM; bf16/f16 operands are timed fused only.
+  bool half_gemm = false;
+  for (const GemmShape &s : gemms)
+    half_gemm |= g[s.a].type.dtype != ir::DType::F32;
+  const char *half_reason = "its GEMMs take bf16/f16 operands; the cuBLAS baselines are wired for "
+                            "f32 operands only";
   std::function<void(CUstream)> run_cublas;
   if (gemms.empty()) {
     c_cublas.supported = false;
     c_cublas.reason = "the pipeline has no GEMM (linear or matmul)";
+  } else if (half_gemm) {
+    c_cublas.supported = false;
+    c_cublas.reason = half_reason;
   } else if (!cublas) {
     c_cublas.error = cublas_error;
   } else {
@@ -634,13 +659,15 @@ int cmd_bench(int argc, char **argv) {
   // --- unfused: kfuse's per-op kernels at fp32, GEMMs through cuBLAS at the precision asked.
   std::optional<Pipeline> unfused;
   std::vector<DeviceTensor> unfused_out = make_outputs();
-  if (!gemms.empty() && !cublas) {
+  if (half_gemm) {
+    c_unfused.supported = false;
+    c_unfused.reason = half_reason;
+  } else if (!gemms.empty() && !cublas) {
     c_unfused.error = "its GEMMs need cuBLAS: " + cublas_error;
   } else {
     try {
-      Options o = options;
-      o.precision = Precision::FP32;
-      unfused.emplace(rt::PipelineAccess::unfused_from_file(file, o));
+      unfused.emplace(
+          rt::PipelineAccess::compile(std::move(unfused_lowered), unfused_options, false));
       if (cublas)
         rt::PipelineAccess::set_gemm_override(*unfused, [&](const rt::GemmCall &c, CUstream st) {
           cublas->gemm(math, c.trans_b, c.m, c.n, c.k, c.a, c.lda, c.b, c.ldb, c.c, c.ldc, st);
@@ -665,7 +692,7 @@ int cmd_bench(int argc, char **argv) {
   }
   if (c_fused.supported) {
     try {
-      fused.emplace(Pipeline::from_file(file, options));
+      fused.emplace(rt::PipelineAccess::compile(std::move(fused_lowered), options, true));
       bind_all(*fused);
       c_fused.compile_ms = fused->report().milliseconds;
       c_fused.cache_hit = fused->report().cache_hit;
@@ -702,7 +729,7 @@ int cmd_bench(int argc, char **argv) {
     Agreement a;
     double diff2 = 0, ref2 = 0;
     for (size_t i = 0; i < fused_out.size(); ++i) {
-      std::vector<float> f = download(fused_out[i]), u = download(unfused_out[i]);
+      std::vector<double> f = download(fused_out[i]), u = download(unfused_out[i]);
       for (size_t j = 0; j < f.size(); ++j) {
         double d = static_cast<double>(f[j]) - static_cast<double>(u[j]);
         a.max_abs = std::max(a.max_abs, std::fabs(d));

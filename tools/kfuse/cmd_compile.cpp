@@ -19,6 +19,9 @@ int cmd_compile(int argc, char **argv) {
   for (const KernelReport &k : r.kernels)
     std::printf("  %-20s %9d %12d %11d %13d %12d\n", k.name.c_str(), k.registers, k.shared_bytes,
                 k.stack_bytes, k.spill_stores, k.spill_loads);
+  for (const KernelReport &k : r.kernels)
+    if (!k.config.empty())
+      std::printf("  %s: %s\n", k.name.c_str(), k.config.c_str());
   std::printf("cache key %s\n", r.cache_key.c_str());
   return 0;
 }

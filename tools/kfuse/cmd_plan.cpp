@@ -2,11 +2,10 @@
 // kfuse plan F.kf --prove [--dim N=...]: proof by interpretation of the plan of F.kf in both
 // modes, on random data at several sizes (every dim bound to 1, 2 and 5, or to the --dim
 // values given); exits 1 when a pass or the partition disagrees with the file.
-#include "compiler/dsl/parser.h"
 #include "compiler/ir/printer.h"
+#include "compiler/lower.h"
 #include "compiler/plan/agreement.h"
 #include "compiler/plan/plan_printer.h"
-#include "compiler/plan/planner.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
@@ -59,21 +58,25 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
 int cmd_plan(int argc, char **argv) {
   CommandLine cl =
       parse_command_line(argc, argv, {"mode", "dim"}, {"json", "dump-after-each-pass", "prove"});
-  ir::Mode mode = parse_mode(cl.option("mode", "train"));
-  ir::Graph g = dsl::parse_kf_file(cl.file());
-  ir::DimBindings dims = cl.dims_of(g, /*all=*/false);
-  if (cl.flag("prove")) {
-    if (cl.options.count("mode") || cl.flag("json") || cl.flag("dump-after-each-pass"))
-      throw UsageError("--prove checks both modes and prints its own report: it takes no "
-                       "--mode, --json or --dump-after-each-pass");
-    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true));
-  }
-  bool dump = cl.flag("dump-after-each-pass");
-  plan::Plan p = plan::make_plan(g, mode, [&](const passes::Pass &pass, const ir::Graph &out) {
-    if (dump)
+  const bool prove_plan = cl.flag("prove");
+  if (prove_plan &&
+      (cl.options.count("mode") || cl.flag("json") || cl.flag("dump-after-each-pass")))
+    throw UsageError("--prove checks both modes and prints its own report: it takes no "
+                     "--mode, --json or --dump-after-each-pass");
+  LowerOptions options;
+  options.mode = parse_mode(cl.option("mode", "train"));
+  options.until = LowerOptions::Until::Plan;
+  if (cl.flag("dump-after-each-pass"))
+    options.after_pass = [](const passes::Pass &pass, const ir::Graph &out) {
       std::fprintf(stderr, "# IR after %.*s\n%s\n", static_cast<int>(pass.name.size()),
                    pass.name.data(), ir::print_kf(out).c_str());
-  });
+    };
+  const Lowered lowered = lower(dsl::SourceFile::read(cl.file()), options);
+  const ir::Graph &g = lowered.graph;
+  const plan::Plan &p = lowered.plan;
+  ir::DimBindings dims = cl.dims_of(g, /*all=*/false);
+  if (prove_plan)
+    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true));
   write_stdout(cl.flag("json") ? plan::print_plan_json(p, dims) : plan::print_plan_text(p, dims));
   return 0;
 }

@@ -1,16 +1,18 @@
 // kfuse run F.kf --dim N=... [--mode] [--precision] [--seed S] [--steps K] [--save DIR]
 //               [--no-reference]:
-// random inputs on the GPU, compared with the fp64 reference interpreter. Exits 1 when an
-// error is over the precision's bound or a result is not finite. --no-reference skips the
+// random inputs on the GPU (in each tensor's declared type), compared with the fp64 reference
+// interpreter. Exits 1 when an error is over the bound (the precision's; 2e-2 where a tensor is
+// bf16 or f16) or a result is not finite. --no-reference skips the
 // CPU reference (hours at the founding sizes) for runs another reference judges (--save).
 //
 // kfuse run F.kf --inputs DIR [--steps K] [--save OUT] [--reference]:
-// the user's data: every input, param and state from DIR/<name>.npy (float32, C order; the
-// dims come from the shapes), K steps, then the outputs (out0.npy, ...) and the updated state
+// the user's data: every input, param and state from DIR/<name>.npy (float32 or float16, C
+// order, rounded to the declared type; the dims come from the shapes), K steps, then the outputs
+// (out0.npy, ...) and the updated state
 // (<name>.out.npy) written to DIR, or everything to OUT with --save. The fp64 reference runs
 // only with --reference; without it results are only checked to be finite.
-#include "compiler/dsl/parser.h"
 #include "compiler/dsl/source.h"
+#include "runtime/pipeline.h"
 #include "runtime/reference_check.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
@@ -44,17 +46,15 @@ int cmd_run(int argc, char **argv) {
   req.kf_text = src.text();
   req.file_name = cl.file();
   req.options = pipeline_options(cl);
-  {
-    dsl::Diagnostics diags(src);
-    req.dims = cl.dims_of(dsl::parse_kf(src, diags), /*all=*/false);
-  }
+  Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
+  req.dims = cl.dims_of(rt::PipelineAccess::graph(pipeline), /*all=*/false);
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
   req.save_dir = cl.option("save", "");
   req.inputs_dir = cl.option("inputs", "");
   req.reference = req.inputs_dir.empty() ? !cl.flag("no-reference") : cl.flag("reference");
-  rt::CheckResult r = rt::check_against_reference(req);
-  double bound = rt::error_bound(req.options.precision);
+  rt::CheckResult r = rt::check_against_reference(pipeline, req);
+  double bound = rt::error_bound(req.options.precision, rt::PipelineAccess::graph(pipeline));
   std::printf("%-16s %12s %14s  (bound %.0e, %d step%s, seed %llu%s)\n", "tensor", "max abs err",
               "rel err", bound, req.steps, req.steps == 1 ? "" : "s",
               static_cast<unsigned long long>(req.seed),

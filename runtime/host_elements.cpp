@@ -1,0 +1,82 @@
+#include "runtime/host_elements.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace kfuse::rt {
+
+namespace {
+
+uint16_t bf16_bits(double x) { // x is a bf16 value: the high half of its fp32 bits
+  float f = static_cast<float>(x);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+uint16_t f16_bits(double x) { // x is an f16 value
+  uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  double a = std::fabs(x);
+  if (std::isnan(x))
+    return 0x7e00;
+  if (std::isinf(x))
+    return sign | 0x7c00;
+  if (a < std::ldexp(1.0, -14)) // subnormal (or zero): multiples of 2^-24
+    return sign | static_cast<uint16_t>(std::ldexp(a, 24));
+  int e = std::ilogb(a);
+  auto mantissa = static_cast<uint16_t>(std::ldexp(a, 10 - e) - 1024);
+  return sign | static_cast<uint16_t>((e + 15) << 10) | mantissa;
+}
+
+double from_bf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+double from_f16(uint16_t h) {
+  double sign = h & 0x8000 ? -1 : 1;
+  int e = h >> 10 & 31, m = h & 1023;
+  if (e == 31)
+    return m ? std::nan("") : sign * HUGE_VAL;
+  if (e == 0)
+    return sign * std::ldexp(m, -24);
+  return sign * std::ldexp(1024 + m, e - 25);
+}
+
+} // namespace
+
+std::vector<uint8_t> encode_elements(const std::vector<double> &values, ir::DType t) {
+  std::vector<uint8_t> out(values.size() * static_cast<size_t>(ir::dtype_bytes(t)));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (t == ir::DType::F32) {
+      float f = static_cast<float>(values[i]);
+      std::memcpy(out.data() + 4 * i, &f, 4);
+      continue;
+    }
+    double r = ir::round_to(t, values[i]);
+    uint16_t h = t == ir::DType::BF16 ? bf16_bits(r) : f16_bits(r);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
+std::vector<double> decode_elements(const void *bytes, size_t count, ir::DType t) {
+  std::vector<double> out(count);
+  const auto *p = static_cast<const uint8_t *>(bytes);
+  for (size_t i = 0; i < count; ++i) {
+    if (t == ir::DType::F32) {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      out[i] = f;
+      continue;
+    }
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    out[i] = t == ir::DType::BF16 ? from_bf16(h) : from_f16(h);
+  }
+  return out;
+}
+
+} // namespace kfuse::rt

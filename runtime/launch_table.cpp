@@ -1,0 +1,226 @@
+#include "runtime/launch_table.h"
+
+#include "runtime/driver.h"
+
+namespace kfuse::rt {
+
+using codegen::KernelLaunch;
+using codegen::LaunchParam;
+using ir::ValueId;
+
+namespace {
+
+// Every intermediate starts on a 256-byte boundary (what cuMemAlloc guarantees a buffer).
+constexpr size_t kWorkspaceAlignment = 256;
+
+int64_t extent(const ir::Dim &d, const Dims &dims) {
+  return d.is_symbolic() ? dims.at(d.sym) : d.value;
+}
+
+size_t elements(const ir::TensorType &t, const Dims &dims) {
+  size_t n = 1;
+  for (const ir::Dim &d : t.shape)
+    n *= static_cast<size_t>(extent(d, dims));
+  return n;
+}
+
+} // namespace
+
+LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan,
+                         const std::vector<std::string> &names)
+    : program_(program), plan_(plan) {
+  const ir::Graph &g = plan.graph;
+  slots_ = g.values.size() + g.outputs.size();
+  launches_.resize(program.launches.size());
+  for (size_t k = 0; k < program.launches.size(); ++k) {
+    const KernelLaunch &l = program.launches[k];
+    Launch &launch = launches_[k];
+    launch.args.resize(l.params.size());
+    for (size_t i = 0; i < l.params.size(); ++i) {
+      const LaunchParam &p = l.params[i];
+      Arg &a = launch.args[i];
+      a.param = p;
+      switch (p.kind) {
+      case LaunchParam::Kind::Buffer:
+        a.from = pointer_of(p.value);
+        launch.arg_pointers.push_back(&a.ptr);
+        break;
+      case LaunchParam::Kind::PartialMean:
+      case LaunchParam::Kind::PartialM2:
+        a.from = {true,
+                  key_of(p.value, p.kind == LaunchParam::Kind::PartialMean ? 1 : 2, p.tile_rows)};
+        launch.arg_pointers.push_back(&a.ptr);
+        break;
+      case LaunchParam::Kind::Dim:
+      case LaunchParam::Kind::SmemFloats:
+        launch.arg_pointers.push_back(&a.value);
+        break;
+      case LaunchParam::Kind::TensorMap:
+        a.from = pointer_of(p.value);
+        a.tensor = names[static_cast<size_t>(p.value)];
+        launch.arg_pointers.push_back(&a.map.map);
+        break;
+      }
+    }
+    // A GEMM's operands and product, for the unfused baseline's override (whose GEMMs are bare
+    // products: they store their result).
+    const plan::Kernel &kernel = plan.kernels[k];
+    if (l.kind == plan::KernelKind::Gemm && !kernel.stores.empty()) {
+      const ir::Value &mm = g[kernel.anchor];
+      launch.gemm = true;
+      launch.trans_b = mm.op == ir::OpKind::Linear;
+      launch.a = pointer_of(mm.args[0]);
+      launch.b = pointer_of(mm.args[1]);
+      launch.c = pointer_of(kernel.stores.at(0));
+    }
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const bool declared = !g[g.outputs[i]].is_op();
+    copies_.push_back({i, pointer_of(g.outputs[i]), declared});
+  }
+}
+
+// A declared tensor's own slot; an op value returned as output i writes output i's memory
+// (the last such i where it is returned twice: the others are copied from it); any other op
+// value is an intermediate.
+LaunchTable::Pointer LaunchTable::pointer_of(ValueId v) {
+  const ir::Graph &g = plan_.graph;
+  if (!g[v].is_op())
+    return {false, static_cast<size_t>(v)};
+  for (size_t i = g.outputs.size(); i-- > 0;)
+    if (g.outputs[i] == v)
+      return {false, g.values.size() + i};
+  return {true, key_of(v, 0, 0)};
+}
+
+size_t LaunchTable::key_of(ValueId v, int partial, int tile_rows) {
+  for (size_t i = 0; i < workspace_keys_.size(); ++i) {
+    const WorkspaceKey &k = workspace_keys_[i];
+    if (k.value == v && k.partial == partial && k.tile_rows == tile_rows)
+      return i;
+  }
+  workspace_keys_.push_back({v, partial, tile_rows});
+  return workspace_keys_.size() - 1;
+}
+
+std::vector<size_t> LaunchTable::workspace_offsets(const Dims &dims, size_t *total) const {
+  const ir::Graph &g = plan_.graph;
+  std::vector<size_t> offsets;
+  size_t end = 0;
+  for (const WorkspaceKey &k : workspace_keys_) {
+    const ir::TensorType &t = g[k.value].type;
+    size_t bytes = elements(t, dims) * sizeof(float); // intermediates are f32 (plan.h)
+    if (k.partial != 0) { // mean or M2 per column per row tile
+      const int64_t rows = extent(t.shape[0], dims);
+      bytes = static_cast<size_t>((rows + k.tile_rows - 1) / k.tile_rows) *
+              static_cast<size_t>(extent(t.shape[1], dims)) * sizeof(float);
+    }
+    offsets.push_back(end);
+    end += (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+  }
+  *total = end;
+  return offsets;
+}
+
+size_t LaunchTable::workspace_bytes(const Dims &dims) const {
+  size_t total = 0;
+  workspace_offsets(dims, &total);
+  return total;
+}
+
+size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
+  size_t total = 0;
+  offsets_ = workspace_offsets(dims, &total);
+  for (size_t k = 0; k < launches_.size(); ++k) {
+    const KernelLaunch &l = program_.launches[k];
+    Launch &launch = launches_[k];
+    launch.shape = resolve(l.geometry, dims, multiprocessors);
+    for (Arg &a : launch.args) {
+      const LaunchParam &p = a.param;
+      if (p.kind == LaunchParam::Kind::Dim)
+        a.value = static_cast<int>(dims.at(p.dim));
+      else if (p.kind == LaunchParam::Kind::SmemFloats)
+        a.value = launch.shape.row_floats;
+      else if (p.kind == LaunchParam::Kind::TensorMap) {
+        a.map_rows = extent(p.map.rows, dims);
+        a.map_inner = extent(p.map.inner, dims);
+      }
+    }
+    if (launch.gemm) {
+      launch.m = extent(l.rows, dims);
+      launch.n = extent(l.cols, dims);
+      launch.k = extent(l.inner, dims);
+    }
+  }
+  const ir::Graph &g = plan_.graph;
+  for (OutputCopy &c : copies_)
+    c.bytes = elements(g[g.outputs[c.output]].type, dims) *
+              static_cast<size_t>(ir::dtype_bytes(g[g.outputs[c.output]].type.dtype));
+  return total;
+}
+
+CUdeviceptr LaunchTable::address(const Pointer &p, const CUdeviceptr *tensors,
+                                 CUdeviceptr workspace) const {
+  return p.in_workspace ? workspace + offsets_[p.index] : tensors[p.index];
+}
+
+void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
+                        const std::string &where) {
+  for (Launch &launch : launches_) {
+    for (Arg &a : launch.args) {
+      switch (a.param.kind) {
+      case LaunchParam::Kind::Buffer:
+      case LaunchParam::Kind::PartialMean:
+      case LaunchParam::Kind::PartialM2:
+        a.ptr = address(a.from, tensors, workspace);
+        break;
+      case LaunchParam::Kind::TensorMap:
+        tensor_map(a.map, a.param.map, address(a.from, tensors, workspace), a.map_rows, a.map_inner,
+                   where, a.tensor);
+        break;
+      case LaunchParam::Kind::Dim:
+      case LaunchParam::Kind::SmemFloats:
+        break;
+      }
+    }
+    if (launch.gemm) {
+      launch.a_ptr = address(launch.a, tensors, workspace);
+      launch.b_ptr = address(launch.b, tensors, workspace);
+      launch.c_ptr = address(launch.c, tensors, workspace);
+    }
+  }
+  const size_t outputs = plan_.graph.values.size();
+  for (OutputCopy &c : copies_) {
+    c.src = address(c.from, tensors, workspace);
+    c.dst = tensors[outputs + c.output];
+  }
+}
+
+void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream stream,
+                          const std::function<void(const GemmCall &, CUstream)> &gemm) const {
+  Driver &driver = Driver::get();
+  // A returned state is its value at entry, as every read of state sees it: copied before any
+  // kernel can update it in place; a returned op value once the kernels have written it.
+  auto copy_outputs = [&](bool declared) {
+    for (const OutputCopy &c : copies_)
+      if (c.declared == declared && c.src != c.dst)
+        driver.check(driver.cuMemcpyDtoDAsync(c.dst, c.src, c.bytes, stream),
+                     "cuMemcpyDtoDAsync(output)");
+  };
+  copy_outputs(/*declared=*/true);
+  for (size_t k = 0; k < launches_.size(); ++k) {
+    const Launch &l = launches_[k];
+    if (l.gemm && gemm) {
+      gemm(GemmCall{l.trans_b, l.m, l.n, l.k, reinterpret_cast<const float *>(l.a_ptr),
+                    reinterpret_cast<const float *>(l.b_ptr), reinterpret_cast<float *>(l.c_ptr),
+                    l.k, l.trans_b ? l.k : l.n, l.n},
+           stream);
+      continue;
+    }
+    launch(functions[k], l.shape.grid, l.shape.block, l.shape.shared_bytes, stream,
+           const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
+  }
+  copy_outputs(/*declared=*/false);
+}
+
+} // namespace kfuse::rt

@@ -1,0 +1,112 @@
+// A pipeline's kernel launches, ready to enqueue: grids, argument buffers and the workspace
+// layout resolved once per binding of the dims (prepare), so that a run only writes its tensor
+// pointers into the argument buffers and launches (point, enqueue), with no allocation, map
+// lookup or string work. The argument buffers live as long as the table: kernel parameters are
+// copied by the driver at launch, and a CUDA graph captured from a run keeps its own copy.
+//
+// Tensors are named by slot: slot v (a ValueId of the plan's graph) holds the pointer of the
+// declared tensor v, slot values + i that of output i. Intermediates and column-statistics
+// partials live in one workspace, each at a 256-byte aligned offset.
+#pragma once
+
+#include "compiler/codegen/program.h"
+#include "runtime/launch_geometry.h"
+#include "runtime/module.h"
+#include "runtime/pipeline.h"
+#include "runtime/tensor_map.h"
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kfuse::rt {
+
+using Dims = std::map<std::string, int64_t>;
+
+class LaunchTable {
+public:
+  // `names`: the printed names of the plan graph's values (tensor-map errors name them).
+  LaunchTable(const codegen::Program &program, const plan::Plan &plan,
+              const std::vector<std::string> &names);
+
+  size_t slots() const { return slots_; }
+
+  // Bytes of workspace a run at `dims` needs (every dim of the pipeline bound).
+  size_t workspace_bytes(const Dims &dims) const;
+
+  // Resolves every launch for `dims` on a device of `multiprocessors` SMs; returns
+  // workspace_bytes(dims). Throws kfuse::Error for a grid the device cannot launch.
+  size_t prepare(const Dims &dims, int multiprocessors);
+
+  // Writes the run's pointers into the argument buffers: `tensors[slot]`, and intermediates at
+  // their offsets from `workspace`. Re-encodes a tensor map only where its pointer changed
+  // (a TMA error names `where`, the pipeline). prepare() first.
+  void point(const CUdeviceptr *tensors, CUdeviceptr workspace, const std::string &where);
+
+  // Launches every kernel in plan order on `stream`, and copies outputs that are declared
+  // tensors or returned twice into place. `gemm` (unfused benchmarks only) runs the GEMM
+  // kernels instead.
+  void enqueue(const std::vector<Function> &functions, CUstream stream,
+               const std::function<void(const GemmCall &, CUstream)> &gemm) const;
+
+private:
+  // Where a pointer comes from: a tensor slot, or an offset into the workspace (a key of
+  // workspace_keys_ until prepare() resolves it).
+  struct Pointer {
+    bool in_workspace = false;
+    size_t index = 0; // slot, or workspace key
+  };
+  struct Arg {
+    codegen::LaunchParam param;
+    Pointer from;         // Buffer, PartialMean, PartialM2, TensorMap
+    std::string tensor;   // TensorMap: the matrix's name in errors
+    CUdeviceptr ptr = 0;  // the pointer passed (Buffer, partials)
+    int value = 0;        // Dim, SmemFloats
+    int64_t map_rows = 0; // TensorMap extents, at prepare()
+    int64_t map_inner = 0;
+    CachedTensorMap map;
+  };
+  struct Launch {
+    LaunchShape shape;
+    std::vector<Arg> args;
+    std::vector<void *> arg_pointers; // into args; sized once
+    bool gemm = false;                // a GEMM kernel (the override's target)
+    Pointer a, b, c;                  // its operands and result
+    bool trans_b = false;
+    int64_t m = 0, n = 0, k = 0;
+    CUdeviceptr a_ptr = 0, b_ptr = 0, c_ptr = 0;
+  };
+  // A copy of output `output` from `from`, before the kernels (`declared`) or after.
+  struct OutputCopy {
+    size_t output;
+    Pointer from;
+    bool declared;
+    size_t bytes = 0;
+    CUdeviceptr src = 0, dst = 0;
+  };
+  // An intermediate's bytes: a value's elements, or one partial per column per row tile.
+  struct WorkspaceKey {
+    ir::ValueId value;
+    int partial; // 0: the value itself; 1: partial means; 2: partial M2
+    int tile_rows;
+  };
+
+  Pointer pointer_of(ir::ValueId v);
+  size_t key_of(ir::ValueId v, int partial, int tile_rows);
+  std::vector<size_t> workspace_offsets(const Dims &dims, size_t *total) const;
+  CUdeviceptr address(const Pointer &p, const CUdeviceptr *tensors, CUdeviceptr workspace) const;
+
+  const codegen::Program &program_;
+  const plan::Plan &plan_;
+  size_t slots_ = 0;
+  std::vector<Launch> launches_;
+  std::vector<OutputCopy> copies_;
+  std::vector<WorkspaceKey> workspace_keys_;
+  std::vector<size_t> offsets_; // of workspace_keys_, at prepare()
+};
+
+} // namespace kfuse::rt

@@ -1,0 +1,87 @@
+// kfuse::Pipeline's state, shared by its compile and bind side (pipeline.cpp) and its run side
+// (pipeline_run.cpp).
+#pragma once
+
+#include "compiler/codegen/program.h"
+#include "compiler/ir/graph.h"
+#include "compiler/plan/plan.h"
+#include "runtime/device_buffer.h"
+#include "runtime/launch_table.h"
+#include "runtime/module.h"
+#include "runtime/nvrtc_compiler.h"
+#include "runtime/pipeline.h"
+#include "runtime/tensor_checks.h"
+
+#include <cuda.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kfuse {
+
+struct Pipeline::Impl {
+  Options options;
+  bool fuse = true; // false: the unfused baseline (rt::PipelineAccess)
+  ir::Graph graph;  // as parsed
+  plan::Plan plan;
+  codegen::Program program;
+  rt::CompiledModule compiled;
+  CompileReport report;
+  std::vector<std::string> names; // printed names of plan.graph's values
+  std::string where;              // "pipeline 'NAME'", as every message starts
+
+  // The run's interface in plan.graph's ids: inputs in declaration order (the positional
+  // entry's order), and for every value its input position or -1.
+  std::vector<ir::ValueId> input_ids;
+  std::vector<int> input_position;
+  std::vector<std::string> output_names; // "output 0", ...: how messages name outputs
+  std::unique_ptr<rt::LaunchTable> table;
+
+  std::mutex mutex; // run() and bind() on one pipeline are serialised
+  std::unique_ptr<rt::Module> module;
+  std::vector<rt::Function> functions;
+  CUcontext context = nullptr; // the module's: current at the first run
+  CUdevice device = 0;         // the context's
+  int multiprocessors = 0;     // of that device
+  std::map<std::string, Tensor> bound;
+  std::set<std::string> on_device; // bound tensors found in device memory of `device`
+  std::function<void(const rt::GemmCall &, CUstream)> gemm_override;
+
+  // What the last run was checked with. A run whose tensors equal these (pointer, shape,
+  // dtype, stride) with no bind() or set_workspace() since skips every check; where only
+  // pointers differ, the moved tensors and the overlaps are checked; any other difference is
+  // checked again in full.
+  std::vector<Tensor> seen_inputs, seen_outputs;
+  bool recheck = true;
+  rt::Dims dims;                              // bound by the last checked run: the table's
+  std::vector<CUdeviceptr> pointers;          // the table's slots, of the last checked run
+  std::vector<rt::TensorBytes> written, read; // outputs, then state; inputs and params
+  std::vector<size_t> input_bytes;            // input i's entry in `read`
+
+  rt::DeviceBuffer own_workspace; // grown to the largest run's needs
+  void *user_workspace = nullptr; // set_workspace(): used instead of own_workspace
+  size_t user_workspace_bytes = 0;
+  bool user_workspace_checked = false; // found in device memory of `device`
+  CUdeviceptr workspace = 0;           // the one the table points into
+
+  // The steps of a run whose tensors changed (pipeline_run.cpp), in this order.
+  void check_tensors(const Tensor *inputs, const Tensor *outputs); // needs no driver
+  void load_module(CUcontext current);
+  void check_memory(const Tensor *inputs, const Tensor *outputs);
+  void prepare();
+  // Instead of all of the above, where only data pointers changed.
+  void check_moved(const Tensor *inputs, const Tensor *outputs);
+};
+
+// Binds symbolic dims of `type` from `shape`, checking every extent; `bound_by` names the tensor
+// that bound each dim (for the message when another disagrees).
+void unify(const std::string &where, const std::string &tensor, const ir::TensorType &type,
+           const std::vector<int64_t> &shape, std::map<std::string, int64_t> &dims,
+           std::map<std::string, std::string> &bound_by);
+
+} // namespace kfuse

@@ -1,0 +1,289 @@
+// kfuse::Pipeline::run: the checks a run's tensors get, made once per change of tensors, and
+// the launches, made every time from the pipeline's LaunchTable.
+#include "compiler/ir/infer.h"
+#include "runtime/driver.h"
+#include "runtime/pipeline_impl.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kfuse {
+
+using ir::ValueId;
+
+namespace {
+
+// cuMemAlloc's alignment; intermediates inside a workspace keep it.
+constexpr uintptr_t kWorkspaceAlignment = 256;
+
+// How the tensors of a run differ from the last checked run's.
+enum class Change { None, Pointers, Tensors };
+
+bool same_layout(const Tensor &a, const Tensor &b) {
+  return a.dtype == b.dtype && a.row_stride == b.row_stride && a.shape == b.shape;
+}
+
+Change change(const Tensor *given, const std::vector<Tensor> &seen) {
+  Change c = Change::None;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (!same_layout(given[i], seen[i]))
+      return Change::Tensors;
+    if (given[i].data != seen[i].data)
+      c = Change::Pointers;
+  }
+  return c;
+}
+
+std::string dims_text(const rt::Dims &dims) {
+  std::vector<std::string> parts;
+  for (const auto &[name, value] : dims)
+    parts.push_back(fmt::format("{}={}", name, value));
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+} // namespace
+
+// Shape, dtype and layout of every tensor of the run, the dims they bind, and that nothing
+// written overlaps anything else: the checks that need no driver. Fills im.dims, im.pointers
+// and the aliasing lists.
+void Pipeline::Impl::check_tensors(const Tensor *inputs, const Tensor *outputs) {
+  Impl &im = *this;
+  const ir::Graph &g = im.plan.graph;
+  rt::Dims bound_dims;
+  std::map<std::string, std::string> bound_by;
+  im.pointers.assign(im.table->slots(), 0);
+  im.written.clear(); // outputs, then state: the order messages name overlaps in
+  im.read.clear();
+  im.input_bytes.assign(im.input_ids.size(), 0);
+  std::vector<rt::TensorBytes> states;
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    const ir::Value &v = g.values[id];
+    if (v.is_op())
+      continue;
+    const Tensor *t = nullptr;
+    const int position = im.input_position[id];
+    if (position >= 0) {
+      t = &inputs[position];
+    } else {
+      auto it = im.bound.find(v.name);
+      if (it == im.bound.end())
+        throw Error(fmt::format("{}: {} '{}' ({}) is not bound", im.where,
+                                v.kind == ir::ValueKind::State ? "state" : "param", v.name,
+                                v.type.str()));
+      t = &it->second;
+    }
+    rt::check_layout(im.where, v.name, v.type, *t);
+    unify(im.where, v.name, v.type, t->shape, bound_dims, bound_by);
+    im.pointers[id] = reinterpret_cast<CUdeviceptr>(t->data);
+    if (position >= 0)
+      im.input_bytes[static_cast<size_t>(position)] = im.read.size();
+    (v.kind == ir::ValueKind::State ? states : im.read)
+        .push_back(rt::bytes_of(fmt::format("{} '{}'", ir::value_kind_name(v.kind), v.name), *t));
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const std::string &name = im.output_names[i];
+    rt::check_layout(im.where, name, g[g.outputs[i]].type, outputs[i]);
+    unify(im.where, name, g[g.outputs[i]].type, outputs[i].shape, bound_dims, bound_by);
+    im.pointers[g.values.size() + i] = reinterpret_cast<CUdeviceptr>(outputs[i].data);
+    im.written.push_back(rt::bytes_of(name, outputs[i]));
+  }
+  im.written.insert(im.written.end(), states.begin(), states.end());
+  for (const std::string &d : g.dims)
+    if (!bound_dims.count(d))
+      throw Error(fmt::format("{}: dim {} is bound by no tensor", im.where, d));
+  for (const ir::Value &v : g.values)
+    if (v.is_op() && v.op == ir::OpKind::GroupNorm) {
+      const ir::Dim &c = v.type.shape.back();
+      if (auto problem = ir::group_size_problem(ir::op_info(v.op), v.attrs,
+                                                c.is_symbolic() ? bound_dims.at(c.sym) : c.value))
+        throw Error(fmt::format("{}: {}{}", im.where, *problem,
+                                v.loc.known() ? fmt::format(" (line {})", v.loc.line) : ""));
+    }
+  for (const ir::Value &v : g.values)
+    if (v.is_effect()) {
+      const ir::AttrValue &c = v.attrs.at("count");
+      int64_t count = c.dim.empty() ? static_cast<int64_t>(c.number) : bound_dims.at(c.dim);
+      if (count <= 1)
+        throw Error(fmt::format("{}: batchnorm in train mode needs more than 1 row, got {}{}",
+                                im.where, c.dim.empty() ? "" : c.dim + "=", count));
+    }
+  if (im.user_workspace) {
+    Tensor w{im.user_workspace, {static_cast<int64_t>(im.user_workspace_bytes / sizeof(float))}};
+    im.written.push_back(rt::bytes_of("workspace", w));
+  }
+  rt::check_no_aliasing(im.where, im.written, im.read);
+  im.dims = std::move(bound_dims);
+}
+
+// Loads the module into the context current now, on the first run; later runs must find the
+// same context current.
+void Pipeline::Impl::load_module(CUcontext current) {
+  Impl &im = *this;
+  rt::Driver &driver = rt::Driver::get();
+  if (!im.module) {
+    im.module = std::make_unique<rt::Module>(im.compiled.cubin);
+    for (const codegen::KernelLaunch &l : im.program.launches)
+      im.functions.push_back(im.module->function(l.entry));
+    im.context = current;
+    im.device = driver.current_device();
+    driver.check(driver.cuDeviceGetAttribute(&im.multiprocessors,
+                                             CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, im.device),
+                 "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  }
+  if (current != im.context)
+    throw Error(fmt::format(
+        "{}: the current CUDA context is not the one the pipeline ran in first (device {}); "
+        "use one Pipeline per device or context",
+        im.where, im.device));
+}
+
+// Where the run's memory lives: inputs and outputs whose pointer changed since the last checked
+// run, bound tensors once per bind, the caller's workspace once per set_workspace.
+void Pipeline::Impl::check_memory(const Tensor *inputs, const Tensor *outputs) {
+  Impl &im = *this;
+  for (size_t i = 0; i < im.input_ids.size(); ++i)
+    if (i >= im.seen_inputs.size() || inputs[i].data != im.seen_inputs[i].data)
+      rt::check_device_memory(im.where, im.plan.graph[im.input_ids[i]].name, inputs[i], im.device);
+  for (size_t i = 0; i < im.output_names.size(); ++i)
+    if (i >= im.seen_outputs.size() || outputs[i].data != im.seen_outputs[i].data)
+      rt::check_device_memory(im.where, im.output_names[i], outputs[i], im.device);
+  for (const auto &[name, t] : im.bound)
+    if (!im.on_device.count(name)) {
+      rt::check_device_memory(im.where, name, t, im.device);
+      im.on_device.insert(name);
+    }
+  if (im.user_workspace && !im.user_workspace_checked) {
+    Tensor w{im.user_workspace, {static_cast<int64_t>(im.user_workspace_bytes / sizeof(float))}};
+    rt::check_device_memory(im.where, "workspace", w, im.device);
+    im.user_workspace_checked = true;
+  }
+}
+
+// Only data pointers moved since the last checked run (same shapes, dtypes, strides: the dims
+// and the table's geometry hold): each moved tensor is checked as a new one would be, then
+// the overlaps of all of them. No allocation.
+void Pipeline::Impl::check_moved(const Tensor *inputs, const Tensor *outputs) {
+  const ir::Graph &g = plan.graph;
+  auto move = [&](const Tensor &t, const Tensor &seen, const std::string &name,
+                  const ir::TensorType &type, size_t slot, rt::TensorBytes &bytes) {
+    if (t.data == seen.data)
+      return;
+    rt::check_layout(where, name, type, t);
+    rt::check_device_memory(where, name, t, device);
+    pointers[slot] = reinterpret_cast<CUdeviceptr>(t.data);
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
+    bytes.end = begin + (bytes.end - bytes.begin);
+    bytes.begin = begin;
+  };
+  for (size_t i = 0; i < input_ids.size(); ++i) {
+    const ir::Value &v = g[input_ids[i]];
+    move(inputs[i], seen_inputs[i], v.name, v.type, static_cast<size_t>(input_ids[i]),
+         read[input_bytes[i]]);
+  }
+  for (size_t i = 0; i < output_names.size(); ++i)
+    move(outputs[i], seen_outputs[i], output_names[i], g[g.outputs[i]].type, g.values.size() + i,
+         written[i]);
+  rt::check_no_aliasing(where, written, read);
+}
+
+// The launch table for the run's dims, and the workspace it points into.
+void Pipeline::Impl::prepare() {
+  Impl &im = *this;
+  const size_t bytes = im.table->prepare(im.dims, im.multiprocessors);
+  if (im.user_workspace) {
+    if (bytes > im.user_workspace_bytes)
+      throw Error(fmt::format("{}: the workspace of {} bytes is too small: a run at {} needs {} "
+                              "bytes (workspace_size)",
+                              im.where, im.user_workspace_bytes, dims_text(im.dims), bytes));
+    im.workspace = reinterpret_cast<CUdeviceptr>(im.user_workspace);
+    return;
+  }
+  // Grown, never shrunk: a pipeline alternating between sizes allocates once per new maximum.
+  if (im.own_workspace.size() < bytes)
+    im.own_workspace = rt::DeviceBuffer(bytes);
+  im.workspace = im.own_workspace.ptr();
+}
+
+void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vector<Tensor> &outputs,
+                   CUstream stream) {
+  Impl &im = impl();
+  const ir::Graph &g = im.plan.graph;
+  for (const auto &[name, t] : inputs) {
+    ValueId id = g.find(name);
+    if (id < 0 || g[id].kind != ir::ValueKind::Input)
+      throw Error(fmt::format("{}: '{}' is not an input of the pipeline", im.where, name));
+  }
+  std::vector<Tensor> ordered;
+  for (ValueId id : im.input_ids) {
+    auto it = inputs.find(g[id].name);
+    if (it == inputs.end())
+      throw Error(
+          fmt::format("{}: input '{}' ({}) is missing", im.where, g[id].name, g[id].type.str()));
+    ordered.push_back(it->second);
+  }
+  run(ordered.data(), ordered.size(), outputs.data(), outputs.size(), stream);
+}
+
+void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outputs,
+                   size_t output_count, CUstream stream) {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  if (input_count != im.input_ids.size() || (input_count > 0 && !inputs))
+    throw Error(fmt::format("{}: expected {} input tensor(s), got {}", im.where,
+                            im.input_ids.size(), inputs ? input_count : 0));
+  if (output_count != im.output_names.size() || (output_count > 0 && !outputs))
+    throw Error(fmt::format("{}: expected {} output tensor(s), got {}", im.where,
+                            im.output_names.size(), outputs ? output_count : 0));
+  Change changed = Change::Tensors;
+  if (!im.recheck)
+    changed = std::max(change(inputs, im.seen_inputs), change(outputs, im.seen_outputs));
+  if (changed != Change::None)
+    im.recheck = true; // until every check passed and the table points at these tensors
+  if (changed == Change::Tensors)
+    im.check_tensors(inputs, outputs);
+
+  CUcontext context = rt::Driver::get().make_current();
+  im.load_module(context);
+  if (changed == Change::Pointers)
+    im.check_moved(inputs, outputs);
+  if (changed == Change::Tensors) {
+    im.check_memory(inputs, outputs);
+    im.prepare();
+  }
+  if (changed != Change::None) {
+    im.table->point(im.pointers.data(), im.workspace, im.where);
+    im.seen_inputs.assign(inputs, inputs + input_count);
+    im.seen_outputs.assign(outputs, outputs + output_count);
+    im.recheck = false;
+  }
+  im.table->enqueue(im.functions, stream, im.gemm_override);
+}
+
+size_t Pipeline::workspace_size(const std::map<std::string, int64_t> &dims) const {
+  const Impl &im = impl();
+  for (const std::string &d : im.plan.graph.dims) {
+    auto it = dims.find(d);
+    if (it == dims.end())
+      throw Error(fmt::format("{}: dim {} is not bound", im.where, d));
+    if (it->second <= 0)
+      throw Error(fmt::format("{}: dim {} is {}; dims must be positive", im.where, d, it->second));
+  }
+  return im.table->workspace_bytes(dims);
+}
+
+void Pipeline::set_workspace(void *data, size_t bytes) {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  if (!data && bytes != 0)
+    throw Error(fmt::format("{}: a workspace of {} bytes at a null pointer", im.where, bytes));
+  if (reinterpret_cast<uintptr_t>(data) % kWorkspaceAlignment != 0)
+    throw Error(fmt::format("{}: the workspace at {} is not {}-byte aligned", im.where, data,
+                            kWorkspaceAlignment));
+  im.user_workspace = data;
+  im.user_workspace_bytes = data ? bytes : 0;
+  im.user_workspace_checked = false;
+  im.recheck = true;
+}
+
+} // namespace kfuse

@@ -1,0 +1,133 @@
+// The element types of tensors in memory and their conversions to and from the fp32 every
+// kernel computes in.
+//
+// float, kf::bf16 and kf::f16 are what generated kernels and templates point to; a value is
+// loaded with kf::load or kf::ldg (to float) and stored with kf::store (from float, rounded to
+// nearest, ties to even, as PyTorch's casts round). bf16 and f16 are two-byte structs of their bits
+// rather than cuda_bf16.h's types: these few conversions are all kernels need, and the
+// headers' thousands of lines would dominate NVRTC's compile time. The bf16 conversions are
+// bit operations (valid on every arch); f16 uses PTX cvt, which every arch has.
+//
+// Vectors of four elements (row kernels) are loaded and stored with one 16-byte (float) or
+// 8-byte (bf16, f16) access where the address is aligned to that size: kf::vec4_aligned.
+#pragma once
+
+namespace kf {
+
+struct bf16 {
+  unsigned short bits;
+};
+struct f16 {
+  unsigned short bits;
+};
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16 x) {
+  return __uint_as_float(static_cast<unsigned>(x.bits) << 16);
+}
+__device__ __forceinline__ float to_float(f16 x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+
+template <class T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) {
+  const unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it a (quiet) NaN, truncation could make inf
+    return bf16{static_cast<unsigned short>((u >> 16) | 0x40u)};
+  // Round to nearest even: add half an ulp of bf16, plus one when the kept part is odd.
+  return bf16{static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+template <> __device__ __forceinline__ f16 from_float<f16>(float x) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return f16{h};
+}
+
+// Loads as generated code reads: plain loads, which the compiler moves to the read-only path
+// where it can prove that safe (const __restrict__ parameters).
+template <class T> __device__ __forceinline__ float load(const T *p) { return to_float(*p); }
+// Loads through the read-only (texture) path, as templates read tensors no thread writes.
+__device__ __forceinline__ float ldg(const float *p) { return __ldg(p); }
+template <class T> __device__ __forceinline__ float ldg(const T *p) {
+  return to_float(T{__ldg(reinterpret_cast<const unsigned short *>(p))});
+}
+
+template <class T> __device__ __forceinline__ void store(T *p, float v) { *p = from_float<T>(v); }
+
+// Whether four elements from p can move as one access (16 bytes of float, 8 of bf16/f16).
+template <class T> __device__ __forceinline__ bool vec4_aligned(const T *p) {
+  return (reinterpret_cast<unsigned long long>(p) & (4 * sizeof(T) - 1)) == 0;
+}
+
+// Elements 4i .. 4i+3 of p; one access when vec (vec4_aligned(p)).
+__device__ __forceinline__ float4 load4(const float *p, int i, bool vec) {
+  if (vec)
+    return __ldg(reinterpret_cast<const float4 *>(p) + i);
+  return make_float4(__ldg(p + 4 * i), __ldg(p + 4 * i + 1), __ldg(p + 4 * i + 2),
+                     __ldg(p + 4 * i + 3));
+}
+template <class T> __device__ __forceinline__ float4 load4(const T *p, int i, bool vec) {
+  if (!vec)
+    return make_float4(ldg(p + 4 * i), ldg(p + 4 * i + 1), ldg(p + 4 * i + 2), ldg(p + 4 * i + 3));
+  const uint2 u = __ldg(reinterpret_cast<const uint2 *>(p) + i);
+  return make_float4(to_float(T{static_cast<unsigned short>(u.x & 0xffffu)}),
+                     to_float(T{static_cast<unsigned short>(u.x >> 16)}),
+                     to_float(T{static_cast<unsigned short>(u.y & 0xffffu)}),
+                     to_float(T{static_cast<unsigned short>(u.y >> 16)}));
+}
+
+__device__ __forceinline__ void store4(float *p, int i, float4 v, bool vec) {
+  if (vec) {
+    reinterpret_cast<float4 *>(p)[i] = v;
+  } else {
+    p[4 * i] = v.x;
+    p[4 * i + 1] = v.y;
+    p[4 * i + 2] = v.z;
+    p[4 * i + 3] = v.w;
+  }
+}
+template <class T> __device__ __forceinline__ void store4(T *p, int i, float4 v, bool vec) {
+  const T a = from_float<T>(v.x), b = from_float<T>(v.y), c = from_float<T>(v.z),
+          d = from_float<T>(v.w);
+  if (vec) {
+    reinterpret_cast<uint2 *>(p)[i] = make_uint2(a.bits | static_cast<unsigned>(b.bits) << 16,
+                                                 c.bits | static_cast<unsigned>(d.bits) << 16);
+  } else {
+    p[4 * i] = a;
+    p[4 * i + 1] = b;
+    p[4 * i + 2] = c;
+    p[4 * i + 3] = d;
+  }
+}
+
+// Two consecutive elements (GEMM epilogues store column pairs); one access when vec (the
+// address is aligned to 2 elements).
+__device__ __forceinline__ void store2(float *p, float a, float b, bool vec) {
+  if (vec) {
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+  } else {
+    p[0] = a;
+    p[1] = b;
+  }
+}
+template <class T> __device__ __forceinline__ void store2(T *p, float a, float b, bool vec) {
+  const T x = from_float<T>(a), y = from_float<T>(b);
+  if (vec) {
+    *reinterpret_cast<unsigned *>(p) = x.bits | static_cast<unsigned>(y.bits) << 16;
+  } else {
+    p[0] = x;
+    p[1] = y;
+  }
+}
+template <class T> __device__ __forceinline__ bool vec2_aligned(const T *p) {
+  return (reinterpret_cast<unsigned long long>(p) & (2 * sizeof(T) - 1)) == 0;
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf

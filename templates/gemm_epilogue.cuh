@@ -1,0 +1,216 @@
+// The GEMM epilogue, written once for every mainloop: it takes the fp32 accumulators a mainloop
+// leaves in registers for one tile, applies the generated functor, stores the result, and
+// writes the tile's column-statistics partials.
+//
+//   C[row, col] = functor.apply(functor.column(col), row, col, acc)
+//
+// Functor concept (the code generator writes one per GEMM kernel):
+//   struct Column { ... };  per-column constants, COLUMN_FLOATS floats and nothing else
+//   static constexpr int COLUMN_FLOATS;
+//   __device__ Column column(int col) const;   may be called with n - 1 for columns past n (its
+//       result is then never used), so it may read per-column arrays unguarded.
+//   __device__ float apply(const Column &c, int row, int col, float acc) const;
+//       called only for valid (row, col).
+//
+// Fragment concept (a small traits struct per mainloop: which tile element each accumulator
+// register holds; SimtFragment, TcFragment, Sm90Fragment):
+//   BM, BN               the tile; the scheduler's tile as well
+//   ROWS, COLS           a thread's accumulators form ROWS x COLS (row i, column j) pairs
+//   VEC                  columns j = VEC * v .. VEC * v + VEC - 1 are adjacent in C (one store)
+//   ROW_LANE_SHIFT       lanes that differ only in bits ROW_LANE_SHIFT..4 hold the same columns
+//                        on different rows; the lanes below 1 << ROW_LANE_SHIFT cover the
+//                        warp's columns
+//   ROW_GROUPS           warps holding the same columns hold ROW_GROUPS disjoint row sets
+//   THREADS              threads running the epilogue (thread = 0..THREADS - 1)
+//   int thread;          this thread's index among them
+//   int row(int i), col(int j)                 tile-local coordinates of accumulator (i, j)
+//   int row_group()                            this warp's row set, 0..ROW_GROUPS - 1
+//   static int group_rows(int group, int tile_rows)   rows of that set below tile_rows
+//   static float &at(Acc &acc, int i, int j)   the register of accumulator (i, j)
+//   static void sync()                         barrier over the epilogue's threads
+//
+// Out: C's element type, float, kf::bf16 or kf::f16 (dtype.cuh); each value is rounded once to it.
+// Stores: VEC-wide vector stores where C is VEC-element aligned and ldc a multiple of VEC and
+// the VEC columns are inside n; guarded scalar stores otherwise. Rows past m are not written.
+// Addresses are computed in 64-bit. The stored values replace the accumulators they came from.
+//
+// Column statistics (partial_mean != nullptr; partial_mean and partial_m2 are both null or both
+// valid): for the tile at row tile tm, rows [tm * BM, min(tm * BM + BM, m)), and each valid
+// column col, the mean and M2 (sum of squared deviations from that mean) of the values STORED
+// (in fp32, before their rounding to Out):
+//   partial_mean[tm * n + col], partial_m2[tm * n + col]
+// the layout col_stats.cuh's merge_column consumes with tile_rows = BM (the code generator reads
+// the statistics tile height from the scheduler's BM). Each warp reduces its rows of a column in a
+// fixed butterfly order (a two-pass mean, then M2 about it), then one thread per tile column
+// merges the ROW_GROUPS row sets in order with Chan's formula: deterministic, no atomics. It
+// uses epilogue_stats_bytes<Fragment>() bytes of shared scratch, which the epilogue
+// synchronises itself (the scratch may alias the mainloop's stages or the previous tile's
+// statistics).
+//
+// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
+// mainloops' geometry can read epilogue_stats_bytes.
+#pragma once
+
+#include "gemm_primitives.cuh"
+#include "tile_scheduler.cuh"
+
+namespace kf {
+
+// How many of the rows first .. first + count - 1 lie below `limit` (Fragment::group_rows).
+KF_HOST_DEVICE constexpr int rows_below(int limit, int first, int count) {
+  return limit - first < 0 ? 0 : limit - first > count ? count : limit - first;
+}
+
+// Shared scratch of the column statistics: a mean and an M2 per row group and tile column.
+template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_stats_bytes() {
+  return 2 * Fragment::ROW_GROUPS * Fragment::BN * 4;
+}
+
+template <class Functor, class Out = float> struct GemmEpilogue {
+  using Column = typename Functor::Column;
+  static constexpr int COLUMN_FLOATS = Functor::COLUMN_FLOATS;
+
+  Functor functor;
+  Out *C;
+  int ldc;
+  float *partial_mean; // column-statistics partials, or both null
+  float *partial_m2;
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  // Column cache of a tile whose first column is n0: epilogue thread t evaluates columns
+  // n0 + t, n0 + t + THREADS, ... once into cache[t], ... (mainloops with room in shared memory
+  // call it while their first k-block of MMAs runs, and synchronise before run<true> reads it).
+  template <class Fragment>
+  __device__ void fill_columns(const Fragment &f, GemmShape s, int n0, Column *cache) const {
+    for (int t = f.thread; t < Fragment::BN; t += Fragment::THREADS)
+      cache[t] = functor.column(min(n0 + t, s.n - 1));
+  }
+
+  // The whole epilogue of tile tc: apply and store, then the statistics where requested.
+  // Cached: read the Columns from `cache` (filled by fill_columns) instead of evaluating them.
+  template <bool Cached, class Fragment, class Acc>
+  __device__ void run(const Fragment &f, GemmShape s, TileCoord tc, Acc &acc, const Column *cache,
+                      float *scratch) const {
+    store<Cached>(f, s, tc, acc, cache);
+    if (partial_mean != nullptr)
+      statistics(f, s, tc, acc, scratch);
+  }
+
+private:
+  template <bool Cached, class Fragment, class Acc>
+  __device__ void store(const Fragment &f, GemmShape s, TileCoord tc, Acc &acc,
+                        const Column *cache) const {
+    using namespace gemm_detail;
+    constexpr int V = Fragment::VEC;
+    const int m0 = tc.m * Fragment::BM, n0 = tc.n * Fragment::BN;
+    const bool vec_c = vector_ok<V>(C, ldc);
+#pragma unroll
+    for (int v = 0; v < Fragment::COLS / V; ++v) {
+      const int c0 = n0 + f.col(V * v); // this thread's columns c0 .. c0 + V - 1
+      Column cols[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if constexpr (Cached)
+          cols[e] = cache[c0 - n0 + e];
+        else
+          cols[e] = functor.column(min(c0 + e, s.n - 1));
+      }
+#pragma unroll
+      for (int i = 0; i < Fragment::ROWS; ++i) {
+        const int row = m0 + f.row(i);
+        if (row >= s.m)
+          continue;
+        Out *crow = C + (static_cast<long long>(row) * ldc + c0);
+        if (c0 + V - 1 < s.n) {
+          float y[V];
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            float &a = Fragment::at(acc, i, V * v + e);
+            y[e] = functor.apply(cols[e], row, c0 + e, a);
+            a = y[e];
+          }
+          if (vec_c) {
+            store_vector<V>(crow, y);
+          } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+              kf::store(crow + e, y[e]);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            if (c0 + e < s.n) {
+              float &a = Fragment::at(acc, i, V * v + e);
+              a = functor.apply(cols[e], row, c0 + e, a);
+              kf::store(crow + e, a);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  template <class Fragment, class Acc>
+  __device__ void statistics(const Fragment &f, GemmShape s, TileCoord tc, const Acc &acc,
+                             float *scratch) const {
+    constexpr int BN = Fragment::BN, GROUPS = Fragment::ROW_GROUPS;
+    const int m0 = tc.m * Fragment::BM, n0 = tc.n * BN;
+    const int tile_rows = min(Fragment::BM, s.m - m0);
+    const int lane = f.thread & 31;
+    const int group = f.row_group();
+    const int count = Fragment::group_rows(group, tile_rows);
+    const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+    bool valid[Fragment::ROWS];
+#pragma unroll
+    for (int i = 0; i < Fragment::ROWS; ++i)
+      valid[i] = f.row(i) < tile_rows;
+    float *sm_mean = scratch;             // [GROUPS][BN]
+    float *sm_m2 = scratch + GROUPS * BN; // [GROUPS][BN]
+    Fragment::sync();                     // nobody still reads what the scratch aliases
+#pragma unroll
+    for (int j = 0; j < Fragment::COLS; ++j) {
+      float x[Fragment::ROWS]; // the column's stored values, 0 on rows past m
+#pragma unroll
+      for (int i = 0; i < Fragment::ROWS; ++i)
+        x[i] = valid[i] ? Fragment::at(acc, i, j) : 0.0f;
+      float sum = x[0];
+#pragma unroll
+      for (int i = 1; i < Fragment::ROWS; ++i)
+        sum += x[i];
+#pragma unroll
+      for (int mask = 1 << Fragment::ROW_LANE_SHIFT; mask < 32; mask <<= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, mask);
+      const float mean = sum * inv_count;
+#pragma unroll
+      for (int i = 0; i < Fragment::ROWS; ++i)
+        x[i] = valid[i] ? x[i] - mean : 0.0f;
+      float m2 = x[0] * x[0];
+#pragma unroll
+      for (int i = 1; i < Fragment::ROWS; ++i)
+        m2 = fmaf(x[i], x[i], m2);
+#pragma unroll
+      for (int mask = 1 << Fragment::ROW_LANE_SHIFT; mask < 32; mask <<= 1)
+        m2 += __shfl_xor_sync(0xffffffffu, m2, mask);
+      if (lane < (1 << Fragment::ROW_LANE_SHIFT)) {
+        sm_mean[group * BN + f.col(j)] = mean;
+        sm_m2[group * BN + f.col(j)] = m2;
+      }
+    }
+    Fragment::sync();
+
+    // One thread per tile column merges the row groups in order 0..GROUPS - 1.
+    for (int t = f.thread; t < BN && n0 + t < s.n; t += Fragment::THREADS) {
+      float n_acc = 0.0f, mean_acc = 0.0f, m2_acc = 0.0f;
+      for (int g = 0; g < GROUPS; ++g)
+        gemm_detail::chan_merge(n_acc, mean_acc, m2_acc,
+                                static_cast<float>(Fragment::group_rows(g, tile_rows)),
+                                sm_mean[g * BN + t], sm_m2[g * BN + t]);
+      const long long idx = static_cast<long long>(tc.m) * s.n + n0 + t;
+      partial_mean[idx] = mean_acc;
+      partial_m2[idx] = m2_acc;
+    }
+  }
+#endif // __CUDACC__ || __CUDACC_RTC__
+};
+
+} // namespace kf

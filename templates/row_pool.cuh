@@ -1,0 +1,45 @@
+// max_pool1d / avg_pool1d over each row of an [m, n] row-major matrix, with a per-column
+// transform applied on load (the pending elementwise prologue of the plan):
+//
+//   y = pre(col, in[row, col])
+//   out[row, j] = max or mean of y[j * stride .. j * stride + kernel - 1],  j < width
+//
+// as F.max_pool1d / F.avg_pool1d on [m, 1, n] (no padding, width = (n - kernel) / stride + 1,
+// computed by the code generator). max is NaN when the window holds a NaN, as PyTorch's.
+//
+// One block of Threads threads per row: the generated entry point calls
+//   row_pool<Threads, R>(blockIdx.x, in, ld_in, out, width, kernel, stride, pre)
+// with grid = dim3(m), block = dim3(Threads), R = Reduce::Max or Reduce::Mean. Thread t computes
+// windows t, t + Threads, ...: neighbouring threads read neighbouring windows, so loads coalesce
+// and overlapping windows (stride < kernel) hit L1. The window is summed in order, in fp32.
+#pragma once
+
+#include "math.cuh"
+#include "row_reduce.cuh"
+
+namespace kf {
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+// Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16
+// or kf::f16 (dtype.cuh); windows are computed in float.
+template <int Threads, Reduce R, class Pre, class In, class Out>
+__device__ void row_pool(int row, const In *in, int ld_in, Out *out, int width, int kernel,
+                         int stride, const Pre &pre) {
+  static_assert(R == Reduce::Max || R == Reduce::Mean, "max_pool1d or avg_pool1d");
+  const In *src = in + static_cast<long long>(row) * ld_in;
+  Out *dst = out + static_cast<long long>(row) * width;
+  for (int j = threadIdx.x; j < width; j += Threads) {
+    const int first = j * stride;
+    float acc = R == Reduce::Max ? row_detail::neg_inf() : 0.0f;
+    for (int c = first; c < first + kernel; ++c) {
+      const float y = pre(c, ldg(src + c));
+      acc = R == Reduce::Max ? maximum(acc, y) : acc + y;
+    }
+    store(dst + j, R == Reduce::Max ? acc : acc / static_cast<float>(kernel));
+  }
+}
+
+#endif // __CUDACC__ || __CUDACC_RTC__
+
+} // namespace kf
