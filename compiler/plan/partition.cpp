@@ -264,13 +264,19 @@ private:
   // The kernel that stores `id` (-1 for declarations).
   int producer(ValueId id) const { return kernel_of_[static_cast<size_t>(id)]; }
 
-  // Latest column kernel among the statistics `id` depends on.
+  // Latest column kernel among the statistics `id` depends on, or -1 (a column kernel of its
+  // own) when none or when the inline tree of `id` reads a value a later kernel stores (a
+  // reduction over the rows, say): every kernel reads only what kernels built before it store,
+  // the order row_kernel_for() relies on to join earlier kernels without a cycle.
   int column_kernel_for(ValueId id) const {
     int k = -1;
     for (ValueId a : val(id).args) {
       if (is_stats(val(a)) || stats_dep_[static_cast<size_t>(a)])
         k = std::max(k, producer(a));
     }
+    for (ValueId leaf : op_leaves(id))
+      if (producer(leaf) > k)
+        return -1;
     return k;
   }
 

@@ -420,6 +420,19 @@ TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and 
       expect_agreement(issue_case("row_chain.kf"), mode, n, 21);
 }
 
+TEST_CASE("planner: a column value read by a row pass joins no column kernel built before the "
+          "values it reads") {
+  // t = q * v: v's column kernel is built before the row kernel over x, q after it. Joining
+  // v's kernel made that kernel read q and the row kernel read t: a cycle.
+  const char *file = "column_value_of_a_later_kernel.kf";
+  plan::Plan p = plan::make_plan(issue_case(file), Mode::Eval);
+  CHECK(kernel_storing(p, "q") < kernel_storing(p, "t"));
+  CHECK(kernel_storing(p, "v") != kernel_storing(p, "t"));
+  for (Mode mode : {Mode::Train, Mode::Eval})
+    for (int64_t n : {1, 2, 5})
+      expect_agreement(issue_case(file), mode, n, 23);
+}
+
 TEST_CASE("planner: shared values and row chains agree with the interpreter") {
   for (const char *file : {"shared_values.kf", "row_chain.kf"})
     for (Mode mode : {Mode::Train, Mode::Eval})
