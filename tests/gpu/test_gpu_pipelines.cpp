@@ -205,8 +205,15 @@ TEST_CASE("gpu: random op chains match the reference") {
     std::string text = testing::random_pipeline(seed);
     INFO(text);
     Mode mode = seed % 2 ? Mode::Train : Mode::Eval;
+    // Train mode from 3 rows: over 2 rows batchnorm maps every column to +-1 (up to eps), and
+    // a layernorm after it over two columns of one sign normalizes a difference of 1.8e-4
+    // between numbers near 1, which fp32's rounding alone moves by 3e-4 relative (seed 49
+    // drew that chain; test_interpreter.cpp has the arithmetic).
+    int64_t n = 2 + static_cast<int64_t>(seed % 7) * 9;
+    if (mode == Mode::Train && n == 2)
+      n = 3;
     try {
-      expect_match(text, "random.kf", mode, 2 + static_cast<int64_t>(seed % 7) * 9, seed);
+      expect_match(text, "random.kf", mode, n, seed);
       ++ran;
     } catch (const dsl::DiagnosticError &e) {
       // Only softmax and reductions over dim 0 are outside the GPU path today, reported with

@@ -339,6 +339,34 @@ TEST_CASE("interpreter: layernorm and rmsnorm over the feature axis") {
   check_values(out[2], {1, 4}, {r, 4 * r, 1.5 * r, -6 * r});
 }
 
+// Why the GPU tests run train mode from 3 rows: over 2 rows batchnorm maps every column to
+// +-d / sqrt(d^2 + eps), 1 up to eps / (2 d^2), so a row of two such columns with one sign holds
+// two numbers equal to 4 digits, and a layernorm of that row normalizes their difference.
+// fp32's rounding of the batchnorm output alone (6e-8) then moves the result by 6e-8 / 1.8e-4,
+// 3e-4 relative: a chain no fp32 kernel can compute within the 1e-5 bound (a random GPU chain
+// drew it at N = 2).
+TEST_CASE("interpreter: layernorm after batchnorm over 2 rows amplifies fp32 rounding 5000x") {
+  Graph g = batchnorm_graph(false, {{"eps", num(3e-5)}, {"momentum", num(0.1)}});
+  TensorMap t{{"x", tensor({2, 2}, {2.887743727, 0.221387879, 0.8231607118, -0.3347552834})},
+              {"rm", tensor({2}, {0, 0})},
+              {"rv", tensor({2}, {1, 1})}};
+  HostTensor y = interpret(g, Mode::Train, {{"N", 2}}, t)[0];
+  check_values(y, {2, 2}, {0.9999859241, 0.999806067, -0.9999859241, -0.999806067}, 1e-9);
+
+  GraphBuilder b("ln");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2), c(2)}));
+  b.add_output(b.op(OpKind::LayerNorm, {x}, {{"eps", num(1e-5)}}));
+  Graph ln = b.finish();
+  HostTensor y32 = y;
+  for (double &v : y32.data)
+    v = static_cast<float>(v);
+  TensorMap exact{{"x", y}}, rounded{{"x", y32}};
+  double err = relative_error(interpret(ln, Mode::Eval, {}, rounded)[0].data,
+                              interpret(ln, Mode::Eval, {}, exact)[0].data);
+  CHECK(err > 1e-4);
+  CHECK(err < 1e-3);
+}
+
 TEST_CASE("interpreter: groupnorm per feature group, instancenorm per row") {
   GraphBuilder b("groups");
   ValueId x = b.declare(ValueKind::Input, "x", f32({c(1), c(4)}));
