@@ -61,6 +61,30 @@ TEST_CASE("gpu: shared values and row chains match the reference") {
                    ++seed);
 }
 
+TEST_CASE("gpu: one row kernel's passes in every element type: reduction, groupnorm and softmax "
+          "over shared memory, pool, epilogue") {
+  // One kernel over the rows of x: the max's result feeds the epilogue from a register, the
+  // softmax refills the shared memory the groupnorm's warps read across threads (a barrier
+  // between them), the pool writes its own width. 90 features keep the row resident, 60000
+  // stream it. A max rather than a sum: a row sum of random signs near 0 is ill-conditioned.
+  uint64_t seed = 600;
+  for (const char *dtype : {"f32", "bf16", "f16"})
+    for (int features : {90, 60000}) {
+      std::string text = fmt::format(R"(pipeline passes_{0}_{1} {{
+  dim N
+  input  x: {0}[N, {1}]
+  param  w: {0}[{1}]
+  h = mul(x, w)
+  m = max(h, dim=1, keepdim=true)
+  return groupnorm(h, groups=6), softmax(h, dim=1), max_pool1d(h, kernel_size=5, stride=2), sub(h, m), m
+}}
+)",
+                                     dtype, features);
+      for (int64_t n : {1, 7, 64})
+        expect_match(text, "passes.kf", Mode::Eval, n, ++seed);
+    }
+}
+
 TEST_CASE("gpu: founding chains with odd sizes, N from 1 to 64") {
   uint64_t seed = 100;
   for (auto [in, out] : {std::pair{19, 37}, std::pair{130, 129}, std::pair{256, 200}})
