@@ -6,7 +6,7 @@
 # BUILD_DIR: a build made elsewhere and carried along (it must hold kfuse and, for the tests,
 # kfuse_gpu_tests); without it, or when its kfuse does not start, kfuse is built here into
 # build-gpu with cmake + ninja. Then, in this order, each phase timed and logged:
-#   tests      ctest -L gpu (the GPU tests)
+#   tests      the GPU tests, a process per test case (bench/gpu_tests.sh)
 #   gemm       bench/gemm_sweep.cu built with nvcc: the sm90 mainloop alone on odd shapes against
 #              an fp64 reference, then timed against cuBLAS (tf32, bf16, 3xtf32); gemm_sweep.log
 #   python     pip install . and pytest tests/python (kfuse.torch.Fused vs PyTorch, CUDA graphs)
@@ -141,24 +141,18 @@ SRC=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt" 2>/d
 if [[ -n "$SRC" && "$SRC" != "$ROOT" && ! -e "$SRC" ]]; then
   mkdir -p "$(dirname "$SRC")" && ln -s "$ROOT" "$SRC" && say "linked $SRC -> $ROOT for the carried build"
 fi
-CTEST_OK=0
-[[ -n "$SRC" && -e "$SRC/CMakeLists.txt" && -f "$BUILD/CTestTestfile.cmake" ]] && CTEST_OK=1
 
 # ------------------------------------------------------------------ GPU tests
+# One process per test case, 12 at a time (bench/gpu_tests.sh): NVRTC compiles on the CPU.
 if ! skipped tests; then
   start=$SECONDS
+  cmd="bash bench/gpu_tests.sh BUILD/kfuse_gpu_tests 12"
   if [[ ! -x "$BUILD/kfuse_gpu_tests" ]]; then
-    cmd="$BUILD/kfuse_gpu_tests"
-    say "tests: $cmd missing (is tests/gpu/ empty, or the build partial?)"
+    say "tests: $BUILD/kfuse_gpu_tests missing (is tests/gpu/ empty, or the build partial?)"
     false
-  elif [[ $CTEST_OK -eq 1 ]]; then
-    cmd="(cd $BUILD && ctest -L gpu --output-on-failure --no-tests=error)"
-    say "tests: $cmd"
-    run_logged "$OUT/tests.log" "$TESTS_TIMEOUT" bash -c "cd '$BUILD' && ctest -L gpu --output-on-failure --no-tests=error"
   else
-    cmd="$BUILD/kfuse_gpu_tests (from the repository root)"
-    say "tests: ctest cannot run this build here; $cmd"
-    run_logged "$OUT/tests.log" "$TESTS_TIMEOUT" "$BUILD/kfuse_gpu_tests"
+    say "tests: $cmd"
+    run_logged "$OUT/tests.log" "$TESTS_TIMEOUT" bash "$ROOT/bench/gpu_tests.sh" "$BUILD/kfuse_gpu_tests" 12 "$WORK/tests"
   fi
   status tests $? $((SECONDS - start)) "$cmd"
 fi
