@@ -72,6 +72,8 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
       launch.a = pointer_of(mm.args[0]);
       launch.b = pointer_of(mm.args[1]);
       launch.c = pointer_of(kernel.stores.at(0));
+      launch.operands = plan::buffer_type(plan, mm.args[0]).dtype;
+      launch.result = plan::buffer_type(plan, kernel.stores.at(0)).dtype;
     }
   }
   for (size_t i = 0; i < g.outputs.size(); ++i) {
@@ -109,7 +111,8 @@ std::vector<size_t> LaunchTable::workspace_offsets(const Dims &dims, size_t *tot
   size_t end = 0;
   for (const WorkspaceKey &k : workspace_keys_) {
     const ir::TensorType &t = g[k.value].type;
-    size_t bytes = elements(t, dims) * sizeof(float); // intermediates are f32 (plan.h)
+    size_t bytes = elements(t, dims) *
+                   static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, k.value).dtype));
     if (k.partial != 0) { // mean or M2 per column per row tile
       const int64_t rows = extent(t.shape[0], dims);
       bytes = static_cast<size_t>((rows + k.tile_rows - 1) / k.tile_rows) *
@@ -211,9 +214,9 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
   for (size_t k = 0; k < launches_.size(); ++k) {
     const Launch &l = launches_[k];
     if (l.gemm && gemm) {
-      gemm(GemmCall{l.trans_b, l.m, l.n, l.k, reinterpret_cast<const float *>(l.a_ptr),
-                    reinterpret_cast<const float *>(l.b_ptr), reinterpret_cast<float *>(l.c_ptr),
-                    l.k, l.trans_b ? l.k : l.n, l.n},
+      gemm(GemmCall{l.trans_b, l.m, l.n, l.k, reinterpret_cast<const void *>(l.a_ptr),
+                    reinterpret_cast<const void *>(l.b_ptr), reinterpret_cast<void *>(l.c_ptr), l.k,
+                    l.trans_b ? l.k : l.n, l.n, l.operands, l.result},
            stream);
       continue;
     }

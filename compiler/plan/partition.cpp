@@ -688,9 +688,12 @@ private:
       plan_.kernels[k].name =
           "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(plan_.kernels[k].kind));
     explain_stores();
+    // Fused kernels hand intermediates on unrounded (f32); the unfused baseline runs each op
+    // as PyTorch's eager mode does, its result stored in the op's own type (plan.h).
     for (ValueId s : stored_anywhere)
       if (val(s).is_op() && !is_output_.count(s))
-        plan_.intermediates.push_back({s, val(s).name, {DType::F32, val(s).type.shape}});
+        plan_.intermediates.push_back(
+            {s, val(s).name, {fuse_ ? DType::F32 : val(s).type.dtype, val(s).type.shape}});
   }
 
   const Graph &g_;
