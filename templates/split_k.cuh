@@ -28,13 +28,23 @@ namespace kf {
 
 namespace split_k_detail {
 // Partial tiles move as float4: vector v of a thread holds its accumulators 4v .. 4v + 3 (e =
-// i * COLS + j), at float4 index v * THREADS + t of the unit's tile. CHUNK vectors are summed at
-// a time: their S loads are in flight together while the registers stay within the
-// mainloops' caps.
-constexpr int CHUNK = 2;
-
+// i * COLS + j), at float4 index v * THREADS + t of the unit's tile.
 template <class Fragment, class Acc> __device__ __forceinline__ float &element(Acc &acc, int e) {
   return Fragment::at(acc, e / Fragment::COLS, e % Fragment::COLS);
+}
+template <class Fragment, class Acc>
+__device__ __forceinline__ void set(Acc &acc, int v, float4 x) {
+  element<Fragment>(acc, 4 * v) = x.x;
+  element<Fragment>(acc, 4 * v + 1) = x.y;
+  element<Fragment>(acc, 4 * v + 2) = x.z;
+  element<Fragment>(acc, 4 * v + 3) = x.w;
+}
+template <class Fragment, class Acc>
+__device__ __forceinline__ void add(Acc &acc, int v, float4 x) {
+  element<Fragment>(acc, 4 * v) += x.x;
+  element<Fragment>(acc, 4 * v + 1) += x.y;
+  element<Fragment>(acc, 4 * v + 2) += x.z;
+  element<Fragment>(acc, 4 * v + 3) += x.w;
 }
 } // namespace split_k_detail
 
@@ -45,12 +55,10 @@ template <class Fragment, class Acc> __device__ __forceinline__ float &element(A
 template <class Fragment, class Acc>
 __device__ bool split_k_reduce(const Fragment &f, const WorkUnit &u, float *partials,
                                unsigned *counters, Acc &acc, int *flag) {
-  using split_k_detail::CHUNK;
-  using split_k_detail::element;
+  using namespace split_k_detail;
   constexpr int VECS = Fragment::ROWS * Fragment::COLS / 4;
   constexpr int UNIT = VECS * Fragment::THREADS; // float4 per partial tile
-  static_assert(VECS * 4 == Fragment::ROWS * Fragment::COLS && VECS % CHUNK == 0,
-                "a thread's accumulators are whole chunks of float4");
+  static_assert(VECS * 4 == Fragment::ROWS * Fragment::COLS, "accumulators in whole float4s");
   static_assert(UNIT * 4 == Fragment::BM * Fragment::BN, "a partial tile is BM x BN floats");
   float4 *tile = reinterpret_cast<float4 *>(partials) +
                  static_cast<long long>(u.index) * u.splits * UNIT + f.thread;
@@ -72,30 +80,17 @@ __device__ bool split_k_reduce(const Fragment &f, const WorkUnit &u, float *part
   if (!*flag)
     return false;
   __threadfence(); // the other splits' partials, counted before the last arrival, are seen
+  // Split 0 goes straight into the accumulators (its loads need no other registers), then each
+  // later split is added in turn: the loads of one split are independent of each other, so
+  // they overlap as far as the registers left beside the accumulators allow.
 #pragma unroll
-  for (int c = 0; c < VECS; c += CHUNK) {
-    float4 sum[CHUNK];
+  for (int v = 0; v < VECS; ++v)
+    set<Fragment>(acc, v, __ldcg(tile + v * Fragment::THREADS));
+  for (int split = 1; split < u.splits; ++split) {
+    const float4 *p = tile + static_cast<long long>(split) * UNIT;
 #pragma unroll
-    for (int v = 0; v < CHUNK; ++v)
-      sum[v] = __ldcg(tile + (c + v) * Fragment::THREADS);
-    for (int split = 1; split < u.splits; ++split) {
-      const float4 *p = tile + static_cast<long long>(split) * UNIT;
-#pragma unroll
-      for (int v = 0; v < CHUNK; ++v) {
-        const float4 x = __ldcg(p + (c + v) * Fragment::THREADS);
-        sum[v].x += x.x;
-        sum[v].y += x.y;
-        sum[v].z += x.z;
-        sum[v].w += x.w;
-      }
-    }
-#pragma unroll
-    for (int v = 0; v < CHUNK; ++v) {
-      element<Fragment>(acc, 4 * (c + v)) = sum[v].x;
-      element<Fragment>(acc, 4 * (c + v) + 1) = sum[v].y;
-      element<Fragment>(acc, 4 * (c + v) + 2) = sum[v].z;
-      element<Fragment>(acc, 4 * (c + v) + 3) = sum[v].w;
-    }
+    for (int v = 0; v < VECS; ++v)
+      add<Fragment>(acc, v, __ldcg(p + v * Fragment::THREADS));
   }
   return true;
 }
