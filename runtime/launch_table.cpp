@@ -87,6 +87,8 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
       launch.a = pointer_of(mm.args[0]);
       launch.b = pointer_of(mm.args[1]);
       launch.c = pointer_of(kernel.stores.at(0));
+      launch.operands = plan::buffer_type(plan, mm.args[0]).dtype;
+      launch.result = plan::buffer_type(plan, kernel.stores.at(0)).dtype;
     }
   }
   for (size_t i = 0; i < g.outputs.size(); ++i) {
@@ -123,7 +125,8 @@ size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multi
   const ir::TensorType &t = plan_.graph[k.value].type;
   switch (k.kind) {
   case WorkspaceKey::Kind::Value:
-    return elements(t, dims) * sizeof(float); // intermediates are f32 (plan.h)
+    return elements(t, dims) *
+           static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, k.value).dtype));
   case WorkspaceKey::Kind::PartialMean:       // mean or M2 per column per row tile
   case WorkspaceKey::Kind::PartialM2:
     return static_cast<size_t>((extent(t.shape[0], dims) + k.tile_rows - 1) / k.tile_rows) *
@@ -267,9 +270,9 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
   for (size_t k = 0; k < launches_.size(); ++k) {
     const Launch &l = launches_[k];
     if (l.gemm && gemm) {
-      gemm(GemmCall{l.trans_b, l.m, l.n, l.k, reinterpret_cast<const float *>(l.a_ptr),
-                    reinterpret_cast<const float *>(l.b_ptr), reinterpret_cast<float *>(l.c_ptr),
-                    l.k, l.trans_b ? l.k : l.n, l.n},
+      gemm(GemmCall{l.trans_b, l.m, l.n, l.k, reinterpret_cast<const void *>(l.a_ptr),
+                    reinterpret_cast<const void *>(l.b_ptr), reinterpret_cast<void *>(l.c_ptr), l.k,
+                    l.trans_b ? l.k : l.n, l.n, l.operands, l.result},
            stream);
       continue;
     }

@@ -95,6 +95,7 @@ private:
     Pointer a, b, c;                  // its operands and result
     bool trans_b = false;
     int64_t m = 0, n = 0, k = 0;
+    ir::DType operands = ir::DType::F32, result = ir::DType::F32;
     CUdeviceptr a_ptr = 0, b_ptr = 0, c_ptr = 0;
   };
   // A copy of output `output` from `from`, before the kernels (`declared`) or after.

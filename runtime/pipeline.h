@@ -21,14 +21,16 @@ codegen::GemmMath gemm_math(Precision p);
 // The NVRTC target: `requested`, else the current GPU's, else sm_90a (compiling needs no GPU).
 std::string target_arch(const std::string &requested);
 
-// A bare GEMM of an unfused pipeline, row-major: C = A @ B^T when trans_b, else A @ B.
+// A bare GEMM of an unfused pipeline, row-major: C = A @ B^T when trans_b, else A @ B. A and
+// B hold `operands` elements, C `result` elements (the unfused plan's buffer types).
 struct GemmCall {
   bool trans_b;
   int64_t m, n, k;
-  const float *a;
-  const float *b;
-  float *c;
+  const void *a;
+  const void *b;
+  void *c;
   int64_t lda, ldb, ldc;
+  ir::DType operands, result;
 };
 
 struct PipelineAccess {

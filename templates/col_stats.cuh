@@ -122,19 +122,31 @@ __device__ inline void merge_column(int col, int n, int ntiles, int tile_rows, i
                                     const float *__restrict__ partial_mean,
                                     const float *__restrict__ partial_m2, double &mean,
                                     double &var) {
+  // The partials of MERGE_BATCH tiles are loaded before any is merged: the loads do not depend
+  // on the merge, and issued one per iteration each would wait a full memory latency.
+  constexpr int MERGE_BATCH = 8;
   double na = 0.0, mu = 0.0, s2 = 0.0;
-  for (int t = 0; t < ntiles; ++t) {
-    const int cnt = min(tile_rows, m - t * tile_rows);
-    if (cnt <= 0)
-      break;
-    const long long idx = static_cast<long long>(t) * n + col;
-    const double nb = static_cast<double>(cnt);
-    const double nab = na + nb;
-    const double delta = static_cast<double>(partial_mean[idx]) - mu;
-    const double wb = nb / nab;
-    mu += delta * wb;
-    s2 += static_cast<double>(partial_m2[idx]) + delta * delta * na * wb;
-    na = nab;
+  for (int t0 = 0; t0 < ntiles; t0 += MERGE_BATCH) {
+    float pm[MERGE_BATCH], p2[MERGE_BATCH];
+#pragma unroll
+    for (int u = 0; u < MERGE_BATCH; ++u) {
+      const long long idx = static_cast<long long>(min(t0 + u, ntiles - 1)) * n + col;
+      pm[u] = partial_mean[idx];
+      p2[u] = partial_m2[idx];
+    }
+#pragma unroll
+    for (int u = 0; u < MERGE_BATCH; ++u) {
+      const int cnt = min(tile_rows, m - (t0 + u) * tile_rows);
+      if (t0 + u >= ntiles || cnt <= 0)
+        break;
+      const double nb = static_cast<double>(cnt);
+      const double nab = na + nb;
+      const double delta = static_cast<double>(pm[u]) - mu;
+      const double wb = nb / nab;
+      mu += delta * wb;
+      s2 += static_cast<double>(p2[u]) + delta * delta * na * wb;
+      na = nab;
+    }
   }
   mean = mu;
   var = s2 / static_cast<double>(m);

@@ -43,21 +43,22 @@ __device__ __forceinline__ float warp_sum(float v) {
 } // namespace row_detail
 
 // Pre concept: __device__ float operator()(int col, float x) const; Post likewise, given the
-// normalized value.
-template <int Threads, class Pre, class Post>
-__device__ void row_group_norm(int row, int n, int groups, const float *in, int ld_in, float *out,
+// normalized value. In, Out: float, kf::bf16 or kf::f16 (dtype.cuh); the row is computed in
+// float.
+template <int Threads, class Pre, class Post, class In, class Out>
+__device__ void row_group_norm(int row, int n, int groups, const In *in, int ld_in, Out *out,
                                int ld_out, float eps, const Pre &pre, const Post &post, float *smem,
                                int smem_floats) {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
   using namespace row_detail;
-  const float *src = in + static_cast<long long>(row) * ld_in;
-  float *dst = out + static_cast<long long>(row) * ld_out;
+  const In *src = in + static_cast<long long>(row) * ld_in;
+  Out *dst = out + static_cast<long long>(row) * ld_out;
   const bool resident = smem != nullptr && n <= smem_floats;
   if (resident) {
     for_each_loaded<Threads>(src, n, pre, [&](int c, float y) { smem[c] = y; });
     __syncthreads();
   }
-  auto get = [&](int c) { return resident ? smem[c] : pre(c, __ldg(src + c)); };
+  auto get = [&](int c) { return resident ? smem[c] : pre(c, ldg(src + c)); };
   const int size = n / groups, lane = threadIdx.x & 31;
   const float count = static_cast<float>(size);
   for (int g = threadIdx.x >> 5; g < groups; g += Threads / 32) {
@@ -71,7 +72,7 @@ __device__ void row_group_norm(int row, int n, int groups, const float *in, int 
       q += (get(c) - mean) * (get(c) - mean);
     const float rstd = 1.0f / sqrtf(warp_sum(q) / count + eps);
     for (int c = first + lane; c < end; c += 32)
-      dst[c] = post(c, (get(c) - mean) * rstd);
+      store(dst + c, post(c, (get(c) - mean) * rstd));
   }
 }
 

@@ -21,21 +21,22 @@ namespace kf {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-// Pre concept: __device__ float operator()(int col, float x) const.
-template <int Threads, Reduce R, class Pre>
-__device__ void row_pool(int row, const float *in, int ld_in, float *out, int width, int kernel,
+// Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16
+// or kf::f16 (dtype.cuh); windows are computed in float.
+template <int Threads, Reduce R, class Pre, class In, class Out>
+__device__ void row_pool(int row, const In *in, int ld_in, Out *out, int width, int kernel,
                          int stride, const Pre &pre) {
   static_assert(R == Reduce::Max || R == Reduce::Mean, "max_pool1d or avg_pool1d");
-  const float *src = in + static_cast<long long>(row) * ld_in;
-  float *dst = out + static_cast<long long>(row) * width;
+  const In *src = in + static_cast<long long>(row) * ld_in;
+  Out *dst = out + static_cast<long long>(row) * width;
   for (int j = threadIdx.x; j < width; j += Threads) {
     const int first = j * stride;
     float acc = R == Reduce::Max ? row_detail::neg_inf() : 0.0f;
     for (int c = first; c < first + kernel; ++c) {
-      const float y = pre(c, __ldg(src + c));
+      const float y = pre(c, ldg(src + c));
       acc = R == Reduce::Max ? maximum(acc, y) : acc + y;
     }
-    dst[j] = R == Reduce::Max ? acc : acc / static_cast<float>(kernel);
+    store(dst + j, R == Reduce::Max ? acc : acc / static_cast<float>(kernel));
   }
 }
 

@@ -466,9 +466,12 @@ private:
     for (size_t k = 0; k < plan_.kernels.size(); ++k)
       plan_.kernels[k].name =
           "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(plan_.kernels[k].kind));
+    // Fused kernels hand intermediates on unrounded (f32); the unfused baseline runs each op
+    // as PyTorch's eager mode does, its result stored in the op's own type (plan.h).
     for (ValueId s : stored_anywhere)
       if (val(s).is_op() && !is_output_.count(s))
-        plan_.intermediates.push_back({s, val(s).name, {DType::F32, val(s).type.shape}});
+        plan_.intermediates.push_back(
+            {s, val(s).name, {fuse_ ? DType::F32 : val(s).type.dtype, val(s).type.shape}});
   }
 
   const Graph &g_;

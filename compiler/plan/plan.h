@@ -40,9 +40,11 @@ struct Kernel {
   std::vector<std::string> rules;  // rewrites and partition rules that shaped it, sorted
 };
 
-// A buffer the pipeline owns (values that are neither declared nor outputs). Its type is
-// f32 whatever the value's element type: kernels hold values in fp32 and hand them on
-// unrounded, as one fused kernel would; only declared outputs and states are rounded.
+// A buffer the pipeline owns (values that are neither declared nor outputs). In a fused plan
+// its type is f32 whatever the value's element type: kernels hold values in fp32 and hand them
+// on unrounded, as one fused kernel would; only declared outputs and states are rounded. In
+// the unfused baseline (partition with fuse false) it is the value's own type, so a bf16 chain
+// stores and reloads bf16 between its ops, as PyTorch's eager mode does.
 struct Intermediate {
   ir::ValueId value;
   std::string name;
@@ -58,8 +60,8 @@ struct Plan {
   std::vector<ir::ValueId> partials;
 };
 
-// The type of the buffer that holds stored value `v`: an intermediate's (f32), else the
-// declared or output type.
+// The type of the buffer that holds stored value `v`: an intermediate's (see Intermediate),
+// else the declared or output type.
 ir::TensorType buffer_type(const Plan &p, ir::ValueId v);
 
 } // namespace kfuse::plan

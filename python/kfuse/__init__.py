@@ -93,6 +93,7 @@ class Pipeline:
         self._where = f"pipeline '{self._core.name}'"
         self._inputs = self._core.inputs
         self._shapes = {}  # input shapes -> output shapes
+        self._workspace = None  # set_workspace's tensor, kept alive while kfuse uses its memory
 
     name = property(lambda self: self._core.name)
     plan = property(lambda self: self._core.plan, doc="the kernels and the ops each holds, as `kfuse plan`")
@@ -130,6 +131,24 @@ class Pipeline:
         out_capsules = [_capsule(self._where, f"output {i}", o, dl_stream) for i, o in enumerate(outs)]
         self._core.run(capsules, out_capsules, handle)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def workspace_size(self, **dims):
+        """Bytes of device memory a run at these dims (every dim by name, e.g. N=1024) keeps its
+        intermediates in (0: it keeps none): the size set_workspace needs."""
+        return self._core.workspace_size(dims)
+
+    def set_workspace(self, tensor):
+        """Later calls keep their intermediates in `tensor` instead of memory the pipeline
+        allocates: a contiguous f32/bf16/f16 tensor on the pipeline's device, 256-byte aligned, of
+        at least workspace_size() bytes, that no tensor of a call overlaps and no other call uses
+        at the same time (a call needing more raises). None goes back to the pipeline's own.
+        kfuse keeps a reference to the tensor."""
+        if tensor is None:
+            self._core.set_workspace(None)
+        else:
+            dl_stream = _run_stream(tensor, None)[1] if _on_cuda(tensor) else None
+            self._core.set_workspace(_capsule(self._where, "workspace", tensor, dl_stream))
+        self._workspace = tensor
 
     def _positional(self, args, named):
         inputs = dict(zip(self._inputs, args))

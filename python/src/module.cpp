@@ -183,6 +183,29 @@ NB_MODULE(_kfuse, m) {
           nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream"),
           "Runs on DLPack capsules: inputs in declaration order, outputs in return order.")
       .def(
+          "workspace_size",
+          [](const PyPipeline &p, const std::map<std::string, int64_t> &dims) {
+            return p.core.workspace_size(dims);
+          },
+          nb::arg("dims"), "Bytes of workspace a run at `dims` needs (Pipeline::workspace_size).")
+      .def(
+          "set_workspace",
+          [](PyPipeline &p, nb::handle capsule) {
+            if (capsule.is_none()) {
+              p.core.set_workspace(nullptr, 0);
+              return;
+            }
+            int device = -1;
+            Tensor t;
+            kfuse::python::read_dlpack(capsule.ptr(), p.where, "workspace", &device, t);
+            size_t bytes = t.dtype == kfuse::DType::F32 ? 4 : 2;
+            for (int64_t e : t.shape)
+              bytes *= static_cast<size_t>(e);
+            p.core.set_workspace(t.data, bytes);
+          },
+          nb::arg("capsule").none(),
+          "Runs keep their intermediates in the capsule's memory (None: the pipeline's own).")
+      .def(
           "tensor_shape",
           [](const PyPipeline &p, const std::string &name, nb::handle capsule) {
             int device = -1;

@@ -18,7 +18,8 @@ namespace {
 
 // Every kernel kind in one pipeline, all tensors bf16/f16 with f32 state: a GEMM whose output
 // is returned in the half type, a row reduction and layernorm reading it, an elementwise
-// kernel, and running statistics of a half-type state updated from fp32 statistics.
+// kernel, groupnorm and both pools of half rows, and running statistics of a half-type state
+// updated from fp32 statistics.
 std::string every_kind(const char *dtype) {
   return fmt::format(R"(pipeline every_kind_{0} {{
   dim N
@@ -30,7 +31,8 @@ std::string every_kind(const char *dtype) {
   h = linear(x, weight)
   y = batchnorm(h, running_mean, running_var)
   s = sum(h, dim=1, keepdim=true)
-  return h, layernorm(h, ln_weight), add(y, s), gelu(x)
+  return h, layernorm(h, ln_weight), add(y, s), gelu(x), groupnorm(x, groups=4),
+         max_pool1d(x, kernel_size=3, stride=2), avg_pool1d(h, kernel_size=2)
 }}
 )",
                      dtype);

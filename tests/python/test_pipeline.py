@@ -135,3 +135,14 @@ def test_half_gemms_the_hopper_mainloop_cannot_run_are_refused_at_their_location
     with pytest.raises(kfuse.Error, match=r"odd.kf:6:\d+: error: linear of bf16 operands runs on the Hopper GEMM, "
                                           r"which needs the inner dim a constant multiple of 8"):
         kfuse.Pipeline(text=HALF.replace("16]", "12]"), file_name="odd.kf", arch="sm_90a")
+
+
+def test_workspace_size_grows_with_the_rows_and_a_host_workspace_is_refused(examples):
+    p = kfuse.Pipeline(examples / "gemm_bn_scale_softmax.kf", mode="train", arch="sm_90a")
+    small, large = p.workspace_size(N=8), p.workspace_size(N=4096)
+    assert 0 < small < large and small % 256 == 0
+    with pytest.raises(kfuse.Error, match="dim N is not bound"):
+        p.workspace_size()
+    with pytest.raises(kfuse.Error, match=r"workspace.*cpu"):
+        p.set_workspace(np.zeros(large // 4, np.float32))
+    p.set_workspace(None)  # back to the pipeline's own: always allowed

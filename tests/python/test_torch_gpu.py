@@ -188,3 +188,36 @@ def test_half_tensors_get_outputs_in_their_dtype_and_match_float64(dtype):
     ref = torch.nn.functional.layer_norm(x.double() @ w.double().T, (8,), weight=g.double())
     assert rel(y, ref) <= 2e-2  # DESIGN.md's bf16 bound, f16 likewise
     assert rel(r, torch.relu(x.double())) <= 2e-2
+
+
+def test_a_callers_workspace_gives_the_same_results_and_too_small_is_refused(examples):
+    p = kfuse.Pipeline(examples / "gemm_bn_scale_softmax.kf", mode="train")
+    torch.manual_seed(0)
+    features = 8192
+    params = {
+        "weight": torch.randn(features, features, device="cuda") / 64,
+        "bias": torch.randn(features, device="cuda"),
+        "bn_weight": torch.rand(features, device="cuda") + 0.5,
+        "bn_bias": torch.randn(features, device="cuda"),
+        "scale": torch.rand(1, device="cuda") + 0.5,
+    }
+    x = torch.randn(33, features, device="cuda")
+
+    def run(workspace):
+        state = {"running_mean": torch.zeros(features, device="cuda"),
+                 "running_var": torch.ones(features, device="cuda")}
+        p.bind(**params, **state)
+        p.set_workspace(workspace)
+        y = p(x)
+        torch.cuda.synchronize()
+        return y, state
+
+    y_own, state_own = run(None)
+    workspace = torch.full((p.workspace_size(N=33) // 4,), float("nan"), device="cuda")
+    y, state = run(workspace)
+    assert torch.equal(y, y_own)  # same kernels, same order: bitwise the same
+    for name in state:
+        assert torch.equal(state[name], state_own[name]), name
+    p.set_workspace(workspace[: workspace.numel() // 2])
+    with pytest.raises(kfuse.Error, match="workspace"):
+        p(x)

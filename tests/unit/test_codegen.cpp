@@ -177,6 +177,32 @@ TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unf
   }
 }
 
+TEST_CASE("nvrtc: every row kernel kind compiles on bf16 and f16 rows") {
+  TempCache cache;
+  for (const char *dtype : {"bf16", "f16"}) {
+    INFO(dtype);
+    Options o;
+    o.mode = Mode::Eval;
+    o.arch = "sm_90a";
+    const std::string text = fmt::format(R"(pipeline rows {{
+  dim N
+  input  x: {0}[N, 64]
+  param  g: {0}[64]
+  return softmax(x, dim=1), layernorm(x, g), groupnorm(x, g, g, groups=4), instancenorm(x),
+         max_pool1d(x, kernel_size=3, stride=2), avg_pool1d(x, kernel_size=2), sum(x, dim=1)
+}}
+)",
+                                         dtype);
+    Pipeline p = Pipeline::from_string(text, "rows.kf", o);
+    for (const KernelReport &k : p.report().kernels) {
+      INFO(k.name);
+      CHECK(k.registers > 0);
+      CHECK(k.spill_stores == 0);
+    }
+    CHECK(p.cuda_source().find(fmt::format("kf::{} *__restrict__", dtype)) != std::string::npos);
+  }
+}
+
 TEST_CASE("nvrtc: the second compile of a pipeline is a cache hit") {
   TempCache cache;
   Options o;

@@ -362,3 +362,24 @@ TEST_CASE("planner: the harness rejects a wrong rewrite") {
                             kTolerance)
             .error <= kTolerance);
 }
+
+TEST_CASE("planner: the unfused baseline stores each intermediate in its type, fused in f32") {
+  // PyTorch eager runs a bf16 chain op by op, each result a bf16 tensor; a fused kernel hands
+  // values on in fp32. f32 batchnorm parameters keep their derived per-column values f32.
+  const ir::Graph g = example("gemm_bn_scale_softmax_bf16.kf");
+  for (Mode mode : {Mode::Train, Mode::Eval}) {
+    INFO(ir::mode_name(mode));
+    plan::Plan unfused = plan::make_plan(g, mode, {}, /*fuse=*/false);
+    REQUIRE(!unfused.intermediates.empty());
+    int half = 0;
+    for (const plan::Intermediate &i : unfused.intermediates) {
+      INFO(i.name);
+      CHECK(i.type.dtype == unfused.graph[i.value].type.dtype);
+      CHECK(plan::buffer_type(unfused, i.value).dtype == i.type.dtype);
+      half += i.type.dtype == ir::DType::BF16;
+    }
+    CHECK(half >= 3); // the GEMM's product, the bias sum, batchnorm's and the scale's results
+    for (const plan::Intermediate &i : plan::make_plan(g, mode, {}).intermediates)
+      CHECK(i.type.dtype == ir::DType::F32);
+  }
+}

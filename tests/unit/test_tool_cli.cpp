@@ -104,3 +104,18 @@ TEST_CASE("cli: plan --prove proves the examples of groupnorm, instancenorm and 
     CHECK(r.out.find("PROVED: every pass and the plan agree with the file\n") != std::string::npos);
   }
 }
+
+TEST_CASE("cli: bench refuses tf32 and 3xtf32 for a pipeline of bf16 operands, before the GPU") {
+  for (const char *precision : {"tf32", "3xtf32"}) {
+    INFO(precision);
+    ToolRun r = run_kfuse(std::string("bench examples/gemm_scale_bn_bf16.kf --dim N=1024 ") +
+                          "--precision " + precision);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == std::string("kfuse bench: --precision ") + precision +
+                       ": pipeline 'gemm_scale_bn_bf16' multiplies bf16 operands, which run on "
+                       "bf16 tensor cores with fp32 accumulation whatever the precision; tf32 "
+                       "and 3xtf32 apply to f32 operands only: bench it with --precision fp32 "
+                       "(the default)\n");
+    CHECK(r.out.empty());
+  }
+}

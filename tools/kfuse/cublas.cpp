@@ -95,6 +95,18 @@ private:
   }
 };
 
+cudaDataType cuda_type(ir::DType t) {
+  switch (t) {
+  case ir::DType::F32:
+    return CUDA_R_32F;
+  case ir::DType::F16:
+    return CUDA_R_16F;
+  case ir::DType::BF16:
+    return CUDA_R_16BF;
+  }
+  throw Error("cuBLAS GEMM: not a kfuse element type");
+}
+
 int to_int(int64_t v, const char *what) {
   if (v < 0 || v > INT_MAX)
     throw Error(fmt::format("cuBLAS GEMM: {} = {} does not fit cublasGemmEx's int", what, v));
@@ -130,19 +142,29 @@ Cublas &Cublas::operator=(Cublas &&other) noexcept {
   return *this;
 }
 
-void Cublas::gemm(GemmMath math, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
-                  int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+void Cublas::gemm(GemmMath math, GemmTypes types, bool trans_b, int64_t m, int64_t n, int64_t k,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc,
                   CUstream stream) {
+  const bool half = types.operands != ir::DType::F32;
+  if (half && math == GemmMath::TF32)
+    throw Error(fmt::format("cuBLAS GEMM: tf32 math does not apply to {} operands",
+                            ir::dtype_name(types.operands)));
+  if (types.result != ir::DType::F32 && types.result != types.operands)
+    throw Error(fmt::format("cuBLAS GEMM: {} operands cannot produce a {} result (f32 or {})",
+                            ir::dtype_name(types.operands), ir::dtype_name(types.result),
+                            ir::dtype_name(types.operands)));
   const CublasLibrary &lib = CublasLibrary::get();
   lib.check(lib.set_stream(handle_, stream), "cublasSetStream_v2");
   // cuBLAS is column-major: a row-major C[m,n] is a column-major C^T[n,m], so compute
-  // C^T = op(B)^T A^T, i.e. swap the operands and the roles of m and n.
+  // C^T = op(B)^T A^T, i.e. swap the operands and the roles of m and n. With CUBLAS_COMPUTE_32F
+  // alpha and beta are floats for every operand type.
   const float one = 1.0f, zero = 0.0f;
   cublasComputeType_t compute =
       math == GemmMath::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType ab = cuda_type(types.operands);
   lib.check(lib.gemm_ex(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, to_int(n, "n"),
-                        to_int(m, "m"), to_int(k, "k"), &one, b, CUDA_R_32F, to_int(ldb, "ldb"), a,
-                        CUDA_R_32F, to_int(lda, "lda"), &zero, c, CUDA_R_32F, to_int(ldc, "ldc"),
+                        to_int(m, "m"), to_int(k, "k"), &one, b, ab, to_int(ldb, "ldb"), a, ab,
+                        to_int(lda, "lda"), &zero, c, cuda_type(types.result), to_int(ldc, "ldc"),
                         compute, CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx");
 }
