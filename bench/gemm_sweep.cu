@@ -9,14 +9,19 @@
 // operands truncated as the tensor cores read them), so what remains is the tensor cores' fp32
 // accumulation: bound 2e-5 (measured up to 1e-5 at k = 4096), output
 // poisoned with NaN first, plus the column-statistics partials against the stored output.
+// Split-K (S > 1, templates/split_k.cuh) is checked the same way on shapes with few tiles, plus
+// a second run that must give the same bits.
 // sweep: median time over 50 runs (L2 flushed before each, CUDA events) of kfuse and cuBLAS
 // for M in {1024, 4096, 16384} x N = K in {1024, 4096, 8192}.
+// configs: every tile configuration on a few shapes, and 128 x 1024 x 512 (a batch of 128) with
+// K split S = 1, 2, 4, 8 ways.
 #include "gemm_sm90.cuh"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -75,8 +80,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     sm90_entry(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
-               kf::GemmShape s, float *c, float *pmean, float *pm2) {
-  kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s), kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2});
+               kf::GemmShape s, int splits, float *c, float *pmean, float *pm2, float *partials,
+               unsigned *counters) {
+  kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s, splits),
+                     kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2, partials, counters});
 }
 
 template <class T> __global__ void reference(int m, int n, int k, const T *a, const T *b, double *c) {
@@ -138,11 +145,35 @@ template <class Cfg> kf::sm90::TensorMap encode(const void *p, int rows, int k, 
 
 int g_sms = 0;
 
+// Split-K's workspace, grown as needed: partial tiles, and per-tile counters zeroed once (every
+// launch leaves them zero).
+struct SplitWorkspace {
+  float *partials = nullptr;
+  unsigned *counters = nullptr;
+  size_t floats = 0, tiles = 0;
+  void reserve(size_t need_floats, size_t need_tiles) {
+    if (need_floats > floats) {
+      cudaFree(partials);
+      CHECK_CUDA(cudaMalloc(&partials, need_floats * sizeof(float)));
+      floats = need_floats;
+    }
+    if (need_tiles > tiles) {
+      cudaFree(counters);
+      CHECK_CUDA(cudaMalloc(&counters, need_tiles * sizeof(unsigned)));
+      CHECK_CUDA(cudaMemset(counters, 0, need_tiles * sizeof(unsigned)));
+      tiles = need_tiles;
+    }
+  }
+} g_split;
+
+// splits <= ceil(k / BK): every split has a k-block.
 template <class Cfg> void launch(const kf::sm90::TensorMap &a, const kf::sm90::TensorMap &b, int m, int n, int k,
-                                 float *c, float *pmean, float *pm2) {
+                                 float *c, float *pmean, float *pm2, int splits = 1) {
   const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
-  sm90_entry<Cfg><<<std::min(tiles, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(a, b, kf::GemmShape{m, n, k}, c,
-                                                                             pmean, pm2);
+  if (splits > 1)
+    g_split.reserve(static_cast<size_t>(tiles) * splits * Cfg::BM * Cfg::BN, tiles);
+  sm90_entry<Cfg><<<std::min(tiles * splits, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(
+      a, b, kf::GemmShape{m, n, k}, splits, c, pmean, pm2, g_split.partials, g_split.counters);
 }
 
 template <class T> void fill(T *d, size_t n, std::mt19937 &rng, float scale) {
@@ -153,7 +184,7 @@ template <class T> void fill(T *d, size_t n, std::mt19937 &rng, float scale) {
   CHECK_CUDA(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
 }
 
-template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng) {
+template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int splits = 1) {
   using T = typename Types<Cfg::OPERAND>::T;
   CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
   T *a, *b;
@@ -171,9 +202,19 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng) {
   CHECK_CUDA(cudaMemset(c, 0xff, sizeof(float) * m * n)); // NaN
   CHECK_CUDA(cudaMemset(pmean, 0xff, sizeof(float) * tm * n));
   auto ma = encode<Cfg>(a, m, k, Cfg::BM), mb = encode<Cfg>(b, n, k, Cfg::BN);
-  launch<Cfg>(ma, mb, m, n, k, c, pmean, pm2);
+  launch<Cfg>(ma, mb, m, n, k, c, pmean, pm2, splits);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
+  // Split-K sums its partial tiles in a fixed order: a second run gives the same bits.
+  bool repeats = true;
+  if (splits > 1) {
+    std::vector<float> first(static_cast<size_t>(m) * n), second(first.size());
+    CHECK_CUDA(cudaMemcpy(first.data(), c, first.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemset(c, 0xff, sizeof(float) * m * n));
+    launch<Cfg>(ma, mb, m, n, k, c, pmean, pm2, splits);
+    CHECK_CUDA(cudaMemcpy(second.data(), c, second.size() * 4, cudaMemcpyDeviceToHost));
+    repeats = std::memcmp(first.data(), second.data(), first.size() * 4) == 0;
+  }
   if (Cfg::OPERAND == kf::sm90::Operand::Tf32) {
     truncate_tf32<<<(m * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(a), static_cast<size_t>(m) * k);
     truncate_tf32<<<(n * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(b), static_cast<size_t>(n) * k);
@@ -217,9 +258,10 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng) {
     }
   // 3xTF32 against exact fp32 operands: fp32-level accuracy.
   const double bound = Cfg::OPERAND == kf::sm90::Operand::Tf32x3 ? 2e-6 : 2e-5;
-  bool ok = bad == 0 && rel <= bound && stat_err <= 1e-5;
-  std::printf("check %-4s %3dx%3dx%d %5d x %5d x %5d: rel %.3e (bound %.0e), unwritten %zu, stats %.3e  %s\n",
-              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, rel, bound, bad, stat_err, ok ? "PASS" : "FAIL");
+  bool ok = bad == 0 && rel <= bound && stat_err <= 1e-5 && repeats;
+  std::printf("check %-4s %3dx%3dx%d %5d x %5d x %5d S=%d: rel %.3e (bound %.0e), unwritten %zu, stats %.3e%s  %s\n",
+              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, rel, bound, bad, stat_err,
+              repeats ? "" : ", NOT REPEATABLE", ok ? "PASS" : "FAIL");
   cudaFree(a); cudaFree(b); cudaFree(c); cudaFree(pmean); cudaFree(pm2); cudaFree(ref);
   return ok;
 }
@@ -251,7 +293,7 @@ struct Timer {
   }
 };
 
-template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer) {
+template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) {
   using T = typename Types<Cfg::OPERAND>::T;
   CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
   T *a, *b;
@@ -263,7 +305,7 @@ template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &ti
   fill(a, static_cast<size_t>(m) * k, rng, 1.0f);
   fill(b, static_cast<size_t>(n) * k, rng, 0.01f);
   auto ma = encode<Cfg>(a, m, k, Cfg::BM), mb = encode<Cfg>(b, n, k, Cfg::BN);
-  double ours = timer.median_ms([&] { launch<Cfg>(ma, mb, m, n, k, c, nullptr, nullptr); });
+  double ours = timer.median_ms([&] { launch<Cfg>(ma, mb, m, n, k, c, nullptr, nullptr, splits); });
   CHECK_CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
   // tf32 against cuBLAS's tf32 GEMM, 3xtf32 against its fp32 SGEMM, bf16/f16 against its own.
@@ -287,8 +329,8 @@ template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &ti
     std::printf("epilogue %5d x %5d x %5d: identity %.3f ms, affine %.3f ms\n", m, n, k, ours, affine);
     cudaFree(ab);
   }
-  std::printf("sweep %-4s %3dx%3dx%d %5d x %5d x %5d: kfuse %.3f ms (%.0f TFLOP/s)  cuBLAS %.3f ms (%.0f TFLOP/s)  ratio %.2f\n",
-              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, ours, flop / ours * 1e-9, blas, flop / blas * 1e-9,
+  std::printf("sweep %-4s %3dx%3dx%d %5d x %5d x %5d S=%d: kfuse %.3f ms (%.0f TFLOP/s)  cuBLAS %.3f ms (%.0f TFLOP/s)  ratio %.2f\n",
+              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, ours, flop / ours * 1e-9, blas, flop / blas * 1e-9,
               blas / ours);
   cudaFree(a); cudaFree(b); cudaFree(c);
 }
@@ -319,11 +361,27 @@ int main(int argc, char **argv) {
       ok &= check<Tf32m64n128x2>(s[0], s[1], s[2], rng);
       ok &= check<Bf16m64n128x2>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
     }
+    // Split-K on 1 to 8 tiles: {m, n, k, S}, S at most the k-blocks of the deepest BK (64).
+    const int split_shapes[][4] = {{1, 5, 512, 8}, {17, 300, 4104}, {128, 1024, 512, 4}, {130, 1024, 512, 3}};
+    for (auto &s : split_shapes) {
+      const int splits = s[3] > 0 ? s[3] : 8;
+      ok &= check<Tf32>(s[0], s[1], s[2], rng, splits);
+      ok &= check<Tf32x3>(s[0], s[1], s[2], rng, splits);
+      ok &= check<Tf32m64n128x2>(s[0], s[1], s[2], rng, splits);
+      ok &= check<Bf16m64n128x2>(s[0], s[1], s[2], rng, splits);
+      ok &= check<F16>(s[0], s[1], s[2], rng, splits);
+    }
   }
   if (mode == "configs") {
     cublasHandle_t h;
     cublasCreate(&h);
     Timer timer;
+    // A batch of 128 through 512 -> 1024 features: 16 tiles of 64 x 128 without split-K.
+    for (int splits : {1, 2, 4, 8}) {
+      sweep<Tf32m64n128x2>(128, 1024, 512, h, timer, splits);
+      sweep<Bf16m64n128x2>(128, 1024, 512, h, timer, splits);
+      sweep<Tf32x3>(128, 1024, 512, h, timer, splits);
+    }
     const int shapes[][3] = {{128, 1024, 512}, {1024, 1024, 1024}, {1024, 8192, 8192}, {16384, 4096, 4096}};
     for (auto &s : shapes) {
       sweep<Tf32>(s[0], s[1], s[2], h, timer);

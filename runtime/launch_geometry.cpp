@@ -22,15 +22,54 @@ unsigned grid_extent(int64_t blocks, const char *axis) {
   return static_cast<unsigned>(std::max<int64_t>(blocks, 1));
 }
 
+// Split-K's rule. The batch (a GEMM's rows) is bound only now, and at small batches a GEMM has
+// fewer output tiles than the GPU has SMs: 8 tiles of 128 x 128 at 128 x 1024 leave 124 of
+// 132 SMs idle. Splitting each tile's K S ways makes tiles * S work units, so
+//   S = 1 where the tiles alone reach the SM count; otherwise the largest S with
+//   tiles * S <= blocks_per_sm * SMs (one wave: a second, partial wave would cost as much as
+//   the first), at most kMaxSplits (the last split of a tile reads all S partial tiles alone,
+//   so the reduction grows with S) and at most kblocks / kMinSplitKBlocks (each split keeps
+//   a few k-blocks to stream through its pipeline), and at most max_splits when set.
+constexpr int64_t kMaxSplits = 8;
+constexpr int64_t kMinSplitKBlocks = 2;
+
+int64_t split_bound_by_k(const codegen::LaunchGeometry &g,
+                         const std::map<std::string, int64_t> &dims, int max_splits) {
+  if (g.tile_k == 0)
+    return 1;
+  int64_t bound =
+      std::min(kMaxSplits, ceil_div(extent(g.inner, dims), g.tile_k) / kMinSplitKBlocks);
+  if (max_splits > 0)
+    bound = std::min<int64_t>(bound, max_splits);
+  return std::max<int64_t>(bound, 1);
+}
+
 } // namespace
 
+int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+                int multiprocessors, int max_splits) {
+  const int64_t bound = split_bound_by_k(g, dims, max_splits);
+  const int64_t tiles =
+      ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
+  if (bound == 1 || tiles == 0 || tiles >= multiprocessors)
+    return 1;
+  const int64_t slots = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;
+  return static_cast<int>(std::max<int64_t>(1, std::min(bound, slots / tiles)));
+}
+
+bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+               int max_splits) {
+  return split_bound_by_k(g, dims, max_splits) > 1;
+}
+
 LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
-                    int multiprocessors) {
+                    int multiprocessors, int max_splits) {
   using Grid = codegen::LaunchGeometry::Grid;
   const int64_t rows = extent(g.rows, dims), cols = extent(g.cols, dims);
   const int64_t row_tiles = ceil_div(rows, g.tile_rows), col_tiles = ceil_div(cols, g.tile_cols);
   const int64_t cap = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;
   LaunchShape s;
+  s.splits = split_count(g, dims, multiprocessors, max_splits);
   switch (g.grid) {
   case Grid::Tiles2D:
     s.grid = {grid_extent(col_tiles, "x"), grid_extent(row_tiles, "y"), 1};
@@ -39,10 +78,10 @@ LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string
           fmt::format("a kernel needs {} row tiles, more than a grid's y extent", row_tiles));
     break;
   case Grid::Tiles:
-    s.grid = {grid_extent(row_tiles * col_tiles, "x"), 1, 1};
+    s.grid = {grid_extent(row_tiles * col_tiles * s.splits, "x"), 1, 1};
     break;
   case Grid::Persistent:
-    s.grid = {grid_extent(std::min(row_tiles * col_tiles, cap), "x"), 1, 1};
+    s.grid = {grid_extent(std::min(row_tiles * col_tiles * s.splits, cap), "x"), 1, 1};
     break;
   case Grid::Elements:
     s.grid = {

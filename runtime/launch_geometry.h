@@ -17,9 +17,21 @@ struct LaunchShape {
   unsigned shared_bytes = 0;
   int row_floats = 0; // the value of SmemFloats parameters
   unsigned cluster = 1;
+  int splits = 1; // GEMMs: K split this many ways (the value of Splits parameters)
 };
 
+// `max_splits` caps split-K's count (Options::max_split_k; 0: no cap but the rule's own).
 LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
-                    int multiprocessors);
+                    int multiprocessors, int max_splits);
+
+// The K split count S a GEMM launch resolves to (1 for other kernels), by the rule in
+// launch_geometry.cpp.
+int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+                int multiprocessors, int max_splits);
+
+// Whether some device could split this launch's K at `dims` (K is deep enough): where not,
+// split_count is 1 whatever the SM count.
+bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+               int max_splits);
 
 } // namespace kfuse::rt

@@ -2,6 +2,8 @@
 
 #include "runtime/driver.h"
 
+#include <fmt/format.h>
+
 namespace kfuse::rt {
 
 using codegen::KernelLaunch;
@@ -27,8 +29,8 @@ size_t elements(const ir::TensorType &t, const Dims &dims) {
 } // namespace
 
 LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan,
-                         const std::vector<std::string> &names)
-    : program_(program), plan_(plan) {
+                         const std::vector<std::string> &names, int max_splits)
+    : program_(program), plan_(plan), max_splits_(max_splits) {
   const ir::Graph &g = plan.graph;
   slots_ = g.values.size() + g.outputs.size();
   launches_.resize(program.launches.size());
@@ -48,11 +50,24 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
       case LaunchParam::Kind::PartialMean:
       case LaunchParam::Kind::PartialM2:
         a.from = {true,
-                  key_of(p.value, p.kind == LaunchParam::Kind::PartialMean ? 1 : 2, p.tile_rows)};
+                  key_of({p.value,
+                          p.kind == LaunchParam::Kind::PartialMean ? WorkspaceKey::Kind::PartialMean
+                                                                   : WorkspaceKey::Kind::PartialM2,
+                          p.tile_rows, 0})};
+        launch.arg_pointers.push_back(&a.ptr);
+        break;
+      case LaunchParam::Kind::SplitPartials:
+      case LaunchParam::Kind::SplitCounters:
+        a.from = {true, key_of({p.value,
+                                p.kind == LaunchParam::Kind::SplitPartials
+                                    ? WorkspaceKey::Kind::SplitPartials
+                                    : WorkspaceKey::Kind::SplitCounters,
+                                0, k})};
         launch.arg_pointers.push_back(&a.ptr);
         break;
       case LaunchParam::Kind::Dim:
       case LaunchParam::Kind::SmemFloats:
+      case LaunchParam::Kind::Splits:
         launch.arg_pointers.push_back(&a.value);
         break;
       case LaunchParam::Kind::TensorMap:
@@ -92,32 +107,56 @@ LaunchTable::Pointer LaunchTable::pointer_of(ValueId v) {
   for (size_t i = g.outputs.size(); i-- > 0;)
     if (g.outputs[i] == v)
       return {false, g.values.size() + i};
-  return {true, key_of(v, 0, 0)};
+  return {true, key_of({v, WorkspaceKey::Kind::Value, 0, 0})};
 }
 
-size_t LaunchTable::key_of(ValueId v, int partial, int tile_rows) {
+size_t LaunchTable::key_of(const WorkspaceKey &key) {
   for (size_t i = 0; i < workspace_keys_.size(); ++i) {
     const WorkspaceKey &k = workspace_keys_[i];
-    if (k.value == v && k.partial == partial && k.tile_rows == tile_rows)
+    if (k.value == key.value && k.kind == key.kind && k.tile_rows == key.tile_rows &&
+        k.launch == key.launch)
       return i;
   }
-  workspace_keys_.push_back({v, partial, tile_rows});
+  workspace_keys_.push_back(key);
   return workspace_keys_.size() - 1;
 }
 
-std::vector<size_t> LaunchTable::workspace_offsets(const Dims &dims, size_t *total) const {
-  const ir::Graph &g = plan_.graph;
+size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multiprocessors) const {
+  const ir::TensorType &t = plan_.graph[k.value].type;
+  switch (k.kind) {
+  case WorkspaceKey::Kind::Value:
+    return elements(t, dims) *
+           static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, k.value).dtype));
+  case WorkspaceKey::Kind::PartialMean:       // mean or M2 per column per row tile
+  case WorkspaceKey::Kind::PartialM2:
+    return static_cast<size_t>((extent(t.shape[0], dims) + k.tile_rows - 1) / k.tile_rows) *
+           static_cast<size_t>(extent(t.shape[1], dims)) * sizeof(float);
+  case WorkspaceKey::Kind::SplitPartials:
+  case WorkspaceKey::Kind::SplitCounters: {
+    // program.h: tiles * S partial tiles of tile_rows x tile_cols floats, a counter per tile;
+    // nothing where the launch does not split.
+    const codegen::LaunchGeometry &geo = program_.launches[k.launch].geometry;
+    const int splits = split_count(geo, dims, multiprocessors, max_splits_);
+    if (splits == 1)
+      return 0;
+    const size_t tiles =
+        static_cast<size_t>((extent(geo.rows, dims) + geo.tile_rows - 1) / geo.tile_rows) *
+        static_cast<size_t>((extent(geo.cols, dims) + geo.tile_cols - 1) / geo.tile_cols);
+    if (k.kind == WorkspaceKey::Kind::SplitCounters)
+      return tiles * sizeof(unsigned);
+    return tiles * static_cast<size_t>(splits) * static_cast<size_t>(geo.tile_rows) *
+           static_cast<size_t>(geo.tile_cols) * sizeof(float);
+  }
+  }
+  return 0;
+}
+
+std::vector<size_t> LaunchTable::workspace_offsets(const Dims &dims, int multiprocessors,
+                                                   size_t *total) const {
   std::vector<size_t> offsets;
   size_t end = 0;
   for (const WorkspaceKey &k : workspace_keys_) {
-    const ir::TensorType &t = g[k.value].type;
-    size_t bytes = elements(t, dims) *
-                   static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, k.value).dtype));
-    if (k.partial != 0) { // mean or M2 per column per row tile
-      const int64_t rows = extent(t.shape[0], dims);
-      bytes = static_cast<size_t>((rows + k.tile_rows - 1) / k.tile_rows) *
-              static_cast<size_t>(extent(t.shape[1], dims)) * sizeof(float);
-    }
+    const size_t bytes = key_bytes(k, dims, multiprocessors);
     offsets.push_back(end);
     end += (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
   }
@@ -125,25 +164,38 @@ std::vector<size_t> LaunchTable::workspace_offsets(const Dims &dims, size_t *tot
   return offsets;
 }
 
-size_t LaunchTable::workspace_bytes(const Dims &dims) const {
+bool LaunchTable::may_split(const Dims &dims) const {
+  for (const KernelLaunch &l : program_.launches)
+    if (rt::may_split(l.geometry, dims, max_splits_))
+      return true;
+  return false;
+}
+
+size_t LaunchTable::workspace_bytes(const Dims &dims, int multiprocessors) const {
   size_t total = 0;
-  workspace_offsets(dims, &total);
+  workspace_offsets(dims, multiprocessors, &total);
   return total;
 }
 
 size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
   size_t total = 0;
-  offsets_ = workspace_offsets(dims, &total);
+  offsets_ = workspace_offsets(dims, multiprocessors, &total);
+  counter_bytes_.clear();
+  for (const WorkspaceKey &k : workspace_keys_)
+    counter_bytes_.push_back(
+        k.kind == WorkspaceKey::Kind::SplitCounters ? key_bytes(k, dims, multiprocessors) : 0);
   for (size_t k = 0; k < launches_.size(); ++k) {
     const KernelLaunch &l = program_.launches[k];
     Launch &launch = launches_[k];
-    launch.shape = resolve(l.geometry, dims, multiprocessors);
+    launch.shape = resolve(l.geometry, dims, multiprocessors, max_splits_);
     for (Arg &a : launch.args) {
       const LaunchParam &p = a.param;
       if (p.kind == LaunchParam::Kind::Dim)
         a.value = static_cast<int>(dims.at(p.dim));
       else if (p.kind == LaunchParam::Kind::SmemFloats)
         a.value = launch.shape.row_floats;
+      else if (p.kind == LaunchParam::Kind::Splits)
+        a.value = launch.shape.splits;
       else if (p.kind == LaunchParam::Kind::TensorMap) {
         a.map_rows = extent(p.map.rows, dims);
         a.map_inner = extent(p.map.inner, dims);
@@ -169,12 +221,15 @@ CUdeviceptr LaunchTable::address(const Pointer &p, const CUdeviceptr *tensors,
 
 void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
                         const std::string &where) {
+  workspace_ = workspace;
   for (Launch &launch : launches_) {
     for (Arg &a : launch.args) {
       switch (a.param.kind) {
       case LaunchParam::Kind::Buffer:
       case LaunchParam::Kind::PartialMean:
       case LaunchParam::Kind::PartialM2:
+      case LaunchParam::Kind::SplitPartials:
+      case LaunchParam::Kind::SplitCounters:
         a.ptr = address(a.from, tensors, workspace);
         break;
       case LaunchParam::Kind::TensorMap:
@@ -183,6 +238,7 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
         break;
       case LaunchParam::Kind::Dim:
       case LaunchParam::Kind::SmemFloats:
+      case LaunchParam::Kind::Splits:
         break;
       }
     }
@@ -224,6 +280,30 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
            const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
   }
   copy_outputs(/*declared=*/false);
+}
+
+void LaunchTable::zero_split_counters(CUstream stream) const {
+  Driver &driver = Driver::get();
+  for (size_t i = 0; i < counter_bytes_.size(); ++i)
+    if (counter_bytes_[i] > 0)
+      driver.check(driver.cuMemsetD32Async(workspace_ + offsets_[i], 0,
+                                           counter_bytes_[i] / sizeof(unsigned), stream),
+                   "cuMemsetD32Async(split-K counters)");
+}
+
+std::string LaunchTable::resolved_text() const {
+  std::string s;
+  for (size_t k = 0; k < launches_.size(); ++k) {
+    const LaunchShape &shape = launches_[k].shape;
+    s += fmt::format("{}: grid {} x {} x {}, block {}, dynamic smem {} B",
+                     program_.launches[k].entry, shape.grid.x, shape.grid.y, shape.grid.z,
+                     shape.block.x, shape.shared_bytes);
+    if (program_.launches[k].geometry.tile_k > 0)
+      s += shape.splits > 1 ? fmt::format(", split-K S = {}", shape.splits)
+                            : std::string(", K not split (S = 1)");
+    s += "\n";
+  }
+  return s;
 }
 
 } // namespace kfuse::rt

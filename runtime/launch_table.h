@@ -5,8 +5,11 @@
 // copied by the driver at launch, and a CUDA graph captured from a run keeps its own copy.
 //
 // Tensors are named by slot: slot v (a ValueId of the plan's graph) holds the pointer of the
-// declared tensor v, slot values + i that of output i. Intermediates and column-statistics
-// partials live in one workspace, each at a 256-byte aligned offset.
+// declared tensor v, slot values + i that of output i. Intermediates, column-statistics
+// partials and split-K's partial tiles and counters live in one workspace, each at a 256-byte
+// aligned offset. Split-K's counters must be zero before a launch that splits: each launch
+// leaves them zero, so zero_split_counters() is needed only where their memory is new or may
+// have been written by others since.
 #pragma once
 
 #include "compiler/codegen/program.h"
@@ -29,17 +32,24 @@ using Dims = std::map<std::string, int64_t>;
 
 class LaunchTable {
 public:
-  // `names`: the printed names of the plan graph's values (tensor-map errors name them).
+  // `names`: the printed names of the plan graph's values (tensor-map errors name them);
+  // `max_splits`: Options::max_split_k.
   LaunchTable(const codegen::Program &program, const plan::Plan &plan,
-              const std::vector<std::string> &names);
+              const std::vector<std::string> &names, int max_splits);
 
   size_t slots() const { return slots_; }
 
-  // Bytes of workspace a run at `dims` needs (every dim of the pipeline bound).
-  size_t workspace_bytes(const Dims &dims) const;
+  // Whether a GEMM may split K at `dims` on some device: where not, workspace_bytes does not
+  // depend on the SM count.
+  bool may_split(const Dims &dims) const;
+
+  // Bytes of workspace a run at `dims` needs (every dim of the pipeline bound) on a device of
+  // `multiprocessors` SMs.
+  size_t workspace_bytes(const Dims &dims, int multiprocessors) const;
 
   // Resolves every launch for `dims` on a device of `multiprocessors` SMs; returns
-  // workspace_bytes(dims). Throws kfuse::Error for a grid the device cannot launch.
+  // workspace_bytes(dims, multiprocessors). Throws kfuse::Error for a grid the device cannot
+  // launch.
   size_t prepare(const Dims &dims, int multiprocessors);
 
   // Writes the run's pointers into the argument buffers: `tensors[slot]`, and intermediates at
@@ -52,6 +62,13 @@ public:
   // kernels instead.
   void enqueue(const std::vector<Function> &functions, CUstream stream,
                const std::function<void(const GemmCall &, CUstream)> &gemm) const;
+
+  // Zeroes the split-K counters of the launches that split at the prepared dims, on `stream`
+  // (nothing where none splits). point() first.
+  void zero_split_counters(CUstream stream) const;
+
+  // Every launch's grid and split count at the prepared dims, one line each (KFUSE_DUMP=launch).
+  std::string resolved_text() const;
 
 private:
   // Where a pointer comes from: a tensor slot, or an offset into the workspace (a key of
@@ -89,25 +106,32 @@ private:
     size_t bytes = 0;
     CUdeviceptr src = 0, dst = 0;
   };
-  // An intermediate's bytes: a value's elements, or one partial per column per row tile.
+  // An intermediate's bytes: a value's elements, one partial per column per row tile, or split-K's
+  // partial tiles and counters of launch `launch`.
   struct WorkspaceKey {
+    enum class Kind : uint8_t { Value, PartialMean, PartialM2, SplitPartials, SplitCounters };
     ir::ValueId value;
-    int partial; // 0: the value itself; 1: partial means; 2: partial M2
-    int tile_rows;
+    Kind kind;
+    int tile_rows; // PartialMean / PartialM2
+    size_t launch; // SplitPartials / SplitCounters
   };
 
   Pointer pointer_of(ir::ValueId v);
-  size_t key_of(ir::ValueId v, int partial, int tile_rows);
-  std::vector<size_t> workspace_offsets(const Dims &dims, size_t *total) const;
+  size_t key_of(const WorkspaceKey &key);
+  size_t key_bytes(const WorkspaceKey &key, const Dims &dims, int multiprocessors) const;
+  std::vector<size_t> workspace_offsets(const Dims &dims, int multiprocessors, size_t *total) const;
   CUdeviceptr address(const Pointer &p, const CUdeviceptr *tensors, CUdeviceptr workspace) const;
 
   const codegen::Program &program_;
   const plan::Plan &plan_;
+  int max_splits_;
   size_t slots_ = 0;
   std::vector<Launch> launches_;
   std::vector<OutputCopy> copies_;
   std::vector<WorkspaceKey> workspace_keys_;
-  std::vector<size_t> offsets_; // of workspace_keys_, at prepare()
+  std::vector<size_t> offsets_;       // of workspace_keys_, at prepare()
+  std::vector<size_t> counter_bytes_; // of workspace_keys_ (SplitCounters, else 0), at prepare()
+  CUdeviceptr workspace_ = 0;         // at point()
 };
 
 } // namespace kfuse::rt

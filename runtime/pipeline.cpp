@@ -139,7 +139,12 @@ Pipeline rt::PipelineAccess::compile(Lowered lowered, const Options &options, bo
   }
   for (size_t i = 0; i < g.outputs.size(); ++i)
     impl->output_names.push_back(fmt::format("output {}", i));
-  impl->table = std::make_unique<rt::LaunchTable>(impl->program, impl->plan, impl->names);
+  if (options.max_split_k < 0)
+    throw Error(fmt::format("{}: Options::max_split_k is {}; it must be 0 (the shape's choice) "
+                            "or a positive cap",
+                            impl->where, options.max_split_k));
+  impl->table = std::make_unique<rt::LaunchTable>(impl->program, impl->plan, impl->names,
+                                                  options.max_split_k);
 
   rt::CompileRequest req;
   req.source = impl->program.source;

@@ -68,6 +68,10 @@ struct Pipeline::Impl {
   size_t user_workspace_bytes = 0;
   bool user_workspace_checked = false; // found in device memory of `device`
   CUdeviceptr workspace = 0;           // the one the table points into
+  // The table's split-K counters in `workspace` are zero (each run leaves them so) unless the
+  // layout or the memory is new since the last run: then, and with a caller's workspace that
+  // others may write between runs, the run zeroes them first.
+  bool split_counters_zero = false;
 
   // The steps of a run whose tensors changed (pipeline_run.cpp), in this order.
   void check_tensors(const Tensor *inputs, const Tensor *outputs); // needs no driver

@@ -1,5 +1,6 @@
 // kfuse::Pipeline::run: the checks a run's tensors get, made once per change of tensors, and
 // the launches, made every time from the pipeline's LaunchTable.
+#include "compiler/dump.h"
 #include "compiler/ir/infer.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline_impl.h"
@@ -191,6 +192,11 @@ void Pipeline::Impl::check_moved(const Tensor *inputs, const Tensor *outputs) {
 void Pipeline::Impl::prepare() {
   Impl &im = *this;
   const size_t bytes = im.table->prepare(im.dims, im.multiprocessors);
+  im.split_counters_zero = false;
+  const Dump dump(im.graph.name, im.options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval);
+  if (dump.wants("launch"))
+    dump.emit("launch.bound", ".txt",
+              fmt::format("at {}:\n{}", dims_text(im.dims), im.table->resolved_text()));
   if (im.user_workspace) {
     if (bytes > im.user_workspace_bytes)
       throw Error(fmt::format("{}: the workspace of {} bytes is too small: a run at {} needs {} "
@@ -257,6 +263,10 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
     im.seen_outputs.assign(outputs, outputs + output_count);
     im.recheck = false;
   }
+  if (im.user_workspace || !im.split_counters_zero) {
+    im.table->zero_split_counters(stream);
+    im.split_counters_zero = true;
+  }
   im.table->enqueue(im.functions, stream, im.gemm_override);
 }
 
@@ -269,7 +279,17 @@ size_t Pipeline::workspace_size(const std::map<std::string, int64_t> &dims) cons
     if (it->second <= 0)
       throw Error(fmt::format("{}: dim {} is {}; dims must be positive", im.where, d, it->second));
   }
-  return im.table->workspace_bytes(dims);
+  // The SM count decides split-K's share; where no GEMM can split, any count gives the same size.
+  int multiprocessors = im.multiprocessors;
+  if (multiprocessors == 0 && im.table->may_split(dims)) {
+    rt::Driver &driver = rt::Driver::get();
+    driver.require();
+    driver.check(driver.cuDeviceGetAttribute(&multiprocessors,
+                                             CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                             driver.current_device()),
+                 "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  }
+  return im.table->workspace_bytes(dims, multiprocessors);
 }
 
 void Pipeline::set_workspace(void *data, size_t bytes) {

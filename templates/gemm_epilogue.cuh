@@ -47,11 +47,18 @@
 // synchronises itself (the scratch may alias the mainloop's stages or the previous tile's
 // statistics).
 //
+// Split-K (the scheduler's work unit u with u.splits > 1): run() first hands the unit's partial
+// accumulators to split_k_reduce (split_k.cuh) with split_partials and split_counters, and only
+// the tile's last split, holding the sum of all of them in split order, goes on to the store and
+// the statistics above: each tile's epilogue runs exactly once. Both pointers may be null when
+// every unit is a whole tile.
+//
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
 // mainloops' geometry can read epilogue_stats_bytes.
 #pragma once
 
 #include "gemm_primitives.cuh"
+#include "split_k.cuh"
 #include "tile_scheduler.cuh"
 
 namespace kf {
@@ -75,6 +82,8 @@ template <class Functor, class Out = float> struct GemmEpilogue {
   int ldc;
   float *partial_mean; // column-statistics partials, or both null
   float *partial_m2;
+  float *split_partials = nullptr; // split-K's workspace (split_k.cuh)
+  unsigned *split_counters = nullptr;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
   // Column cache of a tile whose first column is n0: epilogue thread t evaluates columns
@@ -86,14 +95,18 @@ template <class Functor, class Out = float> struct GemmEpilogue {
       cache[t] = functor.column(min(n0 + t, s.n - 1));
   }
 
-  // The whole epilogue of tile tc: apply and store, then the statistics where requested.
+  // The whole epilogue of work unit u: its split's partial added to the tile's sum (split-K),
+  // then, once the tile is whole, apply and store, then the statistics where requested.
   // Cached: read the Columns from `cache` (filled by fill_columns) instead of evaluating them.
   template <bool Cached, class Fragment, class Acc>
-  __device__ void run(const Fragment &f, GemmShape s, TileCoord tc, Acc &acc, const Column *cache,
-                      float *scratch) const {
-    store<Cached>(f, s, tc, acc, cache);
+  __device__ void run(const Fragment &f, GemmShape s, const WorkUnit &u, Acc &acc,
+                      const Column *cache, float *scratch) const {
+    if (u.splits > 1 && !split_k_reduce(f, u, split_partials, split_counters, acc,
+                                        reinterpret_cast<int *>(scratch)))
+      return;
+    store<Cached>(f, s, u.tile, acc, cache);
     if (partial_mean != nullptr)
-      statistics(f, s, tc, acc, scratch);
+      statistics(f, s, u.tile, acc, scratch);
   }
 
 private:

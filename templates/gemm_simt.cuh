@@ -9,12 +9,13 @@
 // (ldc) and aliases neither A, B nor any epilogue input.
 //
 // Launch geometry (the generated entry point must use exactly this):
-//   block = dim3(GEMM_THREADS), grid = one block per tile of the scheduler
-//   TileScheduler<GEMM_BM, GEMM_BN, GEMM_GROUP_M>, dynamic shared memory = gemm_smem_bytes
+//   block = dim3(GEMM_THREADS), grid = one block per work unit (tile and K split) of the
+//   scheduler TileScheduler<GEMM_BM, GEMM_BN, GEMM_GROUP_M> (its K is split in k-blocks of
+//   GEMM_BK), dynamic shared memory = gemm_smem_bytes
 //   (above 48 KiB: the launcher raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry
 //   point declared __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS) so that the register cap
 //   keeps two blocks per SM.
-// Blocks write disjoint tiles of C and of the partial statistics.
+// Blocks write disjoint tiles of C and of the partial statistics (split-K: the tile's last split).
 //
 // Mainloop: a GEMM_STAGES-deep cp.async pipeline of BK = 16 K-slices into K-major shared tiles
 // ([BK][BM] for A, [BK][BN] for B), so that a thread reads its 4-wide row and column fragments
@@ -141,9 +142,10 @@ __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__re
   extern __shared__ __align__(16) float kf_gemm_smem[];
 
   const int t = threadIdx.x;
-  const TileCoord tile = tiles.tile(tiles.first()); // one block per tile
-  const int m0 = tile.m * GEMM_BM;
-  const int n0 = tile.n * GEMM_BN;
+  const int ktiles = (s.k + GEMM_BK - 1) / GEMM_BK;
+  const WorkUnit unit = tiles.unit(tiles.first(), ktiles); // one block per unit
+  const int m0 = unit.tile.m * GEMM_BM;
+  const int n0 = unit.tile.n * GEMM_BN;
   const bool vec_b = vector_ok<4>(B, ldb);
 
   const SimtFragment layout(t);
@@ -222,21 +224,22 @@ __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__re
     f.b_hi = *reinterpret_cast<const float4 *>(bs + kk * GEMM_LDS + 64 + tx * 4);
   };
 
-  // Multistage pipeline: STAGES - 1 slices in flight ahead of the one being multiplied. One
-  // commit group per iteration (possibly empty) keeps the wait_group count uniform.
-  const int ktiles = (s.k + GEMM_BK - 1) / GEMM_BK;
+  // Multistage pipeline over the unit's slices [k_begin, k_end): STAGES - 1 slices in flight
+  // ahead of the one being multiplied. One commit group per iteration (possibly empty) keeps the
+  // wait_group count uniform.
+  const int k_begin = unit.k_begin, k_end = unit.k_end;
 #pragma unroll
   for (int st = 0; st < GEMM_STAGES - 1; ++st) {
-    if (st < ktiles)
-      load_stage(st, st);
+    if (k_begin + st < k_end)
+      load_stage(st, k_begin + st);
     cp_async_commit();
   }
-  int stage = 0;                    // kt % STAGES
-  int next_stage = GEMM_STAGES - 1; // (kt + STAGES - 1) % STAGES
-  for (int kt = 0; kt < ktiles; ++kt) {
+  int stage = 0;                    // (kt - k_begin) % STAGES
+  int next_stage = GEMM_STAGES - 1; // (kt - k_begin + STAGES - 1) % STAGES
+  for (int kt = k_begin; kt < k_end; ++kt) {
     cp_async_wait<GEMM_STAGES - 2>(); // this thread's copies of slice kt have landed
     __syncthreads(); // everyone's have; and everyone is done reading slice kt - 1's stage
-    if (kt + GEMM_STAGES - 1 < ktiles)
+    if (kt + GEMM_STAGES - 1 < k_end)
       load_stage(next_stage, kt + GEMM_STAGES - 1); // overwrites the stage of slice kt - 1
     cp_async_commit();
 
@@ -264,7 +267,7 @@ __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__re
   // Only empty commit groups can be pending; the epilogue's statistics may reuse the stages
   // after a barrier of their own.
   cp_async_wait<0>();
-  epi.template run<false>(layout, s, tile, acc, nullptr, kf_gemm_smem);
+  epi.template run<false>(layout, s, unit, acc, nullptr, kf_gemm_smem);
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

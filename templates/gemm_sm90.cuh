@@ -18,7 +18,8 @@
 // tensor cores' truncating accumulation would otherwise bias a long K (as in gemm_tc.cuh).
 //
 // Launch (Sm90Gemm<Op, BN, BM, MIN_BLOCKS> holds every number): block = THREADS (128 per
-// warpgroup), grid = min(tiles, MIN_BLOCKS * SMs) persistent blocks, dynamic shared memory =
+// warpgroup), grid = min(work units, MIN_BLOCKS * SMs) persistent blocks (a unit is a tile and
+// one of its K splits, in k-blocks of BK: tile_scheduler.cuh), dynamic shared memory =
 // smem_bytes(Epilogue::COLUMN_FLOATS) (above 48 KiB: the launcher raises the limit), entry point
 // __launch_bounds__(THREADS, 1), compiled for sm_90a. The tensor maps are 2-D {k, rows} with box
 // {BK, BM} for A and {BK, BN} for B, 128-byte swizzle, zero fill, and are passed as
@@ -33,8 +34,9 @@
 // producer runs ahead into the next tile while the consumers run the epilogue of this one.
 //
 // Tiles: the block takes the scheduler's work indices first(), first() + stride(), ... (the
-// TileScheduler<BM, BN, GROUP_M> of tile_scheduler.cuh). Tails in m, n and k are zero-filled by
-// TMA and masked in the epilogue.
+// TileScheduler<BM, BN, GROUP_M> of tile_scheduler.cuh), each unit the k-blocks of its split.
+// Tails in m, n and k are zero-filled by TMA and masked in the epilogue. Split-K's reduction
+// (split_k.cuh) never waits on another block, so several units per block cannot deadlock.
 //
 // Epilogue: gemm_epilogue.cuh's, run by the consumers from registers with Sm90Fragment's
 // layout, statistics scratch of its own. Where caches_columns(COLUMN_FLOATS), consumer thread t
@@ -118,7 +120,7 @@ template <int BlockN, int BlockM> struct Sm90Fragment {
   static constexpr int BM = BlockM, BN = BlockN;
   static constexpr int ROWS = 2, COLS = BN / 4;
   static constexpr int VEC = 2;
-  static constexpr int ROW_LANE_SHIFT = 2;  // g = lane / 4
+  static constexpr int ROW_LANE_SHIFT = 2;   // g = lane / 4
   static constexpr int ROW_GROUPS = BM / 16; // the consumer warps
   static constexpr int THREADS = 2 * BM;     // the consumer warpgroups
   int thread, warp, g, q;
@@ -161,10 +163,11 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   constexpr bool kCache = Config::caches_columns(Epilogue::COLUMN_FLOATS);
   Column *column_cache = reinterpret_cast<Column *>(empty + STAGES); // [2][BN] when kCache
 
-  const int tiles = scheduler.tiles();
-  // k >= 1 (a Linear's inner extent is a positive constant): every tile's first wgmma zeroes
-  // the accumulators. A k == 0 branch zeroing them with ordinary instructions would make ptxas
-  // serialize every wgmma of the kernel (warning C7515) once the column cache is in use.
+  const int units = scheduler.units();
+  // k >= 1 (a Linear's inner extent is a positive constant) and splits <= kblocks: every unit's
+  // first wgmma zeroes the accumulators. A k == 0 branch zeroing them with ordinary instructions
+  // would make ptxas serialize every wgmma of the kernel (warning C7515) once the column cache is
+  // in use.
   const int kblocks = ceil_div(s.k, Config::BK);
 
   if (threadIdx.x == 0) {
@@ -185,9 +188,10 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
-      for (int tile = scheduler.first(); tile < tiles; tile += scheduler.stride()) {
-        const TileCoord tc = scheduler.tile(tile);
-        for (int kb = 0; kb < kblocks; ++kb) {
+      for (int work = scheduler.first(); work < units; work += scheduler.stride()) {
+        const WorkUnit u = scheduler.unit(work, kblocks);
+        const TileCoord tc = u.tile;
+        for (int kb = u.k_begin; kb < u.k_end; ++kb) {
           mbar_wait(&empty[stage], phase ^ 1u);
           unsigned char *dst = smem + stage * Config::STAGE_BYTES;
           mbar_arrive_expect_tx(&full[stage], Config::STAGE_BYTES);
@@ -212,9 +216,10 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     float acc[Config::ACCUMULATORS];
     int turn = 0;
     int splits = 0; // 3xTF32: stages split so far, across tiles
-    for (int tile = scheduler.first(); tile < tiles; tile += scheduler.stride(), ++turn) {
-      const TileCoord tc = scheduler.tile(tile);
-      const int n0 = tc.n * BN;
+    for (int work = scheduler.first(); work < units; work += scheduler.stride(), ++turn) {
+      const WorkUnit u = scheduler.unit(work, kblocks);
+      const int kb_begin = u.k_begin, kb_end = u.k_end;
+      const int n0 = u.tile.n * BN;
       Column *cache = column_cache + (turn & 1) * BN;
       auto fill_cache = [&] {
         if constexpr (kCache)
@@ -244,8 +249,8 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           named_barrier(3, Config::CONSUMER_THREADS);
           return lo;
         };
-        unsigned char *lo = kblocks > 0 ? split(stage, phase) : nullptr;
-        for (int kb = 0; kb < kblocks; ++kb) {
+        unsigned char *lo = kb_begin < kb_end ? split(stage, phase) : nullptr;
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
           unsigned char *tile = smem + stage * Config::STAGE_BYTES;
           const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
           const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
@@ -260,17 +265,17 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
             Wgmma<Config::MMA, BN>::mma(part, da + 2 * kk, db + 2 * kk, 1);
           }
           wgmma_commit();
-          if (kb == 0)
+          if (kb == kb_begin)
             fill_cache();
           const int next = stage + 1 == STAGES ? 0 : stage + 1;
           const unsigned next_phase = next == 0 ? phase ^ 1u : phase;
           // The next k-block's split overlaps this one's wgmma.
-          unsigned char *next_lo = kb + 1 < kblocks ? split(next, next_phase) : nullptr;
+          unsigned char *next_lo = kb + 1 < kb_end ? split(next, next_phase) : nullptr;
           wgmma_wait<0>();
           fence_registers(part);
 #pragma unroll
           for (int i = 0; i < Config::ACCUMULATORS; ++i)
-            acc[i] = kb > 0 ? acc[i] + part[i] : part[i];
+            acc[i] = kb > kb_begin ? acc[i] + part[i] : part[i];
           if (lane == 0)
             mbar_arrive(&empty[stage]);
           stage = next;
@@ -279,7 +284,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
         }
       } else {
         int previous = -1;
-        for (int kb = 0; kb < kblocks; ++kb) {
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
           mbar_wait(&full[stage], phase);
           unsigned char *tile = smem + stage * Config::STAGE_BYTES;
           const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
@@ -287,9 +292,9 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < Config::K_STEPS; ++kk)
-            Wgmma<Config::MMA, BN>::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+            Wgmma<Config::MMA, BN>::mma(acc, da + 2 * kk, db + 2 * kk, kb > kb_begin || kk > 0);
           wgmma_commit();
-          if (kb == 0)
+          if (kb == kb_begin)
             fill_cache(); // its loads overlap the first wgmma
           // The previous k-block's wgmma has completed: its stage can be refilled.
           wgmma_wait<1>();
@@ -312,7 +317,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
       // one of the next turn is written after this turn's barrier, when no thread reads it.
       if constexpr (kCache)
         named_barrier(2, Config::CONSUMER_THREADS);
-      epi.template run<kCache>(layout, s, tc, acc, cache, stats);
+      epi.template run<kCache>(layout, s, u, acc, cache, stats);
     }
   }
 }

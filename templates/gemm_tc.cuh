@@ -14,15 +14,16 @@
 //                acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (lo*lo dropped); fp32-level accuracy.
 //
 // Launch geometry (the generated entry point must use exactly this; P = Precision):
-//   block = dim3(GEMM_TC_THREADS), grid = one block per tile of the scheduler
-//   TileScheduler<GEMM_TC_BM, gemm_tc_bn(P), GEMM_TC_GROUP_M>, dynamic shared memory =
+//   block = dim3(GEMM_TC_THREADS), grid = one block per work unit (tile and K split) of the
+//   scheduler TileScheduler<GEMM_TC_BM, gemm_tc_bn(P), GEMM_TC_GROUP_M> (its K is split in
+//   k-blocks of GEMM_TC_BK), dynamic shared memory =
 //   gemm_tc_smem_bytes(P) (ABOVE 48 KiB: the launcher must raise
 //   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
 //   __launch_bounds__(GEMM_TC_THREADS, GEMM_TC_MIN_BLOCKS).
 //   The tile is GEMM_TC_BM x gemm_tc_bn(P): 128 x 256 for TF32, 128 x 128 for 3xTF32.
 // The scheduler's grouped rasterization keeps the streamed operand tiles in L2 (for the
 // 1024 x 8192 x 8192 Linear all 8 row tiles share each weight tile while it is hot). Blocks
-// write disjoint tiles of C and of the partial statistics.
+// write disjoint tiles of C and of the partial statistics (split-K: the tile's last split).
 //
 // Epilogue: gemm_epilogue.cuh's, with TcFragment's layout (float2 stores of C); its statistics
 // scratch reuses the pipeline's shared memory.
@@ -177,9 +178,10 @@ __device__ void gemm_tc(GemmShape s, const Scheduler &tiles, const float *__rest
   extern __shared__ __align__(16) float kf_gemm_smem[];
 
   const int t = threadIdx.x;
-  const TileCoord tile = tiles.tile(tiles.first()); // one block per tile
-  const int m0 = tile.m * GEMM_TC_BM;
-  const int n0 = tile.n * BN;
+  const int ktiles = (s.k + GEMM_TC_BK - 1) / GEMM_TC_BK;
+  const WorkUnit unit = tiles.unit(tiles.first(), ktiles); // one block per unit
+  const int m0 = unit.tile.m * GEMM_TC_BM;
+  const int n0 = unit.tile.n * BN;
   const bool vec_a = vector_ok<4>(A, lda);
   const bool vec_b = vector_ok<4>(B, ldb);
 
@@ -337,21 +339,22 @@ __device__ void gemm_tc(GemmShape s, const Scheduler &tiles, const float *__rest
     }
   };
 
-  // Multistage pipeline: STAGES - 1 tiles in flight ahead of the one being multiplied. One
-  // commit group per iteration (possibly empty) keeps the wait_group count uniform.
-  const int ktiles = (s.k + GEMM_TC_BK - 1) / GEMM_TC_BK;
+  // Multistage pipeline over the unit's k-tiles [k_begin, k_end): STAGES - 1 tiles in flight
+  // ahead of the one being multiplied, k-tile kt in stage (kt - k_begin) % STAGES. One commit
+  // group per iteration (possibly empty) keeps the wait_group count uniform.
+  const int k_begin = unit.k_begin, k_end = unit.k_end;
 #pragma unroll
   for (int st = 0; st < GEMM_TC_STAGES - 1; ++st) {
-    if (st < ktiles)
-      load_stage(st, st);
+    if (k_begin + st < k_end)
+      load_stage(st, k_begin + st);
     cp_async_commit();
   }
-  for (int kt = 0; kt < ktiles; ++kt) {
+  for (int kt = k_begin; kt < k_end; ++kt) {
     cp_async_wait<GEMM_TC_STAGES - 2>(); // this thread's copies of tile kt have landed
     __syncthreads(); // everyone's have; and everyone is done reading tile kt - 1's stage
     const int nk = kt + GEMM_TC_STAGES - 1;
-    if (nk < ktiles)
-      load_stage(nk % GEMM_TC_STAGES, nk); // overwrites the stage of tile kt - 1
+    if (nk < k_end)
+      load_stage((nk - k_begin) % GEMM_TC_STAGES, nk); // overwrites the stage of tile kt - 1
     cp_async_commit();
     if constexpr (Precision == 1) {
       // The tensor cores add into their fp32 accumulator with truncation, a bias of up to one
@@ -366,7 +369,7 @@ __device__ void gemm_tc(GemmShape s, const Scheduler &tiles, const float *__rest
 #pragma unroll
           for (int r = 0; r < 4; ++r)
             part[i][j][r] = 0.0f;
-      compute_stage(kt % GEMM_TC_STAGES, part);
+      compute_stage((kt - k_begin) % GEMM_TC_STAGES, part);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -375,13 +378,13 @@ __device__ void gemm_tc(GemmShape s, const Scheduler &tiles, const float *__rest
           for (int r = 0; r < 4; ++r)
             acc[i][j][r] += part[i][j][r];
     } else {
-      compute_stage(kt % GEMM_TC_STAGES, acc);
+      compute_stage((kt - k_begin) % GEMM_TC_STAGES, acc);
     }
   }
   // Only empty commit groups can be pending; the epilogue's statistics may reuse the stages
   // after a barrier of their own.
   cp_async_wait<0>();
-  epi.template run<false>(layout, s, tile, acc, nullptr, kf_gemm_smem);
+  epi.template run<false>(layout, s, unit, acc, nullptr, kf_gemm_smem);
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

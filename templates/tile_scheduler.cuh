@@ -1,9 +1,15 @@
-// Tile schedulers: which output tile a block (or a persistent block's i-th turn) computes.
+// Tile schedulers: which output tile, and which part of its K range, a block (or a persistent
+// block's i-th turn) computes.
 //
-// A GEMM's output is cut into BM x BN tiles, numbered by a linear work index. A block starts at
-// work index first() = blockIdx.x and, on a persistent grid (fewer blocks than tiles), steps by
-// stride() = gridDim.x; on a grid of one block per tile it computes tile(first()) only. No
-// mainloop derives tile coordinates from blockIdx itself.
+// A GEMM's output is cut into BM x BN tiles. Split-K cuts each tile's K range into `splits`
+// contiguous runs of k-blocks (as even as integers allow), so that a problem with fewer tiles
+// than SMs still fills the GPU; the epilogue then adds the partial tiles in a fixed order
+// (gemm_epilogue.cuh). A work unit is one split of one tile, numbered by a linear work index
+// (the splits of a tile are consecutive). A block starts at work index first() = blockIdx.x
+// and, on a persistent grid (fewer blocks than units), steps by stride() = gridDim.x; on a grid
+// of one block per unit it computes unit(first()) only. No mainloop derives tile coordinates
+// or k ranges from blockIdx itself. splits = 1 is the plain GEMM; a mainloop must be given
+// splits <= its k-blocks (every split then has at least one; the launch geometry keeps more).
 //
 // Grouped rasterization: tiles are visited in groups of `GROUP_M` row tiles, column-major inside a
 // group, so blocks running at the same time share the column tiles of B' (the streamed weight)
@@ -31,17 +37,34 @@ KF_HOST_DEVICE inline TileCoord grouped_tile(int linear, int tiles_m, int tiles_
   return TileCoord{first + in % rows, in / rows};
 }
 
+// One split of one tile: the tile, its linear index (its split-K counter and partials), and the
+// k-blocks [k_begin, k_end) of this split.
+struct WorkUnit {
+  TileCoord tile;
+  int index;
+  int split, splits;
+  int k_begin, k_end;
+};
+
 template <int BlockM, int BlockN, int GroupM> struct TileScheduler {
   static constexpr int BM = BlockM; // the column statistics' tile height as well
   static constexpr int BN = BlockN;
   static constexpr int GROUP_M = GroupM;
-  int tiles_m, tiles_n;
+  int tiles_m, tiles_n, splits;
 
-  KF_HOST_DEVICE explicit TileScheduler(GemmShape s)
-      : tiles_m(ceil_div(s.m, BM)), tiles_n(ceil_div(s.n, BN)) {}
+  KF_HOST_DEVICE explicit TileScheduler(GemmShape s, int split_count = 1)
+      : tiles_m(ceil_div(s.m, BM)), tiles_n(ceil_div(s.n, BN)), splits(split_count) {}
   KF_HOST_DEVICE int tiles() const { return tiles_m * tiles_n; }
-  KF_HOST_DEVICE TileCoord tile(int work) const {
-    return grouped_tile(work, tiles_m, tiles_n, GROUP_M);
+  KF_HOST_DEVICE int units() const { return tiles() * splits; }
+  // Unit `work` of a GEMM whose K is `kblocks` k-blocks deep.
+  KF_HOST_DEVICE WorkUnit unit(int work, int kblocks) const {
+    const int index = work / splits, split = work % splits;
+    return WorkUnit{grouped_tile(index, tiles_m, tiles_n, GROUP_M),
+                    index,
+                    split,
+                    splits,
+                    static_cast<int>(static_cast<long long>(split) * kblocks / splits),
+                    static_cast<int>(static_cast<long long>(split + 1) * kblocks / splits)};
   }
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
   __device__ int first() const { return blockIdx.x; }

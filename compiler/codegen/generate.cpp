@@ -116,27 +116,40 @@ private:
   }
 
   // The entry point of a GEMM kernel, composed of its building blocks: the problem shape, the
-  // tile scheduler `Tiles` (which also fixes the column statistics' tile height), the epilogue
-  // (the generated functor, the store of `out`, the statistics partials) and the mainloop call
-  // `mainloop`, which names them `shape`, `scheduler` and `epilogue`. `head` is the
-  // declaration up to the parameter list, `first_params` the parameters before the writer's.
+  // tile scheduler `Tiles` (which also fixes the column statistics' tile height) with the K
+  // split count the launch passes, the epilogue (the generated functor, the store of `out`, the
+  // statistics partials, split-K's workspace) and the mainloop call `mainloop`, which names
+  // them `shape`, `scheduler` and `epilogue`. `head` is the declaration up to the parameter
+  // list, `first_params` the parameters before split-K's and the writer's; `tile_k` the
+  // mainloop's k-block depth (the unit of a K split).
   template <class Tiles>
   std::string gemm_entry(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                          const std::string &functor, ValueId out, const std::string &head,
-                         const std::string &first_params, const std::string &mainloop) {
+                         const std::string &first_params, int tile_k, const std::string &mainloop) {
     LaunchGeometry &geo = launch.geometry;
     geo.tile_rows = Tiles::BM;
     geo.tile_cols = Tiles::BN;
+    geo.inner = launch.inner;
+    geo.tile_k = tile_k;
+    launch.config += fmt::format("; K split S ways in {}-deep k-blocks where the tiles leave SMs "
+                                 "idle (few rows), S chosen from the tiles, SMs and K when the "
+                                 "dims are bound",
+                                 tile_k);
+    launch.params.push_back({LaunchParam::Kind::Splits, -1, {}});
+    launch.params.push_back({LaunchParam::Kind::SplitPartials, out, {}});
+    launch.params.push_back({LaunchParam::Kind::SplitCounters, out, {}});
     std::string stats = "nullptr, nullptr";
     if (k.stats_of >= 0) {
       partial_rows_[k.stats_of] = Tiles::BM;
       stats = fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of));
     }
     std::string n = KernelWriter::extent(launch.cols);
-    return fmt::format("{}\n{}({}{}) {{\n"
+    return fmt::format("{}\n{}({}int splits, float *__restrict__ split_partials, "
+                       "unsigned *__restrict__ split_counters, {}) {{\n"
                        "  const kf::GemmShape shape{{{}, {}, {}}};\n"
-                       "  const kf::TileScheduler<{}, {}, {}> scheduler(shape);\n"
-                       "  const kf::GemmEpilogue<{}, {}> epilogue{{{}, {}, {}, {}}};\n"
+                       "  const kf::TileScheduler<{}, {}, {}> scheduler(shape, splits);\n"
+                       "  const kf::GemmEpilogue<{}, {}> epilogue{{{}, {}, {}, {}, split_partials, "
+                       "split_counters}};\n"
                        "  {};\n}}\n",
                        head, k.name, first_params, w.param_list(),
                        KernelWriter::extent(launch.rows), n, KernelWriter::extent(launch.inner),
@@ -173,6 +186,7 @@ private:
         fmt::format("const __grid_constant__ kf::sm90::TensorMap {0}_map, "
                     "const __grid_constant__ kf::sm90::TensorMap {1}_map, ",
                     w.ptr(a), w.ptr(b)),
+        Config::BK,
         fmt::format("kf::gemm_sm90<{}>({}_map, {}_map, shape, scheduler, epilogue)", config,
                     w.ptr(a), w.ptr(b)));
   }
@@ -275,7 +289,7 @@ private:
                      k, w, launch, functor, out,
                      "extern \"C\" __global__ void __launch_bounds__(kf::GEMM_THREADS, "
                      "kf::GEMM_MIN_BLOCKS)",
-                     "", fmt::format("kf::gemm_simt<{}>{}", tb, operands));
+                     "", kf::GEMM_BK, fmt::format("kf::gemm_simt<{}>{}", tb, operands));
     }
     const int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
     geo.block_threads = kf::GEMM_TC_THREADS;
@@ -293,10 +307,10 @@ private:
     if (precision == 0)
       return s +
              gemm_entry<kf::TileScheduler<kf::GEMM_TC_BM, kf::gemm_tc_bn(0), kf::GEMM_TC_GROUP_M>>(
-                 k, w, launch, functor, out, head, "", call);
+                 k, w, launch, functor, out, head, "", kf::GEMM_TC_BK, call);
     return s +
            gemm_entry<kf::TileScheduler<kf::GEMM_TC_BM, kf::gemm_tc_bn(1), kf::GEMM_TC_GROUP_M>>(
-               k, w, launch, functor, out, head, "", call);
+               k, w, launch, functor, out, head, "", kf::GEMM_TC_BK, call);
   }
 
   // A row kernel: a block per row of the stored matrix rows_of, one pass over the row per row

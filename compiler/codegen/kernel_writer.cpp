@@ -222,6 +222,11 @@ std::string KernelWriter::param_list() const {
       parts.push_back(
           fmt::format("const __grid_constant__ kf::sm90::TensorMap {}_map", ptr(lp.value)));
       break;
+    case LaunchParam::Kind::Splits:
+    case LaunchParam::Kind::SplitPartials:
+    case LaunchParam::Kind::SplitCounters:
+      throw CodegenError("internal error: split-K parameters are the GEMM entry's, not a "
+                         "kernel writer's");
     }
   }
   std::string s;

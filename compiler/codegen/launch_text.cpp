@@ -45,6 +45,13 @@ std::string param_text(const LaunchParam &p, const std::vector<std::string> &nam
     return fmt::format("tensor map of {} ({} x {}, box {} x {}, {} elements, 128B swizzle)",
                        name(p.value), dim_text(p.map.rows), dim_text(p.map.inner), p.map.box_rows,
                        p.map.box_inner, ir::dtype_name(p.map.element));
+  case LaunchParam::Kind::Splits:
+    return "K splits S";
+  case LaunchParam::Kind::SplitPartials:
+    return fmt::format("split-K partial tiles of {} (workspace: tiles x S tiles of floats)",
+                       name(p.value));
+  case LaunchParam::Kind::SplitCounters:
+    return fmt::format("split-K arrival counters of {} (workspace: one per tile)", name(p.value));
   }
   return {};
 }
@@ -62,6 +69,11 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
       s += fmt::format(" + a resident row of {} floats when it fits in {} B",
                        dim_text(g.row_length), g.row_bytes_cap);
     s += fmt::format("; cluster {}\n", g.cluster);
+    if (g.tile_k > 0)
+      s += fmt::format("  split-K: K = {} in {}-deep k-blocks split S ways, S from the tiles, the "
+                       "SMs and K at the bound dims (1 once the tiles fill the SMs), a work "
+                       "unit per tile and split\n",
+                       dim_text(g.inner), g.tile_k);
     if (!l.config.empty())
       s += "  config: " + l.config + "\n";
     for (const LaunchParam &p : l.params)

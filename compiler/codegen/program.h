@@ -42,12 +42,15 @@ struct LaunchParam {
     Buffer,      // the device buffer of `value` (declared tensor or stored value)
     PartialMean, // column partials of `value`: one row per `tile_rows` rows of it
     PartialM2,
-    Dim,        // the bound extent of `dim`, as int
-    SmemFloats, // row kernels: how many floats of the row fit in dynamic shared memory
-    TensorMap,  // a TMA descriptor of `value` (kf::sm90::TensorMap, by value)
+    Dim,           // the bound extent of `dim`, as int
+    SmemFloats,    // row kernels: how many floats of the row fit in dynamic shared memory
+    TensorMap,     // a TMA descriptor of `value` (kf::sm90::TensorMap, by value)
+    Splits,        // GEMMs: the K split count S of the launch (LaunchShape::splits), as int
+    SplitPartials, // GEMMs: split-K's partial tiles in the workspace (float *)
+    SplitCounters, // GEMMs: split-K's per-tile arrival counters in the workspace (unsigned *)
   };
   Kind kind;
-  ir::ValueId value = -1;
+  ir::ValueId value = -1; // SplitPartials / SplitCounters: the GEMM's product
   std::string dim;
   int tile_rows = 0;      // PartialMean / PartialM2
   TensorMapSpec map = {}; // TensorMap
@@ -62,6 +65,10 @@ struct LaunchParam {
 //   Persistent: grid.x = min(that, blocks_per_sm * SMs), at least 1
 //   Elements:   grid.x = min(ceil(rows * cols / (tile_rows * tile_cols)), blocks_per_sm * SMs),
 //               at least 1 (grid-stride kernels)
+// GEMM kernels (tile_k > 0) may split their K (`inner`, in k-blocks of tile_k) S ways, S
+// chosen when the dims are bound (runtime/launch_geometry.cpp's rule): the grid then counts
+// S work units per tile (Tiles: tiles * S blocks; Persistent: min(tiles * S, cap)), and the
+// workspace holds tiles * S partial tiles of tile_rows x tile_cols floats and tiles counters.
 // Dynamic shared memory is smem_bytes, plus, for row kernels (row_bytes_cap > 0), a resident
 // row of row_length floats rounded up to 4 when that fits in row_bytes_cap (else nothing: the
 // kernel streams); SmemFloats parameters receive that row's float count.
@@ -75,7 +82,9 @@ struct LaunchGeometry {
   int smem_bytes = 0;
   ir::Dim row_length = ir::Dim::constant(0);
   int row_bytes_cap = 0;
-  int cluster = 1; // blocks per cluster along x
+  int cluster = 1;                      // blocks per cluster along x
+  ir::Dim inner = ir::Dim::constant(0); // GEMMs: K
+  int tile_k = 0; // GEMMs: the mainloop's k-block depth; 0: the kernel never splits K
 };
 
 struct KernelLaunch {

@@ -39,6 +39,11 @@ struct Options {
   Mode mode = Mode::Train;
   Precision precision = Precision::FP32;
   std::string arch; // "sm_90a"; empty: the current GPU's, or sm_90a where there is none
+  // A GEMM with fewer output tiles than the GPU has SMs (few rows) splits its K into up to 8
+  // parts that run on idle SMs and are summed in a fixed order (split-K, bitwise repeatable);
+  // the count is chosen from the shape and the SM count when a run binds the dims. 0: that
+  // choice; n >= 1: at most n parts (1: never split, e.g. to compare).
+  int max_split_k = 0;
 };
 
 // Element types: a Tensor's dtype must be the one its .kf declaration names. f32 is 4 bytes,
@@ -125,13 +130,17 @@ public:
   void run(const Tensor *inputs, size_t input_count, const Tensor *outputs, size_t output_count,
            CUstream stream = nullptr);
 
-  // Bytes of workspace (intermediates and partial statistics) a run at `dims` needs, e.g.
-  // workspace_size(dims({{"x", x_shape}})); every dim must be bound. 0: the pipeline keeps none.
+  // Bytes of workspace (intermediates, partial statistics, split-K's partial tiles) a run at
+  // `dims` needs, e.g. workspace_size(dims({{"x", x_shape}})); every dim must be bound. 0: the
+  // pipeline keeps none. Where a GEMM may split K at these dims, the size depends on the SM count
+  // of the device: the pipeline's once it has run, the current context's device (else device 0)
+  // before.
   size_t workspace_size(const std::map<std::string, int64_t> &dims) const;
   // Later runs keep their intermediates in [data, data + bytes) instead of memory the pipeline
   // allocates (at the first run of each larger shape): device memory of the pipeline's context,
   // 256-byte aligned, that no tensor of a run overlaps and that no other run uses at the same
-  // time. A run that needs more than `bytes` throws. set_workspace(nullptr, 0) goes back to
+  // time (other pipelines may use it between runs: every run then zeroes its split-K counters
+  // there). A run that needs more than `bytes` throws. set_workspace(nullptr, 0) goes back to
   // the pipeline's own.
   void set_workspace(void *data, size_t bytes);
 

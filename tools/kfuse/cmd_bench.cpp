@@ -1,5 +1,9 @@
 // kfuse bench F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32]
 //                  [--json FILE] [--iters 100] [--warmup 10] [--seed S] [--arch sm_90a]
+//                  [--max-split-k S]
+//
+// --max-split-k 1 times the fused pipeline with split-K off (GEMMs with few output tiles
+// otherwise split K across idle SMs), to compare with the default.
 //
 // Times three contenders in one process, on one stream, over the same device tensors:
 //   fused        the kfuse pipeline as planned;
@@ -151,7 +155,8 @@ std::string utc_now() {
 
 int cmd_bench(int argc, char **argv) {
   CommandLine cl = parse_command_line(
-      argc, argv, {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim"}, {});
+      argc, argv,
+      {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim", "max-split-k"}, {});
   Options options = pipeline_options(cl);
   if (options.precision == Precision::BF16)
     throw UsageError(fmt::format("--precision: bench times fp32, 3xtf32 and tf32\n{}", kUsage));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -133,6 +134,14 @@ Options pipeline_options(const CommandLine &cl) {
   else
     throw UsageError("--precision must be fp32, tf32, bf16 or 3xtf32, got '" + precision + "'");
   o.arch = cl.option("arch", "");
+  const std::string splits = cl.option("max-split-k", "0");
+  char *end = nullptr;
+  const long cap = std::strtol(splits.c_str(), &end, 10);
+  if (splits.empty() || *end != '\0' || cap < 0 || cap > 1024)
+    throw UsageError("--max-split-k must be 0 (the shape's choice) or a split count from 1 (never "
+                     "split K), got '" +
+                     splits + "'");
+  o.max_split_k = static_cast<int>(cap);
   return o;
 }
 

@@ -1,0 +1,141 @@
+// Split-K without a GPU: the rule that picks the split count S from the tiles, the SMs and K,
+// the grids it gives, what the launch descriptions say, and the workspace it takes.
+#include "compiler/codegen/program.h"
+#include "compiler/dsl/parser.h"
+#include "compiler/ir/printer.h"
+#include "compiler/plan/planner.h"
+#include "kfuse/kfuse.h"
+#include "runtime/launch_geometry.h"
+#include "runtime/launch_table.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+using namespace kfuse;
+
+namespace {
+
+// A batch of N rows through a Linear of `in` -> `out` features, of `dtype` tensors.
+plan::Plan linear_plan(int in, int out, const char *dtype = "f32") {
+  dsl::SourceFile src("linear.kf",
+                      fmt::format("pipeline linear {{\n  dim N\n  input x: {0}[N, {1}]\n"
+                                  "  param w: {0}[{2}, {1}]\n  return linear(x, w)\n}}\n",
+                                  dtype, in, out));
+  dsl::Diagnostics diags(src);
+  return plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval);
+}
+
+const codegen::LaunchGeometry &gemm_geometry(const codegen::Program &p) {
+  REQUIRE(p.launches.size() == 1);
+  REQUIRE(p.launches[0].kind == plan::KernelKind::Gemm);
+  return p.launches[0].geometry;
+}
+
+int splits(const codegen::LaunchGeometry &g, int64_t rows, int sms, int max_splits = 0) {
+  return rt::split_count(g, {{"N", rows}}, sms, max_splits);
+}
+
+} // namespace
+
+TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT 128 x 128 tiles, 16-deep k-blocks)") {
+  const codegen::Program fp32 = codegen::generate(linear_plan(512, 1024), codegen::GemmMath::Fp32);
+  const codegen::LaunchGeometry &g = gemm_geometry(fp32);
+  CHECK(g.tile_k == 16);
+  CHECK(splits(g, 128, 132) == 8);    // 8 tiles: capped at 8 splits (64 blocks)
+  CHECK(splits(g, 1, 132) == 8);      // 8 tiles as well
+  CHECK(splits(g, 1024, 132) == 2);   // 64 tiles: two splits fill one wave of 132
+  CHECK(splits(g, 2048, 132) == 1);   // 128 tiles: a third split would start a second wave
+  CHECK(splits(g, 4096, 132) == 1);   // 256 tiles: more than the SMs
+  CHECK(splits(g, 128, 16) == 2);     // a 16-SM device: 8 tiles x 2
+  CHECK(splits(g, 128, 8) == 1);      // as many tiles as SMs
+  CHECK(splits(g, 128, 132, 1) == 1); // Options::max_split_k = 1: never
+  CHECK(splits(g, 128, 132, 3) == 3);
+
+  // K bounds S: each split keeps at least 2 k-blocks.
+  auto s_at_k = [](int k) {
+    const codegen::Program p = codegen::generate(linear_plan(k, 1024), codegen::GemmMath::Fp32);
+    return splits(gemm_geometry(p), 128, 132);
+  };
+  CHECK(s_at_k(19) == 1);   // 2 k-blocks
+  CHECK(s_at_k(64) == 2);   // 4 k-blocks
+  CHECK(s_at_k(100) == 3);  // 7 k-blocks
+  CHECK(s_at_k(4100) == 8); // 257 k-blocks: the cap
+  CHECK(rt::may_split(
+            gemm_geometry(codegen::generate(linear_plan(19, 1024), codegen::GemmMath::Fp32)),
+            {{"N", 128}}, 0) == false);
+  CHECK(rt::may_split(g, {{"N", 128}}, 0));
+  CHECK_FALSE(rt::may_split(g, {{"N", 128}}, 1));
+}
+
+TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blocks per SM") {
+  // 64 x 128 tiles, 2 blocks per SM: 16 tiles at 128 x 1024, 264 slots on 132 SMs.
+  const codegen::Program tf32 =
+      codegen::generate(linear_plan(512, 1024), codegen::GemmMath::Tf32, "sm_90a");
+  const codegen::LaunchGeometry &t = gemm_geometry(tf32);
+  CHECK(t.grid == codegen::LaunchGeometry::Grid::Persistent);
+  CHECK(t.blocks_per_sm == 2);
+  CHECK(t.tile_k == 32);
+  CHECK(splits(t, 128, 132) == 8); // 16 k-blocks: the cap
+  const rt::LaunchShape shape = rt::resolve(t, {{"N", 128}}, 132, 0);
+  CHECK(shape.splits == 8);
+  CHECK(shape.grid.x == 128); // 16 tiles x 8 splits, within 264 slots
+  CHECK(rt::resolve(t, {{"N", 4096}}, 132, 0).grid.x == 264);
+
+  const codegen::Program bf16 =
+      codegen::generate(linear_plan(512, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a");
+  const codegen::LaunchGeometry &b = gemm_geometry(bf16);
+  CHECK(b.tile_k == 64);
+  CHECK(splits(b, 128, 132) == 4); // 8 k-blocks of 64: 4 splits of 2
+  CHECK(rt::resolve(b, {{"N", 128}}, 132, 0).grid.x == 64);
+
+  // The mma.sync mainloop (K not a multiple of 4): 128 x 256 tiles, 32-deep k-blocks.
+  const codegen::Program tc = codegen::generate(linear_plan(510, 1024), codegen::GemmMath::Tf32);
+  const codegen::LaunchGeometry &m = gemm_geometry(tc);
+  CHECK(m.tile_k == 32);
+  CHECK(splits(m, 128, 132) == 8); // 4 tiles, 16 k-blocks: the cap
+  const rt::LaunchShape tiles = rt::resolve(m, {{"N", 128}}, 132, 0);
+  CHECK(tiles.grid.x == 4 * static_cast<unsigned>(tiles.splits)); // a block per tile and split
+}
+
+TEST_CASE("split-K: the launch description and the config say that K splits at few rows") {
+  const plan::Plan p = linear_plan(512, 1024);
+  for (codegen::GemmMath math : {codegen::GemmMath::Fp32, codegen::GemmMath::Tf32}) {
+    const codegen::Program prog = codegen::generate(p, math, "sm_90a");
+    INFO(prog.launches.at(0).config);
+    CHECK(prog.launches.at(0).config.find("K split S ways") != std::string::npos);
+    const std::string text = codegen::launch_text(prog, p);
+    CHECK(text.find("split-K: K = 512 in") != std::string::npos);
+    CHECK(text.find("K splits S") != std::string::npos);
+    CHECK(text.find("split-K partial tiles of") != std::string::npos);
+    CHECK(text.find("split-K arrival counters of") != std::string::npos);
+    CHECK(prog.source.find("scheduler(shape, splits)") != std::string::npos);
+  }
+}
+
+TEST_CASE("split-K: the workspace holds the partial tiles and counters of a split GEMM") {
+  const plan::Plan p = linear_plan(512, 1024);
+  const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Fp32);
+  const std::vector<std::string> names = ir::printed_names(p.graph);
+  rt::LaunchTable split(prog, p, names, 0), whole(prog, p, names, 1);
+  // 8 tiles x 8 splits of 128 x 128 floats, and 8 counters in 256 bytes.
+  CHECK(split.workspace_bytes({{"N", 128}}, 132) == 8 * 8 * 128 * 128 * 4 + 256);
+  CHECK(whole.workspace_bytes({{"N", 128}}, 132) == 0);  // the GEMM writes the output itself
+  CHECK(split.workspace_bytes({{"N", 4096}}, 132) == 0); // 256 tiles: no split
+  CHECK(split.workspace_bytes({{"N", 1024}}, 132) == 64 * 2 * 128 * 128 * 4 + 256);
+  CHECK(split.may_split({{"N", 128}}));
+  CHECK_FALSE(whole.may_split({{"N", 128}}));
+  CHECK(split.prepare({{"N", 128}}, 132) == split.workspace_bytes({{"N", 128}}, 132));
+  const std::string resolved = split.resolved_text();
+  CHECK(resolved.find("k0_gemm: grid 64 x 1 x 1") != std::string::npos);
+  CHECK(resolved.find("split-K S = 8") != std::string::npos);
+}
+
+TEST_CASE("split-K: a negative Options::max_split_k is refused") {
+  Options o;
+  o.arch = "sm_90a";
+  o.max_split_k = -1;
+  CHECK_THROWS_WITH_AS(Pipeline::from_string("pipeline t {\n  dim N\n  input x: f32[N, 4]\n"
+                                             "  param w: f32[5, 4]\n  return linear(x, w)\n}\n",
+                                             "t.kf", o),
+                       doctest::Contains("Options::max_split_k is -1"), Error);
+}
