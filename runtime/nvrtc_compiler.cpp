@@ -65,6 +65,10 @@ std::vector<std::string> full_options(const CompileRequest &req) {
   if (!has_std)
     options.push_back("-std=c++17");
   options.push_back("--ptxas-options=-v");
+  // NVRTC 12.9+ keeps its own cache of compiled programs beside the driver's JIT cache where a
+  // driver is installed; a hit there skips ptxas and with it the resource report parsed below.
+  // kfuse's disk cache already stores the binary and that report.
+  options.push_back("--no-cache");
   options.insert(options.end(), req.options.begin(), req.options.end());
   return options;
 }

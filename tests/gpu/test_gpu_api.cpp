@@ -1,10 +1,15 @@
 // The C++ API's checks that need a GPU: host memory is refused wherever a tensor goes
-// (input, output, a bound param), device memory of the current context runs.
+// (input, output, a bound param), device memory of the current context runs; the compile
+// report lists every kernel on a machine with a driver (and NVRTC's own cache) too.
 #include "kfuse/kfuse.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 
 #include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 using namespace kfuse;
@@ -47,4 +52,25 @@ TEST_CASE("gpu api: host memory is refused as input, output and param, device me
   std::vector<float> result(6, 1.0f);
   out.download(result.data(), result.size() * sizeof(float));
   CHECK(result == std::vector<float>(6, 0.0f));
+}
+
+TEST_CASE("gpu api: a pipeline compiled again with its disk cache empty reports every kernel") {
+  // Where a driver is installed NVRTC may cache compiled programs itself; the resource report
+  // must not depend on which compile came first.
+  const char *saved = std::getenv("KFUSE_CACHE_DIR");
+  const std::string kept = saved ? saved : "";
+  for (int round = 0; round < 2; ++round) {
+    char dir[] = "/tmp/kfuse-gpu-report-XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    setenv("KFUSE_CACHE_DIR", dir, 1);
+    Pipeline p = Pipeline::from_string(kTiny, "tiny.kf", {});
+    CHECK_FALSE(p.report().cache_hit);
+    REQUIRE(p.report().kernels.size() == 1);
+    CHECK(p.report().kernels[0].registers > 0);
+    std::filesystem::remove_all(dir);
+  }
+  if (saved)
+    setenv("KFUSE_CACHE_DIR", kept.c_str(), 1);
+  else
+    unsetenv("KFUSE_CACHE_DIR");
 }
