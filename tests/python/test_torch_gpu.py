@@ -25,7 +25,10 @@ from test_pipeline import SMALL  # noqa: E402
 
 N = 64
 STEPS = 3
-BOUND = 1e-5  # DESIGN.md's fp32 bound on ||x - fp64|| / ||fp64||; kfuse and torch each meet it
+# DESIGN.md's bounds on ||x - fp64|| / ||fp64||, which kfuse and torch each meet: fp32, and bf16
+# for the cases whose activations are bf16 (PyTorch mixed precision: batchnorm stays f32).
+BOUND = 1e-5
+BF16_BOUND = 2e-2
 
 
 def rel(a, b):
@@ -36,40 +39,46 @@ def rel(a, b):
 
 
 def make_pair(case):
-    kf, features, _, chain = compare_torch.CASES[case]
+    kf, features, _, chain, activation = compare_torch.CASES[case]
     torch.manual_seed(0)
     original = compare_torch.make_module(chain, features).cuda()
     with torch.no_grad():  # non-trivial BatchNorm affine and scale
         for p in original.parameters():
             if p.dim() == 1:
                 p.uniform_(0.5, 1.5)
+    original = compare_torch.cast_module(original, activation)
     fused = kfuse.torch.Fused(copy.deepcopy(original), REPO / kf, mapping=compare_torch.PARAM_MAP)
     return original, fused, features
 
 
-def assert_same(original, fused, y_ref, y, what):
+def assert_same(original, fused, y_ref, y, what, tolerance=4 * BOUND):
+    """Outputs and running statistics of the two within `tolerance` of each other."""
     assert y.shape == y_ref.shape and y.dtype == y_ref.dtype, what
-    assert rel(y, y_ref) <= 4 * BOUND, f"{what}: output rel err {rel(y, y_ref):.2e}"
+    assert rel(y, y_ref) <= tolerance, f"{what}: output rel err {rel(y, y_ref):.2e}"
     for name in ("running_mean", "running_var", "num_batches_tracked"):
         a, b = getattr(fused.module.bn, name), getattr(original.bn, name)
         if name == "num_batches_tracked":
             assert a.item() == b.item(), f"{what}: {name} {a.item()} vs {b.item()}"
         else:
-            assert rel(a, b) <= 4 * BOUND, f"{what}: {name} rel err {rel(a, b):.2e}"
+            assert rel(a, b) <= tolerance, f"{what}: {name} rel err {rel(a, b):.2e}"
 
 
 @pytest.mark.parametrize("case", list(compare_torch.CASES))
 def test_fused_matches_the_module_in_train_then_eval_over_several_steps(case):
     torch.backends.cuda.matmul.allow_tf32 = False
     original, fused, features = make_pair(case)
+    activation = compare_torch.CASES[case][4]
+    # Two bf16 results each within the bound of fp64 are usually much closer to each other.
+    tolerance = BF16_BOUND if activation == "bf16" else 4 * BOUND
     with torch.no_grad():
         for mode in ("train", "eval"):
             original.train(mode == "train")
             fused.train(mode == "train")
             assert fused.module.training == (mode == "train")
             for step in range(STEPS):
-                x = torch.randn(N, features, device="cuda")
-                assert_same(original, fused, original(x), fused(x), f"{case} {mode} step {step}")
+                x = torch.randn(N, features, device="cuda", dtype=compare_torch.torch_dtype(activation))
+                what = f"{case} {mode} step {step}"
+                assert_same(original, fused, original(x), fused(x), what, tolerance)
     assert len(fused._pipelines) == 2  # one per mode, each compiled once
     assert fused.pipeline(x).plan.startswith(f"plan {fused.pipeline(x).name} (mode eval)")
 
@@ -186,7 +195,7 @@ def test_half_tensors_get_outputs_in_their_dtype_and_match_float64(dtype):
     y, r = p(x)
     assert y.dtype == t and r.dtype == t and y.shape == (37, 8)
     ref = torch.nn.functional.layer_norm(x.double() @ w.double().T, (8,), weight=g.double())
-    assert rel(y, ref) <= 2e-2  # DESIGN.md's bf16 bound, f16 likewise
+    assert rel(y, ref) <= BF16_BOUND  # f16 likewise
     assert rel(r, torch.relu(x.double())) <= 2e-2
 
 
