@@ -41,6 +41,9 @@ class Fused(nn.Module):
         if not tensors:
             raise kfuse.Error(f"kfuse.torch.Fused({self.kf_file}): forward needs the pipeline's inputs")
         self._refuse_autograd(tensors)
+        # Autograd is not recording here: an input that requires grad is read as its data.
+        inputs = [t.detach() if t.requires_grad else t for t in inputs]
+        named = {k: t.detach() if t.requires_grad else t for k, t in named.items()}
         pipeline = self.pipeline(tensors[0])
         self._bind(pipeline, self._bound[self._key(tensors[0])])
         on_gpu = tensors[0].is_cuda

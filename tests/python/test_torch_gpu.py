@@ -108,6 +108,11 @@ def test_autograd_is_refused_unless_no_grad():
     fused(x)  # frozen parameters: nothing to differentiate
     with pytest.raises(kfuse.Error, match="input 0 require grad"):
         fused(x.clone().requires_grad_(True))
+    with torch.no_grad():  # nothing records: the input's data is read
+        torch.testing.assert_close(fused(x.clone().requires_grad_(True)), fused(x))
+    pipeline = fused.pipeline(x)
+    with pytest.raises(kfuse.Error, match="tensor 'x' requires grad; kfuse runs forward only"):
+        pipeline(x.clone().requires_grad_(True))
 
 
 def test_names_map_by_state_dict_key_and_unknown_names_are_refused(tmp_path):
