@@ -57,7 +57,9 @@ def host_us_per_call(fn, calls=200):
 
 def gpu_rows(args, timer):
     rows = []
-    for case, (kf, features, n_bench, chain) in compare_torch.CASES.items():
+    for case, (kf, features, n_bench, chain, activation) in compare_torch.CASES.items():
+        if activation != "f32":  # the bf16 cases: compare_torch.py times them
+            continue
         n = args.n or n_bench
         for mode in ("train", "eval"):
             torch.backends.cuda.matmul.allow_tf32 = False
