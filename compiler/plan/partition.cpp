@@ -173,6 +173,21 @@ private:
     });
   }
 
+  // Whether elementwise value `cur` of a GEMM product, read by row ops, is computed in the
+  // GEMM's epilogue and stored for them rather than recomputed in their kernel's prologue:
+  // the epilogue evaluates per-column constants (a folded batchnorm: five loads and a square
+  // root) once per column of a tile, a row kernel's prologue once per element. Not where it
+  // needs column statistics of the product (they exist only after the GEMM) or has readers
+  // other than row ops (they would read it from memory).
+  bool epilogue_frontier(ValueId cur) const {
+    if (stats_dep_[static_cast<size_t>(cur)])
+      return false;
+    for (ValueId u : users(cur))
+      if (!is_row_op(val(u)))
+        return false;
+    return true;
+  }
+
   // The one stored value in which every use of GEMM product `id` ends, through elementwise ops
   // computed inline (a DAG: values used several times are computed once per element), or -1
   // with the reason in `why`.
@@ -186,6 +201,10 @@ private:
         if (!seen.insert(u).second)
           continue;
         if (!is_matrix_elementwise(val(u))) {
+          if (cur != id && is_row_op(val(u)) && epilogue_frontier(cur)) {
+            ends.insert(cur);
+            continue;
+          }
           why = is_row_op(val(u)) ? fmt::format("read by {}, which needs whole rows: the product "
                                                 "crosses a reduction",
                                                 site(u))
@@ -223,6 +242,11 @@ private:
         because_[it->second] = fmt::format("its uses end in the epilogue of {}", site(id));
       }
       stored_[i] = false;
+      if (!stored_[static_cast<size_t>(end)]) { // a value the row ops after it read
+        stored_[static_cast<size_t>(end)] = true;
+        because_[end] =
+            fmt::format("computed in the epilogue of {} for the row kernel reading it", site(id));
+      }
       epilogue_of_[end] = id;
     }
   }

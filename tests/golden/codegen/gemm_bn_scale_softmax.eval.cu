@@ -5,45 +5,24 @@
 #include "math.cuh"
 #include "row_softmax.cuh"
 
-// k0_gemm: linear@13 (gemm); canonicalize_linear
+// k0_gemm: linear@13, batchnorm@14, mul@15 (gemm); canonicalize_linear, fold_affine, gemm_epilogue, lower_batchnorm
 struct k0_gemm_functor {
   const float *p_x;
   const float *p_weight;
-  float *p_t1;
-  int d_N;
-  static constexpr int COLUMN_FLOATS = 0;
-  struct Column {
-  };
-  __device__ Column column(int col) const {
-    return Column{};
-  }
-  __device__ float apply(const Column &c, int row, int col, float acc) const {
-    const float v_t1 = acc;
-    return v_t1;
-  }
-};
-extern "C" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
-k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, float *__restrict__ p_t1, int d_N) {
-  const kf::GemmShape shape{d_N, 8192, 8192};
-  const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
-  const kf::GemmEpilogue<k0_gemm_functor, float> epilogue{{p_x, p_weight, p_t1, d_N}, p_t1, 8192, nullptr, nullptr, split_partials, split_counters};
-  kf::gemm_simt<true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
-}
-
-// k1_row: linear@13, batchnorm@14, mul@15, softmax@16 (row); canonicalize_linear, fold_affine, lower_batchnorm, row_prologue
-struct k1_row_pass0 {
   const float *p_bias;
   const float *p_bn_weight;
   const float *p_bn_bias;
   const float *p_running_mean;
   const float *p_running_var;
   const float *p_scale;
-  const float *p_t1;
-  float *p_t12;
+  float *p_h;
   int d_N;
-  int row;
-  __device__ float operator()(int col, float x) const {
-    const float v_t1 = x;
+  static constexpr int COLUMN_FLOATS = 2;
+  struct Column {
+    float v_t10;
+    float v_t11;
+  };
+  __device__ Column column(int col) const {
     const float v_t2 = float(1e-5);
     const float v_t3 = kf::load(p_running_var + col) + v_t2;
     const float v_t4 = 1.0f / sqrtf(v_t3);
@@ -54,13 +33,38 @@ struct k1_row_pass0 {
     const float v_t9 = v_t8 + v_t7;
     const float v_t10 = v_t5 * kf::load(p_scale + 0);
     const float v_t11 = v_t9 * kf::load(p_scale + 0);
+    return Column{v_t10, v_t11};
+  }
+  __device__ float apply(const Column &c, int row, int col, float acc) const {
+    const float v_t10 = c.v_t10;
+    const float v_t11 = c.v_t11;
+    const float v_t1 = acc;
     const float v_h = v_t1 * v_t10 + v_t11;
     return v_h;
   }
 };
+extern "C" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
+k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, const float *__restrict__ p_scale, float *__restrict__ p_h, int d_N) {
+  const kf::GemmShape shape{d_N, 8192, 8192};
+  const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
+  const kf::GemmEpilogue<k0_gemm_functor, float> epilogue{{p_x, p_weight, p_bias, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_scale, p_h, d_N}, p_h, 8192, nullptr, nullptr, split_partials, split_counters};
+  kf::gemm_simt<true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
+}
+
+// k1_row: softmax@16 (row); row_prologue
+struct k1_row_pass0 {
+  const float *p_h;
+  float *p_t12;
+  int d_N;
+  int row;
+  __device__ float operator()(int col, float x) const {
+    const float v_h = x;
+    return v_h;
+  }
+};
 extern "C" __global__ void __launch_bounds__(512)
-k1_row(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, const float *__restrict__ p_scale, const float *__restrict__ p_t1, float *__restrict__ p_t12, int d_N, int smem_floats) {
+k1_row(const float *__restrict__ p_h, float *__restrict__ p_t12, int d_N, int smem_floats) {
   extern __shared__ __align__(16) float smem[];
   const int row = blockIdx.x;
-  kf::row_softmax<512, false>(row, 8192, p_t1, 8192, p_t12, 8192, k1_row_pass0{p_bias, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_scale, p_t1, p_t12, d_N, row}, smem, smem_floats);
+  kf::row_softmax<512, false>(row, 8192, p_h, 8192, p_t12, 8192, k1_row_pass0{p_h, p_t12, d_N, row}, smem, smem_floats);
 }
