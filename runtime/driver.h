@@ -73,6 +73,7 @@
   X(cuEventDestroy)                                                                                \
   X(cuStreamBeginCapture)                                                                          \
   X(cuStreamEndCapture)                                                                            \
+  X(cuStreamIsCapturing)                                                                           \
   X(cuGraphInstantiate)                                                                            \
   X(cuGraphLaunch)                                                                                 \
   X(cuGraphExecDestroy)                                                                            \

@@ -10,6 +10,8 @@
 #include "runtime/module.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/pipeline.h"
+#include "runtime/run_graph.h"
+#include "runtime/run_graph.h"
 #include "runtime/tensor_checks.h"
 
 #include <cuda.h>
@@ -72,6 +74,11 @@ struct Pipeline::Impl {
   // layout or the memory is new since the last run: then, and with a caller's workspace that
   // others may write between runs, the run zeroes them first.
   bool split_counters_zero = false;
+
+  // Runs with the same tensors as the last (nothing bound or set since) are steady; from the
+  // second in a row they replay `run_graph`, the launches captured once (run_graph.h).
+  int steady_runs = 0;
+  rt::RunGraph run_graph;
 
   // The steps of a run whose tensors changed (pipeline_run.cpp), in this order.
   void check_tensors(const Tensor *inputs, const Tensor *outputs); // needs no driver

@@ -262,12 +262,31 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
     im.seen_inputs.assign(inputs, inputs + input_count);
     im.seen_outputs.assign(outputs, outputs + output_count);
     im.recheck = false;
+    im.run_graph.reset();
+    im.steady_runs = 0;
   }
-  if (im.user_workspace || !im.split_counters_zero) {
-    im.table->zero_split_counters(stream);
-    im.split_counters_zero = true;
+  // A caller's workspace may be written by others between runs: its counters are zeroed every
+  // time, in the graph too.
+  const bool zero_counters = im.user_workspace || !im.split_counters_zero;
+  auto enqueue = [&](CUstream s) {
+    if (zero_counters)
+      im.table->zero_split_counters(s);
+    im.table->enqueue(im.functions, s, im.gemm_override);
+  };
+  // Steady runs replay one graph of the launches; a run captured into the caller's own graph
+  // launches one by one, and the benchmark's GEMM override calls the host.
+  if (changed == Change::None && !im.gemm_override && !rt::capturing(stream)) {
+    constexpr int kSteadyRunsBeforeGraph = 2; // a one-off run never pays for a capture
+    if (!im.run_graph.captured() && ++im.steady_runs >= kSteadyRunsBeforeGraph)
+      im.run_graph.capture(enqueue);
+    if (im.run_graph.captured()) {
+      im.run_graph.launch(stream);
+      im.split_counters_zero = true;
+      return;
+    }
   }
-  im.table->enqueue(im.functions, stream, im.gemm_override);
+  enqueue(stream);
+  im.split_counters_zero = true;
 }
 
 size_t Pipeline::workspace_size(const std::map<std::string, int64_t> &dims) const {
