@@ -12,6 +12,7 @@
 #include "runtime/driver.h"
 #include "runtime/pipeline_impl.h"
 #include "runtime/sass_disassembler.h"
+#include "runtime/tuning_store.h"
 
 #include <climits>
 #include <fmt/format.h>
@@ -114,8 +115,14 @@ LowerOptions rt::PipelineAccess::lower_options(const Options &options, bool fuse
   if (options.mode != Mode::Train && options.mode != Mode::Eval)
     throw Error(
         fmt::format("{} is not a kfuse::Mode value (Train, Eval)", static_cast<int>(options.mode)));
-  return {options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval,
-          rt::gemm_math(options.precision), fuse, rt::target_arch(options.arch)};
+  LowerOptions lo{options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval,
+                  rt::gemm_math(options.precision), fuse, rt::target_arch(options.arch)};
+  // Tuned configurations are per device: without one there is nothing to look up.
+  if (fuse && options.use_tuned && rt::Driver::get().available())
+    lo.tunings = [](const codegen::Program &program) {
+      return rt::TuningStore::from_environment().tunings(rt::DeviceKey::current(), program);
+    };
+  return lo;
 }
 
 Pipeline rt::PipelineAccess::compile(Lowered lowered, const Options &options, bool fuse) {

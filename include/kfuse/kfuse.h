@@ -44,6 +44,10 @@ struct Options {
   // the count is chosen from the shape and the SM count when a run binds the dims. 0: that
   // choice; n >= 1: at most n parts (1: never split, e.g. to compare).
   int max_split_k = 0;
+  // GEMM configurations `kfuse tune` stored for this device (the tuning store under the disk
+  // cache's directory) replace the heuristics' where they exist; the store is only read. false:
+  // the heuristics always.
+  bool use_tuned = true;
 };
 
 // Element types: a Tensor's dtype must be the one its .kf declaration names. f32 is 4 bytes,

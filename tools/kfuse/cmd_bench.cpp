@@ -156,7 +156,8 @@ std::string utc_now() {
 int cmd_bench(int argc, char **argv) {
   CommandLine cl = parse_command_line(
       argc, argv,
-      {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim", "max-split-k"}, {});
+      {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim", "max-split-k"},
+      {"no-tuned"});
   Options options = pipeline_options(cl);
   if (options.precision == Precision::BF16)
     throw UsageError(fmt::format("--precision: bench times fp32, 3xtf32 and tf32\n{}", kUsage));

@@ -8,7 +8,7 @@
 namespace kfuse::tool {
 
 int cmd_compile(int argc, char **argv) {
-  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch"}, {});
+  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch"}, {"no-tuned"});
   Pipeline p = Pipeline::from_file(cl.file(), pipeline_options(cl));
   const CompileReport &r = p.report();
   std::printf("%s: %zu kernel%s for %s, %.1f ms (%s)\n", p.name().c_str(), r.kernels.size(),

@@ -39,7 +39,7 @@ int cmd_run(int argc, char **argv) {
   CommandLine cl = parse_command_line(
       argc, argv,
       {"mode", "precision", "arch", "seed", "steps", "save", "dim", "inputs", "max-split-k"},
-      {"no-reference", "reference"});
+      {"no-reference", "reference", "no-tuned"});
   if (cl.flag("reference") && cl.flag("no-reference"))
     throw UsageError("--reference and --no-reference contradict each other");
   rt::CheckRequest req;

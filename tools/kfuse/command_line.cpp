@@ -142,6 +142,7 @@ Options pipeline_options(const CommandLine &cl) {
                      "split K), got '" +
                      splits + "'");
   o.max_split_k = static_cast<int>(cap);
+  o.use_tuned = !cl.flag("no-tuned");
   return o;
 }
 
