@@ -24,7 +24,7 @@ TEST_CASE("cli: --dim follows one set of rules in every command that takes it") 
            Case{"--dim N=4 --dim N=8", "--dim N is given twice (4 and 8)"},
            Case{"--dim N", "--dim expects NAME=VALUE, got 'N'"},
        }) {
-    for (const char *command : {"plan", "run", "bench"}) {
+    for (const char *command : {"plan", "run", "bench", "tune"}) {
       INFO(command, " ", c.args);
       ToolRun r = run_kfuse(std::string(command) + " " + kf + " " + c.args);
       CHECK(r.exit_code == 2);
@@ -122,6 +122,32 @@ TEST_CASE("cli: bench refuses tf32 and 3xtf32 for a pipeline of bf16 operands, b
                        "bf16 tensor cores with fp32 accumulation whatever the precision; tf32 "
                        "and 3xtf32 apply to f32 operands only: bench it with --precision fp32 "
                        "(the default)\n");
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("cli: tune's argument errors are usage errors, before the GPU") {
+  struct Case {
+    std::string args, reason;
+  };
+  const std::string kf = "examples/gemm_scale_bn.kf";
+  for (const Case &c : {
+           Case{"", "missing the .kf file argument"},
+           Case{kf, "dim 'N' needs a value: --dim N=..."},
+           Case{kf + " --dim N=64 --iters 0",
+                "--iters expects an integer in [1, 1000000], got '0'"},
+           Case{kf + " --dim N=64 --warmup x",
+                "--warmup expects an integer in [0, 1000000], got 'x'"},
+           Case{kf + " --dim N=64 --max-split-k 2", "unknown option '--max-split-k'"},
+           Case{kf + " --dim N=64 --precision bf16",
+                "--precision: tune takes fp32, 3xtf32 and tf32"},
+           Case{"--show " + kf, "--show takes no file or other option"},
+           Case{"--show --mode eval", "--show takes no file or other option"},
+       }) {
+    INFO(c.args);
+    ToolRun r = run_kfuse("tune " + c.args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.rfind("kfuse tune: " + c.reason + "\n", 0) == 0);
     CHECK(r.out.empty());
   }
 }

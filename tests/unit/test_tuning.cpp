@@ -9,6 +9,7 @@
 #include "runtime/launch_geometry.h"
 #include "runtime/pipeline.h"
 #include "runtime/tuning_store.h"
+#include "tests/support/run_tool.h"
 #include "tests/support/temp_cache.h"
 
 #include <doctest/doctest.h>
@@ -208,4 +209,22 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   CHECK(store.tunings(kH100, heuristic.program).empty());
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("ignoring the tile '32x32x1' tuned for k0_gemm") != std::string::npos);
+}
+
+TEST_CASE("kfuse tune --show lists the stored entries and reports a corrupt one") {
+  TempCache tmp;
+  rt::TuningStore store(tmp.dir + "/tuning");
+  REQUIRE(store.store(kH100, "sig", entry("64x256x1", 128)));
+  rt::DiskCache(tmp.dir + "/tuning").store("0badc0de", "not a tuning entry\n");
+  testing::ToolRun r = testing::run_kfuse("tune --show"); // KFUSE_CACHE_DIR: tmp.dir
+  INFO(r.out, r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("1 tuned GEMM kernel in " + tmp.dir + "/tuning\n") == 0);
+  CHECK(r.out.find("gemm_bn_scale_softmax k0_gemm on NVIDIA H100 80GB HBM3, 132 SMs, sm_90") !=
+        std::string::npos);
+  CHECK(r.out.find("tile 64x256x1   tuned at N=128: 0.2500 ms, heuristic 0.3000 ms (-16.7%), "
+                   "2026-11-23T12:00:00Z") != std::string::npos);
+  CHECK(r.out.find("split-K <= 2    for N in class 7 with tile 64x256x1") != std::string::npos);
+  CHECK(r.err.find("0badc0de") != std::string::npos);
+  CHECK(r.err.find("line 1: expected 'kfuse-tuning 1'") != std::string::npos);
 }

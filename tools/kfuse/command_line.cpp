@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 
 namespace kfuse::tool {
@@ -154,6 +155,26 @@ ir::Mode parse_mode(const std::string &text) {
   if (text == "eval")
     return ir::Mode::Eval;
   throw UsageError("--mode must be train or eval, got '" + text + "'");
+}
+
+int parse_count(const CommandLine &cl, const char *name, int fallback, int minimum) {
+  std::string text = cl.option(name, std::to_string(fallback));
+  char *end = nullptr;
+  errno = 0;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < minimum || v > 1000000)
+    throw UsageError(
+        fmt::format("--{} expects an integer in [{}, 1000000], got '{}'", name, minimum, text));
+  return static_cast<int>(v);
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 } // namespace kfuse::tool

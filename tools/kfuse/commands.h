@@ -14,6 +14,7 @@ int cmd_emit(int argc, char **argv);
 int cmd_compile(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 int cmd_eval_op(int argc, char **argv);
 
 struct CommandLine;
