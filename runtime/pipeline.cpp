@@ -10,6 +10,7 @@
 #include "compiler/plan/plan_printer.h"
 #include "runtime/disk_cache.h"
 #include "runtime/driver.h"
+#include "runtime/gemm_tuner.h"
 #include "runtime/pipeline_impl.h"
 #include "runtime/sass_disassembler.h"
 #include "runtime/tuning_store.h"
@@ -104,9 +105,18 @@ Pipeline Pipeline::from_file(const std::string &path, const Options &options) {
 Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &file_name,
                                const Options &options) {
   using rt::PipelineAccess;
-  return PipelineAccess::compile(
-      lower(dsl::SourceFile(file_name, kf_text), PipelineAccess::lower_options(options, true)),
-      options, true);
+  const dsl::SourceFile src(file_name, kf_text);
+  if (!options.tune_at_start.empty()) {
+    if (!options.use_tuned)
+      throw Error(fmt::format("{}: Options::tune_at_start stores tuned configurations that "
+                              "Options::use_tuned = false would not use",
+                              file_name));
+    rt::TuningRequest request;
+    request.dims = options.tune_at_start;
+    rt::tune_gemms(src, options, request);
+  }
+  return PipelineAccess::compile(lower(src, PipelineAccess::lower_options(options, true)), options,
+                                 true);
 }
 
 const ir::Graph &rt::PipelineAccess::graph(const Pipeline &p) { return p.impl().graph; }

@@ -48,6 +48,11 @@ struct Options {
   // cache's directory) replace the heuristics' where they exist; the store is only read. false:
   // the heuristics always.
   bool use_tuned = true;
+  // Non-empty: before compiling, tune the pipeline's GEMM kernels on the current GPU at these
+  // dims (every dim of the pipeline, e.g. {{"N", 1024}}), as `kfuse tune` does, and store the
+  // results; the compile then uses them. Takes seconds (a compile per candidate tile, a timed run
+  // per candidate); never done unless asked here. Needs a GPU and use_tuned.
+  std::map<std::string, int64_t> tune_at_start;
 };
 
 // Element types: a Tensor's dtype must be the one its .kf declaration names. f32 is 4 bytes,

@@ -1,7 +1,7 @@
-// Tuned GEMM configurations on the GPU: `kfuse tune` stores an entry per GEMM kernel, a later
-// compile on the same device loads it (its config says "tuned on"), and the pipeline with a
-// tuned tile and split-K cap still matches the fp64 reference. Few iterations: the point is the
-// path, not the numbers.
+// Tuned GEMM configurations on the GPU: `kfuse tune` and Options::tune_at_start store an entry
+// per GEMM kernel, a later compile on the same device loads it (its config says "tuned on"), and
+// the pipeline with a tuned tile and split-K cap still matches the fp64 reference. Few
+// iterations: the point is the path, not the numbers.
 #include "compiler/lower.h"
 #include "runtime/pipeline.h"
 #include "runtime/tuning_store.h"
@@ -82,4 +82,16 @@ TEST_CASE("tune: a stored tile other than the heuristic's and a split-K cap run 
       testing::expect_match(testing::repo_file(kExample), kExample, mode, n, 11, 2,
                             Precision::TF32);
   }
+}
+
+TEST_CASE("tune: Options::tune_at_start tunes before the compile, which then uses the result") {
+  TempCache cache;
+  Options o = tf32(Mode::Train);
+  o.tune_at_start = {{"N", 128}};
+  Pipeline p = Pipeline::from_file(kExample, o);
+  REQUIRE(rt::TuningStore::from_environment().entries().size() == 1);
+  CHECK(p.report().kernels.at(0).config.find("tuned on " + rt::DeviceKey::current().text()) !=
+        std::string::npos);
+  testing::expect_match(testing::repo_file(kExample), kExample, Mode::Train, 128, 5, 2,
+                        Precision::TF32);
 }

@@ -228,3 +228,30 @@ TEST_CASE("kfuse tune --show lists the stored entries and reports a corrupt one"
   CHECK(r.err.find("0badc0de") != std::string::npos);
   CHECK(r.err.find("line 1: expected 'kfuse-tuning 1'") != std::string::npos);
 }
+
+TEST_CASE("api: Options::tune_at_start refuses what it cannot tune, before the GPU") {
+  const std::string file = root() + "/examples/gemm_scale_bn.kf";
+  Options o;
+  o.tune_at_start = {{"N", 128}};
+  o.use_tuned = false;
+  CHECK_THROWS_WITH(Pipeline::from_file(file, o),
+                    doctest::Contains("Options::tune_at_start stores tuned configurations that "
+                                      "Options::use_tuned = false would not use"));
+  o.use_tuned = true;
+  o.tune_at_start = {};
+  o.tune_at_start["M"] = 128;
+  CHECK_THROWS_WITH(Pipeline::from_file(file, o),
+                    doctest::Contains("pipeline 'gemm_scale_bn': tuning needs a value for dim N"));
+  o.tune_at_start["N"] = 128;
+  CHECK_THROWS_WITH(Pipeline::from_file(file, o),
+                    doctest::Contains("tuning was given dim M, which it has not"));
+  o.tune_at_start = {{"N", 0}};
+  CHECK_THROWS_WITH(Pipeline::from_file(file, o),
+                    doctest::Contains("tuning was given N = 0; dims are in [1, 2147483647]"));
+  Options no_gemm;
+  no_gemm.tune_at_start = {{"N", 4}};
+  CHECK_THROWS_WITH(Pipeline::from_string("pipeline relu_only {\n  dim N\n  input x: f32[N, 8]\n"
+                                          "  return relu(x)\n}\n",
+                                          "relu_only.kf", no_gemm),
+                    doctest::Contains("pipeline 'relu_only' has no GEMM kernel to tune"));
+}

@@ -12,7 +12,7 @@
 //                at the requested precision or on the pipeline's bf16/f16 operands;
 //   cublas_gemm  the pipeline's GEMMs alone through cuBLAS, same operand and product types:
 //                the floor a fused chain chases.
-// Every contender is timed the same way (bench_timer.h). A contender that cannot run says so
+// Every contender is timed the same way (runtime/gpu_timer.h). A contender that cannot run says so
 // ("fused: not supported at tf32 (...)"); no number is ever made up. docs/PERF.md describes
 // the printed table and the --json schema.
 #include "compiler/dsl/parser.h"
@@ -24,17 +24,18 @@
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/error.h"
+#include "runtime/gpu_timer.h"
 #include "runtime/host_elements.h"
 #include "runtime/pipeline.h"
+#include "runtime/random_tensors.h"
 #include "runtime/stream.h"
 #include "runtime/tensor_checks.h"
+#include "runtime/utc_time.h"
 #include "tools/kfuse/bench_figures.h"
 #include "tools/kfuse/bench_report.h"
-#include "tools/kfuse/bench_timer.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 #include "tools/kfuse/cublas.h"
-#include "tools/kfuse/device_tensors.h"
 
 #include <fmt/format.h>
 
@@ -52,6 +53,14 @@
 #include <vector>
 
 namespace kfuse::tool {
+using rt::DeviceTensor;
+using rt::download;
+using rt::L2Flush;
+using rt::make_tensor;
+using rt::PipelineData;
+using rt::random_tensor;
+using rt::time_on_stream;
+using rt::utc_now;
 namespace {
 
 constexpr const char *kUsage =

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <memory>
 
 namespace kfuse::tool {
@@ -166,15 +165,6 @@ int parse_count(const CommandLine &cl, const char *name, int fallback, int minim
     throw UsageError(
         fmt::format("--{} expects an integer in [{}, 1000000], got '{}'", name, minimum, text));
   return static_cast<int>(v);
-}
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 } // namespace kfuse::tool

@@ -47,9 +47,6 @@ CommandLine parse_command_line(int argc, char **argv, const std::set<std::string
 // UsageError naming the option otherwise.
 int parse_count(const CommandLine &cl, const char *name, int fallback, int minimum);
 
-// The current time, UTC, ISO 8601 ("2026-11-23T13:00:00Z"), for reports and tuning entries.
-std::string utc_now();
-
 // Writes `text` to standard output, or to the file `path`; throws std::runtime_error naming
 // the destination and the reason when a write or the final flush/close fails (a full disk,
 // `> /dev/full`), so no command reports success for output that was lost.

@@ -1,5 +1,5 @@
-// Device tensors for the commands that run a pipeline on made-up data (`kfuse bench`, `kfuse
-// tune`): every declared tensor filled with deterministic values shaped like a trained layer's.
+// Device tensors for running a pipeline on made-up data (`kfuse bench`, tuning): every declared
+// tensor filled with deterministic values shaped like a trained layer's.
 #pragma once
 
 #include "compiler/ir/interpreter.h"
@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-namespace kfuse::tool {
+namespace kfuse::rt {
 
 struct DeviceTensor {
   std::vector<int64_t> shape;
-  rt::DeviceBuffer buffer;
+  DeviceBuffer buffer;
   ir::DType dtype = ir::DType::F32;
 
   size_t numel() const {
@@ -26,7 +26,7 @@ struct DeviceTensor {
     return n;
   }
   Tensor tensor() const {
-    return Tensor{reinterpret_cast<void *>(buffer.ptr()), shape, rt::api_dtype(dtype)};
+    return Tensor{reinterpret_cast<void *>(buffer.ptr()), shape, api_dtype(dtype)};
   }
   void *data() const { return reinterpret_cast<void *>(buffer.ptr()); }
 };
@@ -56,4 +56,4 @@ struct PipelineData {
   std::map<std::string, Tensor> inputs;
 };
 
-} // namespace kfuse::tool
+} // namespace kfuse::rt

@@ -1,10 +1,10 @@
-#include "tools/kfuse/device_tensors.h"
+#include "runtime/random_tensors.h"
 
 #include "runtime/host_elements.h"
 
 #include <cmath>
 
-namespace kfuse::tool {
+namespace kfuse::rt {
 
 namespace {
 
@@ -27,7 +27,7 @@ DeviceTensor make_tensor(std::vector<int64_t> shape, ir::DType dtype) {
   DeviceTensor t;
   t.shape = std::move(shape);
   t.dtype = dtype;
-  t.buffer = rt::DeviceBuffer(t.numel() * static_cast<size_t>(ir::dtype_bytes(dtype)));
+  t.buffer = DeviceBuffer(t.numel() * static_cast<size_t>(ir::dtype_bytes(dtype)));
   return t;
 }
 
@@ -47,7 +47,7 @@ DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint
   }
   fill_uniform(host, seed, lo, hi);
   std::vector<uint8_t> bytes =
-      rt::encode_elements(std::vector<double>(host.begin(), host.end()), t.dtype);
+      encode_elements(std::vector<double>(host.begin(), host.end()), t.dtype);
   t.buffer.upload(bytes.data(), bytes.size());
   return t;
 }
@@ -55,7 +55,7 @@ DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint
 std::vector<double> download(const DeviceTensor &t) {
   std::vector<uint8_t> bytes(t.numel() * static_cast<size_t>(ir::dtype_bytes(t.dtype)));
   t.buffer.download(bytes.data(), bytes.size());
-  return rt::decode_elements(bytes.data(), t.numel(), t.dtype);
+  return decode_elements(bytes.data(), t.numel(), t.dtype);
 }
 
 std::vector<Tensor> tensors_of(const std::vector<DeviceTensor> &ts) {
@@ -90,4 +90,4 @@ void PipelineData::bind_all(Pipeline &p) const {
     p.bind(name, declared.at(name).tensor());
 }
 
-} // namespace kfuse::tool
+} // namespace kfuse::rt
