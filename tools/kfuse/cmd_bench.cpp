@@ -1,6 +1,6 @@
 // kfuse bench F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32]
 //                  [--json FILE] [--iters 100] [--warmup 10] [--seed S] [--arch sm_90a]
-//                  [--max-split-k S]
+//                  [--max-split-k S] [--no-tuned]
 //
 // --max-split-k 1 times the fused pipeline with split-K off (GEMMs with few output tiles
 // otherwise split K across idle SMs), to compare with the default.
@@ -66,7 +66,8 @@ namespace {
 constexpr const char *kUsage =
     "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision "
     "fp32|3xtf32|tf32]\n"
-    "                   [--json FILE] [--iters 100] [--warmup 10] [--seed 1] [--arch sm_XX]\n";
+    "                   [--json FILE] [--iters 100] [--warmup 10] [--seed 1] [--arch sm_XX]\n"
+    "                   [--max-split-k S] [--no-tuned]\n";
 
 } // namespace
 

@@ -1,5 +1,7 @@
-// kfuse compile F.kf [--mode] [--precision] [--arch]: NVRTC through the disk cache; no GPU
-// needed. Prints the compile time, whether it was a cache hit, and each kernel's resources.
+// kfuse compile F.kf [--mode] [--precision] [--arch] [--no-tuned]: NVRTC through the disk cache;
+// no GPU needed. Prints the compile time, whether it was a cache hit, each kernel's resources
+// and each GEMM's config and why (the heuristic's reason, or "tuned on <device> at N=...": on a
+// GPU the configs `kfuse tune` stored for it are used unless --no-tuned).
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 

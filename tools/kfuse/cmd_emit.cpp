@@ -1,4 +1,4 @@
-// kfuse emit F.kf [--mode train|eval] [-o out.cu] [--standalone]
+// kfuse emit F.kf [--mode train|eval] [-o out.cu] [--standalone] [--no-tuned]
 #include "compiler/codegen/program.h"
 #include "compiler/lower.h"
 #include "runtime/pipeline.h"

@@ -1,5 +1,5 @@
 // kfuse run F.kf --dim N=... [--mode] [--precision] [--seed S] [--steps K] [--save DIR]
-//               [--no-reference] [--max-split-k S (1: split-K off)]:
+//               [--no-reference] [--max-split-k S (1: split-K off)] [--no-tuned]:
 // random inputs on the GPU (in each tensor's declared type), compared with the fp64 reference
 // interpreter. Exits 1 when an error is over the bound (the precision's; 2e-2 where a tensor is
 // bf16 or f16) or a result is not finite. --no-reference skips the
