@@ -42,6 +42,7 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
   Options options = asked;
   options.use_tuned = false; // every candidate is given explicitly
   options.tune_at_start.clear();
+  options.max_split_k = 0; // the candidates' caps decide
   const auto started = std::chrono::steady_clock::now();
   const Lowered heuristic = lower(src, PipelineAccess::lower_options(options, true));
   const ir::Graph &g = heuristic.graph;

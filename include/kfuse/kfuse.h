@@ -51,7 +51,8 @@ struct Options {
   // Non-empty: before compiling, tune the pipeline's GEMM kernels on the current GPU at these
   // dims (every dim of the pipeline, e.g. {{"N", 1024}}), as `kfuse tune` does, and store the
   // results; the compile then uses them. Takes seconds (a compile per candidate tile, a timed run
-  // per candidate); never done unless asked here. Needs a GPU and use_tuned.
+  // per candidate); never done unless asked here. Needs a GPU and use_tuned. A max_split_k set
+  // here still caps every run's split count, tuned caps included.
   std::map<std::string, int64_t> tune_at_start;
 };
 
