@@ -151,3 +151,15 @@ TEST_CASE("cli: tune's argument errors are usage errors, before the GPU") {
     CHECK(r.out.empty());
   }
 }
+
+TEST_CASE("cli: plan ends with each GEMM's config at the precision asked, and why") {
+  ToolRun r = run_kfuse("plan examples/gemm_scale_bn_512x1024.kf --precision tf32 --arch sm_90a "
+                        "--no-tuned");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("\nGEMM configs (tf32, sm_90a, --no-tuned: the heuristics'):\n  k0_gemm: tf32 "
+                   "64 x 128 tile, 2 blocks per SM: 1024 output features (< 4096)") !=
+        std::string::npos);
+  ToolRun bf16 = run_kfuse("plan examples/gemm_scale_bn.kf --precision bf16");
+  CHECK(bf16.exit_code == 1);
+  CHECK(bf16.err.find("precision bf16 is not implemented yet") != std::string::npos);
+}
