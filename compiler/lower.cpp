@@ -36,6 +36,9 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   if (!to_cuda)
     return l;
   l.program = codegen::generate(l.plan, options.math, options.arch);
+  if (options.tunings)
+    if (const codegen::GemmTunings tuned = options.tunings(l.program); !tuned.empty())
+      l.program = codegen::generate(l.plan, options.math, options.arch, tuned);
   if (dump.wants("cuda"))
     dump.emit("cuda", ".cu", l.program.source);
   if (dump.wants("launch"))

@@ -29,6 +29,9 @@ struct LowerOptions {
   // Plan: stop after the plan, with no CUDA (`kfuse plan` shows plans of pipelines the GPU
   // path does not run yet).
   enum class Until : uint8_t { Plan, Cuda } until = Until::Cuda;
+  // Given the program the heuristics made, the tuned configurations to make it with instead
+  // (runtime/tuning_store.h looks them up); empty, or none returned: the heuristics' program.
+  std::function<codegen::GemmTunings(const codegen::Program &)> tunings = {};
   // Called with the IR after every pass (`kfuse plan --dump-after-each-pass`).
   std::function<void(const passes::Pass &, const ir::Graph &)> after_pass = {};
 };

@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -237,6 +238,20 @@ DiskCache DiskCache::from_environment() {
 std::string DiskCache::entry_path(const std::string &key) const {
   check_key(key);
   return fmt::format("{}/{}.kfc{}", directory_, key, kFormatVersion);
+}
+
+std::vector<std::string> DiskCache::keys() const {
+  const std::string suffix = fmt::format(".kfc{}", kFormatVersion);
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto &e : std::filesystem::directory_iterator(directory_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > suffix.size() && name[0] != '.' &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(name.substr(0, name.size() - suffix.size()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::optional<std::string> DiskCache::load(const std::string &key) const {

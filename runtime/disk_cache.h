@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kfuse::rt {
 
@@ -55,6 +56,10 @@ public:
   std::optional<std::string> load(const std::string &key) const;
   // true when the entry was written; false (after a warning) when the cache is unusable.
   bool store(const std::string &key, const std::string &payload) const;
+
+  // The keys of the entries in the directory (of this format version), sorted; none where the
+  // directory does not exist or cannot be listed.
+  std::vector<std::string> keys() const;
 
   // Where the entry for `key` lives (tests corrupt it on purpose).
   std::string entry_path(const std::string &key) const;

@@ -29,7 +29,8 @@ unsigned grid_extent(int64_t blocks, const char *axis) {
 //   tiles * S <= blocks_per_sm * SMs (one wave: a second, partial wave would cost as much as
 //   the first), at most kMaxSplits (the last split of a tile reads all S partial tiles alone,
 //   so the reduction grows with S) and at most kblocks / kMinSplitKBlocks (each split keeps
-//   a few k-blocks to stream through its pipeline), and at most max_splits when set.
+//   a few k-blocks to stream through its pipeline), and at most max_splits when set, else at
+//   most the cap tuned for the rows' class.
 constexpr int64_t kMaxSplits = 8;
 constexpr int64_t kMinSplitKBlocks = 2;
 
@@ -39,6 +40,11 @@ int64_t split_bound_by_k(const codegen::LaunchGeometry &g,
     return 1;
   int64_t bound =
       std::min(kMaxSplits, ceil_div(extent(g.inner, dims), g.tile_k) / kMinSplitKBlocks);
+  // The caller's cap first, else the one tuned for this class of batch (kfuse tune).
+  if (max_splits == 0)
+    if (auto it = g.max_splits_by_class.find(codegen::rows_class(extent(g.rows, dims)));
+        it != g.max_splits_by_class.end())
+      max_splits = it->second;
   if (max_splits > 0)
     bound = std::min<int64_t>(bound, max_splits);
   return std::max<int64_t>(bound, 1);

@@ -10,8 +10,10 @@
 #include "compiler/plan/plan_printer.h"
 #include "runtime/disk_cache.h"
 #include "runtime/driver.h"
+#include "runtime/gemm_tuner.h"
 #include "runtime/pipeline_impl.h"
 #include "runtime/sass_disassembler.h"
+#include "runtime/tuning_store.h"
 
 #include <climits>
 #include <fmt/format.h>
@@ -103,9 +105,18 @@ Pipeline Pipeline::from_file(const std::string &path, const Options &options) {
 Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &file_name,
                                const Options &options) {
   using rt::PipelineAccess;
-  return PipelineAccess::compile(
-      lower(dsl::SourceFile(file_name, kf_text), PipelineAccess::lower_options(options, true)),
-      options, true);
+  const dsl::SourceFile src(file_name, kf_text);
+  if (!options.tune_at_start.empty()) {
+    if (!options.use_tuned)
+      throw Error(fmt::format("{}: Options::tune_at_start stores tuned configurations that "
+                              "Options::use_tuned = false would not use",
+                              file_name));
+    rt::TuningRequest request;
+    request.dims = options.tune_at_start;
+    rt::tune_gemms(src, options, request);
+  }
+  return PipelineAccess::compile(lower(src, PipelineAccess::lower_options(options, true)), options,
+                                 true);
 }
 
 const ir::Graph &rt::PipelineAccess::graph(const Pipeline &p) { return p.impl().graph; }
@@ -114,8 +125,14 @@ LowerOptions rt::PipelineAccess::lower_options(const Options &options, bool fuse
   if (options.mode != Mode::Train && options.mode != Mode::Eval)
     throw Error(
         fmt::format("{} is not a kfuse::Mode value (Train, Eval)", static_cast<int>(options.mode)));
-  return {options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval,
-          rt::gemm_math(options.precision), fuse, rt::target_arch(options.arch)};
+  LowerOptions lo{options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval,
+                  rt::gemm_math(options.precision), fuse, rt::target_arch(options.arch)};
+  // Tuned configurations are per device: without one there is nothing to look up.
+  if (fuse && options.use_tuned && rt::Driver::get().available())
+    lo.tunings = [](const codegen::Program &program) {
+      return rt::TuningStore::from_environment().tunings(rt::DeviceKey::current(), program);
+    };
+  return lo;
 }
 
 Pipeline rt::PipelineAccess::compile(Lowered lowered, const Options &options, bool fuse) {

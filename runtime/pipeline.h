@@ -37,7 +37,8 @@ struct PipelineAccess {
   // What lower() is asked for a pipeline of `options` (the target arch resolved). Throws
   // kfuse::Error for a value that is no Mode or Precision, and for bf16. `fuse` false: the
   // unfused baseline benchmarks compare against (one kernel per matrix op, every GEMM a bare
-  // product).
+  // product). Fused, with Options::use_tuned and a GPU present, the GEMMs take the
+  // configurations the tuning store (runtime/tuning_store.h) holds for that GPU.
   static LowerOptions lower_options(const Options &options, bool fuse);
   // Every Pipeline is made here: NVRTC (through the disk cache) on what
   // lower(src, lower_options(options, fuse)) returned, so each front end lowers once.

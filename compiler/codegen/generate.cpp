@@ -43,8 +43,9 @@ std::string comment(const Kernel &k) {
 
 class Generator {
 public:
-  Generator(const plan::Plan &p, GemmMath math, const std::string &arch)
-      : p_(p), g_(p.graph), names_(printed_names(p.graph)), math_(math), arch_(arch) {}
+  Generator(const plan::Plan &p, GemmMath math, const std::string &arch, const GemmTunings &tunings)
+      : p_(p), g_(p.graph), names_(printed_names(p.graph)), math_(math), arch_(arch),
+        tunings_(tunings) {}
 
   Program run() {
     Program prog;
@@ -96,6 +97,11 @@ public:
 private:
   const std::string &name(ValueId v) const { return names_.at(static_cast<size_t>(v)); }
 
+  const GemmTuning *tuning(const Kernel &k) const {
+    auto it = tunings_.find(k.name);
+    return it == tunings_.end() ? nullptr : &it->second;
+  }
+
   std::string functor_head(const std::string &type, const KernelWriter &w) const {
     return fmt::format("struct {} {{\n{}", type, w.member_declarations("  "));
   }
@@ -135,6 +141,11 @@ private:
                                  "idle (few rows), S chosen from the tiles, SMs and K when the "
                                  "dims are bound",
                                  tile_k);
+    if (const GemmTuning *t = tuning(k)) {
+      geo.max_splits_by_class = t->max_splits;
+      for (const std::string &why : t->split_whys)
+        launch.config += "; " + why;
+    }
     launch.params.push_back({LaunchParam::Kind::Splits, -1, {}});
     launch.params.push_back({LaunchParam::Kind::SplitPartials, out, {}});
     launch.params.push_back({LaunchParam::Kind::SplitCounters, out, {}});
@@ -191,11 +202,11 @@ private:
                     w.ptr(a), w.ptr(b)));
   }
 
-  // An sm90 GEMM of `Op` operands (named `operand` in the source), its tile by the layer's
-  // width: the batch (rows) is bound at run time. 128 x 256 tiles reach cuBLAS's speed once there
-  // are enough of them for every SM; below 4096 features that takes thousands of rows, so
-  // narrower layers take 64 x 128 tiles, two blocks per SM (one's epilogue overlaps the other's
-  // mainloop).
+  // An sm90 GEMM of `Op` operands (named `operand` in the source), its tile tuned (kfuse tune)
+  // or by the layer's width: the batch (rows) is bound at run time. 128 x 256 tiles reach
+  // cuBLAS's speed once there are enough of them for every SM; below 4096 features that takes
+  // thousands of rows, so narrower layers take 64 x 128 tiles, two blocks per SM (one's epilogue
+  // overlaps the other's mainloop).
   template <kf::sm90::Operand Op>
   std::string sm90_by_width(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                             const char *operand, int column_floats, ValueId a, ValueId b,
@@ -203,18 +214,38 @@ private:
     const std::string type =
         g_[a].type.dtype == DType::F32 ? "tf32" : std::string(dtype_name(g_[a].type.dtype));
     const Dim &features = launch.cols;
-    if (!features.is_symbolic() && features.value < kWideLayer) {
+    launch.tiles.assign(std::begin(kSm90Tiles), std::end(kSm90Tiles));
+    Sm90Tile tile = Sm90Tile::M128N256;
+    const GemmTuning *t = tuning(k);
+    if (t && t->tile) {
+      tile = *t->tile;
+      launch.config = fmt::format("{} {} tile: {}", type, tile_name(tile), t->tile_why);
+    } else if (!features.is_symbolic() && features.value < kWideLayer) {
+      tile = Sm90Tile::M64N128x2;
       launch.config = fmt::format("{} 64 x 128 tile, 2 blocks per SM: {} output features (< {}) "
                                   "give few 128 x 256 tiles at the batches such layers run",
                                   type, features.value, kWideLayer);
+    } else {
+      launch.config = fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "
+                                  "fill the SMs from about 1000 rows",
+                                  type, features.str(), kWideLayer);
+    }
+    launch.tile = tile_name(tile);
+    switch (tile) {
+    case Sm90Tile::M128N256:
+      return sm90_gemm<kf::Sm90Gemm<Op, 256>>(k, w, launch, operand, column_floats, a, b, out,
+                                              functor);
+    case Sm90Tile::M128N128:
+      return sm90_gemm<kf::Sm90Gemm<Op, 128>>(k, w, launch, operand, column_floats, a, b, out,
+                                              functor);
+    case Sm90Tile::M64N256:
+      return sm90_gemm<kf::Sm90Gemm<Op, 256, 64>>(k, w, launch, operand, column_floats, a, b, out,
+                                                  functor);
+    case Sm90Tile::M64N128x2:
       return sm90_gemm<kf::Sm90Gemm<Op, 128, 64, 2>>(k, w, launch, operand, column_floats, a, b,
                                                      out, functor);
     }
-    launch.config = fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "
-                                "fill the SMs from about 1000 rows",
-                                type, features.str(), kWideLayer);
-    return sm90_gemm<kf::Sm90Gemm<Op, 256>>(k, w, launch, operand, column_floats, a, b, out,
-                                            functor);
+    throw CodegenError(fmt::format("pipeline '{}': {}: no such sm90 tile", g_.name, k.name));
   }
 
   std::string gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
@@ -254,12 +285,25 @@ private:
     LaunchGeometry &geo = launch.geometry;
     geo.rows = launch.rows;
     geo.cols = launch.cols;
-    if (use_sm90(mm)) {
+    // What makes this kernel's source, the tile aside: the key of its tuned configuration.
+    launch.signature = fmt::format("{} math {} {} {} K={} N={}\n{}", arch_, static_cast<int>(math_),
+                                   dtype_name(g_[a].type.dtype), trans_b ? "linear" : "matmul",
+                                   launch.inner.str(), launch.cols.str(), s);
+    const bool sm90 = use_sm90(mm);
+    const bool tiles_tunable =
+        sm90 && !(math_ == GemmMath::Tf32x3 && g_[a].type.dtype == DType::F32);
+    if (const GemmTuning *t = tuning(k); t && t->tile && !tiles_tunable)
+      throw CodegenError(fmt::format("pipeline '{}': {}: tile {} was asked for, but this GEMM has "
+                                     "one tile ({})",
+                                     g_.name, k.name, tile_name(*t->tile),
+                                     sm90 ? "3xtf32's 128x128x1" : "its cp.async mainloop's"));
+    if (sm90) {
       const int floats = static_cast<int>(cols.size());
       using kf::sm90::Operand;
       if (math_ == GemmMath::Tf32x3 && g_[a].type.dtype == DType::F32) {
         launch.config = "3xtf32 128 x 128 tile, 1 block per SM: its small parts take the shared "
                         "memory of a second block";
+        launch.tile = "128x128x1";
         return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32x3, 128>>(k, w, launch, "Tf32x3", floats, a,
                                                                  b, out, functor);
       }
@@ -285,6 +329,7 @@ private:
       includes_.insert("gemm_simt.cuh");
       launch.config = fmt::format("fp32 SIMT {} x {} tile, the SIMT GEMM's one configuration",
                                   kf::GEMM_BM, kf::GEMM_BN);
+      launch.tile = fmt::format("{}x{}x1", kf::GEMM_BM, kf::GEMM_BN);
       return s + gemm_entry<kf::TileScheduler<kf::GEMM_BM, kf::GEMM_BN, kf::GEMM_GROUP_M>>(
                      k, w, launch, functor, out,
                      "extern \"C\" __global__ void __launch_bounds__(kf::GEMM_THREADS, "
@@ -301,6 +346,7 @@ private:
         arch_ == "sm_90a"
             ? " (the Hopper mainloop needs a Linear whose inner extent is a constant multiple of 4)"
             : "");
+    launch.tile = fmt::format("{}x{}x1", kf::GEMM_TC_BM, kf::gemm_tc_bn(precision));
     const std::string head = "extern \"C\" __global__ void "
                              "__launch_bounds__(kf::GEMM_TC_THREADS, kf::GEMM_TC_MIN_BLOCKS)";
     const std::string call = fmt::format("kf::gemm_tc<{}, {}>{}", tb, precision, operands);
@@ -609,6 +655,7 @@ private:
   GemmMath math_;
   std::string arch_;
   std::set<std::string> includes_ = {"dtype.cuh", "math.cuh"};
+  const GemmTunings &tunings_;
   std::map<ValueId, int> partial_rows_; // stats_of value -> rows per partial tile of its producer
 };
 
@@ -636,8 +683,15 @@ void inline_into(const std::string &source, std::set<std::string> &done, std::st
 
 } // namespace
 
-Program generate(const plan::Plan &p, GemmMath math, const std::string &arch) {
-  return Generator(p, math, arch).run();
+Program generate(const plan::Plan &p, GemmMath math, const std::string &arch,
+                 const GemmTunings &tunings) {
+  for (const auto &[name, tuning] : tunings)
+    if (std::none_of(p.kernels.begin(), p.kernels.end(),
+                     [&](const Kernel &k) { return k.name == name && k.kind == KernelKind::Gemm; }))
+      throw CodegenError(fmt::format("pipeline '{}': a tuned configuration names '{}', which is "
+                                     "no GEMM kernel of the plan",
+                                     p.graph.name, name));
+  return Generator(p, math, arch, tunings).run();
 }
 
 std::string inline_templates(const std::string &source) {

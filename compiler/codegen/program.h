@@ -9,8 +9,10 @@
 
 #include "kfuse/error.h"
 
+#include "compiler/codegen/gemm_tuning.h"
 #include "compiler/plan/plan.h"
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -85,6 +87,9 @@ struct LaunchGeometry {
   int cluster = 1;                      // blocks per cluster along x
   ir::Dim inner = ir::Dim::constant(0); // GEMMs: K
   int tile_k = 0; // GEMMs: the mainloop's k-block depth; 0: the kernel never splits K
+  // GEMMs: tuned caps on S by the class of the bound rows (rows_class); a class not listed
+  // takes the rule's own S. Options::max_split_k, where set, overrides them.
+  std::map<int, int> max_splits_by_class;
 };
 
 struct KernelLaunch {
@@ -94,6 +99,12 @@ struct KernelLaunch {
   // GEMM kernels: m x n x inner, for the benchmark's GEMM override.
   ir::Dim rows, cols, inner;
   std::string config; // GEMM kernels: the tile configuration chosen and why
+  // GEMM kernels: the tile taken ("128x256x1", ...), the tiles it may take instead (empty where
+  // its mainloop has one), and what else determines the kernel: operand type, math, arch, K,
+  // output features and the generated epilogue (`kfuse tune` keys its results by it).
+  std::string tile;
+  std::vector<Sm90Tile> tiles;
+  std::string signature;
   std::vector<LaunchParam> params;
 };
 
@@ -104,7 +115,10 @@ struct Program {
 };
 
 // `arch` is the NVRTC target ("sm_90a", ...): on sm_90a tf32 GEMMs use the Hopper mainloop.
-Program generate(const plan::Plan &p, GemmMath math = GemmMath::Fp32, const std::string &arch = "");
+// `tunings` replace the heuristic's tile and split-K caps of the GEMM kernels they name; a
+// tuned tile that is not among a kernel's candidates is a CodegenError.
+Program generate(const plan::Plan &p, GemmMath math = GemmMath::Fp32, const std::string &arch = "",
+                 const GemmTunings &tunings = {});
 
 // Every kernel's launch description and parameters as text (KFUSE_DUMP=launch), values named
 // as in the plan.

@@ -44,6 +44,16 @@ struct Options {
   // the count is chosen from the shape and the SM count when a run binds the dims. 0: that
   // choice; n >= 1: at most n parts (1: never split, e.g. to compare).
   int max_split_k = 0;
+  // GEMM configurations `kfuse tune` stored for this device (the tuning store under the disk
+  // cache's directory) replace the heuristics' where they exist; the store is only read. false:
+  // the heuristics always.
+  bool use_tuned = true;
+  // Non-empty: before compiling, tune the pipeline's GEMM kernels on the current GPU at these
+  // dims (every dim of the pipeline, e.g. {{"N", 1024}}), as `kfuse tune` does, and store the
+  // results; the compile then uses them. Takes seconds (a compile per candidate tile, a timed run
+  // per candidate); never done unless asked here. Needs a GPU and use_tuned. A max_split_k set
+  // here still caps every run's split count, tuned caps included.
+  std::map<std::string, int64_t> tune_at_start;
 };
 
 // Element types: a Tensor's dtype must be the one its .kf declaration names. f32 is 4 bytes,

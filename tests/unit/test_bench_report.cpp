@@ -30,8 +30,8 @@ GemmArithmetic arithmetic_of(const std::string &file, Precision p = Precision::F
   return gemm_arithmetic(g, gemm_shapes(g, {{"N", 1024}}), p);
 }
 
-TimingStats timing(double median_ms) {
-  TimingStats t;
+rt::TimingStats timing(double median_ms) {
+  rt::TimingStats t;
   t.ms = {median_ms};
   t.median = t.min = t.max = t.p10 = t.p90 = median_ms;
   return t;

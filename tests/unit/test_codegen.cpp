@@ -8,6 +8,7 @@
 #include "kfuse/kfuse.h"
 #include "runtime/pipeline.h"
 #include "runtime/reference_check.h"
+#include "tests/support/temp_cache.h"
 
 #include <cstdlib>
 #include <doctest/doctest.h>
@@ -35,21 +36,6 @@ std::string read(const std::string &path) {
 plan::Plan plan_of(const std::string &example, ir::Mode mode) {
   return plan::make_plan(dsl::parse_kf_file(root() + "/examples/" + example + ".kf"), mode);
 }
-
-// A private cache directory for the duration of a test.
-struct TempCache {
-  std::string dir;
-  TempCache() {
-    char tmpl[] = "/tmp/kfuse-test-cache-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    setenv("KFUSE_CACHE_DIR", dir.c_str(), 1);
-  }
-  ~TempCache() {
-    unsetenv("KFUSE_CACHE_DIR");
-    std::filesystem::remove_all(dir);
-  }
-};
 
 const char *kSmall = R"(pipeline small {
   dim N

@@ -24,7 +24,7 @@ TEST_CASE("cli: --dim follows one set of rules in every command that takes it") 
            Case{"--dim N=4 --dim N=8", "--dim N is given twice (4 and 8)"},
            Case{"--dim N", "--dim expects NAME=VALUE, got 'N'"},
        }) {
-    for (const char *command : {"plan", "run", "bench"}) {
+    for (const char *command : {"plan", "run", "bench", "tune"}) {
       INFO(command, " ", c.args);
       ToolRun r = run_kfuse(std::string(command) + " " + kf + " " + c.args);
       CHECK(r.exit_code == 2);
@@ -124,4 +124,42 @@ TEST_CASE("cli: bench refuses tf32 and 3xtf32 for a pipeline of bf16 operands, b
                        "(the default)\n");
     CHECK(r.out.empty());
   }
+}
+
+TEST_CASE("cli: tune's argument errors are usage errors, before the GPU") {
+  struct Case {
+    std::string args, reason;
+  };
+  const std::string kf = "examples/gemm_scale_bn.kf";
+  for (const Case &c : {
+           Case{"", "missing the .kf file argument"},
+           Case{kf, "dim 'N' needs a value: --dim N=..."},
+           Case{kf + " --dim N=64 --iters 0",
+                "--iters expects an integer in [1, 1000000], got '0'"},
+           Case{kf + " --dim N=64 --warmup x",
+                "--warmup expects an integer in [0, 1000000], got 'x'"},
+           Case{kf + " --dim N=64 --max-split-k 2", "unknown option '--max-split-k'"},
+           Case{kf + " --dim N=64 --precision bf16",
+                "--precision: tune takes fp32, 3xtf32 and tf32"},
+           Case{"--show " + kf, "--show takes no file or other option"},
+           Case{"--show --mode eval", "--show takes no file or other option"},
+       }) {
+    INFO(c.args);
+    ToolRun r = run_kfuse("tune " + c.args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.rfind("kfuse tune: " + c.reason + "\n", 0) == 0);
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("cli: plan ends with each GEMM's config at the precision asked, and why") {
+  ToolRun r = run_kfuse("plan examples/gemm_scale_bn_512x1024.kf --precision tf32 --arch sm_90a "
+                        "--no-tuned");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("\nGEMM configs (tf32, sm_90a, --no-tuned: the heuristics'):\n  k0_gemm: tf32 "
+                   "64 x 128 tile, 2 blocks per SM: 1024 output features (< 4096)") !=
+        std::string::npos);
+  ToolRun bf16 = run_kfuse("plan examples/gemm_scale_bn.kf --precision bf16");
+  CHECK(bf16.exit_code == 1);
+  CHECK(bf16.err.find("precision bf16 is not implemented yet") != std::string::npos);
 }

@@ -4,8 +4,8 @@
 #pragma once
 
 #include "compiler/ir/interpreter.h"
+#include "runtime/gpu_timer.h"
 #include "tools/kfuse/bench_figures.h"
-#include "tools/kfuse/bench_timer.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +26,7 @@ struct Contender {
   std::string reason; // why not supported
   std::string error;  // what failed, when supported but not timed
   std::string note;
-  std::optional<TimingStats> timing;
+  std::optional<rt::TimingStats> timing;
   std::optional<int64_t> kernels;
   std::optional<int64_t> bytes_moved;
   std::optional<double> compile_ms;

@@ -1,6 +1,6 @@
 // kfuse bench F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32]
 //                  [--json FILE] [--iters 100] [--warmup 10] [--seed S] [--arch sm_90a]
-//                  [--max-split-k S]
+//                  [--max-split-k S] [--no-tuned]
 //
 // --max-split-k 1 times the fused pipeline with split-K off (GEMMs with few output tiles
 // otherwise split K across idle SMs), to compare with the default.
@@ -12,7 +12,7 @@
 //                at the requested precision or on the pipeline's bf16/f16 operands;
 //   cublas_gemm  the pipeline's GEMMs alone through cuBLAS, same operand and product types:
 //                the floor a fused chain chases.
-// Every contender is timed the same way (bench_timer.h). A contender that cannot run says so
+// Every contender is timed the same way (runtime/gpu_timer.h). A contender that cannot run says so
 // ("fused: not supported at tf32 (...)"); no number is ever made up. docs/PERF.md describes
 // the printed table and the --json schema.
 #include "compiler/dsl/parser.h"
@@ -24,13 +24,15 @@
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/error.h"
+#include "runtime/gpu_timer.h"
 #include "runtime/host_elements.h"
 #include "runtime/pipeline.h"
+#include "runtime/random_tensors.h"
 #include "runtime/stream.h"
 #include "runtime/tensor_checks.h"
+#include "runtime/utc_time.h"
 #include "tools/kfuse/bench_figures.h"
 #include "tools/kfuse/bench_report.h"
-#include "tools/kfuse/bench_timer.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 #include "tools/kfuse/cublas.h"
@@ -51,112 +53,29 @@
 #include <vector>
 
 namespace kfuse::tool {
+using rt::DeviceTensor;
+using rt::download;
+using rt::L2Flush;
+using rt::make_tensor;
+using rt::PipelineData;
+using rt::random_tensor;
+using rt::time_on_stream;
+using rt::utc_now;
 namespace {
 
 constexpr const char *kUsage =
     "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision "
     "fp32|3xtf32|tf32]\n"
-    "                   [--json FILE] [--iters 100] [--warmup 10] [--seed 1] [--arch sm_XX]\n";
-
-// ---------------------------------------------------------------- device data
-
-// Deterministic uniform values in [lo, hi): splitmix64, one stream per tensor.
-void fill_uniform(std::vector<float> &v, uint64_t seed, float lo, float hi) {
-  uint64_t state = seed;
-  for (float &x : v) {
-    state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f); // 24 random bits
-    x = lo + (hi - lo) * u;
-  }
-}
-
-struct DeviceTensor {
-  std::vector<int64_t> shape;
-  rt::DeviceBuffer buffer;
-  ir::DType dtype = ir::DType::F32;
-
-  size_t numel() const {
-    size_t n = 1;
-    for (int64_t e : shape)
-      n *= static_cast<size_t>(e);
-    return n;
-  }
-  Tensor tensor() const {
-    return Tensor{reinterpret_cast<void *>(buffer.ptr()), shape, rt::api_dtype(dtype)};
-  }
-  void *data() const { return reinterpret_cast<void *>(buffer.ptr()); }
-};
-
-DeviceTensor make_tensor(std::vector<int64_t> shape, ir::DType dtype = ir::DType::F32) {
-  DeviceTensor t;
-  t.shape = std::move(shape);
-  t.dtype = dtype;
-  t.buffer = rt::DeviceBuffer(t.numel() * static_cast<size_t>(ir::dtype_bytes(dtype)));
-  return t;
-}
-
-// Values shaped like a trained layer's, so no contender sees zeros or overflow: weights
-// scaled by 1/sqrt(fan_in) as PyTorch's Linear init, states (running variances among them)
-// positive. The timing of fp32/tf32 arithmetic does not depend on the values.
-DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint64_t seed) {
-  DeviceTensor t = make_tensor(ir::concrete_shape(v.type, dims), v.type.dtype);
-  std::vector<float> host(t.numel());
-  float lo = -1, hi = 1;
-  if (v.kind == ir::ValueKind::State) {
-    lo = 0.5f;
-    hi = 1.5f;
-  } else if (v.kind == ir::ValueKind::Param && t.shape.size() == 2) {
-    hi = 1.0f / std::sqrt(static_cast<float>(t.shape[1]));
-    lo = -hi;
-  } else if (v.kind == ir::ValueKind::Param) {
-    lo = 0.5f;
-    hi = 1.5f;
-  }
-  fill_uniform(host, seed, lo, hi);
-  std::vector<uint8_t> bytes =
-      rt::encode_elements(std::vector<double>(host.begin(), host.end()), t.dtype);
-  t.buffer.upload(bytes.data(), bytes.size());
-  return t;
-}
-
-std::vector<double> download(const DeviceTensor &t) {
-  std::vector<uint8_t> bytes(t.numel() * static_cast<size_t>(ir::dtype_bytes(t.dtype)));
-  t.buffer.download(bytes.data(), bytes.size());
-  return rt::decode_elements(bytes.data(), t.numel(), t.dtype);
-}
-
-// ---------------------------------------------------------------- the command
-
-int parse_count(const CommandLine &cl, const char *name, int fallback, int minimum) {
-  std::string text = cl.option(name, std::to_string(fallback));
-  char *end = nullptr;
-  errno = 0;
-  long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < minimum || v > 1000000)
-    throw UsageError(
-        fmt::format("--{} expects an integer in [{}, 1000000], got '{}'", name, minimum, text));
-  return static_cast<int>(v);
-}
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+    "                   [--json FILE] [--iters 100] [--warmup 10] [--seed 1] [--arch sm_XX]\n"
+    "                   [--max-split-k S] [--no-tuned]\n";
 
 } // namespace
 
 int cmd_bench(int argc, char **argv) {
   CommandLine cl = parse_command_line(
       argc, argv,
-      {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim", "max-split-k"}, {});
+      {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim", "max-split-k"},
+      {"no-tuned"});
   Options options = pipeline_options(cl);
   if (options.precision == Precision::BF16)
     throw UsageError(fmt::format("--precision: bench times fp32, 3xtf32 and tf32\n{}", kUsage));
@@ -200,33 +119,11 @@ int cmd_bench(int argc, char **argv) {
 
   // Device tensors, shared by every contender: inputs, params, state, and each contender's
   // own outputs (compared afterwards).
-  std::map<std::string, DeviceTensor> declared;
-  std::map<std::string, Tensor> inputs;
-  for (size_t i = 0; i < g.values.size(); ++i) {
-    const ir::Value &v = g.values[i];
-    if (v.is_op())
-      continue;
-    DeviceTensor t = random_tensor(v, dims, seed * 1000003u + i);
-    if (v.kind == ir::ValueKind::Input)
-      inputs[v.name] = t.tensor();
-    declared.emplace(v.name, std::move(t));
-  }
-  auto make_outputs = [&]() {
-    std::vector<DeviceTensor> outs;
-    for (ir::ValueId o : g.outputs)
-      outs.push_back(make_tensor(ir::concrete_shape(g[o].type, dims), g[o].type.dtype));
-    return outs;
-  };
-  auto tensors_of = [](const std::vector<DeviceTensor> &ts) {
-    std::vector<Tensor> out;
-    for (const DeviceTensor &t : ts)
-      out.push_back(t.tensor());
-    return out;
-  };
-  auto bind_all = [&](Pipeline &p) {
-    for (const std::string &name : p.params())
-      p.bind(name, declared.at(name).tensor());
-  };
+  const PipelineData data(g, dims, seed);
+  const std::map<std::string, DeviceTensor> &declared = data.declared;
+  const std::map<std::string, Tensor> &inputs = data.inputs;
+  auto make_outputs = [&]() { return data.make_outputs(); };
+  auto bind_all = [&](Pipeline &p) { data.bind_all(p); };
 
   rt::Stream stream;
   GemmMath math = tf32 ? GemmMath::TF32 : GemmMath::FP32;

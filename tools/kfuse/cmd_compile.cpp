@@ -1,5 +1,7 @@
-// kfuse compile F.kf [--mode] [--precision] [--arch]: NVRTC through the disk cache; no GPU
-// needed. Prints the compile time, whether it was a cache hit, and each kernel's resources.
+// kfuse compile F.kf [--mode] [--precision] [--arch] [--no-tuned]: NVRTC through the disk cache;
+// no GPU needed. Prints the compile time, whether it was a cache hit, each kernel's resources
+// and each GEMM's config and why (the heuristic's reason, or "tuned on <device> at N=...": on a
+// GPU the configs `kfuse tune` stored for it are used unless --no-tuned).
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
@@ -8,7 +10,7 @@
 namespace kfuse::tool {
 
 int cmd_compile(int argc, char **argv) {
-  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch"}, {});
+  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch"}, {"no-tuned"});
   Pipeline p = Pipeline::from_file(cl.file(), pipeline_options(cl));
   const CompileReport &r = p.report();
   std::printf("%s: %zu kernel%s for %s, %.1f ms (%s)\n", p.name().c_str(), r.kernels.size(),

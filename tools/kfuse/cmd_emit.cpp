@@ -1,4 +1,4 @@
-// kfuse emit F.kf [--mode train|eval] [-o out.cu] [--standalone]
+// kfuse emit F.kf [--mode train|eval] [-o out.cu] [--standalone] [--no-tuned]
 #include "compiler/codegen/program.h"
 #include "compiler/lower.h"
 #include "runtime/pipeline.h"
@@ -8,8 +8,8 @@
 namespace kfuse::tool {
 
 int cmd_emit(int argc, char **argv) {
-  CommandLine cl =
-      parse_command_line(argc, argv, {"mode", "output", "precision", "arch"}, {"standalone"});
+  CommandLine cl = parse_command_line(argc, argv, {"mode", "output", "precision", "arch"},
+                                      {"standalone", "no-tuned"});
   const Options options = pipeline_options(cl);
   const codegen::Program prog = lower(dsl::SourceFile::read(cl.file()),
                                       rt::PipelineAccess::lower_options(options, /*fuse=*/true))

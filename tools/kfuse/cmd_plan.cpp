@@ -1,11 +1,15 @@
 // kfuse plan F.kf [--mode train|eval] [--json] [--dump-after-each-pass] [--dim N=...]
+//                 [--precision P] [--arch sm_XX] [--no-tuned]: the text form ends with each GEMM
+//                 kernel's config at that precision and why (heuristic, or tuned on this GPU)
 // kfuse plan F.kf --prove [--dim N=...]: proof by interpretation of the plan of F.kf in both
 // modes, on random data at several sizes (every dim bound to 1, 2 and 5, or to the --dim
 // values given); exits 1 when a pass or the partition disagrees with the file.
+#include "compiler/dsl/diagnostics.h"
 #include "compiler/ir/printer.h"
 #include "compiler/lower.h"
 #include "compiler/plan/agreement.h"
 #include "compiler/plan/plan_printer.h"
+#include "runtime/pipeline.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
@@ -53,11 +57,32 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
   return agree ? 0 : 1;
 }
 
+// The config each GEMM kernel takes at `options` (as `kfuse compile` would build it) and why, or
+// why there is none: a pipeline the GPU path does not run still has a plan.
+std::string gemm_configs(const dsl::SourceFile &src, const Options &options,
+                         const CommandLine &cl) {
+  const LowerOptions lo = rt::PipelineAccess::lower_options(options, true);
+  const char *source = !options.use_tuned ? ", --no-tuned: the heuristics'"
+                       : lo.tunings       ? ""
+                                          : ", the heuristics': no GPU to look tuned ones up for";
+  std::string s =
+      fmt::format("\nGEMM configs ({}, {}{}):\n", cl.option("precision", "fp32"), lo.arch, source);
+  try {
+    const Lowered l = lower(src, lo);
+    for (const codegen::KernelLaunch &k : l.program.launches)
+      if (!k.signature.empty())
+        s += fmt::format("  {}: {}\n", k.entry, k.config);
+  } catch (const dsl::DiagnosticError &) {
+    s += "  none: the GPU path does not run this pipeline (kfuse compile says why)\n";
+  }
+  return s;
+}
+
 } // namespace
 
 int cmd_plan(int argc, char **argv) {
-  CommandLine cl =
-      parse_command_line(argc, argv, {"mode", "dim"}, {"json", "dump-after-each-pass", "prove"});
+  CommandLine cl = parse_command_line(argc, argv, {"mode", "dim", "precision", "arch"},
+                                      {"json", "dump-after-each-pass", "prove", "no-tuned"});
   const bool prove_plan = cl.flag("prove");
   if (prove_plan &&
       (cl.options.count("mode") || cl.flag("json") || cl.flag("dump-after-each-pass")))
@@ -77,7 +102,11 @@ int cmd_plan(int argc, char **argv) {
   ir::DimBindings dims = cl.dims_of(g, /*all=*/false);
   if (prove_plan)
     return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true));
-  write_stdout(cl.flag("json") ? plan::print_plan_json(p, dims) : plan::print_plan_text(p, dims));
+  if (cl.flag("json"))
+    write_stdout(plan::print_plan_json(p, dims));
+  else
+    write_stdout(plan::print_plan_text(p, dims) +
+                 gemm_configs(dsl::SourceFile::read(cl.file()), pipeline_options(cl), cl));
   return 0;
 }
 

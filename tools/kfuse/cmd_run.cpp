@@ -1,5 +1,5 @@
 // kfuse run F.kf --dim N=... [--mode] [--precision] [--seed S] [--steps K] [--save DIR]
-//               [--no-reference] [--max-split-k S (1: split-K off)]:
+//               [--no-reference] [--max-split-k S (1: split-K off)] [--no-tuned]:
 // random inputs on the GPU (in each tensor's declared type), compared with the fp64 reference
 // interpreter. Exits 1 when an error is over the bound (the precision's; 2e-2 where a tensor is
 // bf16 or f16) or a result is not finite. --no-reference skips the
@@ -39,7 +39,7 @@ int cmd_run(int argc, char **argv) {
   CommandLine cl = parse_command_line(
       argc, argv,
       {"mode", "precision", "arch", "seed", "steps", "save", "dim", "inputs", "max-split-k"},
-      {"no-reference", "reference"});
+      {"no-reference", "reference", "no-tuned"});
   if (cl.flag("reference") && cl.flag("no-reference"))
     throw UsageError("--reference and --no-reference contradict each other");
   rt::CheckRequest req;

@@ -142,6 +142,7 @@ Options pipeline_options(const CommandLine &cl) {
                      "split K), got '" +
                      splits + "'");
   o.max_split_k = static_cast<int>(cap);
+  o.use_tuned = !cl.flag("no-tuned");
   return o;
 }
 
@@ -153,6 +154,17 @@ ir::Mode parse_mode(const std::string &text) {
   if (text == "eval")
     return ir::Mode::Eval;
   throw UsageError("--mode must be train or eval, got '" + text + "'");
+}
+
+int parse_count(const CommandLine &cl, const char *name, int fallback, int minimum) {
+  std::string text = cl.option(name, std::to_string(fallback));
+  char *end = nullptr;
+  errno = 0;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < minimum || v > 1000000)
+    throw UsageError(
+        fmt::format("--{} expects an integer in [{}, 1000000], got '{}'", name, minimum, text));
+  return static_cast<int>(v);
 }
 
 } // namespace kfuse::tool

@@ -43,6 +43,10 @@ constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
 CommandLine parse_command_line(int argc, char **argv, const std::set<std::string> &valued,
                                const std::set<std::string> &known_flags);
 
+// The integer option --`name` (`fallback` when absent), in [minimum, 1000000]; throws
+// UsageError naming the option otherwise.
+int parse_count(const CommandLine &cl, const char *name, int fallback, int minimum);
+
 // Writes `text` to standard output, or to the file `path`; throws std::runtime_error naming
 // the destination and the reason when a write or the final flush/close fails (a full disk,
 // `> /dev/full`), so no command reports success for output that was lost.

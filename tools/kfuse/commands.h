@@ -14,6 +14,7 @@ int cmd_emit(int argc, char **argv);
 int cmd_compile(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 int cmd_eval_op(int argc, char **argv);
 
 struct CommandLine;
@@ -21,7 +22,8 @@ struct CommandLine;
 // "train" or "eval"; throws UsageError otherwise.
 ir::Mode parse_mode(const std::string &text);
 // --mode (default train), --precision (default fp32), --arch (default: the GPU's),
-// --max-split-k (default 0: split-K as the shape and SM count choose; 1: never).
+// --max-split-k (default 0: split-K as the shape and SM count choose; 1: never), --no-tuned
+// (the heuristics' GEMM configurations even where `kfuse tune` stored others).
 Options pipeline_options(const CommandLine &cl);
 ir::Mode ir_mode(Mode m);
 

@@ -22,6 +22,7 @@ const Command kCommands[] = {
     {"compile", kfuse::tool::cmd_compile, "compile with NVRTC through the disk cache, show resources"},
     {"run", kfuse::tool::cmd_run, "run on the GPU on random or .npy inputs, compare with the fp64 reference"},
     {"bench", kfuse::tool::cmd_bench, "time fused vs unfused vs cuBLAS's GEMM alone on the GPU"},
+    {"tune", kfuse::tool::cmd_tune, "time each GEMM's candidate configs on the GPU, store the fastest"},
     {"eval-op", kfuse::tool::cmd_eval_op, "evaluate one expression with the fp64 reference (stdin)"},
 };
 

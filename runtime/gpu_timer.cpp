@@ -1,4 +1,4 @@
-#include "tools/kfuse/bench_timer.h"
+#include "runtime/gpu_timer.h"
 
 #include "runtime/driver.h"
 #include "runtime/error.h"
@@ -9,12 +9,12 @@
 #include <algorithm>
 #include <utility>
 
-namespace kfuse::tool {
+namespace kfuse::rt {
 
 namespace {
 
 std::size_t device_l2_bytes() {
-  rt::Driver &driver = rt::Driver::get();
+  Driver &driver = Driver::get();
   driver.make_current();
   CUdevice device = driver.current_device();
   int l2 = 0;
@@ -35,11 +35,11 @@ L2Flush::L2Flush() : l2_bytes_(device_l2_bytes()) {
   // A device reporting no L2 still gets a buffer, so the flush costs the same everywhere.
   constexpr std::size_t kAtLeast = std::size_t{64} << 20;
   std::size_t bytes = std::max(2 * l2_bytes_, kAtLeast);
-  buffer_ = rt::DeviceBuffer((bytes + 3) / 4 * 4);
+  buffer_ = DeviceBuffer((bytes + 3) / 4 * 4);
 }
 
 void L2Flush::flush(CUstream stream) {
-  rt::Driver &driver = rt::Driver::get();
+  Driver &driver = Driver::get();
   driver.make_current();
   ++value_;
   driver.check(driver.cuMemsetD32Async(buffer_.ptr(), value_, buffer_.size() / 4, stream),
@@ -70,8 +70,8 @@ TimingStats time_on_stream(CUstream stream, const std::function<void(CUstream)> 
     work(stream);
   }
   // Events are created before the first timed run so their creation is not timed either.
-  std::vector<rt::Event> starts(static_cast<std::size_t>(iters));
-  std::vector<rt::Event> ends(static_cast<std::size_t>(iters));
+  std::vector<Event> starts(static_cast<std::size_t>(iters));
+  std::vector<Event> ends(static_cast<std::size_t>(iters));
   for (std::size_t i = 0; i < starts.size(); ++i) {
     flush.flush(stream);
     starts[i].record(stream);
@@ -81,8 +81,8 @@ TimingStats time_on_stream(CUstream stream, const std::function<void(CUstream)> 
   std::vector<double> ms;
   ms.reserve(starts.size());
   for (std::size_t i = 0; i < starts.size(); ++i)
-    ms.push_back(static_cast<double>(rt::elapsed_ms(starts[i], ends[i])));
+    ms.push_back(static_cast<double>(elapsed_ms(starts[i], ends[i])));
   return summarize(std::move(ms));
 }
 
-} // namespace kfuse::tool
+} // namespace kfuse::rt

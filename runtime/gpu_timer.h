@@ -1,6 +1,6 @@
-// Timing GPU work the same way for every contender of `kfuse bench`: CUDA events around each
-// run, after warm-up, the L2 cache flushed before each timed run (outside the events), and
-// the median reported.
+// Timing GPU work the same way everywhere (`kfuse bench`'s contenders, `kfuse tune`'s
+// candidates): CUDA events around each run, after warm-up, the L2 cache flushed before each
+// timed run (outside the events), and the median reported.
 #pragma once
 
 #include "runtime/device_buffer.h"
@@ -12,7 +12,7 @@
 #include <functional>
 #include <vector>
 
-namespace kfuse::tool {
+namespace kfuse::rt {
 
 // A device buffer of at least twice the current device's L2 cache. Writing all of it evicts
 // whatever the previous run left in L2, so a timed run starts with its inputs in device memory, as
@@ -28,7 +28,7 @@ public:
 
 private:
   std::size_t l2_bytes_ = 0;
-  rt::DeviceBuffer buffer_;
+  DeviceBuffer buffer_;
   uint32_t value_ = 0; // changes every flush, so no layer can elide a repeated fill
 };
 
@@ -47,4 +47,4 @@ TimingStats summarize(std::vector<double> ms);
 TimingStats time_on_stream(CUstream stream, const std::function<void(CUstream)> &work, int warmup,
                            int iters, L2Flush &flush);
 
-} // namespace kfuse::tool
+} // namespace kfuse::rt

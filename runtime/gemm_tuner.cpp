@@ -1,0 +1,162 @@
+#include "runtime/gemm_tuner.h"
+
+#include "compiler/lower.h"
+#include "runtime/driver.h"
+#include "runtime/gpu_timer.h"
+#include "runtime/launch_geometry.h"
+#include "runtime/pipeline.h"
+#include "runtime/random_tensors.h"
+#include "runtime/stream.h"
+#include "runtime/utc_time.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <set>
+
+namespace kfuse::rt {
+
+namespace {
+
+// Every dim of `g` bound in `dims`, and nothing else.
+void check_dims(const ir::Graph &g, const std::map<std::string, int64_t> &dims) {
+  for (const std::string &d : g.dims)
+    if (!dims.count(d))
+      throw Error(fmt::format("pipeline '{}': tuning needs a value for dim {}", g.name, d));
+  for (const auto &[name, value] : dims) {
+    if (std::find(g.dims.begin(), g.dims.end(), name) == g.dims.end())
+      throw Error(
+          fmt::format("pipeline '{}': tuning was given dim {}, which it has not", g.name, name));
+    if (value < 1 || value > 0x7fffffff)
+      throw Error(fmt::format("pipeline '{}': tuning was given {} = {}; dims are in [1, {}]",
+                              g.name, name, value, 0x7fffffff));
+  }
+}
+
+} // namespace
+
+TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
+                     const TuningRequest &request) {
+  Options options = asked;
+  options.use_tuned = false; // every candidate is given explicitly
+  options.tune_at_start.clear();
+  options.max_split_k = 0; // the candidates' caps decide
+  const auto started = std::chrono::steady_clock::now();
+  const Lowered heuristic = lower(src, PipelineAccess::lower_options(options, true));
+  const ir::Graph &g = heuristic.graph;
+  check_dims(g, request.dims);
+  const ir::DimBindings dims(request.dims.begin(), request.dims.end());
+  std::vector<const codegen::KernelLaunch *> gemms;
+  for (const codegen::KernelLaunch &l : heuristic.program.launches)
+    if (!l.signature.empty())
+      gemms.push_back(&l);
+  if (gemms.empty())
+    throw Error(fmt::format("pipeline '{}' has no GEMM kernel to tune", g.name));
+
+  Driver &driver = Driver::get();
+  driver.require();
+  driver.make_current();
+  TuningRun run;
+  run.device = DeviceKey::current();
+  const TuningStore store = TuningStore::from_environment();
+  run.directory = store.directory();
+  const PipelineData data(g, dims, request.seed);
+  const std::vector<DeviceTensor> outputs = data.make_outputs();
+  const std::vector<Tensor> output_tensors = tensors_of(outputs);
+  Stream stream;
+  L2Flush flush;
+  std::set<std::string> sources;
+
+  auto lowered_with = [&](const codegen::GemmTunings &tunings) {
+    LowerOptions lo = PipelineAccess::lower_options(options, true);
+    lo.tunings = [&tunings](const codegen::Program &) { return tunings; };
+    return lower(src, lo);
+  };
+  // The pipeline with `tunings`, compiled (through the disk cache) and timed.
+  auto time_with = [&](const codegen::GemmTunings &tunings) {
+    Lowered l = lowered_with(tunings);
+    if (sources.insert(l.program.source).second)
+      ++run.compiles;
+    Pipeline p = PipelineAccess::compile(std::move(l), options, true);
+    data.bind_all(p);
+    ++run.timings;
+    return time_on_stream(
+               stream.handle(), [&](CUstream st) { p.run(data.inputs, output_tensors, st); },
+               request.warmup, request.iters, flush)
+        .median;
+  };
+
+  const std::string date = utc_now();
+  codegen::GemmTunings chosen;
+  for (const codegen::KernelLaunch *gemm : gemms) {
+    TunedKernel k;
+    k.entry = gemm->entry;
+    k.rows = gemm->geometry.rows.is_symbolic() ? dims.at(gemm->geometry.rows.sym)
+                                               : gemm->geometry.rows.value;
+    k.shape = fmt::format("{}x{}x{}", k.rows, gemm->cols.str(), gemm->inner.str());
+    const int rows_class = codegen::rows_class(k.rows);
+    std::vector<std::optional<codegen::Sm90Tile>> tiles(gemm->tiles.begin(), gemm->tiles.end());
+    if (tiles.empty())
+      tiles.push_back(std::nullopt);                       // the kernel's one tile
+    std::vector<std::optional<codegen::Sm90Tile>> tile_of; // per candidate
+    for (const std::optional<codegen::Sm90Tile> &tile : tiles) {
+      codegen::GemmTunings tunings = chosen;
+      codegen::GemmTuning &mine = tunings[gemm->entry];
+      mine.tile = tile;
+      mine.tile_why = "a candidate of kfuse tune";
+      const Lowered l = lowered_with(tunings);
+      const codegen::KernelLaunch &launch =
+          *std::find_if(l.program.launches.begin(), l.program.launches.end(),
+                        [&](const codegen::KernelLaunch &x) { return x.entry == gemm->entry; });
+      std::set<int> seen; // caps that give the same S are one candidate
+      for (int cap : codegen::kSplitLimits) {
+        TunedCandidate c{launch.tile, cap,
+                         split_count(launch.geometry, dims, run.device.multiprocessors, cap), 0};
+        if (!seen.insert(c.splits).second)
+          continue;
+        mine.max_splits.clear();
+        if (cap > 0)
+          mine.max_splits[rows_class] = cap;
+        c.ms = time_with(tunings);
+        if (cap == 0 && c.tile == gemm->tile)
+          k.heuristic = k.candidates.size();
+        k.candidates.push_back(c);
+        tile_of.push_back(tile);
+      }
+    }
+    for (size_t i = 0; i < k.candidates.size(); ++i)
+      if (k.candidates[i].ms < k.candidates[k.fastest].ms)
+        k.fastest = i;
+    const TunedCandidate &base = k.candidates[k.heuristic];
+    k.stored = k.candidates[k.fastest].ms < base.ms * (1 - kNoise) ? k.fastest : k.heuristic;
+    const TunedCandidate &won = k.candidates[k.stored];
+    if (run.kernels.empty())
+      run.heuristic_ms = base.ms;
+    run.tuned_ms = won.ms;
+
+    codegen::GemmTuning &t = chosen[gemm->entry];
+    t.tile = tile_of[k.stored];
+    if (won.cap > 0)
+      t.max_splits[rows_class] = won.cap;
+    TuningEntry entry;
+    if (std::optional<TuningEntry> old = store.load(run.device, gemm->signature))
+      for (const TunedSplit &s : old->splits)
+        if (s.tile == won.tile && s.rows_class != rows_class)
+          entry.splits.push_back(s); // other classes measured with the same tile stay
+    entry.pipeline = g.name;
+    entry.kernel = gemm->entry;
+    const TunedAt at{k.rows, won.ms, base.ms, date};
+    entry.tile = TunedTile{won.tile, at};
+    entry.splits.push_back({won.tile, rows_class, won.cap, at});
+    if (!store.store(run.device, gemm->signature, entry))
+      throw Error(fmt::format("pipeline '{}': cannot store the tuned configuration of {} in '{}'",
+                              g.name, gemm->entry, store.directory()));
+    run.kernels.push_back(std::move(k));
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return run;
+}
+
+} // namespace kfuse::rt

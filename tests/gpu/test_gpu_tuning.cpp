@@ -1,0 +1,97 @@
+// Tuned GEMM configurations on the GPU: `kfuse tune` and Options::tune_at_start store an entry
+// per GEMM kernel, a later compile on the same device loads it (its config says "tuned on"), and
+// the pipeline with a tuned tile and split-K cap still matches the fp64 reference. Few
+// iterations: the point is the path, not the numbers.
+#include "compiler/lower.h"
+#include "runtime/pipeline.h"
+#include "runtime/tuning_store.h"
+#include "tests/support/gpu_cases.h"
+#include "tests/support/run_tool.h"
+#include "tests/support/temp_cache.h"
+
+#include <doctest/doctest.h>
+
+using namespace kfuse;
+
+namespace {
+
+const char *kExample = "examples/gemm_scale_bn_512x1024.kf";
+
+Options tf32(Mode mode) {
+  Options o;
+  o.mode = mode;
+  o.precision = Precision::TF32;
+  return o;
+}
+
+} // namespace
+
+TEST_CASE("tune: kfuse tune stores a config that later compiles load, and results still match") {
+  TempCache cache;
+  testing::ToolRun r = testing::run_kfuse(std::string("tune ") + kExample +
+                                          " --dim N=128 --precision tf32 --mode eval --iters 3 "
+                                          "--warmup 1");
+  INFO(r.out, r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("<- stored") != std::string::npos);
+  CHECK(r.out.find("k0_gemm (128x1024x512, N=128)") != std::string::npos);
+  const std::vector<rt::TuningEntry> entries = rt::TuningStore::from_environment().entries();
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].kernel == "k0_gemm");
+  CHECK(entries[0].device == rt::DeviceKey::current().text());
+  REQUIRE(entries[0].tile);
+  CHECK(entries[0].tile->at.rows == 128);
+  CHECK(entries[0].tile->at.ms <= entries[0].tile->at.heuristic_ms);
+
+  Pipeline tuned = Pipeline::from_file(kExample, tf32(Mode::Eval));
+  CHECK(tuned.report().kernels.at(0).config.find("tuned on " + entries[0].device) !=
+        std::string::npos);
+  Options heuristic = tf32(Mode::Eval);
+  heuristic.use_tuned = false;
+  CHECK(Pipeline::from_file(kExample, heuristic).report().kernels.at(0).config.find("tuned on") ==
+        std::string::npos);
+  testing::expect_match(testing::repo_file(kExample), kExample, Mode::Eval, 128, 7, 1,
+                        Precision::TF32);
+}
+
+TEST_CASE("tune: a stored tile other than the heuristic's and a split-K cap run and match") {
+  TempCache cache;
+  const rt::DeviceKey device = rt::DeviceKey::current();
+  for (Mode mode : {Mode::Train, Mode::Eval}) {
+    const Lowered l =
+        lower(dsl::SourceFile::read(kExample), rt::PipelineAccess::lower_options(tf32(mode), true));
+    const codegen::KernelLaunch &gemm = l.program.launches.at(0);
+    REQUIRE(gemm.tile == "64x128x2"); // the heuristic's for 1024 output features
+    rt::TuningEntry e;
+    e.pipeline = "gemm_scale_bn_512x1024";
+    e.kernel = gemm.entry;
+    const rt::TunedAt at{128, 0.01, 0.02, "2026-11-23T12:00:00Z"};
+    e.tile = rt::TunedTile{"128x128x1", at};
+    e.splits.push_back({"128x128x1", codegen::rows_class(128), 2, at});
+    REQUIRE(rt::TuningStore::from_environment().store(device, gemm.signature, e));
+  }
+  for (Mode mode : {Mode::Train, Mode::Eval}) {
+    Pipeline p = Pipeline::from_file(kExample, tf32(mode));
+    CHECK(p.cuda_source().find("Sm90Gemm<kf::sm90::Operand::Tf32, 128>") != std::string::npos);
+    const std::string &config = p.report().kernels.at(0).config;
+    INFO(config);
+    CHECK(config.find("tf32 128x128x1 tile: tuned on " + device.text()) != std::string::npos);
+    CHECK(config.find("for 65..128 rows split-K at most 2") != std::string::npos);
+    // 128 and 100 rows: the tuned class (S <= 2); 33 rows: another class, the rule's S.
+    for (int64_t n : {128, 100, 33})
+      testing::expect_match(testing::repo_file(kExample), kExample, mode, n, 11, 2,
+                            Precision::TF32);
+  }
+}
+
+TEST_CASE("tune: Options::tune_at_start tunes before the compile, which then uses the result") {
+  TempCache cache;
+  Options o = tf32(Mode::Train);
+  o.tune_at_start = {{"N", 128}};
+  Pipeline p = Pipeline::from_file(kExample, o);
+  REQUIRE(rt::TuningStore::from_environment().entries().size() == 1);
+  CHECK(p.report().kernels.at(0).config.find("tuned on " + rt::DeviceKey::current().text()) !=
+        std::string::npos);
+  testing::expect_match(testing::repo_file(kExample), kExample, Mode::Train, 128, 5, 2,
+                        Precision::TF32);
+}
