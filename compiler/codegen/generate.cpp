@@ -637,7 +637,11 @@ void inline_into(const std::string &source, std::set<std::string> &done, std::st
 } // namespace
 
 Program generate(const plan::Plan &p, GemmMath math, const std::string &arch) {
-  return Generator(p, math, arch).run();
+  plan::Plan view = p; // kernels see every tensor as [rows, F]
+  view.graph = ir::matrix_view(p.graph);
+  for (plan::Intermediate &i : view.intermediates)
+    i.type = i.type.matrix_view();
+  return Generator(view, math, arch).run();
 }
 
 std::string inline_templates(const std::string &source) {
