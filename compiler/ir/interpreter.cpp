@@ -253,7 +253,7 @@ HostTensor pool(const Value &v, const HostTensor &x) {
 
 // y * alpha[j] + beta[j]; alpha and beta are [C] or [1].
 HostTensor col_affine(const HostTensor &y, const HostTensor &alpha, const HostTensor &beta) {
-  int64_t n = y.shape[0], c = y.shape[1];
+  int64_t c = y.shape.back(), n = y.numel() / c; // the rows of a rank-3/4 y too
   int64_t sa = alpha.numel() == 1 ? 0 : 1, sb = beta.numel() == 1 ? 0 : 1;
   HostTensor out = zeros(y.shape);
   for (int64_t i = 0; i < n; ++i)
