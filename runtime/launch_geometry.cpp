@@ -10,7 +10,7 @@ namespace kfuse::rt {
 namespace {
 
 int64_t extent(const ir::Dim &d, const std::map<std::string, int64_t> &dims) {
-  return d.is_symbolic() ? dims.at(d.sym) : d.value;
+  return d.evaluate(dims);
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

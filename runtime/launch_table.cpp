@@ -15,9 +15,7 @@ namespace {
 // Every intermediate starts on a 256-byte boundary (what cuMemAlloc guarantees a buffer).
 constexpr size_t kWorkspaceAlignment = 256;
 
-int64_t extent(const ir::Dim &d, const Dims &dims) {
-  return d.is_symbolic() ? dims.at(d.sym) : d.value;
-}
+int64_t extent(const ir::Dim &d, const Dims &dims) { return d.evaluate(dims); }
 
 size_t elements(const ir::TensorType &t, const Dims &dims) {
   size_t n = 1;
@@ -127,7 +125,7 @@ size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multi
   case WorkspaceKey::Kind::Value:
     return elements(t, dims) *
            static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, k.value).dtype));
-  case WorkspaceKey::Kind::PartialMean:       // mean or M2 per column per row tile
+  case WorkspaceKey::Kind::PartialMean: // mean or M2 per column per row tile
   case WorkspaceKey::Kind::PartialM2:
     return static_cast<size_t>((extent(t.shape[0], dims) + k.tile_rows - 1) / k.tile_rows) *
            static_cast<size_t>(extent(t.shape[1], dims)) * sizeof(float);

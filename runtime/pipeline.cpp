@@ -81,7 +81,7 @@ void unify(const std::string &where, const std::string &tensor, const ir::Tensor
 namespace {
 
 int64_t value_of(const ir::Dim &d, const std::map<std::string, int64_t> &dims) {
-  return d.is_symbolic() ? dims.at(d.sym) : d.value;
+  return d.evaluate(dims);
 }
 
 } // namespace

@@ -93,11 +93,22 @@ void Pipeline::Impl::check_tensors(const Tensor *inputs, const Tensor *outputs) 
   for (const std::string &d : g.dims)
     if (!bound_dims.count(d))
       throw Error(fmt::format("{}: dim {} is bound by no tensor", im.where, d));
+  // Kernels count rows in int: a rank-3/4 tensor's rows (B*T) must fit as each dim does
+  // (counted in double: three leading dims of 2^31 overflow int64).
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    const ir::TensorType &t = g.values[id].type;
+    double rows = 1;
+    for (int a = 0; a + 1 < t.rank(); ++a)
+      rows *= static_cast<double>(t.shape[static_cast<size_t>(a)].evaluate(bound_dims));
+    if (t.rank() > 2 && rows > INT_MAX)
+      throw Error(fmt::format("{}: {} {} has {} = {:.0f} rows; kfuse takes at most {}", im.where,
+                              ir::describe(g, static_cast<ir::ValueId>(id)), t.str(),
+                              t.matrix_view().shape[0].str(), rows, INT_MAX));
+  }
   for (const ir::Value &v : g.values)
     if (v.is_op() && v.op == ir::OpKind::GroupNorm) {
       const ir::Dim &c = v.type.shape.back();
-      if (auto problem = ir::group_size_problem(ir::op_info(v.op), v.attrs,
-                                                c.is_symbolic() ? bound_dims.at(c.sym) : c.value))
+      if (auto problem = ir::group_size_problem(ir::op_info(v.op), v.attrs, c.evaluate(bound_dims)))
         throw Error(fmt::format("{}: {}{}", im.where, *problem,
                                 v.loc.known() ? fmt::format(" (line {})", v.loc.line) : ""));
     }

@@ -55,12 +55,13 @@ void check_layout(const std::string &where, const std::string &tensor,
   if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(element) != 0)
     throw Error(fmt::format("{}: tensor '{}' {} at {} is not {}-byte aligned", where, tensor,
                             describe(t), t.data, element));
+  // Rank 2 to 4: the rows of the [rows, F] view are contiguous when the stride is F.
   if (t.row_stride < 0 ||
-      (t.row_stride != 0 && (t.shape.size() != 2 || t.row_stride != t.shape[1])))
+      (t.row_stride != 0 && (t.shape.size() < 2 || t.row_stride != t.shape.back())))
     throw Error(
         fmt::format("{}: tensor '{}' {} has row stride {}; kfuse takes contiguous tensors only{}",
                     where, tensor, describe(t), t.row_stride,
-                    t.shape.size() == 2 ? fmt::format(" (row stride {} or 0)", t.shape[1])
+                    t.shape.size() >= 2 ? fmt::format(" (row stride {} or 0)", t.shape.back())
                                         : " (row stride 0 for rank 1)"));
 }
 

@@ -691,7 +691,11 @@ Program generate(const plan::Plan &p, GemmMath math, const std::string &arch,
       throw CodegenError(fmt::format("pipeline '{}': a tuned configuration names '{}', which is "
                                      "no GEMM kernel of the plan",
                                      p.graph.name, name));
-  return Generator(p, math, arch, tunings).run();
+  plan::Plan view = p; // kernels see every tensor as [rows, F]
+  view.graph = ir::matrix_view(p.graph);
+  for (plan::Intermediate &i : view.intermediates)
+    i.type = i.type.matrix_view();
+  return Generator(view, math, arch, tunings).run();
 }
 
 std::string inline_templates(const std::string &source) {

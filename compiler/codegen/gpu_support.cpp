@@ -17,7 +17,7 @@ std::optional<std::string> half_gemm_unsupported(const Graph &g, const Value &mm
                        "multiplies {} takes linear's [out, in] weight (write linear(x, W) with "
                        "W transposed)",
                        name, dtype, dtype);
-  const Dim &k = a.shape[1];
+  const Dim &k = a.shape.back();
   if (k.is_symbolic() || k.value % 8 != 0)
     return fmt::format("linear of {} operands runs on the Hopper GEMM, which needs the inner "
                        "dim a constant multiple of 8 (16-byte rows for TMA); got {}",

@@ -71,7 +71,12 @@ std::string KernelWriter::store(ValueId v, const std::string &index,
 }
 
 std::string KernelWriter::extent(const Dim &d) {
-  return d.is_symbolic() ? dim_var(d.sym) : fmt::format("{}", d.value);
+  if (d.factors.empty())
+    return d.is_symbolic() ? dim_var(d.sym) : fmt::format("{}", d.value);
+  std::string p = d.value == 1 ? "" : fmt::format("{} * ", d.value);
+  for (size_t i = 0; i < d.factors.size(); ++i)
+    p += (i ? " * " : "") + dim_var(d.factors[i]);
+  return "(" + p + ")";
 }
 
 bool KernelWriter::computed_here(ValueId v) const {

@@ -8,11 +8,9 @@ namespace kfuse::codegen {
 
 namespace {
 
-std::string dim_text(const ir::Dim &d) { return d.is_symbolic() ? d.sym : std::to_string(d.value); }
-
 std::string grid_text(const LaunchGeometry &g) {
-  const std::string space = fmt::format("{} x {} in {} x {} tiles", dim_text(g.rows),
-                                        dim_text(g.cols), g.tile_rows, g.tile_cols);
+  const std::string space =
+      fmt::format("{} x {} in {} x {} tiles", g.rows.str(), g.cols.str(), g.tile_rows, g.tile_cols);
   switch (g.grid) {
   case LaunchGeometry::Grid::Tiles2D:
     return "2-D grid over " + space;
@@ -22,8 +20,7 @@ std::string grid_text(const LaunchGeometry &g) {
     return fmt::format("persistent, at most {} block(s) per SM, over {}", g.blocks_per_sm, space);
   case LaunchGeometry::Grid::Elements:
     return fmt::format("grid-stride, at most {} blocks per SM, over {} x {} elements, {} per block",
-                       g.blocks_per_sm, dim_text(g.rows), dim_text(g.cols),
-                       g.tile_rows * g.tile_cols);
+                       g.blocks_per_sm, g.rows.str(), g.cols.str(), g.tile_rows * g.tile_cols);
   }
   return {};
 }
@@ -43,7 +40,7 @@ std::string param_text(const LaunchParam &p, const std::vector<std::string> &nam
     return "resident row floats";
   case LaunchParam::Kind::TensorMap:
     return fmt::format("tensor map of {} ({} x {}, box {} x {}, {} elements, 128B swizzle)",
-                       name(p.value), dim_text(p.map.rows), dim_text(p.map.inner), p.map.box_rows,
+                       name(p.value), p.map.rows.str(), p.map.inner.str(), p.map.box_rows,
                        p.map.box_inner, ir::dtype_name(p.map.element));
   case LaunchParam::Kind::Splits:
     return "K splits S";
@@ -66,14 +63,14 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
     s += fmt::format("{}: {}; block {}; dynamic smem {} B", l.entry, grid_text(g), g.block_threads,
                      g.smem_bytes);
     if (g.row_bytes_cap > 0)
-      s += fmt::format(" + a resident row of {} floats when it fits in {} B",
-                       dim_text(g.row_length), g.row_bytes_cap);
+      s += fmt::format(" + a resident row of {} floats when it fits in {} B", g.row_length.str(),
+                       g.row_bytes_cap);
     s += fmt::format("; cluster {}\n", g.cluster);
     if (g.tile_k > 0)
       s += fmt::format("  split-K: K = {} in {}-deep k-blocks split S ways, S from the tiles, the "
                        "SMs and K at the bound dims (1 once the tiles fill the SMs), a work "
                        "unit per tile and split\n",
-                       dim_text(g.inner), g.tile_k);
+                       g.inner.str(), g.tile_k);
     if (!l.config.empty())
       s += "  config: " + l.config + "\n";
     for (const LaunchParam &p : l.params)

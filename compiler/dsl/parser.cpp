@@ -256,8 +256,8 @@ private:
     const Token &open = expect(TokenKind::LBracket, "'[' after the element type");
     ir::TensorType type{*dt, {}};
     do {
-      if (type.shape.size() == 2)
-        diags_.error(peek().range(), "too many extents: tensors have rank 1 or 2");
+      if (type.shape.size() == 4)
+        diags_.error(peek().range(), "too many extents: tensors have rank 1 to 4");
       type.shape.push_back(extent());
     } while (accept(TokenKind::Comma));
     expect(TokenKind::RBracket, "',' or ']' after an extent",

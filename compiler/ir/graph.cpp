@@ -54,6 +54,17 @@ std::vector<std::vector<ValueId>> Graph::users() const {
   return u;
 }
 
+Graph matrix_view(const Graph &g) {
+  Graph m = g;
+  for (Value &v : m.values) {
+    // Inference allows only the last axis of a rank-3/4 argument, which is axis 1 of its view.
+    if (v.is_op() && v.attrs.count("dim") && g[v.args[0]].type.rank() > 2)
+      v.attrs["dim"].number = -1;
+    v.type = v.type.matrix_view();
+  }
+  return m;
+}
+
 GraphBuilder::GraphBuilder(std::string name, std::vector<std::string> dims) {
   g_.name = std::move(name);
   g_.dims = std::move(dims);

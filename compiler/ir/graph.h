@@ -59,6 +59,12 @@ struct Graph {
 // How messages name a value: "input 'x' (%0)", "'h' (%5, linear)", "%7 (rsqrt)".
 std::string describe(const Graph &g, ValueId id);
 
+// `g` with every tensor as its matrix view (TensorType::matrix_view: f32[B, T, 768] becomes
+// f32[B*T, 768]), and an op along the last axis of a rank-3/4 tensor marked dim=-1: what the
+// planner's partition and the code generator work on, value for value the same graph. It does
+// not verify (a product extent is no declared dim): it is not a program, only its kernels' view.
+Graph matrix_view(const Graph &g);
+
 // Appends values to a graph under construction, keeping definition order.
 class GraphBuilder {
 public:

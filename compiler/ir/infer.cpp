@@ -16,6 +16,45 @@ void expect_rank(const OpInfo &op, const std::vector<TensorType> &args, int i, i
         i, fmt::format("{} expects {} of rank {}, got {}", op.name, what, rank, args[i].str()));
 }
 
+// Ops whose PyTorch meaning for a rank-3/4 input is not "each row along the last axis", which
+// is all the kernels compute: refused rather than computed differently.
+void expect_matrix(const OpInfo &op, const std::vector<TensorType> &args, std::string_view why) {
+  if (args[0].rank() > 2)
+    throw TypeError(0, fmt::format("{} of {} (rank {}) is not supported: {}", op.name,
+                                   args[0].str(), args[0].rank(), why));
+}
+
+// On a rank-3/4 tensor, only the last axis: softmax, the reductions.
+void expect_last_axis(const OpInfo &op, const TensorType &x, size_t axis) {
+  if (x.rank() > 2 && axis + 1 != static_cast<size_t>(x.rank()))
+    throw TypeError(-1, fmt::format("{}: dim={} of {} (rank {}) is not supported: on a tensor of "
+                                    "rank 3 or 4 only the last (feature) axis, dim=-1 or dim={}",
+                                    op.name, axis, x.str(), x.rank(), x.rank() - 1));
+}
+
+// A binary op with a rank-3/4 result runs on its matrix view, so each operand must be one
+// there: the whole tensor, or 1 along every leading axis (per feature, scalar), with a last
+// extent of 1 or the result's (per row: [B, T, 1]).
+void expect_row_broadcast(const OpInfo &op, const std::vector<TensorType> &args,
+                          const std::vector<Dim> &out) {
+  if (out.size() <= 2)
+    return;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<Dim> &s = args[i].shape;
+    bool all_rows = s.size() == out.size(), no_rows = true;
+    for (size_t a = 0; a + 1 < s.size(); ++a) {
+      all_rows = all_rows && s[a] == out[a];
+      no_rows = no_rows && s[a] == Dim::constant(1);
+    }
+    if (!all_rows && !no_rows)
+      throw TypeError(i, fmt::format("shape mismatch in {}: {} broadcast to {} would repeat it "
+                                     "along some leading axes only; an operand of a rank-3/4 "
+                                     "result has all its leading extents or none (1)",
+                                     op.name, args[i].str(),
+                                     TensorType{args[i].dtype, out}.shape_str()));
+  }
+}
+
 // Every argument has the input's element type (a GEMM's operands and bias, as PyTorch's
 // linear and matmul require).
 void expect_same_dtype(const OpInfo &op, const std::vector<TensorType> &args) {
@@ -133,22 +172,30 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
 
   switch (op.cls) {
   case OpClass::Gemm: {
-    expect_rank(op, args, 0, 2, "its input");
+    // [..., K] x weight -> [..., M]: the leading axes of a rank-3/4 input are rows.
+    if (args[0].rank() < 2)
+      throw TypeError(
+          0, fmt::format("{} expects its input of rank 2 to 4, got {}", op.name, args[0].str()));
     expect_rank(op, args, 1, 2, "its weight");
     expect_same_dtype(op, args);
     bool linear = kind == OpKind::Linear;
     // linear: weight is [out, in]; matmul: b is [in, out].
     const Dim &k = linear ? args[1].shape[1] : args[1].shape[0];
     const Dim &m = linear ? args[1].shape[0] : args[1].shape[1];
-    unify(op, args, 1, args[0].shape[1], k, "the inner dim");
+    unify(op, args, 1, args[0].shape.back(), k, "the inner dim");
     if (n == 3)
       expect_feature_vector(op, args, 2, m, "the bias");
-    return {dt, {args[0].shape[0], m}};
+    std::vector<Dim> shape = args[0].shape;
+    shape.back() = m;
+    return {dt, shape};
   }
   case OpClass::Norm: {
     if (n == 4)
       throw TypeError(-1, "batchnorm takes (x, running_mean, running_var) or (x, weight, bias, "
                           "running_mean, running_var), got 4 arguments");
+    expect_matrix(op, args,
+                  "PyTorch's batchnorm1d normalizes axis 1 (the channels) of a rank-3 "
+                  "input, and kfuse normalizes the last axis of an [N, C] input");
     expect_rank(op, args, 0, 2, "its input");
     const Dim &c = args[0].shape[1];
     static const char *names3[] = {"", "running_mean", "running_var"};
@@ -164,14 +211,19 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     if (!shape)
       throw TypeError(1, fmt::format("shape mismatch in {}: {} and {} do not broadcast", op.name,
                                      args[0].str(), args[1].str()));
+    expect_row_broadcast(op, args, *shape);
     return {promote(dt, args[1].dtype), *shape};
   }
   case OpClass::Unary:
     return args[0];
   case OpClass::Row:
-    axis_of(op, args[0], attrs);
+    expect_last_axis(op, args[0], axis_of(op, args[0], attrs));
     return args[0];
   case OpClass::RowNorm: {
+    if (kind == OpKind::GroupNorm || kind == OpKind::InstanceNorm)
+      expect_matrix(op, args,
+                    "PyTorch's group_norm and instance_norm take axis 1 of a rank-3 "
+                    "input as the channels, not the last axis");
     const Dim &f = args[0].shape.back();
     static const char *names[] = {"", "weight", "bias"};
     for (int i = 1; i < n; ++i) {
@@ -186,11 +238,17 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
   }
   case OpClass::Reduce: {
     size_t axis = axis_of(op, args[0], attrs);
+    expect_last_axis(op, args[0], axis);
     int rank = args[0].rank();
     bool keepdim = attrs.at("keepdim").number != 0;
+    // [B, T] would make T a feature axis: the rows' values keep their axis ([B, T, 1]).
+    if (rank > 2 && !keepdim)
+      throw TypeError(-1, fmt::format("{} of {} (rank {}) needs keepdim=true: without it the "
+                                      "second-to-last axis would become the feature axis",
+                                      op.name, args[0].str(), rank));
     if (rank == 1 && !keepdim)
       throw TypeError(-1, fmt::format("{} of {} needs keepdim=true: the result would have rank 0, "
-                                      "and tensors have rank 1 or 2",
+                                      "and kfuse has no rank-0 tensors",
                                       op.name, args[0].str()));
     std::vector<Dim> shape = args[0].shape;
     if (keepdim)
@@ -200,6 +258,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     return {dt, shape};
   }
   case OpClass::Pool: {
+    expect_matrix(op, args, "PyTorch's pooling of x.unsqueeze(1) takes at most a rank-2 x");
     // A window count has no dim name: the feature count must be a number.
     const Dim &f = args[0].shape.back();
     if (f.is_symbolic())
@@ -219,13 +278,15 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     expect_rank(op, args, 0, 2, "its input");
     return {DType::F32, {args[0].shape[1]}};
   case OpClass::ColAffine: { // alpha and beta of any type, the result in the matrix's
-    expect_rank(op, args, 0, 2, "its input");
+    if (args[0].rank() < 2)  // rank 3/4: per feature of the rows, as a GEMM epilogue applies it
+      throw TypeError(
+          0, fmt::format("{} expects its input of rank 2 to 4, got {}", op.name, args[0].str()));
+    const Dim &c = args[0].shape.back();
     for (int i = 1; i < 3; ++i)
-      if (!(args[i].rank() == 1 &&
-            (args[i].shape[0] == args[0].shape[1] || args[i].shape[0] == Dim::constant(1))))
-        throw TypeError(
-            i, fmt::format("shape mismatch in col_affine: {} must be [{}] or [1], got {}",
-                           i == 1 ? "alpha" : "beta", args[0].shape[1].str(), args[i].str()));
+      if (!(args[i].rank() == 1 && (args[i].shape[0] == c || args[i].shape[0] == Dim::constant(1))))
+        throw TypeError(i,
+                        fmt::format("shape mismatch in col_affine: {} must be [{}] or [1], got {}",
+                                    i == 1 ? "alpha" : "beta", c.str(), args[i].str()));
     return args[0];
   }
   case OpClass::Effect: { // each state is updated in its own type from fp32 statistics

@@ -22,14 +22,23 @@ namespace {
 // The concrete shape of a declaration, with errors that name it.
 std::vector<int64_t> declared_shape(const Graph &g, ValueId id, const DimBindings &dims) {
   const Value &v = g[id];
-  if (v.type.rank() < 1 || v.type.rank() > 2)
+  if (v.type.rank() < 1 || v.type.rank() > 4)
     throw InterpretError(
-        fmt::format("{} is declared {}; tensors have rank 1 or 2", describe(g, id), v.type.str()));
+        fmt::format("{} is declared {}; tensors have rank 1 to 4", describe(g, id), v.type.str()));
   try {
     return concrete_shape(v.type, dims);
   } catch (const InterpretError &e) {
     throw InterpretError(fmt::format("{}: {}", describe(g, id), e.what()));
   }
+}
+
+// A rank-3/4 tensor as the [rows, F] matrix the GEMM and broadcast kernels below take (the same
+// row-major data, copied into `storage`); rank 1 and 2 as they are, not copied.
+const HostTensor &matrix_view(const HostTensor &t, HostTensor &storage) {
+  if (t.shape.size() <= 2)
+    return t;
+  storage = {{t.numel() / t.shape.back(), t.shape.back()}, t.data};
+  return storage;
 }
 
 HostTensor zeros(std::vector<int64_t> shape) {
@@ -123,8 +132,8 @@ ColumnStats column_stats(const HostTensor &y) {
   return s;
 }
 
-// Numpy broadcasting of tensors of rank 1 or 2: a rank-1 operand is a single row, and an
-// extent of 1 is read with stride 0.
+// Numpy broadcasting of tensors of rank 1 or 2 (rank 3/4 as their matrix view): a rank-1 operand is
+// a single row, and an extent of 1 is read with stride 0.
 HostTensor binary(const Value &v, const HostTensor &a, const HostTensor &b) {
   const OpInfo &info = op_info(v.op);
   std::vector<double> attr = attr_numbers(info, v.attrs);
@@ -244,7 +253,7 @@ HostTensor pool(const Value &v, const HostTensor &x) {
 
 // y * alpha[j] + beta[j]; alpha and beta are [C] or [1].
 HostTensor col_affine(const HostTensor &y, const HostTensor &alpha, const HostTensor &beta) {
-  int64_t n = y.shape[0], c = y.shape[1];
+  int64_t c = y.shape.back(), n = y.numel() / c; // the rows of a rank-3/4 y too
   int64_t sa = alpha.numel() == 1 ? 0 : 1, sb = beta.numel() == 1 ? 0 : 1;
   HostTensor out = zeros(y.shape);
   for (int64_t i = 0; i < n; ++i)
@@ -473,16 +482,23 @@ void Interpreter::eval(ValueId id) {
   // By class, so that a new op of an existing class needs no case here; within a class,
   // by kind, every kind named.
   switch (op_info(v.op).cls) {
-  case OpClass::Gemm:
-    out = v.op == OpKind::Linear ? linear(arg(0), arg(1), v.args.size() == 3 ? &arg(2) : nullptr)
-                                 : matmul(arg(0), arg(1));
+  case OpClass::Gemm: {
+    HostTensor storage;
+    const HostTensor &x = matrix_view(arg(0), storage);
+    out = v.op == OpKind::Linear ? linear(x, arg(1), v.args.size() == 3 ? &arg(2) : nullptr)
+                                 : matmul(x, arg(1));
+    out.shape = concrete_shape(v.type, dims_);
     break;
+  }
   case OpClass::Norm:
     out = batchnorm(id);
     break;
-  case OpClass::Binary:
-    out = binary(v, arg(0), arg(1));
+  case OpClass::Binary: { // inference allows only operands that are matrices in the view
+    HostTensor a, b;
+    out = binary(v, matrix_view(arg(0), a), matrix_view(arg(1), b));
+    out.shape = concrete_shape(v.type, dims_);
     break;
+  }
   case OpClass::Unary: {
     const OpInfo &info = op_info(v.op);
     std::vector<double> attr = attr_numbers(info, v.attrs);

@@ -1,6 +1,7 @@
 #include "compiler/ir/types.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <limits>
@@ -58,7 +59,42 @@ double round_to(DType t, double x) {
   return x;
 }
 
-std::string Dim::str() const { return is_symbolic() ? sym : fmt::format("{}", value); }
+Dim Dim::product(const std::vector<Dim> &extents) {
+  Dim p = constant(1);
+  for (const Dim &d : extents) {
+    if (!d.sym.empty())
+      p.factors.push_back(d.sym);
+    p.factors.insert(p.factors.end(), d.factors.begin(), d.factors.end());
+    if (d.sym.empty())
+      p.value *= d.value;
+  }
+  if (p.factors.size() == 1 && p.value == 1)
+    return symbol(p.factors.front());
+  return p;
+}
+
+int64_t Dim::evaluate(const std::map<std::string, int64_t> &dims) const {
+  if (!sym.empty())
+    return dims.at(sym);
+  int64_t n = value;
+  for (const std::string &f : factors)
+    n *= dims.at(f);
+  return n;
+}
+
+std::string Dim::str() const {
+  if (!sym.empty())
+    return sym;
+  if (factors.empty())
+    return fmt::format("{}", value);
+  return fmt::format("{}{}", value == 1 ? "" : fmt::format("{}*", value), fmt::join(factors, "*"));
+}
+
+TensorType TensorType::matrix_view() const {
+  if (rank() <= 2)
+    return *this;
+  return {dtype, {Dim::product({shape.begin(), shape.end() - 1}), shape.back()}};
+}
 
 std::string TensorType::shape_str() const {
   std::string s = "[";

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,25 +23,40 @@ DType promote(DType a, DType b);
 // f32 result is its exact value.
 double round_to(DType t, double x);
 
-// One extent of a tensor: a constant, or a symbolic dim (`dim N`) bound at run time.
+// One extent of a tensor: a constant, a symbolic dim (`dim N`) bound at run time, or a
+// product of dims and a constant: the row count of a rank-3/4 tensor's matrix view (B*T).
 struct Dim {
-  std::string sym; // empty for a constant
+  std::string sym; // a dim name; empty for a constant or a product
   int64_t value = 0;
+  // A product: these dim names times `value`; empty otherwise. Never written in .kf: only
+  // TensorType::matrix_view makes one.
+  std::vector<std::string> factors;
 
-  static Dim constant(int64_t v) { return Dim{{}, v}; }
-  static Dim symbol(std::string name) { return Dim{std::move(name), 0}; }
-  bool is_symbolic() const { return !sym.empty(); }
-  std::string str() const;
-  bool operator==(const Dim &o) const { return sym == o.sym && value == o.value; }
+  static Dim constant(int64_t v) { return Dim{{}, v, {}}; }
+  static Dim symbol(std::string name) { return Dim{std::move(name), 0, {}}; }
+  // The product of extents: a constant where all are, a dim name where one name remains.
+  static Dim product(const std::vector<Dim> &extents);
+  bool is_symbolic() const { return !sym.empty() || !factors.empty(); }
+  // The extent under bound dims; throws std::out_of_range where a dim is unbound.
+  int64_t evaluate(const std::map<std::string, int64_t> &dims) const;
+  std::string str() const; // "N", "8192", "B*T", "4*T"
+  bool operator==(const Dim &o) const {
+    return sym == o.sym && value == o.value && factors == o.factors;
+  }
   bool operator!=(const Dim &o) const { return !(*this == o); }
 };
 
-// Tensors have rank 1 or 2 (rank 0 is the type of an effect, which has no value).
+// Tensors have rank 1 to 4 (rank 0 is the type of an effect, which has no value). The last
+// axis is the feature axis; the leading axes of a tensor of rank >= 2 are its rows.
 struct TensorType {
   DType dtype = DType::F32;
   std::vector<Dim> shape;
 
   int rank() const { return static_cast<int>(shape.size()); }
+  // The [rows, F] matrix the kernels and the planner work on: the leading axes of a rank-3/4
+  // tensor flattened into one row extent (f32[B, T, 768] -> f32[B*T, 768]); rank 1 and 2 as
+  // they are. Row-major storage makes both the same bytes.
+  TensorType matrix_view() const;
   std::string str() const;       // "f32[N, 8192]"
   std::string shape_str() const; // "[N, 8192]"
   bool operator==(const TensorType &o) const { return dtype == o.dtype && shape == o.shape; }

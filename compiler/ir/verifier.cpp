@@ -55,8 +55,8 @@ private:
       fail(id, "the name is already declared");
     if (!v.args.empty() || !v.attrs.empty())
       fail(id, "a declaration has no arguments or attributes");
-    if (v.type.rank() < 1 || v.type.rank() > 2)
-      fail(id, fmt::format("type {} has rank {}; tensors have rank 1 or 2", v.type.str(),
+    if (v.type.rank() < 1 || v.type.rank() > 4)
+      fail(id, fmt::format("type {} has rank {}; tensors have rank 1 to 4", v.type.str(),
                            v.type.rank()));
     extents(id);
   }

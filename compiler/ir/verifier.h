@@ -6,7 +6,7 @@
 //   - every op has exactly the attributes of its op_info, each valid for its spec
 //     (ir::check_attr: kind and range; an Extent's dim is declared), and they satisfy the
 //     op's constraint between attributes (hardtanh: min_val < max_val);
-//   - every tensor has rank 1 or 2 (effects rank 0), every symbolic extent is a declared
+//   - every tensor has rank 1 to 4 (effects rank 0), every symbolic extent is a declared
 //     dim and every constant extent is in [1, kMaxExtent];
 //   - the pipeline, its dims and its declarations have distinct .kf names;
 //   - outputs exist and are not effects;

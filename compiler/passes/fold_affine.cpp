@@ -20,13 +20,13 @@ namespace {
 
 bool is_column_vector(const Value &v, const Value &matrix) {
   return v.type.rank() == 1 &&
-         (v.type.shape[0] == matrix.type.shape[1] || v.type.shape[0] == Dim::constant(1));
+         (v.type.shape[0] == matrix.type.shape.back() || v.type.shape[0] == Dim::constant(1));
 }
 
 // The binary op `v` as a col_affine of its matrix operand, or -1.
 ValueId binary_to_affine(Rewriter &r, const Value &v) {
   const Graph &g = r.old_graph();
-  if (op_info(v.op).cls != OpClass::Binary || v.type.rank() != 2)
+  if (op_info(v.op).cls != OpClass::Binary || v.type.rank() < 2)
     return -1;
   const Value &a = g[v.args[0]], &b = g[v.args[1]];
   bool matrix_first = a.type == v.type && is_column_vector(b, a);

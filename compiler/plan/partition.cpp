@@ -739,6 +739,14 @@ private:
 
 } // namespace
 
-Plan partition(const Graph &g, Mode mode, bool fuse) { return Partitioner(g, mode, fuse).run(); }
+Plan partition(const Graph &g, Mode mode, bool fuse) {
+  const Graph view = matrix_view(g);
+  Plan p = Partitioner(view, mode, fuse).run();
+  // The plan shows the user's shapes; its kernels are the view's (codegen takes the view again).
+  p.graph = g;
+  for (Intermediate &i : p.intermediates)
+    i.type.shape = g[i.value].type.shape;
+  return p;
+}
 
 } // namespace kfuse::plan

@@ -61,15 +61,16 @@ struct Options {
 enum class DType { F32, F16, BF16 };
 
 // A device tensor: a pointer from cudaMalloc/cuMemAlloc (or a framework) in the pipeline's
-// CUDA context, its shape, dtype and row stride. Rows are stored one after another
-// (row-major); the elements of a row are contiguous. kfuse takes tensors aligned to their
+// CUDA context, its shape (rank 1 to 4, the last axis the features: a [B, T, F] tensor is B*T
+// rows), dtype and row stride. Rows are stored one after another (row-major); the elements of
+// a row are contiguous. kfuse takes tensors aligned to their
 // element size (4 bytes for f32, 2 for f16/bf16; a GEMM operand on the sm_90a GEMM: 16 bytes)
 // and contiguous: row_stride 0 (or the row length); anything else is refused clearly.
 struct Tensor {
   void *data = nullptr;
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
-  int64_t row_stride = 0; // elements from one row's start to the next (rank 2); 0: contiguous
+  int64_t row_stride = 0; // elements from one row's start to the next (rank 2-4); 0: contiguous
 };
 
 struct KernelReport {

@@ -102,6 +102,19 @@ void read_dlpack(PyObject *capsule, const std::string &where, const std::string 
           "{} has strides ({}): the elements of a row are not contiguous; pass a contiguous "
           "tensor (.contiguous())",
           what(), fmt::join(dl.strides, dl.strides + dl.ndim, ", ")));
+    // A rank-3/4 tensor is read as contiguous [rows, F]: every axis of extent > 1 must have
+    // the C-contiguous stride (a transposed or sliced [B, T, F] view would be misread).
+    if (dl.ndim > 2) {
+      int64_t contiguous = 1;
+      for (int a = last; a >= 0; --a) {
+        if (dl.shape[a] > 1 && dl.strides[a] != contiguous)
+          throw Error(fmt::format(
+              "{} has strides ({}): a tensor of rank {} must be contiguous; pass a contiguous "
+              "tensor (.contiguous())",
+              what(), fmt::join(dl.strides, dl.strides + dl.ndim, ", "), dl.ndim));
+        contiguous *= dl.shape[a];
+      }
+    }
     // A row stride of one row is meaningless: rows of a single row are contiguous. A zero row
     // stride (a broadcast, expanded tensor) is refused here: kfuse::Tensor's 0 means contiguous.
     if (dl.ndim == 2 && dl.shape[0] > 1) {

@@ -108,6 +108,24 @@ def test_dims_and_output_shapes_follow_the_declarations(small):
         small._core.dims({"x": [7, 5]})
 
 
+BTF = """pipeline btf {
+  dim B, T
+  input  x: f32[B, T, 6]
+  param  weight: f32[5, 6]
+  return linear(x, weight)
+}
+"""
+
+
+def test_rank3_tensors_bind_their_dims_and_must_be_contiguous():
+    btf = kfuse.Pipeline(text=BTF, file_name="btf.kf", mode="eval")
+    assert btf._core.dims({"x": [2, 3, 6]}) == {"B": 2, "T": 3}
+    assert btf._core.output_shape(0, {"B": 2, "T": 3}) == [2, 3, 5]
+    swapped = np.ones((3, 2, 6), np.float32).transpose(1, 0, 2)
+    with pytest.raises(kfuse.Error, match=r"tensor 'x' f32\[2, 3, 6\] has strides \(6, 12, 1\): a tensor of rank 3 must be contiguous"):
+        btf(swapped)
+
+
 HALF = """pipeline half {
   dim N
   input  x: bf16[N, 16]

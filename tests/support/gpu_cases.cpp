@@ -74,20 +74,29 @@ std::string example(const std::string &name) { return repo_file("examples/" + na
 
 void expect_match(const std::string &text, const std::string &file, Mode mode, int64_t n,
                   uint64_t seed, int steps, Precision precision) {
+  expect_match(text, file, mode, {{"N", n}}, seed, steps, precision);
+}
+
+void expect_match(const std::string &text, const std::string &file, Mode mode,
+                  const std::map<std::string, int64_t> &dims, uint64_t seed, int steps,
+                  Precision precision) {
   rt::CheckRequest req;
   req.kf_text = text;
   req.file_name = file;
   req.options.mode = mode;
   req.options.precision = precision;
-  req.dims = {{"N", n}};
+  req.dims = dims;
   req.seed = seed;
   req.steps = steps;
   rt::CheckResult r = rt::check_against_reference(req);
   dsl::SourceFile src(file, text);
   dsl::Diagnostics diags(src);
   const double bound = rt::error_bound(precision, dsl::parse_kf(src, diags));
+  std::string bound_dims;
+  for (const auto &[name, value] : dims)
+    bound_dims += fmt::format(" {}={}", name, value);
   for (const rt::CheckEntry &e : r.entries) {
-    INFO(file, " mode ", mode == Mode::Train ? "train" : "eval", " N=", n, " ", e.name, " rel ",
+    INFO(file, " mode ", mode == Mode::Train ? "train" : "eval", bound_dims, " ", e.name, " rel ",
          e.relative, " max abs ", e.max_abs, " bound ", bound);
     CHECK(e.finite);
     CHECK(e.relative <= bound);

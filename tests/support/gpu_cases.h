@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
 
 namespace kfuse::testing {
@@ -33,6 +34,10 @@ std::string example(const std::string &name);
 // within the pipeline's bound: rt::error_bound of the precision and the pipeline's types.
 void expect_match(const std::string &text, const std::string &file, Mode mode, int64_t n,
                   uint64_t seed, int steps = 1, Precision precision = Precision::FP32);
+// The same with every dim bound by name (B and T of [B, T, F] activations).
+void expect_match(const std::string &text, const std::string &file, Mode mode,
+                  const std::map<std::string, int64_t> &dims, uint64_t seed, int steps = 1,
+                  Precision precision = Precision::FP32);
 
 // Examples in both modes, with one row and with 33 (a partial tile).
 void expect_examples(std::initializer_list<const char *> files, uint64_t seed);

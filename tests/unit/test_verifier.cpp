@@ -165,7 +165,7 @@ TEST_CASE("verifier: Extent and DType attributes") {
       "%6 (constant): attribute 'dtype' must be an element type (f32, f16 or bf16), got 'f64'");
 }
 
-TEST_CASE("verifier: types have rank 1 or 2 and declared, bounded extents") {
+TEST_CASE("verifier: types have rank 1 to 4 and declared, bounded extents") {
   check_fails(changed([](ir::Graph &g) { g.values[0].type.shape[0] = Dim::symbol("M"); }), 0,
               "input 'x' (%0): type f32[M, 16] has an extent that is not a declared dim or an "
               "integer in [1, 2147483647]");
@@ -176,10 +176,20 @@ TEST_CASE("verifier: types have rank 1 or 2 and declared, bounded extents") {
       changed([](ir::Graph &g) { g.values[2].type = f32({Dim::constant(ir::kMaxExtent + 1)}); }), 2,
       "state 'rm' (%2): type f32[2147483648] has an extent that is not a declared dim "
       "or an integer in [1, 2147483647]");
-  check_fails(changed([](ir::Graph &g) { g.values[0].type.shape.push_back(Dim::constant(2)); }), 0,
-              "input 'x' (%0): type f32[N, 16, 2] has rank 3; tensors have rank 1 or 2");
+  check_fails(changed([](ir::Graph &g) {
+                auto &s = g.values[0].type.shape;
+                s.insert(s.begin(), 3, Dim::constant(2));
+              }),
+              0, "input 'x' (%0): type f32[2, 2, 2, N, 16] has rank 5; tensors have rank 1 to 4");
   check_fails(changed([](ir::Graph &g) { g.values[3].type.shape.clear(); }), 3,
-              "state 'rv' (%3): type f32[] has rank 0; tensors have rank 1 or 2");
+              "state 'rv' (%3): type f32[] has rank 0; tensors have rank 1 to 4");
+  // A product extent is only the kernels' matrix view (ir::matrix_view), never a program's.
+  check_fails(changed([](ir::Graph &g) {
+                g.values[0].type.shape[0] = Dim::product({Dim::symbol("N"), Dim::symbol("N")});
+              }),
+              0,
+              "input 'x' (%0): type f32[N*N, 16] has an extent that is not a declared dim or an "
+              "integer in [1, 2147483647]");
 }
 
 TEST_CASE("verifier: names of the pipeline, dims and declarations") {

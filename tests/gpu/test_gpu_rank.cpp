@@ -1,0 +1,52 @@
+// [B, T, F] activations on the GPU: the kernels run over B*T rows. Odd B and T give the GEMM and
+// the row kernels partial tiles; outputs are poisoned with NaN first (expect_match).
+#include "tests/support/gpu_cases.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+using namespace kfuse;
+using testing::example;
+using testing::expect_match;
+
+namespace {
+
+// A transformer-style projection with a residual input, then rmsnorm, on [B, T, F] tensors of
+// `dtype` (the norm weight f32); `in` a multiple of 8 for bf16's Hopper GEMM.
+std::string projection_rmsnorm(int in, int out, const std::string &dtype) {
+  return fmt::format(R"(pipeline projection_rmsnorm {{
+  dim B, T
+  input x: {0}[B, T, {1}]
+  input residual: {0}[B, T, {2}]
+  param weight: {0}[{2}, {1}]
+  param bias: {0}[{2}]
+  param norm_weight: f32[{2}]
+  h = add(linear(x, weight, bias), residual)
+  return h, rmsnorm(h, norm_weight, eps=1e-6)
+}}
+)",
+                     dtype, in, out);
+}
+
+const std::map<std::string, int64_t> kOddBT[] = {
+    {{"B", 1}, {"T", 1}}, {{"B", 3}, {"T", 5}}, {{"B", 5}, {"T", 33}}, {{"B", 7}, {"T", 19}}};
+
+} // namespace
+
+TEST_CASE("gpu: [B, T, F] examples (GPT-2 f32 layernorm, TinyLlama bf16 rmsnorm) with odd B, T") {
+  uint64_t seed = 900;
+  for (const char *file :
+       {"gpt2_attn_out_residual_layernorm_btf.kf", "tinyllama_o_proj_residual_rmsnorm_btf_bf16.kf"})
+    for (Mode mode : {Mode::Eval, Mode::Train})
+      for (const auto &dims : kOddBT)
+        expect_match(example(file), file, mode, dims, ++seed);
+}
+
+TEST_CASE("gpu: [B, T, F] projection + residual + rmsnorm in f32 and bf16, odd feature counts") {
+  uint64_t seed = 950;
+  for (const char *dtype : {"f32", "bf16"})
+    for (auto [in, out] : {std::pair{64, 37}, std::pair{128, 130}, std::pair{256, 1000}})
+      for (const auto &dims : kOddBT)
+        expect_match(projection_rmsnorm(in, out, dtype), "projection_rmsnorm.kf", Mode::Eval, dims,
+                     ++seed);
+}
