@@ -70,6 +70,11 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
       case LaunchParam::Kind::Splits:
         launch.arg_pointers.push_back(&a.value);
         break;
+      case LaunchParam::Kind::RngSeed:
+      case LaunchParam::Kind::RngOffset:
+        draws_ = true;
+        launch.arg_pointers.push_back(&a.rng);
+        break;
       case LaunchParam::Kind::TensorMap:
         a.from = pointer_of(p.value);
         a.tensor = names[static_cast<size_t>(p.value)];
@@ -127,7 +132,7 @@ size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multi
   case WorkspaceKey::Kind::Value:
     return elements(t, dims) *
            static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, k.value).dtype));
-  case WorkspaceKey::Kind::PartialMean:       // mean or M2 per column per row tile
+  case WorkspaceKey::Kind::PartialMean: // mean or M2 per column per row tile
   case WorkspaceKey::Kind::PartialM2:
     return static_cast<size_t>((extent(t.shape[0], dims) + k.tile_rows - 1) / k.tile_rows) *
            static_cast<size_t>(extent(t.shape[1], dims)) * sizeof(float);
@@ -239,6 +244,8 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
       case LaunchParam::Kind::Dim:
       case LaunchParam::Kind::SmemFloats:
       case LaunchParam::Kind::Splits:
+      case LaunchParam::Kind::RngSeed:
+      case LaunchParam::Kind::RngOffset:
         break;
       }
     }
@@ -280,6 +287,15 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
            const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
   }
   copy_outputs(/*declared=*/false);
+}
+
+void LaunchTable::set_rng(uint64_t seed, uint64_t offset) {
+  for (Launch &launch : launches_)
+    for (Arg &a : launch.args)
+      if (a.param.kind == LaunchParam::Kind::RngSeed)
+        a.rng = seed;
+      else if (a.param.kind == LaunchParam::Kind::RngOffset)
+        a.rng = offset;
 }
 
 void LaunchTable::zero_split_counters(CUstream stream) const {

@@ -267,7 +267,23 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
     im.table->zero_split_counters(stream);
     im.split_counters_zero = true;
   }
+  if (im.table->draws()) {
+    im.table->set_rng(im.rng.seed, im.rng.offset);
+    ++im.rng.offset;
+  }
   im.table->enqueue(im.functions, stream, im.gemm_override);
+}
+
+void Pipeline::set_rng(uint64_t seed, uint64_t offset) {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  im.rng = {seed, offset};
+}
+
+RngState Pipeline::rng_state() const {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  return im.rng;
 }
 
 size_t Pipeline::workspace_size(const std::map<std::string, int64_t> &dims) const {

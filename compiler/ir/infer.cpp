@@ -167,6 +167,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     return {promote(dt, args[1].dtype), *shape};
   }
   case OpClass::Unary:
+  case OpClass::Random:
     return args[0];
   case OpClass::Row:
     axis_of(op, args[0], attrs);
