@@ -132,6 +132,10 @@ std::string KernelWriter::statement(ValueId id, bool element,
   if (info.cuda.empty())
     throw CodegenError(
         fmt::format("internal error: kernel {} cannot compute {} inline", k_.name, info.name));
+  // The passes remove eval-mode dropouts (simplify_identities); one left would drop elements.
+  if (v.op == OpKind::Dropout && p_.mode == Mode::Eval)
+    throw CodegenError(
+        fmt::format("internal error: kernel {} has a dropout in eval mode", k_.name));
   // Expands the op table's expression: {0}, {1}, ... are the operands, {name} an attribute.
   std::string e;
   std::string_view text = info.cuda;
