@@ -68,6 +68,11 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
       case LaunchParam::Kind::Splits:
         launch.arg_pointers.push_back(&a.value);
         break;
+      case LaunchParam::Kind::RngSeed:
+      case LaunchParam::Kind::RngOffset:
+        draws_ = true;
+        launch.arg_pointers.push_back(&a.rng);
+        break;
       case LaunchParam::Kind::TensorMap:
         a.from = pointer_of(p.value);
         a.tensor = names[static_cast<size_t>(p.value)];
@@ -237,6 +242,8 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
       case LaunchParam::Kind::Dim:
       case LaunchParam::Kind::SmemFloats:
       case LaunchParam::Kind::Splits:
+      case LaunchParam::Kind::RngSeed:
+      case LaunchParam::Kind::RngOffset:
         break;
       }
     }
@@ -278,6 +285,15 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
            const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
   }
   copy_outputs(/*declared=*/false);
+}
+
+void LaunchTable::set_rng(uint64_t seed, uint64_t offset) {
+  for (Launch &launch : launches_)
+    for (Arg &a : launch.args)
+      if (a.param.kind == LaunchParam::Kind::RngSeed)
+        a.rng = seed;
+      else if (a.param.kind == LaunchParam::Kind::RngOffset)
+        a.rng = offset;
 }
 
 void LaunchTable::zero_split_counters(CUstream stream) const {

@@ -63,6 +63,11 @@ public:
   void enqueue(const std::vector<Function> &functions, CUstream stream,
                const std::function<void(const GemmCall &, CUstream)> &gemm) const;
 
+  // Whether a kernel draws random numbers (a train-mode dropout): then runs set_rng() first.
+  bool draws() const { return draws_; }
+  // The seed and offset every drawing kernel's next launch passes (templates/dropout.cuh).
+  void set_rng(uint64_t seed, uint64_t offset);
+
   // Zeroes the split-K counters of the launches that split at the prepared dims, on `stream`
   // (nothing where none splits). point() first.
   void zero_split_counters(CUstream stream) const;
@@ -79,11 +84,12 @@ private:
   };
   struct Arg {
     codegen::LaunchParam param;
-    Pointer from;         // Buffer, PartialMean, PartialM2, TensorMap
-    std::string tensor;   // TensorMap: the matrix's name in errors
-    CUdeviceptr ptr = 0;  // the pointer passed (Buffer, partials)
-    int value = 0;        // Dim, SmemFloats
-    int64_t map_rows = 0; // TensorMap extents, at prepare()
+    Pointer from;               // Buffer, PartialMean, PartialM2, TensorMap
+    std::string tensor;         // TensorMap: the matrix's name in errors
+    CUdeviceptr ptr = 0;        // the pointer passed (Buffer, partials)
+    int value = 0;              // Dim, SmemFloats
+    unsigned long long rng = 0; // RngSeed, RngOffset
+    int64_t map_rows = 0;       // TensorMap extents, at prepare()
     int64_t map_inner = 0;
     CachedTensorMap map;
   };
@@ -132,6 +138,7 @@ private:
   std::vector<size_t> offsets_;       // of workspace_keys_, at prepare()
   std::vector<size_t> counter_bytes_; // of workspace_keys_ (SplitCounters, else 0), at prepare()
   CUdeviceptr workspace_ = 0;         // at point()
+  bool draws_ = false;
 };
 
 } // namespace kfuse::rt

@@ -43,6 +43,7 @@ struct Pipeline::Impl {
   std::vector<int> input_position;
   std::vector<std::string> output_names; // "output 0", ...: how messages name outputs
   std::unique_ptr<rt::LaunchTable> table;
+  RngState rng; // the next train-mode run's dropout stream; each such run advances the offset
 
   std::mutex mutex; // run() and bind() on one pipeline are serialised
   std::unique_ptr<rt::Module> module;

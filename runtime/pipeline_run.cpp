@@ -284,9 +284,17 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
       im.table->zero_split_counters(s);
     im.table->enqueue(im.functions, s, im.gemm_override);
   };
+  // A pipeline that draws (dropout in train mode) gives each run its own offset: its kernels'
+  // arguments change every run.
+  const bool draws = im.table->draws();
+  if (draws) {
+    im.table->set_rng(im.rng.seed, im.rng.offset);
+    ++im.rng.offset;
+  }
   // Steady runs replay one graph of the launches; a run captured into the caller's own graph
-  // launches one by one, and the benchmark's GEMM override calls the host.
-  if (changed == Change::None && !im.gemm_override && !rt::capturing(stream)) {
+  // launches one by one, and so do runs that draw and the benchmark's GEMM override (it calls
+  // the host).
+  if (changed == Change::None && !draws && !im.gemm_override && !rt::capturing(stream)) {
     constexpr int kSteadyRunsBeforeGraph = 2; // a one-off run never pays for a capture
     if (!im.run_graph.captured() && ++im.steady_runs >= kSteadyRunsBeforeGraph)
       im.run_graph.capture(enqueue);
@@ -298,6 +306,18 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
   }
   enqueue(stream);
   im.split_counters_zero = true;
+}
+
+void Pipeline::set_rng(uint64_t seed, uint64_t offset) {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  im.rng = {seed, offset};
+}
+
+RngState Pipeline::rng_state() const {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  return im.rng;
 }
 
 size_t Pipeline::workspace_size(const std::map<std::string, int64_t> &dims) const {

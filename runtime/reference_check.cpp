@@ -80,6 +80,7 @@ CheckEntry compare(const std::string &name, const std::vector<double> &gpu,
     if (!std::isfinite(gpu[i]))
       e.finite = false;
     e.max_abs = std::max(e.max_abs, std::fabs(gpu[i] - ref[i]));
+    e.zero_mismatches += (gpu[i] == 0) != (ref[i] == 0);
   }
   e.relative = e.finite ? relative_error(gpu, ref) : std::numeric_limits<double>::infinity();
   return e;
@@ -170,13 +171,15 @@ CheckResult check_against_reference(Pipeline &pipeline, const CheckRequest &req)
 
   std::vector<HostTensor> ref_outs;
   Stream stream;
+  pipeline.set_rng(req.rng.seed, req.rng.offset);
   for (int step = 0; step < req.steps; ++step) {
     for (DeviceTensor &o : outs)
       o.buffer.fill_bytes(0xff); // NaN: an element the pipeline forgets to write shows
+    const kfuse::RngState rng = pipeline.rng_state(); // what this run draws with
     pipeline.run(inputs, out_refs, stream.handle());
     stream.synchronize();
     if (req.reference)
-      ref_outs = interpret(g, mode, dims, host);
+      ref_outs = interpret(g, mode, dims, host, {rng.seed, rng.offset});
   }
   if (!req.reference) { // judged elsewhere: compare with itself, which only checks finiteness
     for (size_t i = 0; i < outs.size(); ++i)

@@ -15,6 +15,9 @@ struct CheckEntry {
   double max_abs = 0;
   double relative = 0; // ||gpu - ref|| / ||ref||
   bool finite = true;  // no NaN or Inf in the GPU result (outputs are poisoned first)
+  // Elements zero in one of the GPU result and the reference but not in the other: a dropout
+  // whose mask differs from the interpreter's shows here.
+  int64_t zero_mismatches = 0;
 };
 
 struct CheckResult {
@@ -29,7 +32,9 @@ struct CheckRequest {
   Options options;
   ir::DimBindings dims;
   uint64_t seed = 1;
-  int steps = 1;        // runs back to back; state carries over (train-mode running stats)
+  int steps = 1; // runs back to back; state carries over (train-mode running stats)
+  // The dropout stream of the first step (Pipeline::set_rng); each step advances its offset.
+  RngState rng = {};
   std::string save_dir; // non-empty: write every tensor there as .npy (see docs/PERF.md)
   // Non-empty: every input, param and state from <inputs_dir>/<name>.npy instead of random
   // data (dims bound by them; `dims` must agree); the outputs (out0.npy, ...) and the updated

@@ -56,6 +56,9 @@ public:
       KernelLaunch launch;
       launch.entry = k.name;
       launch.kind = k.kind;
+      for (ValueId id : k.computes)
+        if (g_[id].op == OpKind::Dropout)
+          includes_.insert("dropout.cuh");
       body += "\n" + comment(k);
       switch (k.kind) {
       case KernelKind::Gemm:
@@ -496,6 +499,7 @@ private:
       case OpClass::Norm:
       case OpClass::Binary:
       case OpClass::Unary:
+      case OpClass::Random:
       case OpClass::ColReduce:
       case OpClass::ColAffine:
       case OpClass::Constant:

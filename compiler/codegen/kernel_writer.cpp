@@ -48,6 +48,11 @@ KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
   }
   for (const std::string &d : g_.dims)
     params_.push_back({LaunchParam::Kind::Dim, -1, d});
+  if (std::any_of(k.computes.begin(), k.computes.end(),
+                  [&](ValueId id) { return g_[id].op == OpKind::Dropout; })) {
+    params_.push_back({LaunchParam::Kind::RngSeed, -1, {}});
+    params_.push_back({LaunchParam::Kind::RngOffset, -1, {}});
+  }
   // Row kernels with a softmax or normalization pass keep a resident row in shared memory.
   if (std::any_of(k.row_stages.begin(), k.row_stages.end(),
                   [&](ValueId st) { return keeps_resident_row(g_[st].op); }))
@@ -132,6 +137,10 @@ std::string KernelWriter::statement(ValueId id, bool element,
   if (info.cuda.empty())
     throw CodegenError(
         fmt::format("internal error: kernel {} cannot compute {} inline", k_.name, info.name));
+  // The passes remove eval-mode dropouts (simplify_identities); one left would drop elements.
+  if (v.op == OpKind::Dropout && p_.mode == Mode::Eval)
+    throw CodegenError(
+        fmt::format("internal error: kernel {} has a dropout in eval mode", k_.name));
   // Expands the op table's expression: {0}, {1}, ... are the operands, {name} an attribute.
   std::string e;
   std::string_view text = info.cuda;
@@ -145,6 +154,13 @@ std::string KernelWriter::statement(ValueId id, bool element,
     i = close;
     if (key[0] >= '0' && key[0] <= '9') {
       e += operand(v.args.at(static_cast<size_t>(key[0] - '0')), element, given);
+      continue;
+    }
+    if (key == "index") { // the element's row-major index (a random op's counter)
+      e += element && v.type.rank() == 2
+               ? fmt::format("static_cast<unsigned long long>(row) * {} + col",
+                             extent(v.type.shape[1]))
+               : std::string("static_cast<unsigned long long>(col)");
       continue;
     }
     const AttrSpec *spec = nullptr;
@@ -227,6 +243,12 @@ std::string KernelWriter::param_list() const {
       parts.push_back(
           fmt::format("const __grid_constant__ kf::sm90::TensorMap {}_map", ptr(lp.value)));
       break;
+    case LaunchParam::Kind::RngSeed:
+      parts.push_back("unsigned long long rng_seed");
+      break;
+    case LaunchParam::Kind::RngOffset:
+      parts.push_back("unsigned long long rng_offset");
+      break;
     case LaunchParam::Kind::Splits:
     case LaunchParam::Kind::SplitPartials:
     case LaunchParam::Kind::SplitCounters:
@@ -248,6 +270,10 @@ std::string KernelWriter::member_declarations(const std::string &indent) const {
                        element_type(lp.value), ptr(lp.value));
     else if (lp.kind == LaunchParam::Kind::Dim)
       s += fmt::format("{}int {};\n", indent, dim_var(lp.dim));
+    else if (lp.kind == LaunchParam::Kind::RngSeed)
+      s += indent + "unsigned long long rng_seed;\n";
+    else if (lp.kind == LaunchParam::Kind::RngOffset)
+      s += indent + "unsigned long long rng_offset;\n";
   }
   return s;
 }
@@ -259,6 +285,10 @@ std::string KernelWriter::member_initializer(const std::vector<std::string> &ext
       s += (s.empty() ? "" : ", ") + ptr(lp.value);
     else if (lp.kind == LaunchParam::Kind::Dim)
       s += (s.empty() ? "" : ", ") + dim_var(lp.dim);
+    else if (lp.kind == LaunchParam::Kind::RngSeed)
+      s += (s.empty() ? "" : ", ") + std::string("rng_seed");
+    else if (lp.kind == LaunchParam::Kind::RngOffset)
+      s += (s.empty() ? "" : ", ") + std::string("rng_offset");
   }
   for (const std::string &e : extra)
     s += (s.empty() ? "" : ", ") + e;

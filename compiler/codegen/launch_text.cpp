@@ -44,6 +44,10 @@ std::string param_text(const LaunchParam &p, const std::vector<std::string> &nam
                        p.map.box_inner, ir::dtype_name(p.map.element));
   case LaunchParam::Kind::Splits:
     return "K splits S";
+  case LaunchParam::Kind::RngSeed:
+    return "RNG seed";
+  case LaunchParam::Kind::RngOffset:
+    return "RNG offset (advanced per train-mode run)";
   case LaunchParam::Kind::SplitPartials:
     return fmt::format("split-K partial tiles of {} (workspace: tiles x S tiles of floats)",
                        name(p.value));

@@ -50,6 +50,8 @@ struct LaunchParam {
     Splits,        // GEMMs: the K split count S of the launch (LaunchShape::splits), as int
     SplitPartials, // GEMMs: split-K's partial tiles in the workspace (float *)
     SplitCounters, // GEMMs: split-K's per-tile arrival counters in the workspace (unsigned *)
+    RngSeed,       // kernels with a dropout: the run's RNG seed (unsigned long long, by value)
+    RngOffset,     // and its offset (templates/dropout.cuh)
   };
   Kind kind;
   ir::ValueId value = -1; // SplitPartials / SplitCounters: the GEMM's product

@@ -1,6 +1,9 @@
 #include "compiler/ir/graph.h"
 
 #include "compiler/ir/infer.h"
+#include "compiler/ir/printer.h"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -89,6 +92,18 @@ ValueId GraphBuilder::op(OpKind op, std::vector<ValueId> args,
       known |= spec.name == key;
     if (!known)
       throw TypeError(-1, fmt::format("{} has no attribute '{}'", info.name, key));
+  }
+  if (op == OpKind::Dropout) {
+    // Each dropout draws its own stream: by default the next one after the graph's dropouts.
+    int64_t streams = std::count_if(g_.values.begin(), g_.values.end(), [](const Value &v) {
+      return v.is_op() && v.op == OpKind::Dropout;
+    });
+    attrs.emplace("stream", AttrValue{static_cast<double>(streams), {}});
+    for (const Value &v : g_.values)
+      if (v.is_op() && v.op == OpKind::Dropout && v.attrs.at("stream") == attrs.at("stream"))
+        throw TypeError(-1, fmt::format("dropout stream {} is drawn by another dropout already; "
+                                        "two dropouts need distinct streams",
+                                        format_number(attrs.at("stream").number)));
   }
   for (const AttrSpec &spec : info.attrs) {
     auto it = attrs.find(std::string(spec.name));

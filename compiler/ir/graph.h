@@ -22,6 +22,13 @@ enum class ValueKind : uint8_t { Input, Param, State, Op };
 std::string_view value_kind_name(ValueKind k);
 
 enum class Mode : uint8_t { Train, Eval };
+// The random stream of a train-mode run's dropouts (templates/dropout.cuh): the Philox key and
+// the counter word that successive runs advance.
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  bool operator==(const RngState &o) const { return seed == o.seed && offset == o.offset; }
+};
 std::string_view mode_name(Mode m);
 
 struct Value {

@@ -215,6 +215,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     return {promote(dt, args[1].dtype), *shape};
   }
   case OpClass::Unary:
+  case OpClass::Random:
     return args[0];
   case OpClass::Row:
     expect_last_axis(op, args[0], axis_of(op, args[0], attrs));

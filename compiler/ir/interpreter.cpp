@@ -2,6 +2,7 @@
 
 #include "compiler/ir/infer.h"
 #include "compiler/ir/pointwise.h"
+#include "templates/dropout.cuh"
 
 #include <fmt/format.h>
 
@@ -148,6 +149,20 @@ HostTensor binary(const Value &v, const HostTensor &a, const HostTensor &b) {
     for (int64_t j = 0; j < c; ++j)
       out.data[i * c + j] =
           info.fp64(a.data[i * a_row + j * a_col], b.data[i * b_row + j * b_col], attr.data());
+  return out;
+}
+
+// F.dropout: the identity in eval mode; in train mode the kernels' keep rule
+// (templates/dropout.cuh) on the element's row-major index, kept values scaled by 1 / (1 - p).
+HostTensor dropout(const Value &v, const HostTensor &x, Mode mode, RngState rng) {
+  HostTensor out = x;
+  if (mode == Mode::Eval)
+    return out;
+  const double p = v.attr("p");
+  const unsigned threshold = kf::dropout_threshold(static_cast<float>(p));
+  const auto stream = static_cast<unsigned>(v.attr("stream"));
+  for (size_t i = 0; i < out.data.size(); ++i)
+    out.data[i] *= kf::dropout_keep(rng.seed, rng.offset, stream, i, threshold) ? 1 / (1 - p) : 0.0;
   return out;
 }
 
@@ -320,8 +335,9 @@ std::vector<int64_t> concrete_shape(const TensorType &t, const DimBindings &dims
   return shape;
 }
 
-Interpreter::Interpreter(const Graph &g, Mode mode, DimBindings dims, const TensorMap &tensors)
-    : g_(g), mode_(mode), dims_(std::move(dims)), declared_(g.values.size(), nullptr),
+Interpreter::Interpreter(const Graph &g, Mode mode, DimBindings dims, const TensorMap &tensors,
+                         RngState rng)
+    : g_(g), mode_(mode), rng_(rng), dims_(std::move(dims)), declared_(g.values.size(), nullptr),
       values_(g.values.size()), done_(g.values.size(), false) {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const Value &v = g_.values[i];
@@ -507,6 +523,9 @@ void Interpreter::eval(ValueId id) {
       x = info.fp64(x, 0, attr.data());
     break;
   }
+  case OpClass::Random:
+    out = dropout(v, arg(0), mode_, rng_);
+    break;
   case OpClass::Row: {
     int rank = static_cast<int>(arg(0).shape.size());
     int dim = static_cast<int>(v.attr("dim"));
@@ -550,8 +569,8 @@ void Interpreter::eval(ValueId id) {
 }
 
 std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &dims,
-                                  TensorMap &tensors) {
-  Interpreter in(g, mode, dims, tensors);
+                                  TensorMap &tensors, RngState rng) {
+  Interpreter in(g, mode, dims, tensors, rng);
   in.eval_all();
   std::vector<HostTensor> outputs;
   for (ValueId id : g.outputs)

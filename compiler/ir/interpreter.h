@@ -47,7 +47,9 @@ public:
   // (checked: a missing tensor or wrong shape throws InterpretError naming it).
   // They are read in place, not copied (a weight can be hundreds of MiB): like `g`, `tensors`
   // must outlive the interpreter and stay unchanged while it is used.
-  Interpreter(const Graph &g, Mode mode, DimBindings dims, const TensorMap &tensors);
+  // `rng`: where train-mode dropouts draw (templates/dropout.cuh).
+  Interpreter(const Graph &g, Mode mode, DimBindings dims, const TensorMap &tensors,
+              RngState rng = {});
 
   // Computes one value; its arguments must have been computed already.
   void eval(ValueId id);
@@ -62,7 +64,8 @@ public:
 
 private:
   // A temporary map would leave the interpreter reading freed tensors.
-  Interpreter(const Graph &g, Mode mode, DimBindings dims, TensorMap &&tensors) = delete;
+  Interpreter(const Graph &g, Mode mode, DimBindings dims, TensorMap &&tensors,
+              RngState rng = {}) = delete;
   const HostTensor &tensor(ValueId id) const; // a declaration's or a computed op's value
   HostTensor batchnorm(ValueId id);
   void bn_update(ValueId id);
@@ -72,6 +75,7 @@ private:
 
   const Graph &g_;
   Mode mode_;
+  RngState rng_;
   DimBindings dims_;
   std::vector<const HostTensor *> declared_; // into the caller's map; null for ops
   std::vector<HostTensor> values_;           // op results; empty for declarations
@@ -83,7 +87,7 @@ private:
 // Runs the whole graph: returns the outputs in order (Interpreter::output) and writes state
 // updates into `tensors`.
 std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &dims,
-                                  TensorMap &tensors);
+                                  TensorMap &tensors, RngState rng = {});
 
 // Random tensors for every input, param and state of `g`: standard normal values, except
 // running variances (states used as batchnorm's running_var), uniform in [0.5, 1.5], and

@@ -48,6 +48,7 @@ std::string shapes(const OpInfo &op) {
     return "broadcast → broadcast shape";
   case OpClass::Unary:
   case OpClass::Row:
+  case OpClass::Random:
     return "any → same";
   case OpClass::Gemm:
   case OpClass::Norm:

@@ -55,6 +55,10 @@ constexpr AttrSpec kGroupNormAttrs[] = {required("groups", AttrKind::Int),
 // PyTorch's stride=None: the window's own width.
 constexpr AttrSpec kPoolAttrs[] = {required("kernel_size", AttrKind::Int),
                                    optional_number("stride", kInf)};
+// PyTorch's default p; `stream` defaults to the op's ordinal among the graph's dropouts
+// (GraphBuilder::op), so that every dropout draws its own stream.
+constexpr AttrSpec kDropoutAttrs[] = {number("p", 0.5, {0, 1, false, true}),
+                                      {"stream", AttrKind::Int, false, 0, {}, {}}};
 constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {}, unit},
                                        required("count", AttrKind::Extent)};
 constexpr AttrSpec kConstantAttrs[] = {required("value", AttrKind::Number),
@@ -91,6 +95,14 @@ std::optional<std::string> pool_window(const AttrMap &a) {
   if (std::isfinite(s) && (s < 1 || std::floor(s) != s))
     return fmt::format("stride must be an integer >= 1, got {}", format_number(s));
   return std::nullopt;
+}
+
+std::optional<std::string> stream_in_range(const AttrMap &a) {
+  double s = a.at("stream").number;
+  if (s >= 0 && s <= kMaxDropoutStream)
+    return std::nullopt;
+  return fmt::format("dropout's stream must be in [0, {}], got {}", kMaxDropoutStream,
+                     format_number(s));
 }
 
 // --- the table ----------------------------------------------------------------------------
@@ -314,6 +326,24 @@ constexpr OpInfo kOps[] = {
          "`F.avg_pool1d(x.unsqueeze(1), kernel_size, stride).squeeze(1)`: the mean of each "
          "window; no padding, `stride` defaults to `kernel_size`"),
 
+    {OpKind::Dropout,
+     "dropout",
+     OpClass::Random,
+     1,
+     1,
+     "x",
+     kDropoutAttrs,
+     false,
+     nullptr,
+     "kf::dropout({0}, {p}, {stream}, rng_seed, rng_offset, {index})",
+     stream_in_range,
+     "`x` → the same shape",
+     "`F.dropout(x, p, training)`: the identity in eval mode; in train mode each element is "
+     "kept with probability `1 - p` and scaled by `1 / (1 - p)`, else multiplied by 0, drawn "
+     "from the run's Philox stream (below); `p` in `[0, 1)`; `stream` (< 65536) defaults to "
+     "the op's ordinal among the pipeline's dropouts",
+     nullptr,
+     {}},
     {OpKind::ColMean,
      "col_mean",
      OpClass::ColReduce,
@@ -451,6 +481,8 @@ std::string_view op_class_name(OpClass c) {
     return "reduction";
   case OpClass::Pool:
     return "feature pooling";
+  case OpClass::Random:
+    return "random pointwise";
   case OpClass::ColReduce:
     return "column statistics";
   case OpClass::ColAffine:

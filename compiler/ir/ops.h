@@ -82,6 +82,8 @@ enum class OpKind : uint8_t {
   // pooling
   MaxPool1d,
   AvgPool1d,
+  // random
+  Dropout,
   // internal
   ColMean,
   ColVar,
@@ -102,6 +104,7 @@ enum class OpClass : uint8_t {
   RowNorm,   // normalization over the feature axis with a per-feature affine (layernorm)
   Reduce,    // reduction along `dim`: [N, F] -> [N, 1] / [N] (dim=1) or [1, F] / [F] (dim=0)
   Pool,      // windows along the feature axis: [N, F] -> [N, (F - kernel_size) / stride + 1]
+  Random,    // pointwise, one operand, drawing from the run's RNG (seed, offset) per element
   ColReduce, // column statistics: [N, C] -> [C]
   ColAffine, // per-column affine map of a matrix
   Effect,    // no value; updates states
@@ -126,6 +129,8 @@ struct AttrValue {
 using AttrMap = std::map<std::string, AttrValue>;
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
+// Dropout streams take 16 bits of the Philox counter (templates/dropout.cuh).
+inline constexpr int kMaxDropoutStream = 65535;
 
 // The interval a Number attribute must lie in; an infinite end is no bound.
 struct Range {

@@ -2,6 +2,8 @@
 // leave behind, so plans and generated code read like the math.
 //
 //   x * 1 = 1 * x = x + 0 = 0 + x = x - 0 = x / 1 = x     col_affine(y, 1, 0) = y
+//   dropout(x) = x in eval mode, and dropout(x, p=0) = x in both (nothing is dropped, the
+//   scale is 1)
 //   op(constants) = the constant it evaluates to (the interpreter's scalar semantics)
 // An identity is removed only where x already has the result's type (no broadcast is
 // lost). Constant folding is done in double and stored as the constant's value; it only
@@ -32,14 +34,16 @@ bool is(const Rewriter &r, ValueId id, double c) {
 
 } // namespace
 
-Graph simplify_identities(const Graph &g, Mode) {
-  return Rewriter(g, "simplify_identities").run([](Rewriter &r, ValueId old) -> ValueId {
+Graph simplify_identities(const Graph &g, Mode mode) {
+  return Rewriter(g, "simplify_identities").run([mode](Rewriter &r, ValueId old) -> ValueId {
     const Value &v = r.old_graph()[old];
     std::vector<ValueId> args;
     for (ValueId a : v.args)
       args.push_back(r.map(a));
     auto same_type = [&](ValueId id) { return r.new_value(id).type == v.type ? id : -1; };
     if (v.op == OpKind::ColAffine && is(r, args[1], 1) && is(r, args[2], 0))
+      return args[0];
+    if (v.op == OpKind::Dropout && (mode == Mode::Eval || v.attr("p") == 0))
       return args[0];
     if (is_pointwise(v.op)) {
       auto a = r.constant_value(args[0]);

@@ -16,8 +16,8 @@ namespace {
 
 bool is_elementwise(const Value &v) {
   OpClass c = op_info(v.op).cls;
-  return v.is_op() && (c == OpClass::Binary || c == OpClass::Unary || c == OpClass::ColAffine ||
-                       c == OpClass::Constant);
+  return v.is_op() && (c == OpClass::Binary || c == OpClass::Unary || c == OpClass::Random ||
+                       c == OpClass::ColAffine || c == OpClass::Constant);
 }
 
 bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && v.type.rank() == 2; }

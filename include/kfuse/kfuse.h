@@ -73,6 +73,13 @@ struct Tensor {
   int64_t row_stride = 0; // elements from one row's start to the next (rank 2-4); 0: contiguous
 };
 
+// Where a pipeline's train-mode dropouts draw (docs/DSL.md, "Dropout"): the Philox key and the
+// counter word each train-mode run advances by one.
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 struct KernelReport {
   std::string name;
   int registers = 0, shared_bytes = 0, stack_bytes = 0, spill_stores = 0, spill_loads = 0;
@@ -147,6 +154,13 @@ public:
   // of the device: the pipeline's once it has run, the current context's device (else device 0)
   // before.
   size_t workspace_size(const std::map<std::string, int64_t> &dims) const;
+
+  // The dropout stream: a run of a pipeline that draws (a dropout in train mode) uses
+  // rng_state() and then advances its offset by one, so successive runs drop different elements
+  // and a run repeats from the (seed, offset) it used. A CUDA graph captured from a run replays
+  // that run's (seed, offset): the same mask on every replay. Both start at 0.
+  void set_rng(uint64_t seed, uint64_t offset = 0);
+  RngState rng_state() const;
   // Later runs keep their intermediates in [data, data + bytes) instead of memory the pipeline
   // allocates (at the first run of each larger shape): device memory of the pipeline's context,
   // 256-byte aligned, that no tensor of a run overlaps and that no other run uses at the same

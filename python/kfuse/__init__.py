@@ -160,6 +160,17 @@ class Pipeline:
         intermediates in (0: it keeps none): the size set_workspace needs."""
         return self._core.workspace_size(dims)
 
+    def set_rng(self, seed, offset=0):
+        """Where train-mode dropouts draw (docs/DSL.md, "dropout"): each call of a pipeline that
+        draws uses (seed, offset), then advances the offset by one. Both are integers in
+        [0, 2**64)."""
+        self._core.set_rng(seed, offset)
+
+    @property
+    def rng_state(self):
+        """(seed, offset) the next train-mode call's dropouts draw with."""
+        return self._core.rng_state()
+
     def set_workspace(self, tensor):
         """Later calls keep their intermediates in `tensor` instead of memory the pipeline
         allocates: a contiguous f32/bf16/f16 tensor on the pipeline's device, 256-byte aligned, of

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -205,6 +206,17 @@ NB_MODULE(_kfuse, m) {
           },
           nb::arg("capsule").none(),
           "Runs keep their intermediates in the capsule's memory (None: the pipeline's own).")
+      .def(
+          "set_rng",
+          [](PyPipeline &p, uint64_t seed, uint64_t offset) { p.core.set_rng(seed, offset); },
+          nb::arg("seed"), nb::arg("offset"), "The dropout stream (Pipeline::set_rng).")
+      .def(
+          "rng_state",
+          [](const PyPipeline &p) {
+            kfuse::RngState s = p.core.rng_state();
+            return std::make_pair(s.seed, s.offset);
+          },
+          "(seed, offset) of the next train-mode run's dropouts (Pipeline::rng_state).")
       .def(
           "tensor_shape",
           [](const PyPipeline &p, const std::string &name, nb::handle capsule) {

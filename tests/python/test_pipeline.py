@@ -164,3 +164,13 @@ def test_workspace_size_grows_with_the_rows_and_a_host_workspace_is_refused(exam
     with pytest.raises(kfuse.Error, match=r"workspace.*cpu"):
         p.set_workspace(np.zeros(large // 4, np.float32))
     p.set_workspace(None)  # back to the pipeline's own: always allowed
+
+
+def test_dropout_rng_state_is_set_and_read_without_a_gpu(examples):
+    p = kfuse.Pipeline(examples / "gpt2_mlp_dropout.kf", mode="train", arch="sm_90a")
+    assert "kf::dropout(" in p.cuda_source
+    assert p.rng_state == (0, 0)
+    p.set_rng(2**64 - 1, 5)
+    assert p.rng_state == (2**64 - 1, 5)
+    p.set_rng(3)
+    assert p.rng_state == (3, 0)

@@ -305,7 +305,8 @@ private:
         OpClass::Gemm,      OpClass::Norm,   OpClass::Norm,     OpClass::Binary,
         OpClass::Binary,    OpClass::Unary,  OpClass::Unary,    OpClass::Row,
         OpClass::RowNorm,   OpClass::Reduce, OpClass::Reduce,   OpClass::ColReduce,
-        OpClass::ColAffine, OpClass::Effect, OpClass::Constant, OpClass::Pool};
+        OpClass::ColAffine, OpClass::Effect, OpClass::Constant, OpClass::Pool,
+        OpClass::Random};
     OpClass cls = pick(classes);
     auto it = by_class_.find(cls);
     if (it == by_class_.end())
@@ -341,6 +342,8 @@ private:
     }
     case OpClass::Row:
       return assign(fmt::format("{}({}{})", name, h.name, attrs(op, 2)), h.dims, h.dtype);
+    case OpClass::Random: // p of 0 (the identity) to 0.75; each its own stream by default
+      return assign(fmt::format("{}({}, p={})", name, h.name, 0.25 * c_.below(4)), h.dims, h.dtype);
     case OpClass::RowNorm: { // the optional per-feature vectors, some or all of them
       std::string args = h.name;
       int vectors = c_.below(op_info(op).max_args);

@@ -163,3 +163,24 @@ TEST_CASE("cli: plan ends with each GEMM's config at the precision asked, and wh
   CHECK(bf16.exit_code == 1);
   CHECK(bf16.err.find("precision bf16 is not implemented yet") != std::string::npos);
 }
+
+TEST_CASE("cli: run takes a 64-bit --dropout-seed and refuses anything else, before the GPU") {
+  const std::string kf = "examples/gpt2_mlp_dropout.kf --dim N=4 --dropout-seed ";
+  for (const char *bad : {"-1", "x", "18446744073709551616"}) {
+    INFO(bad);
+    ToolRun r = run_kfuse("run " + kf + bad);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == std::string("kfuse run: --dropout-seed must be an integer in [0, 2^64), got '") +
+                       bad + "'\n");
+  }
+}
+
+TEST_CASE("cli: plan --prove proves the dropout examples") {
+  for (const char *kf : {"examples/gpt2_mlp_dropout.kf --dim N=3",
+                         "examples/bert_output_dropout_layernorm.kf --dim N=3"}) {
+    INFO(kf);
+    ToolRun r = run_kfuse(std::string("plan --prove ") + kf);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("PROVED: every pass and the plan agree with the file\n") != std::string::npos);
+  }
+}

@@ -1,9 +1,11 @@
 // kfuse run F.kf --dim N=... [--mode] [--precision] [--seed S] [--steps K] [--save DIR]
-//               [--no-reference] [--max-split-k S (1: split-K off)] [--no-tuned]:
+//               [--no-reference] [--max-split-k S (1: split-K off)] [--no-tuned]
+//               [--dropout-seed S]:
 // random inputs on the GPU (in each tensor's declared type), compared with the fp64 reference
 // interpreter. Exits 1 when an error is over the bound (the precision's; 2e-2 where a tensor is
 // bf16 or f16) or a result is not finite. --no-reference skips the
 // CPU reference (hours at the founding sizes) for runs another reference judges (--save).
+// --dropout-seed S: the seed of train-mode dropouts (offset 0, advanced by each step; default 0).
 //
 // kfuse run F.kf --inputs DIR [--steps K] [--save OUT] [--reference]:
 // the user's data: every input, param and state from DIR/<name>.npy (float32 or float16, C
@@ -17,6 +19,7 @@
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -33,13 +36,23 @@ int positive(const CommandLine &cl, const std::string &name, int fallback) {
   return static_cast<int>(v);
 }
 
+uint64_t unsigned64(const CommandLine &cl, const std::string &name) {
+  std::string text = cl.option(name, "0");
+  char *end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end || errno == ERANGE)
+    throw UsageError("--" + name + " must be an integer in [0, 2^64), got '" + text + "'");
+  return v;
+}
+
 } // namespace
 
 int cmd_run(int argc, char **argv) {
-  CommandLine cl = parse_command_line(
-      argc, argv,
-      {"mode", "precision", "arch", "seed", "steps", "save", "dim", "inputs", "max-split-k"},
-      {"no-reference", "reference", "no-tuned"});
+  CommandLine cl = parse_command_line(argc, argv,
+                                      {"mode", "precision", "arch", "seed", "steps", "save", "dim",
+                                       "inputs", "max-split-k", "dropout-seed"},
+                                      {"no-reference", "reference", "no-tuned"});
   if (cl.flag("reference") && cl.flag("no-reference"))
     throw UsageError("--reference and --no-reference contradict each other");
   rt::CheckRequest req;
@@ -51,6 +64,7 @@ int cmd_run(int argc, char **argv) {
   req.dims = cl.dims_of(rt::PipelineAccess::graph(pipeline), /*all=*/false);
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
+  req.rng = {unsigned64(cl, "dropout-seed"), 0};
   req.save_dir = cl.option("save", "");
   req.inputs_dir = cl.option("inputs", "");
   req.reference = req.inputs_dir.empty() ? !cl.flag("no-reference") : cl.flag("reference");
