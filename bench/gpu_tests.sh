@@ -17,6 +17,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
 # doctest separates filters with commas: a comma inside a case name is escaped.
 "$binary" --list-test-cases --no-version | grep -v '^\[doctest\]' | grep -v '^=*$' >"$logs/cases.txt"
+# Tests that run the kfuse tool take the one beside the test binary (a carried build).
+[[ -x "$(dirname "$binary")/kfuse" ]] && export KFUSE_TOOL="$(cd "$(dirname "$binary")" && pwd)/kfuse"
 export binary logs limit
 run_case() {
   local i=$1 name start rc

@@ -11,7 +11,7 @@ struct ToolRun {
 };
 
 // Runs `kfuse ARGS` (shell syntax: redirections and quoting as in sh) in the source
-// directory, so paths in messages are repository-relative. Standard output goes to
+// directory, the kfuse of $KFUSE_TOOL where set, else the one of this build, so paths in messages are repository-relative. Standard output goes to
 // `stdout_path` when given (ToolRun::out is then empty).
 ToolRun run_kfuse(const std::string &args, const std::string &stdout_path = "");
 
