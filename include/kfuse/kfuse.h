@@ -152,7 +152,7 @@ public:
   // `dims` needs, e.g. workspace_size(dims({{"x", x_shape}})); every dim must be bound. 0: the
   // pipeline keeps none. Where a GEMM may split K at these dims, the size depends on the SM count
   // of the device: the pipeline's once it has run, the current context's device (else device 0)
-  // before.
+  // before; on a machine without a GPU, the most any device needs (K split the most it allows).
   size_t workspace_size(const std::map<std::string, int64_t> &dims) const;
 
   // The dropout stream: a run of a pipeline that draws (a dropout in train mode) uses
