@@ -689,12 +689,14 @@ void inline_into(const std::string &source, std::set<std::string> &done, std::st
 
 Program generate(const plan::Plan &p, GemmMath math, const std::string &arch,
                  const GemmTunings &tunings) {
-  for (const auto &[name, tuning] : tunings)
+  for (const auto &entry : tunings) {
+    const std::string &name = entry.first; // a lambda may not capture a structured binding
     if (std::none_of(p.kernels.begin(), p.kernels.end(),
                      [&](const Kernel &k) { return k.name == name && k.kind == KernelKind::Gemm; }))
       throw CodegenError(fmt::format("pipeline '{}': a tuned configuration names '{}', which is "
                                      "no GEMM kernel of the plan",
                                      p.graph.name, name));
+  }
   plan::Plan view = p; // kernels see every tensor as [rows, F]
   view.graph = ir::matrix_view(p.graph);
   for (plan::Intermediate &i : view.intermediates)
