@@ -69,6 +69,12 @@ std::vector<std::string> full_options(const CompileRequest &req) {
   // driver is installed; a hit there skips ptxas and with it the resource report parsed below.
   // kfuse's disk cache already stores the binary and that report.
   options.push_back("--no-cache");
+  // NVVM's optimizer and ptxas each work one kernel at a time by default; a pipeline's kernels
+  // (a GEMM, a column kernel, a row kernel) are independent, so both run them on every CPU. On
+  // the H100 machine (16 CPUs) this cut gemm_bn_scale_softmax's cold compile from 2.7 to 1.7 s
+  // (train, tf32). ptxas still prints each kernel's report whole, in one piece.
+  options.push_back("--split-compile=0");
+  options.push_back("--ptxas-options=--split-compile=0");
   options.insert(options.end(), req.options.begin(), req.options.end());
   return options;
 }
