@@ -13,13 +13,14 @@ device. Compiling and planning need no GPU. docs/PYTHON.md has the details and
 ``kfuse.torch.Fused`` (an ``nn.Module`` wrapper).
 """
 
+import concurrent.futures
 import sys
 
 from . import _kfuse
 from ._kfuse import Error
 from ._kfuse import Pipeline as _CorePipeline
 
-__all__ = ["Error", "Pipeline", "dropout_keep", "interpret", "program"]
+__all__ = ["Error", "Pipeline", "compile_many", "dropout_keep", "interpret", "program"]
 
 _CUDA_DEVICES = (2, 13)  # DLPack's kDLCUDA and kDLCUDAManaged
 
@@ -246,3 +247,18 @@ def interpret(file=None, *, text=None, file_name="<text>", mode, dims, tensors, 
         with open(file) as f:
             text, file_name = f.read(), str(file)
     return _kfuse.interpret(text, file_name, mode, dict(dims), dict(tensors), rng[0], rng[1])
+
+
+def compile_many(files, modes=("train", "eval"), precision="fp32", workers=8):
+    """Compiles every (file, mode) pipeline on `workers` threads (NVRTC runs without the GIL), so
+    that later compiles of them, in this process or another, are disk cache hits. Returns
+    {(file, mode): Pipeline, or the kfuse.Error it raised}."""
+    def compile_one(key):
+        try:
+            return Pipeline(key[0], mode=key[1], precision=precision)
+        except Error as e:
+            return e
+
+    keys = [(f, m) for f in files for m in modes]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(keys, pool.map(compile_one, keys)))

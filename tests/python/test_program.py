@@ -87,3 +87,11 @@ def test_dropout_keep_is_reproducible_and_keeps_about_1_minus_p():
     assert keep != kfuse.dropout_keep(7, 3, 1, 20000, 0.25)  # another dropout of the pipeline
     with pytest.raises(kfuse.Error, match=r"p must be in \[0, 1\)"):
         kfuse.dropout_keep(0, 0, 0, 4, 1.0)
+
+
+def test_compile_many_compiles_each_file_and_mode_and_returns_errors(tmp_path, examples):
+    bad = tmp_path / "bad.kf"
+    bad.write_text("pipeline bad {\n  input x: f32[4, 4]\n  return nope(x)\n}\n")
+    done = kfuse.compile_many([examples / "snn_selu.kf", bad], modes=("eval",), workers=2)
+    assert done[(examples / "snn_selu.kf", "eval")].plan.startswith("plan snn_selu (mode eval)")
+    assert isinstance(done[(bad, "eval")], kfuse.Error) and "unknown op 'nope'" in str(done[(bad, "eval")])

@@ -101,9 +101,16 @@ class ExamplePair:
                 f"{what} {name}: kfuse rel err {err:.2e}, PyTorch's {torch_err:.2e}, bound {self.bound:.0e}"
 
 
+@pytest.fixture(scope="module")
+def compiled_examples():
+    """Every example's pipelines compiled up front, in parallel: the tests then load them from the
+    disk cache instead of compiling 70 pipelines one by one. A failed compile fails its test."""
+    return kfuse.compile_many(EXAMPLES)
+
+
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("kf", EXAMPLES, ids=lambda p: p.stem)
-def test_every_example_matches_pytorch_over_steps_and_in_a_cuda_graph(kf, mode):
+def test_every_example_matches_pytorch_over_steps_and_in_a_cuda_graph(kf, mode, compiled_examples):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     pair = ExamplePair(kf, mode)
