@@ -253,7 +253,7 @@ def main():
         dims = documented_dims(kf)
         generator = torch.Generator(device="cuda").manual_seed(0)
         ref = kfuse.torch.Reference(kf, device="cuda")
-        ref.reset_parameters(torch.Generator().manual_seed(0))
+        ref.reset_parameters(torch.Generator(device="cuda").manual_seed(0))
         state = {"ref": ref, "inputs": ref.random_inputs(dims, generator, "cuda"), "dims": dims, "work": work}
         states[kf] = state
         for mode in modes:

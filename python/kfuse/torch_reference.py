@@ -224,26 +224,23 @@ class Reference(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self, generator=None):
-        """Matrices as nn.Linear initializes them (uniform within 1/sqrt(fan_in)); vectors and
+        """`generator`: a torch.Generator on the module's device, or None for the default one.
+        Matrices as nn.Linear initializes them (uniform within 1/sqrt(fan_in)); vectors and
         scalars uniform in [0.5, 1.5] (norm weights, scales, temperatures: away from 0);
         running means uniform in [-0.5, 0.5] and running variances in [0.5, 1.5], so eval mode
         normalizes with non-trivial statistics."""
         roles = self.state_roles()
-
-        def uniform(t, lo, hi):
-            t.copy_(torch.rand(t.shape, generator=generator, dtype=torch.float64) * (hi - lo) + lo)
-
         for name, p in self.named_parameters():
             if p.dim() >= 2:
                 bound = 1.0 / math.sqrt(p.shape[-1])
-                uniform(p, -bound, bound)
+                p.uniform_(-bound, bound, generator=generator)
             else:
-                uniform(p, 0.5, 1.5)
+                p.uniform_(0.5, 1.5, generator=generator)
         for name, b in self.named_buffers():
             if roles.get(name) == "running_mean":
-                uniform(b, -0.5, 0.5)
+                b.uniform_(-0.5, 0.5, generator=generator)
             else:
-                uniform(b, 0.5, 1.5)
+                b.uniform_(0.5, 1.5, generator=generator)
 
     def forward(self, *inputs, **named):
         values = self.program["values"]

@@ -74,7 +74,7 @@ class ExamplePair:
         self.kf = kf
         self.generator = torch.Generator(device="cuda").manual_seed(0)
         self.torch = kfuse.torch.Reference(kf, device="cuda").train(mode == "train")
-        self.torch.reset_parameters(torch.Generator().manual_seed(0))
+        self.torch.reset_parameters(torch.Generator(device="cuda").manual_seed(0))
         self.exact = copy.deepcopy(self.torch).double()
         self.fused = kfuse.torch.Fused(copy.deepcopy(self.torch), kf).train(mode == "train")
         half = any(v["dtype"] != "f32" for v in self.torch.program["values"])
