@@ -178,7 +178,8 @@ fi
 
 # ------------------------------------------------------------------ the Python package
 # pip builds kfuse._kfuse here (nanobind and scikit-build-core are installed; no network), then
-# tests/python runs: kfuse.torch.Fused against PyTorch for every example, CUDA graph replay.
+# tests/python runs: kfuse.torch.Fused against PyTorch for every example, CUDA graph replay
+# (about 3 minutes of the phase).
 if ! skipped python; then
   start=$SECONDS
   cmd="python3 -m pip install --no-build-isolation --no-deps . && KFUSE_TOOL=BUILD/kfuse python3 -m pytest -q tests/python"
