@@ -169,6 +169,20 @@ class Timer:
         return {"median": statistics.median(runs), "min": min(runs), "max": max(runs)}
 
 
+def raise_dynamo_limits():
+    """Several cases share a forward() code object (each compiled in train and eval): do not
+    let Dynamo's recompile limit turn a compiled case silently eager."""
+    import torch._dynamo
+
+    for name, value in (("cache_size_limit", 64), ("recompile_limit", 64),
+                        ("accumulated_cache_size_limit", 512), ("accumulated_recompile_limit", 512)):
+        if hasattr(torch._dynamo.config, name):
+            try:
+                setattr(torch._dynamo.config, name, value)
+            except Exception as e:  # an alias this version refuses: the other name covers it
+                print(f"note: torch._dynamo.config.{name}: {e}", flush=True)
+
+
 def measure_bandwidth(iters=20):
     """Device memory bandwidth as a large copy moves it (bytes read + bytes written): the rate
     the floors in docs/PERF.md divide the minimum bytes by."""
@@ -248,17 +262,7 @@ def time_torch(args, deadline):
     across reps (each mode/precision switch recompiles once: Dynamo guards on both)."""
     timer = Timer(args.warmup, args.iters)
     rows = []
-    # Several cases share a forward() code object; do not let Dynamo's recompile limit turn
-    # a compiled case silently eager.
-    import torch._dynamo
-
-    for name, value in (("cache_size_limit", 64), ("recompile_limit", 64),
-                        ("accumulated_cache_size_limit", 512), ("accumulated_recompile_limit", 512)):
-        if hasattr(torch._dynamo.config, name):
-            try:
-                setattr(torch._dynamo.config, name, value)
-            except Exception as e:  # an alias this version refuses: the other name covers it
-                print(f"note: torch._dynamo.config.{name}: {e}", flush=True)
+    raise_dynamo_limits()
     models = {}
     # fp32 rows first, then bf16: when the time budget runs short, tf32 compiles are what gets
     # skipped.
@@ -481,6 +485,13 @@ def verdict_text(c):
     return text + ")"
 
 
+def result_header(schema):
+    """The JSON fields that say what ran where: schema, date, command, device, torch."""
+    return {"schema": schema, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join([sys.executable] + sys.argv), "device": torch.cuda.get_device_name(0),
+            "torch": torch.__version__, "torch_cuda": torch.version.cuda}
+
+
 def print_table(rows):
     print("\nkfuse vs PyTorch: median ms (CUDA events, L2 flushed before each run); "
           "speedup = PyTorch ms / kfuse fused ms")
@@ -592,12 +603,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)  # bench JSON is embedded in the rows
 
     result = {
-        "schema": "kfuse-compare-torch/2",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join([sys.executable] + sys.argv),
-        "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
+        **result_header("kfuse-compare-torch/2"),
         "timing": {"method": "cuda-events", "statistic": "median", "warmup": args.warmup,
                    "iters": args.iters, "l2_bytes": timer.l2_bytes,
                    "l2_flush_bytes": timer.flush_bytes, "no_grad": True,

@@ -22,6 +22,12 @@
 #              the python phase's install); host_overhead.md
 #   torch      bench/compare_torch.py: PyTorch eager and torch.compile vs kfuse, output check
 #              (f32 cases at fp32, 3xtf32 and tf32; bf16 cases in bf16)
+#   examples   bench/examples_torch.py: every example, train and eval, at its documented size:
+#              PyTorch eager and torch.compile (kfuse.torch.Reference), kfuse.torch.Fused, kfuse
+#              bench's fused and unfused; kernels per call; error vs float64 (examples.md). It
+#              needs about 6 minutes: run it in a call of its own,
+#              KFUSE_SUITE_SKIP=tests,gemm,python,sanitizer,bench,compile,host,torch (it installs
+#              the Python package itself when the python phase did not)
 # and, through bench/suite_report.py, writes $OUT/perf_tables.md (docs/PERF.md-ready tables,
 # the command beside each) and
 # $OUT/results.json (every number), plus suite.log, tests.log and sanitizer.log. Where $OUT is
@@ -172,7 +178,8 @@ fi
 
 # ------------------------------------------------------------------ the Python package
 # pip builds kfuse._kfuse here (nanobind and scikit-build-core are installed; no network), then
-# tests/python runs: kfuse.torch.Fused against PyTorch for every example, CUDA graph replay.
+# tests/python runs: kfuse.torch.Fused against PyTorch for every example, CUDA graph replay
+# (about 3 minutes of the phase).
 if ! skipped python; then
   start=$SECONDS
   cmd="python3 -m pip install --no-build-isolation --no-deps . && KFUSE_TOOL=BUILD/kfuse python3 -m pytest -q tests/python"
@@ -308,6 +315,25 @@ if ! skipped torch; then
     --reuse-bench --check-n "$CHECK_N" --iters "$ITERS" --warmup "$WARMUP" --budget-s "$budget" \
     --deadline-s "$stop" --out "$WORK/torch.json"
   status torch $? $((SECONDS - start)) "$cmd"
+fi
+
+# ------------------------------------------------------------------ every example vs PyTorch
+if ! skipped examples; then
+  start=$SECONDS
+  limit=$(($(remaining) - 25))
+  ((limit < 60)) && limit=60
+  budget=$((limit - 45)) # the JSON and the table are written after the budget
+  ((budget < 30)) && budget=30
+  ((budget > 330)) && budget=330 # all examples, both modes, in under 6 minutes
+  cmd="python3 bench/examples_torch.py --kfuse $KFUSE --budget-s $budget --out examples.json --markdown examples.md"
+  say "examples: $cmd (time limit ${limit}s)"
+  if ! python3 -c 'import kfuse.torch' 2>/dev/null; then
+    say "examples: pip install . (the python phase did not install kfuse)"
+    run_logged "$LOG" 300 python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"
+  fi
+  run_logged "$OUT/examples.log" "$limit" python3 bench/examples_torch.py --kfuse "$KFUSE" \
+    --budget-s "$budget" --out "$WORK/examples.json" --markdown "$WORK/examples.md"
+  status examples $? $((SECONDS - start)) "$cmd"
 fi
 
 # ------------------------------------------------------------------ report

@@ -6,7 +6,8 @@ Standard library only, so it runs (and tests/python/test_suite_report.py tests i
     python3 bench/suite_report.py merge|summary WORK OUT
 
 WORK holds environment.txt, status/phases.tsv, bench/<case>.<mode>.<precision>.json (kfuse
-bench --json), compile.tsv, torch.json (compare_torch.py --out) and host_overhead.md.
+bench --json), compile.tsv, torch.json (compare_torch.py --out), host_overhead.md, and
+examples.json and examples.md (examples_torch.py --out, --markdown).
 """
 import glob
 import json
@@ -67,14 +68,16 @@ def merge(work, out):
                                  "output": first})
     torch_result = load(os.path.join(work, "torch.json"))
     results = {"schema": "kfuse-gpu-suite/1", "environment": env, "phases": phases,
-               "bench": benches, "compile": compile_rows, "torch": torch_result}
+               "bench": benches, "compile": compile_rows, "torch": torch_result,
+               "examples": load(os.path.join(work, "examples.json"))}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     with open(os.path.join(out, "perf_tables.md"), "w") as f:
         f.write(tables(results))
-        host = os.path.join(work, "host_overhead.md")
-        if os.path.exists(host):
-            f.write("\n" + open(host).read())
+        for extra in ("host_overhead.md", "examples.md"):
+            path = os.path.join(work, extra)
+            if os.path.exists(path):
+                f.write("\n" + open(path).read())
 
 
 def bench_for(results, case, mode, precision):

@@ -13,12 +13,14 @@ device. Compiling and planning need no GPU. docs/PYTHON.md has the details and
 ``kfuse.torch.Fused`` (an ``nn.Module`` wrapper).
 """
 
+import concurrent.futures
 import sys
 
+from . import _kfuse
 from ._kfuse import Error
 from ._kfuse import Pipeline as _CorePipeline
 
-__all__ = ["Error", "Pipeline"]
+__all__ = ["Error", "Pipeline", "compile_many", "dropout_keep", "interpret", "program"]
 
 _CUDA_DEVICES = (2, 13)  # DLPack's kDLCUDA and kDLCUDAManaged
 
@@ -213,3 +215,50 @@ class Pipeline:
 
     def __repr__(self):
         return f"kfuse.Pipeline('{self.name}', mode='{self.mode}', precision='{self.precision}')"
+
+
+def program(file=None, *, text=None, file_name="<text>"):
+    """A .kf pipeline as parsed and verified, before any of kfuse's rewrites: a dict with
+    "name", "dims", "values" and "outputs" (docs/PYTHON.md, "The program of a .kf"). Needs no
+    GPU; a .kf error raises kfuse.Error with its diagnostic."""
+    if (file is None) == (text is None):
+        raise TypeError("kfuse.program takes a .kf file or text=, not both or neither")
+    if text is None:
+        return _kfuse.program_from_file(str(file))
+    return _kfuse.program_from_string(text, file_name)
+
+
+def dropout_keep(seed, offset, stream, count, p):
+    """The keep mask of dropout stream `stream` in a train-mode call at rng state (seed, offset):
+    `count` bytes, 1 where element i (row-major) is kept, as the kernels and the reference
+    interpreter draw it (docs/DSL.md, "dropout")."""
+    return _kfuse.dropout_keep(seed, offset, stream, count, p)
+
+
+def interpret(file=None, *, text=None, file_name="<text>", mode, dims, tensors, rng=(0, 0)):
+    """One call of the pipeline on kfuse's fp64 reference interpreter, on the CPU (no GPU):
+    `tensors` maps every input, param and state name to (shape, bytes of float64, row-major),
+    `dims` every dim name to its extent, `rng` is the (seed, offset) train-mode dropouts draw at.
+    Returns {"outputs": [(shape, bytes)], "state": {name: (shape, bytes)}} (the updated state),
+    rounded to their declared types as kernels store them."""
+    if (file is None) == (text is None):
+        raise TypeError("kfuse.interpret takes a .kf file or text=, not both or neither")
+    if text is None:
+        with open(file) as f:
+            text, file_name = f.read(), str(file)
+    return _kfuse.interpret(text, file_name, mode, dict(dims), dict(tensors), rng[0], rng[1])
+
+
+def compile_many(files, modes=("train", "eval"), precision="fp32", workers=8):
+    """Compiles every (file, mode) pipeline on `workers` threads (NVRTC runs without the GIL), so
+    that later compiles of them, in this process or another, are disk cache hits. Returns
+    {(file, mode): Pipeline, or the kfuse.Error it raised}."""
+    def compile_one(key):
+        try:
+            return Pipeline(key[0], mode=key[1], precision=precision)
+        except Error as e:
+            return e
+
+    keys = [(f, m) for f in files for m in modes]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(keys, pool.map(compile_one, keys)))

@@ -11,12 +11,19 @@ seen; train mode updates BatchNorm running statistics in place (and num_batches_
 PyTorch does). One pipeline is compiled per (mode, precision, dtype, device) and kept, so
 switching train/eval does not recompile (and NVRTC's output is cached on disk across processes).
 Forward only: with autograd recording and a parameter or input that requires grad, it raises.
+
+kfuse.torch.Reference("chain.kf") is the .kf's chain as an nn.Module of PyTorch ops
+(python/kfuse/torch_reference.py): the module to wrap, or to compare Fused with.
 """
 
 import torch
 from torch import nn
 
 import kfuse
+from kfuse.torch_reference import Reference
+
+
+__all__ = ["Fused", "Reference"]
 
 
 class Fused(nn.Module):

@@ -1,9 +1,13 @@
 // kfuse._kfuse: the C++ API (include/kfuse/kfuse.h) for Python. Tensors arrive as DLPack
 // capsules, made by python/kfuse/__init__.py with __dlpack__ on the stream kfuse runs on;
 // every kfuse::Error (DSL diagnostics included) is raised as kfuse.Error.
+#include "compiler/dsl/parser.h"
 #include "kfuse/kfuse.h"
 #include "python/src/device_scope.h"
 #include "python/src/dlpack_tensor.h"
+#include "python/src/interpret.h"
+#include "python/src/program.h"
+#include "templates/dropout.cuh"
 
 #include <fmt/format.h>
 #include <nanobind/nanobind.h>
@@ -107,6 +111,47 @@ int read_all(const PyPipeline &p, nb::list capsules, const std::vector<std::stri
 NB_MODULE(_kfuse, m) {
   m.doc() = "kfuse's C++ API; use the kfuse package (kfuse.Pipeline), which wraps it";
   nb::exception<kfuse::Error>(m, "Error");
+
+  m.def(
+      "program_from_file",
+      [](const std::string &path) {
+        return kfuse::python::program_dict(kfuse::dsl::parse_kf_file(path));
+      },
+      nb::arg("path"), "The pipeline of a .kf file as parsed and verified (python/src/program.h).");
+  m.def(
+      "program_from_string",
+      [](const std::string &text, const std::string &file_name) {
+        kfuse::dsl::SourceFile source(file_name, text);
+        kfuse::dsl::Diagnostics diags(source);
+        return kfuse::python::program_dict(kfuse::dsl::parse_kf(source, diags));
+      },
+      nb::arg("text"), nb::arg("file_name"));
+  m.def(
+      "interpret",
+      [](const std::string &text, const std::string &file_name, const std::string &mode,
+         const std::map<std::string, int64_t> &dims, nb::dict tensors, uint64_t seed,
+         uint64_t offset) {
+        kfuse::dsl::SourceFile source(file_name, text);
+        kfuse::dsl::Diagnostics diags(source);
+        return kfuse::python::interpret(kfuse::dsl::parse_kf(source, diags), mode, dims, tensors,
+                                        seed, offset);
+      },
+      nb::arg("text"), nb::arg("file_name"), nb::arg("mode"), nb::arg("dims"), nb::arg("tensors"),
+      nb::arg("seed"), nb::arg("offset"));
+  m.def(
+      "dropout_keep",
+      [](uint64_t seed, uint64_t offset, unsigned stream, uint64_t count, double p) {
+        // The kernels' keep rule (templates/dropout.cuh), one byte per element in row-major
+        // order: what a train-mode run at (seed, offset) keeps of dropout stream `stream`.
+        if (!(p >= 0 && p < 1))
+          throw kfuse::Error(fmt::format("dropout_keep: p must be in [0, 1), got {}", p));
+        std::string keep(count, '\0');
+        const unsigned threshold = kf::dropout_threshold(static_cast<float>(p));
+        for (uint64_t i = 0; i < count; ++i)
+          keep[i] = kf::dropout_keep(seed, offset, stream, i, threshold) ? 1 : 0;
+        return nb::bytes(keep.data(), keep.size());
+      },
+      nb::arg("seed"), nb::arg("offset"), nb::arg("stream"), nb::arg("count"), nb::arg("p"));
 
   nb::class_<PyPipeline>(m, "Pipeline")
       .def_static(

@@ -16,3 +16,11 @@ def private_kernel_cache(tmp_path_factory):
 @pytest.fixture
 def examples():
     return REPO / "examples"
+
+
+def rel(a, b):
+    """||a - b|| / ||b|| of two tensors, in float64; ||a - b|| where b is zero (eval mode leaves
+    zero running statistics as they are)."""
+    den = b.double().norm().item()
+    num = (a.double() - b.double()).norm().item()
+    return num / den if den > 0 else num

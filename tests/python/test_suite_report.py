@@ -106,3 +106,13 @@ def test_summary_lists_bf16_rows(work, tmp_path, capsys):
 def test_usage_is_refused():
     with pytest.raises(SystemExit, match="usage: suite_report.py merge|summary WORK OUT"):
         suite_report.main(["suite_report.py", "bogus"])
+
+
+def test_the_examples_table_and_json_join_the_report(work, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (work / "examples.md").write_text("| example | dims |\n| --- | --- |\n| snn_selu | N=512 |\n")
+    (work / "examples.json").write_text(json.dumps({"schema": "kfuse-examples-torch/1", "rows": []}))
+    suite_report.merge(str(work), str(out))
+    assert (out / "perf_tables.md").read_text().endswith("| snn_selu | N=512 |\n")
+    assert json.loads((out / "results.json").read_text())["examples"]["schema"] == "kfuse-examples-torch/1"

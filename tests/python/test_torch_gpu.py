@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs PyT
 
 import kfuse.torch  # noqa: E402  (imports torch)
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO, rel  # noqa: E402
 
 # The PyTorch modules of the founding chains and the .kf -> state_dict names, as the PyTorch
 # comparison benchmark defines them.
@@ -29,13 +29,6 @@ STEPS = 3
 # for the cases whose activations are bf16 (PyTorch mixed precision: batchnorm stays f32).
 BOUND = 1e-5
 BF16_BOUND = 2e-2
-
-
-def rel(a, b):
-    """||a - b|| / ||b||; 0 when both are zero (eval mode leaves zero running stats as they are)."""
-    den = b.double().norm().item()
-    num = (a.double() - b.double()).norm().item()
-    return num / den if den > 0 else num
 
 
 def make_pair(case):
@@ -61,6 +54,96 @@ def assert_same(original, fused, y_ref, y, what, tolerance=4 * BOUND):
             assert a.item() == b.item(), f"{what}: {name} {a.item()} vs {b.item()}"
         else:
             assert rel(a, b) <= tolerance, f"{what}: {name} rel err {rel(a, b):.2e}"
+
+
+# Every example against its PyTorch translation (kfuse.torch.Reference), at small dims.
+EXAMPLES = sorted((REPO / "examples").glob("*.kf"))
+DIMS = {"N": 64, "B": 3, "T": 5}
+
+
+def outputs(y):
+    return y if isinstance(y, tuple) else (y,)
+
+
+class ExamplePair:
+    """An example's Reference (PyTorch in the .kf's dtypes), the same in float64, and Fused
+    wrapping a copy; each step checks kfuse's outputs and running statistics against float64
+    within the precision's bound or 1.5x PyTorch's own error there, whichever is larger."""
+
+    def __init__(self, kf, mode):
+        self.kf = kf
+        self.generator = torch.Generator(device="cuda").manual_seed(0)
+        self.torch = kfuse.torch.Reference(kf, device="cuda").train(mode == "train")
+        self.torch.reset_parameters(torch.Generator(device="cuda").manual_seed(0))
+        self.exact = copy.deepcopy(self.torch).double()
+        self.fused = kfuse.torch.Fused(copy.deepcopy(self.torch), kf).train(mode == "train")
+        half = any(v["dtype"] != "f32" for v in self.torch.program["values"])
+        self.bound = BF16_BOUND if half else BOUND
+        self.draws = mode == "train" and any(v.get("op") == "dropout" for v in self.torch.program["values"])
+
+    def use_rng_of_next_call(self, inputs):
+        """Train-mode dropout: the references keep what the next kfuse call keeps."""
+        if self.draws:
+            rng = self.fused.pipeline(inputs[0]).rng_state
+            self.torch.kfuse_rng = self.exact.kfuse_rng = rng
+
+    def check(self, got, inputs, what):
+        y_torch = outputs(self.torch(*inputs))
+        y_exact = outputs(self.exact(*(t.double() for t in inputs)))
+        torch.cuda.synchronize()
+        pairs = [(f"output {i}", g, t, e) for i, (g, t, e) in enumerate(zip(outputs(got), y_torch, y_exact))]
+        for name, _ in self.torch.named_buffers():
+            pairs.append((name, getattr(self.fused.module, name), getattr(self.torch, name), getattr(self.exact, name)))
+        for name, g, t, e in pairs:
+            assert g.shape == e.shape and g.dtype == t.dtype, f"{what} {name}: {g.dtype} {list(g.shape)}"
+            err, torch_err = rel(g, e), rel(t, e)
+            assert err <= max(self.bound, 1.5 * torch_err), \
+                f"{what} {name}: kfuse rel err {err:.2e}, PyTorch's {torch_err:.2e}, bound {self.bound:.0e}"
+
+
+@pytest.fixture(scope="module")
+def compiled_examples():
+    """Every example's pipelines compiled up front, in parallel: the tests then load them from the
+    disk cache instead of compiling 70 pipelines one by one. A failed compile fails its test."""
+    return kfuse.compile_many(EXAMPLES)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("kf", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_matches_pytorch_over_steps_and_in_a_cuda_graph(kf, mode, compiled_examples):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    pair = ExamplePair(kf, mode)
+    with torch.no_grad():
+        for step in range(STEPS):
+            inputs = pair.torch.random_inputs(DIMS, pair.generator, "cuda")
+            pair.use_rng_of_next_call(inputs)
+            pair.check(pair.fused(*inputs), inputs, f"{kf.stem} {mode} step {step}")
+
+        # Captured once, replayed with new input data and parameters updated in place (as an
+        # optimizer step does); a train-mode replay updates the running statistics again and
+        # draws the captured call's dropout masks.
+        static = pair.torch.random_inputs(DIMS, pair.generator, "cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture: load, size the workspaces
+            pair.use_rng_of_next_call(static)
+            pair.check(pair.fused(*static), static, f"{kf.stem} {mode} warm-up")
+        torch.cuda.current_stream().wait_stream(side)
+        pair.use_rng_of_next_call(static)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = pair.fused(*static)
+        for replay in range(STEPS):
+            for t, new in zip(static, pair.torch.random_inputs(DIMS, pair.generator, "cuda")):
+                t.copy_(new)
+            for name, p in pair.torch.named_parameters():
+                if p.dim() == 1:
+                    p.mul_(1.01)
+                    getattr(pair.exact, name).copy_(p)
+                    getattr(pair.fused.module, name).copy_(p)
+            graph.replay()
+            pair.check(static_y, static, f"{kf.stem} {mode} graph replay {replay}")
 
 
 @pytest.mark.parametrize("case", list(compare_torch.CASES))
@@ -139,35 +222,6 @@ def test_names_map_by_state_dict_key_and_unknown_names_are_refused(tmp_path):
     wrong = kfuse.torch.Fused(module, kf, mapping={"scale": "gain"})
     with torch.no_grad(), pytest.raises(kfuse.Error, match="'scale' is mapped to 'gain', which is no parameter"):
         wrong(x)
-
-
-@pytest.mark.parametrize("mode", ["train", "eval"])
-def test_cuda_graph_capture_and_replay_with_new_inputs_and_parameters(mode):
-    torch.backends.cuda.matmul.allow_tf32 = False
-    original, fused, features = make_pair("gemm_bn_scale_softmax")
-    original.train(mode == "train")
-    fused.train(mode == "train")
-    static_x = torch.randn(N, features, device="cuda")
-    with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up: compile, load, size the workspaces
-            fused(static_x)
-            original(static_x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_y = fused(static_x)
-        for step in range(STEPS):
-            x = torch.randn(N, features, device="cuda")
-            static_x.copy_(x)
-            # Parameters updated in place (as an optimizer step does) are seen by the replay.
-            for p in (original.bn.weight, fused.module.bn.weight):
-                p.mul_(1.01)
-            graph.replay()
-            y_ref = original(x)
-            torch.cuda.synchronize()
-            assert_same(original, fused, y_ref, static_y, f"graph {mode} replay {step}")
 
 
 def test_padded_rows_and_other_devices_tensors_are_refused_clearly():

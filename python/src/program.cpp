@@ -1,0 +1,94 @@
+#include "python/src/program.h"
+
+#include "compiler/ir/ops.h"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace nb = nanobind;
+
+namespace kfuse::python {
+
+namespace {
+
+nb::list shape_list(const ir::TensorType &t) {
+  nb::list shape;
+  for (const ir::Dim &d : t.shape) {
+    // Products of dims appear only in the planner's matrix view, never in a parsed graph.
+    if (!d.factors.empty())
+      throw std::logic_error("a parsed graph holds no product extent");
+    if (d.sym.empty())
+      shape.append(d.value);
+    else
+      shape.append(d.sym);
+  }
+  return shape;
+}
+
+nb::object attr_object(const ir::AttrSpec &spec, const ir::AttrValue &a) {
+  switch (spec.kind) {
+  case ir::AttrKind::Number:
+    return nb::float_(a.number);
+  case ir::AttrKind::Int:
+    return nb::int_(static_cast<int64_t>(a.number));
+  case ir::AttrKind::Bool:
+    return nb::bool_(a.number != 0);
+  case ir::AttrKind::OptNumber:
+    // PyTorch's None is held as the spec's infinite default.
+    return std::isinf(a.number) ? nb::none() : nb::object(nb::float_(a.number));
+  case ir::AttrKind::Extent:
+    return a.dim.empty() ? nb::object(nb::int_(static_cast<int64_t>(a.number)))
+                         : nb::object(nb::str(a.dim.c_str()));
+  case ir::AttrKind::DType:
+  case ir::AttrKind::Choice:
+    return nb::str(a.dim.c_str());
+  }
+  throw std::logic_error("an attribute kind the program dict does not convert");
+}
+
+} // namespace
+
+nb::dict program_dict(const ir::Graph &g) {
+  nb::list values;
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    const ir::Value &v = g.values[id];
+    nb::dict d;
+    d["id"] = id;
+    d["name"] = v.name;
+    d["kind"] = std::string(ir::value_kind_name(v.kind));
+    d["dtype"] = std::string(ir::dtype_name(v.type.dtype));
+    d["shape"] = shape_list(v.type);
+    d["line"] = v.loc.line;
+    if (v.is_op()) {
+      const ir::OpInfo &info = ir::op_info(v.op);
+      d["op"] = std::string(info.name);
+      d["class"] = std::string(ir::op_class_name(info.cls));
+      nb::list args;
+      for (ir::ValueId a : v.args)
+        args.append(a);
+      d["args"] = args;
+      nb::dict attrs;
+      for (const ir::AttrSpec &spec : info.attrs)
+        attrs[nb::str(spec.name.data(), spec.name.size())] =
+            attr_object(spec, v.attrs.at(std::string(spec.name)));
+      d["attrs"] = attrs;
+    }
+    values.append(d);
+  }
+  nb::list outputs;
+  for (ir::ValueId o : g.outputs)
+    outputs.append(o);
+  nb::dict p;
+  p["name"] = g.name;
+  p["dims"] = g.dims;
+  p["values"] = values;
+  p["outputs"] = outputs;
+  return p;
+}
+
+} // namespace kfuse::python

@@ -1,0 +1,97 @@
+"""kfuse.program, kfuse.interpret and kfuse.dropout_keep without a GPU or torch: the parsed .kf
+as Python sees it, the fp64 reference interpreter on the CPU, and dropout's keep rule."""
+import struct
+
+import pytest
+
+import kfuse
+
+
+def by_name(program):
+    return {v["name"]: v for v in program["values"] if v["name"]}
+
+
+def test_a_founding_example_as_parsed_before_any_rewrite(examples):
+    p = kfuse.program(examples / "gemm_bn_scale_softmax.kf")
+    assert p["name"] == "gemm_bn_scale_softmax" and p["dims"] == ["N"]
+    values = p["values"]
+    assert [v["id"] for v in values] == list(range(len(values)))
+    declared = [(v["kind"], v["name"], v["dtype"], v["shape"]) for v in values if v["kind"] != "op"]
+    assert declared == [("input", "x", "f32", ["N", 8192]), ("param", "weight", "f32", [8192, 8192]),
+                        ("param", "bias", "f32", [8192]), ("param", "bn_weight", "f32", [8192]),
+                        ("param", "bn_bias", "f32", [8192]), ("state", "running_mean", "f32", [8192]),
+                        ("state", "running_var", "f32", [8192]), ("param", "scale", "f32", [1])]
+    ops = [v for v in values if v["kind"] == "op"]
+    # The user's four ops, batchnorm not yet lowered into column statistics.
+    assert [v["op"] for v in ops] == ["linear", "batchnorm", "mul", "softmax"]
+    bn = ops[1]
+    assert bn["class"] == "batch normalization" and bn["line"] == 14
+    assert [values[a]["name"] for a in bn["args"]] == ["h", "bn_weight", "bn_bias", "running_mean", "running_var"]
+    assert bn["attrs"] == {"eps": 1e-5, "momentum": 0.1}
+    assert ops[3]["attrs"] == {"dim": 1} and isinstance(ops[3]["attrs"]["dim"], int)
+    assert p["outputs"] == [ops[3]["id"]] and ops[3]["shape"] == ["N", 8192]
+
+
+def test_attributes_defaults_literals_and_rank_3(examples):
+    p = kfuse.program(examples / "distill_log_softmax_by_hand.kf")
+    ops = [v for v in p["values"] if v["kind"] == "op"]
+    literal = next(v for v in ops if v["op"] == "constant")  # div(..., 4.0)
+    assert literal["attrs"] == {"value": 4.0, "dtype": "f32"} and literal["shape"] == [1]
+    m = by_name(p)["m"]
+    assert m["op"] == "max" and m["attrs"] == {"dim": 1, "keepdim": True} and m["shape"] == ["N", 1]
+    assert len(p["outputs"]) == 2
+    clamp = next(v for v in kfuse.program(examples / "tabular_elu_clamp.kf")["values"] if v.get("op") == "clamp")
+    assert clamp["attrs"] == {"min": 0.0, "max": None}  # PyTorch's None: no upper bound
+    gelu = next(v for v in kfuse.program(examples / "gpt2_mlp_gelu_tanh.kf")["values"] if v.get("op") == "gelu")
+    assert gelu["attrs"] == {"approximate": "tanh"}
+    btf = kfuse.program(examples / "tinyllama_o_proj_residual_rmsnorm_btf_bf16.kf")
+    assert btf["dims"] == ["B", "T"]
+    assert by_name(btf)["attn"]["shape"] == ["B", "T", 2048] and by_name(btf)["attn"]["dtype"] == "bf16"
+    assert by_name(btf)["norm_weight"]["dtype"] == "f32"
+
+
+def test_a_kf_error_is_the_diagnostic():
+    with pytest.raises(kfuse.Error, match=r"bad.kf:3:10: error: unknown op 'sum2'"):
+        kfuse.program(text="pipeline p {\n  input x: f32[4, 4]\n  return sum2(x, dim=1)\n}\n", file_name="bad.kf")
+
+
+def f64(values):
+    return struct.pack(f"<{len(values)}d", *values)
+
+
+def test_the_interpreter_on_the_cpu_runs_batchnorm_and_updates_its_state():
+    text = """pipeline bn {
+  dim N
+  input x: f32[N, 2]
+  state mean: f32[2]
+  state var: f32[2]
+  return batchnorm(x, mean, var, eps=1e-5, momentum=0.5)
+}
+"""
+    tensors = {"x": ([3, 2], f64([1, 10, 2, 20, 3, 30])), "mean": ([2], f64([0, 0])), "var": ([2], f64([1, 1]))}
+    r = kfuse.interpret(text=text, file_name="bn.kf", mode="train", dims={"N": 3}, tensors=tensors)
+    (shape, data), = r["outputs"]
+    y = struct.unpack("<6d", data)
+    assert shape == [3, 2] and y[0] == pytest.approx(-(1.5 ** 0.5), rel=1e-5) and y[2] == pytest.approx(0)
+    assert struct.unpack("<2d", r["state"]["mean"][1]) == pytest.approx((1.0, 10.0))
+    assert struct.unpack("<2d", r["state"]["var"][1]) == pytest.approx((1.0, 50.5))  # unbiased
+    with pytest.raises(kfuse.Error, match="tensor 'x' of shape \\[3, 2\\] needs 48 bytes"):
+        kfuse.interpret(text=text, mode="eval", dims={"N": 3}, tensors={**tensors, "x": ([3, 2], b"")})
+
+
+def test_dropout_keep_is_reproducible_and_keeps_about_1_minus_p():
+    keep = kfuse.dropout_keep(7, 3, 0, 20000, 0.25)
+    assert keep == kfuse.dropout_keep(7, 3, 0, 20000, 0.25) and set(keep) == {0, 1}
+    assert abs(sum(keep) / len(keep) - 0.75) < 0.02
+    assert keep != kfuse.dropout_keep(7, 4, 0, 20000, 0.25)  # the next call's offset
+    assert keep != kfuse.dropout_keep(7, 3, 1, 20000, 0.25)  # another dropout of the pipeline
+    with pytest.raises(kfuse.Error, match=r"p must be in \[0, 1\)"):
+        kfuse.dropout_keep(0, 0, 0, 4, 1.0)
+
+
+def test_compile_many_compiles_each_file_and_mode_and_returns_errors(tmp_path, examples):
+    bad = tmp_path / "bad.kf"
+    bad.write_text("pipeline bad {\n  input x: f32[4, 4]\n  return nope(x)\n}\n")
+    done = kfuse.compile_many([examples / "snn_selu.kf", bad], modes=("eval",), workers=2)
+    assert done[(examples / "snn_selu.kf", "eval")].plan.startswith("plan snn_selu (mode eval)")
+    assert isinstance(done[(bad, "eval")], kfuse.Error) and "unknown op 'nope'" in str(done[(bad, "eval")])
