@@ -268,6 +268,17 @@ private:
     for (ValueId c : w.column_values())
       if (read_per_element.count(c))
         cols.push_back(c);
+    // Vectors it reads from memory (a parameter as beta, a map's shift) join the Column too:
+    // loaded once per column of a tile, not once per element.
+    std::string loads;
+    std::set<ValueId> given = {k.anchor};
+    for (ValueId v : read_per_element)
+      if (g_[v].type.rank() == 1 && !std::count(k.computes.begin(), k.computes.end(), v)) {
+        loads += fmt::format("{}const float {} = {};\n", kIndent, w.var(v),
+                             w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col"));
+        cols.push_back(v);
+        given.insert(v);
+      }
     std::string fields, copy_in, copy_out;
     for (ValueId c : cols) {
       fields += fmt::format("    float {};\n", w.var(c));
@@ -278,12 +289,12 @@ private:
     s += fmt::format("  static constexpr int COLUMN_FLOATS = {};\n", cols.size());
     s += fmt::format("  struct Column {{\n{}  }};\n", fields);
     s += fmt::format(
-        "  __device__ Column column(int col) const {{\n{}{}return Column{{{}}};\n  }}\n",
-        w.column_statements(kIndent), kIndent, copy_out);
+        "  __device__ Column column(int col) const {{\n{}{}{}return Column{{{}}};\n  }}\n",
+        w.column_statements(kIndent), loads, kIndent, copy_out);
     s += fmt::format(
         "  __device__ float apply(const Column &c, int row, int col, float acc) const {{\n"
         "{}{}const float {} = acc;\n{}{}return {};\n  }}\n}};\n",
-        copy_in, kIndent, w.var(k.anchor), w.element_statements(kIndent, {k.anchor}), kIndent,
+        copy_in, kIndent, w.var(k.anchor), w.element_statements(kIndent, given), kIndent,
         w.var(out));
     LaunchGeometry &geo = launch.geometry;
     geo.rows = launch.rows;
