@@ -374,9 +374,10 @@ constexpr OpInfo kOps[] = {
      "`y.var(0, unbiased=False)` (biased)",
      nullptr,
      {}},
-    // The shift is subtracted first, as batchnorm does: `(y - mean) * alpha + beta` stays exact
-    // on a column whose spread is tiny next to its mean, where `y * alpha + (beta - mean * alpha)`
-    // cancels. The code generator writes `({0} - {3})` for {0} when the shift is present.
+    // The shift is subtracted first, as batchnorm does: `(y - mean) * alpha + beta` loses
+    // nothing to cancellation on a column whose spread is tiny next to its mean (a constant
+    // column gives exact zeros), where `y * alpha + (beta - mean * alpha)` cancels. The code
+    // generator writes `({0} - {3})` for {0} when the shift is present.
     {OpKind::ColAffine,
      "col_affine",
      OpClass::ColAffine,
