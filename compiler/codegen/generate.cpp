@@ -268,17 +268,22 @@ private:
     for (ValueId c : w.column_values())
       if (read_per_element.count(c))
         cols.push_back(c);
-    // Vectors it reads from memory (a parameter as beta, a map's shift) join the Column too:
-    // loaded once per column of a tile, not once per element.
+    // A map's shift read from memory (eval batchnorm's running mean) joins the Column too:
+    // one more float per column, loaded once per tile column. Other vectors read from memory
+    // stay per-element loads, which cost no registers (in the Column they made a GEMM spill).
     std::string loads;
     std::set<ValueId> given = {k.anchor};
-    for (ValueId v : read_per_element)
-      if (g_[v].type.rank() == 1 && !std::count(k.computes.begin(), k.computes.end(), v)) {
-        loads += fmt::format("{}const float {} = {};\n", kIndent, w.var(v),
-                             w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col"));
-        cols.push_back(v);
-        given.insert(v);
-      }
+    for (ValueId id : k.computes) {
+      const Value &v = g_[id];
+      if (v.op != OpKind::ColAffine || v.args.size() != 4 || given.count(v.args[3]) ||
+          std::count(k.computes.begin(), k.computes.end(), v.args[3])) // computed: in cols
+        continue;
+      ValueId s = v.args[3];
+      loads += fmt::format("{}const float {} = {};\n", kIndent, w.var(s),
+                           w.load(s, g_[s].type.shape[0] == Dim::constant(1) ? "0" : "col"));
+      cols.push_back(s);
+      given.insert(s);
+    }
     std::string fields, copy_in, copy_out;
     for (ValueId c : cols) {
       fields += fmt::format("    float {};\n", w.var(c));
