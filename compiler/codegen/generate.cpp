@@ -268,6 +268,22 @@ private:
     for (ValueId c : w.column_values())
       if (read_per_element.count(c))
         cols.push_back(c);
+    // A map's shift read from memory (eval batchnorm's running mean) joins the Column too:
+    // one more float per column, loaded once per tile column. Other vectors read from memory
+    // stay per-element loads, which cost no registers (in the Column they made a GEMM spill).
+    std::string loads;
+    std::set<ValueId> given = {k.anchor};
+    for (ValueId id : k.computes) {
+      const Value &v = g_[id];
+      if (v.op != OpKind::ColAffine || v.args.size() != 4 || given.count(v.args[3]) ||
+          std::count(k.computes.begin(), k.computes.end(), v.args[3])) // computed: in cols
+        continue;
+      ValueId s = v.args[3];
+      loads += fmt::format("{}const float {} = {};\n", kIndent, w.var(s),
+                           w.load(s, g_[s].type.shape[0] == Dim::constant(1) ? "0" : "col"));
+      cols.push_back(s);
+      given.insert(s);
+    }
     std::string fields, copy_in, copy_out;
     for (ValueId c : cols) {
       fields += fmt::format("    float {};\n", w.var(c));
@@ -278,12 +294,12 @@ private:
     s += fmt::format("  static constexpr int COLUMN_FLOATS = {};\n", cols.size());
     s += fmt::format("  struct Column {{\n{}  }};\n", fields);
     s += fmt::format(
-        "  __device__ Column column(int col) const {{\n{}{}return Column{{{}}};\n  }}\n",
-        w.column_statements(kIndent), kIndent, copy_out);
+        "  __device__ Column column(int col) const {{\n{}{}{}return Column{{{}}};\n  }}\n",
+        w.column_statements(kIndent), loads, kIndent, copy_out);
     s += fmt::format(
         "  __device__ float apply(const Column &c, int row, int col, float acc) const {{\n"
         "{}{}const float {} = acc;\n{}{}return {};\n  }}\n}};\n",
-        copy_in, kIndent, w.var(k.anchor), w.element_statements(kIndent, {k.anchor}), kIndent,
+        copy_in, kIndent, w.var(k.anchor), w.element_statements(kIndent, given), kIndent,
         w.var(out));
     LaunchGeometry &geo = launch.geometry;
     geo.rows = launch.rows;

@@ -153,7 +153,11 @@ std::string KernelWriter::statement(ValueId id, bool element,
     std::string_view key = text.substr(i + 1, close - i - 1);
     i = close;
     if (key[0] >= '0' && key[0] <= '9') {
-      e += operand(v.args.at(static_cast<size_t>(key[0] - '0')), element, given);
+      std::string x = operand(v.args.at(static_cast<size_t>(key[0] - '0')), element, given);
+      // col_affine's optional shift is subtracted from y before the scale (ops.cpp).
+      if (v.op == OpKind::ColAffine && key == "0" && v.args.size() == 4)
+        x = fmt::format("({} - {})", x, operand(v.args[3], element, given));
+      e += x;
       continue;
     }
     if (key == "index") { // the element's row-major index (a random op's counter)

@@ -278,16 +278,17 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
   case OpClass::ColReduce: // statistics are held in fp32 whatever the matrix's type
     expect_rank(op, args, 0, 2, "its input");
     return {DType::F32, {args[0].shape[1]}};
-  case OpClass::ColAffine: { // alpha and beta of any type, the result in the matrix's
+  case OpClass::ColAffine: { // vectors of any type, the result in the matrix's
     if (args[0].rank() < 2)  // rank 3/4: per feature of the rows, as a GEMM epilogue applies it
       throw TypeError(
           0, fmt::format("{} expects its input of rank 2 to 4, got {}", op.name, args[0].str()));
     const Dim &c = args[0].shape.back();
-    for (int i = 1; i < 3; ++i)
+    static constexpr const char *kVectors[] = {"alpha", "beta", "shift"};
+    for (int i = 1; i < n; ++i)
       if (!(args[i].rank() == 1 && (args[i].shape[0] == c || args[i].shape[0] == Dim::constant(1))))
         throw TypeError(i,
                         fmt::format("shape mismatch in col_affine: {} must be [{}] or [1], got {}",
-                                    i == 1 ? "alpha" : "beta", c.str(), args[i].str()));
+                                    kVectors[i - 1], c.str(), args[i].str()));
     return args[0];
   }
   case OpClass::Effect: { // each state is updated in its own type from fp32 statistics

@@ -266,14 +266,18 @@ HostTensor pool(const Value &v, const HostTensor &x) {
   return out;
 }
 
-// y * alpha[j] + beta[j]; alpha and beta are [C] or [1].
-HostTensor col_affine(const HostTensor &y, const HostTensor &alpha, const HostTensor &beta) {
+// (y - shift[j]) * alpha[j] + beta[j]; the vectors are [C] or [1], no shift is a shift of 0.
+HostTensor col_affine(const HostTensor &y, const HostTensor &alpha, const HostTensor &beta,
+                      const HostTensor *shift) {
   int64_t c = y.shape.back(), n = y.numel() / c; // the rows of a rank-3/4 y too
   int64_t sa = alpha.numel() == 1 ? 0 : 1, sb = beta.numel() == 1 ? 0 : 1;
+  int64_t ss = shift && shift->numel() != 1 ? 1 : 0;
   HostTensor out = zeros(y.shape);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < c; ++j)
-      out.data[i * c + j] = y.data[i * c + j] * alpha.data[j * sa] + beta.data[j * sb];
+      out.data[i * c + j] =
+          (y.data[i * c + j] - (shift ? shift->data[j * ss] : 0.0)) * alpha.data[j * sa] +
+          beta.data[j * sb];
   return out;
 }
 
@@ -555,7 +559,7 @@ void Interpreter::eval(ValueId id) {
     break;
   }
   case OpClass::ColAffine:
-    out = col_affine(arg(0), arg(1), arg(2));
+    out = col_affine(arg(0), arg(1), arg(2), v.args.size() == 4 ? &arg(3) : nullptr);
     break;
   case OpClass::Effect:
     bn_update(id); // an effect: `out` stays empty

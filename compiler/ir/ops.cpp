@@ -374,19 +374,23 @@ constexpr OpInfo kOps[] = {
      "`y.var(0, unbiased=False)` (biased)",
      nullptr,
      {}},
+    // The shift is subtracted first, as batchnorm does: `(y - mean) * alpha + beta` loses
+    // nothing to cancellation on a column whose spread is tiny next to its mean (a constant
+    // column gives exact zeros), where `y * alpha + (beta - mean * alpha)` cancels. The code
+    // generator writes `({0} - {3})` for {0} when the shift is present.
     {OpKind::ColAffine,
      "col_affine",
      OpClass::ColAffine,
      3,
-     3,
-     "y, alpha, beta",
+     4,
+     "y, alpha, beta, shift?",
      {},
      true,
      nullptr,
      "{0} * {1} + {2}",
      nullptr,
-     "`y: [N, C]`, `alpha`, `beta`: `[C]` or `[1]` → `[N, C]`",
-     "`y * alpha + beta`, per column",
+     "`y: [N, C]`, `alpha`, `beta`, `shift`: `[C]` or `[1]` → `[N, C]`",
+     "`(y - shift) * alpha + beta`, per column; without `shift`, `y * alpha + beta`",
      nullptr,
      {}},
     {OpKind::BnUpdate,

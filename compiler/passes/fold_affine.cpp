@@ -1,14 +1,19 @@
 // fold_affine: per-column affine maps of a matrix collapse into one col_affine.
 //
-// For a matrix y[N, C] and per-feature vectors c ([C] or [1], broadcast over rows):
-//   y + c = col_affine(y, 1, c)     y - c = col_affine(y, 1, -c)    c - y = col_affine(y, -1, c)
+// For a matrix y[N, C] and per-feature vectors c ([C] or [1], broadcast over rows), with
+// col_affine(y, a, b, s) = (y - s) * a + b and no shift meaning s = 0:
+//   y + c = col_affine(y, 1, c)     y - c = col_affine(y, 1, 0, c)    c - y = col_affine(y, -1, c)
 //   y * c = col_affine(y, c, 0)     y / c = col_affine(y, 1/c, 0)
 // and a chain of two maps is one map:
-//   col_affine(col_affine(y, a1, b1), a2, b2) = col_affine(y, a1*a2, b1*a2 + b2).
-// Both are exact in real arithmetic; in floating point they reassociate per-column
-// products, well inside every precision's error bound. A map is merged into its consumer
-// only when nothing else reads it, so no value is computed twice. The vectors alpha/beta
-// are built from the parameters at run time (a few ops per column), nothing is baked in.
+//   col_affine(col_affine(y, a1, b1, s1), a2, b2, s2)
+//       = col_affine(y, a1*a2, (b1 - s2)*a2 + b2, s1).
+// Both are exact in real arithmetic. In floating point the subtraction of a shift (a
+// batchnorm's mean) happens before any scaling, as PyTorch does it: on a column whose spread
+// is tiny next to its mean, (y - s) and (b1 - s2) are exact where y * a + (b - s * a) would
+// cancel catastrophically; the rest reassociates per-column products, well inside every
+// precision's error bound. A map is merged into its consumer only when nothing else reads
+// it, so no value is computed twice. The vectors are built from the parameters at run time (a
+// few ops per column), nothing is baked in.
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
 
@@ -39,8 +44,7 @@ ValueId binary_to_affine(Rewriter &r, const Value &v) {
   if (v.op == OpKind::Add)
     return r.op(OpKind::ColAffine, {y, r.constant(1, dt), c});
   if (v.op == OpKind::Sub)
-    return matrix_first ? r.op(OpKind::ColAffine,
-                               {y, r.constant(1, dt), r.op(OpKind::Mul, {c, r.constant(-1, dt)})})
+    return matrix_first ? r.op(OpKind::ColAffine, {y, r.constant(1, dt), r.constant(0, dt), c})
                         : r.op(OpKind::ColAffine, {y, r.constant(-1, dt), c});
   if (v.op == OpKind::Mul)
     return r.op(OpKind::ColAffine, {y, c, r.constant(0, dt)});
@@ -60,17 +64,26 @@ Graph fold_affine(const Graph &g, Mode) {
       return -1;
     ValueId input_old =
         v.args[v.op == OpKind::ColAffine || r.old_graph()[v.args[0]].type == v.type ? 0 : 1];
-    const Value self = affine >= 0 ? r.new_value(affine) : v;
-    ValueId y = affine >= 0 ? self.args[0] : r.map(v.args[0]);
-    ValueId a2 = affine >= 0 ? self.args[1] : r.map(v.args[1]);
-    ValueId b2 = affine >= 0 ? self.args[2] : r.map(v.args[2]);
-    const Value inner = r.new_value(y); // a copy: r.op() grows the graph
+    // The outer map's operands in the new graph: y, a2, b2 and maybe s2.
+    std::vector<ValueId> outer;
+    if (affine >= 0)
+      outer = r.new_value(affine).args;
+    else
+      for (ValueId a : v.args)
+        outer.push_back(r.map(a));
+    const Value inner = r.new_value(outer[0]); // a copy: r.op() grows the graph
     if (!(inner.is_op() && inner.op == OpKind::ColAffine && r.old_uses(input_old) == 1))
       return affine;
     // Both maps' vectors are column vectors of the same matrix, so the products broadcast.
-    ValueId a = r.op(OpKind::Mul, {inner.args[1], a2});
-    ValueId b = r.op(OpKind::Add, {r.op(OpKind::Mul, {inner.args[2], a2}), b2});
-    ValueId merged = r.op(OpKind::ColAffine, {inner.args[0], a, b});
+    ValueId a2 = outer[1], b2 = outer[2];
+    ValueId b1 = inner.args[2];
+    if (outer.size() == 4)
+      b1 = r.op(OpKind::Sub, {b1, outer[3]});
+    std::vector<ValueId> args = {inner.args[0], r.op(OpKind::Mul, {inner.args[1], a2}),
+                                 r.op(OpKind::Add, {r.op(OpKind::Mul, {b1, a2}), b2})};
+    if (inner.args.size() == 4)
+      args.push_back(inner.args[3]);
+    ValueId merged = r.op(OpKind::ColAffine, args);
     r.merge_provenance(merged, inner);
     return merged;
   });

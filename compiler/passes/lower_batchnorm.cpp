@@ -1,13 +1,15 @@
 // lower_batchnorm: batchnorm becomes column statistics, a running-stat update and one
 // per-column affine map, according to the mode.
 //
-//   eval:  y = (x - rm) * rsqrt(rv + eps) * w + b = col_affine(x, alpha, beta)
-//          alpha = w * rsqrt(rv + eps),  beta = b - rm * alpha
+//   eval:  y = (x - rm) * rsqrt(rv + eps) * w + b = col_affine(x, alpha, b, rm)
+//          alpha = w * rsqrt(rv + eps)
+//          (the mean is the map's shift, subtracted first as PyTorch does: folding it into
+//          b - rm * alpha would cancel catastrophically on a column of tiny spread)
 //   train: m = col_mean(x), v = col_var(x) (biased), bn_update(rm, rv, m, v; momentum,
 //          count = rows of x), and the same affine map with m, v in place of rm, rv.
 //
-// alpha and beta are [C] vectors derived from parameters and statistics at run time; no
-// weight is rewritten. Without weight/bias, w = 1 and b = 0 (constants, simplified away).
+// alpha is a [C] vector derived from parameters and statistics at run time; no
+// weight is rewritten. Without weight/bias, w = 1 and b = 0 (constants).
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
 
@@ -39,8 +41,7 @@ Graph lower_batchnorm(const Graph &g, Mode mode) {
     ValueId inv_std =
         r.op(OpKind::Rsqrt, {r.op(OpKind::Add, {var, r.constant(v.attr("eps"), DType::F32)})});
     ValueId alpha = r.op(OpKind::Mul, {weight, inv_std});
-    ValueId beta = r.op(OpKind::Sub, {bias, r.op(OpKind::Mul, {mean, alpha})});
-    return r.op(OpKind::ColAffine, {x, alpha, beta});
+    return r.op(OpKind::ColAffine, {x, alpha, bias, mean});
   });
 }
 

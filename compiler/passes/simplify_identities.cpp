@@ -2,6 +2,7 @@
 // leave behind, so plans and generated code read like the math.
 //
 //   x * 1 = 1 * x = x + 0 = 0 + x = x - 0 = x / 1 = x     col_affine(y, 1, 0) = y
+//   col_affine(y, a, b, 0) = col_affine(y, a, b)   (no subtraction, no shift vector read)
 //   dropout(x) = x in eval mode, and dropout(x, p=0) = x in both (nothing is dropped, the
 //   scale is 1)
 //   op(constants) = the constant it evaluates to (the interpreter's scalar semantics)
@@ -41,7 +42,12 @@ Graph simplify_identities(const Graph &g, Mode mode) {
     for (ValueId a : v.args)
       args.push_back(r.map(a));
     auto same_type = [&](ValueId id) { return r.new_value(id).type == v.type ? id : -1; };
-    if (v.op == OpKind::ColAffine && is(r, args[1], 1) && is(r, args[2], 0))
+    if (v.op == OpKind::ColAffine && args.size() == 4 && is(r, args[3], 0)) {
+      args.pop_back();
+      if (!is(r, args[1], 1) || !is(r, args[2], 0))
+        return r.op(OpKind::ColAffine, args);
+    }
+    if (v.op == OpKind::ColAffine && args.size() == 3 && is(r, args[1], 1) && is(r, args[2], 0))
       return args[0];
     if (v.op == OpKind::Dropout && (mode == Mode::Eval || v.attr("p") == 0))
       return args[0];

@@ -360,10 +360,12 @@ private:
     case OpClass::ColReduce: // a column value (f32), used by later ops and maybe returned
       assign(fmt::format("{}({})", name, h.name), {h.dims[1]}, DType::F32);
       return h;
-    case OpClass::ColAffine:
-      return assign(fmt::format("{}({}, {}, {})", name, h.name, column(h.dims[1], h.dtype).name,
-                                column(h.dims[1], h.dtype).name),
-                    h.dims, h.dtype);
+    case OpClass::ColAffine: { // alpha, beta and, every other time, a shift
+      std::string args = h.name;
+      for (int i = coin(2) ? 3 : 2; i > 0; --i)
+        args += ", " + column(h.dims[1], h.dtype).name;
+      return assign(fmt::format("{}({})", name, args), h.dims, h.dtype);
+    }
     case OpClass::Effect:
       return effect(op, h);
     case OpClass::Constant:

@@ -471,7 +471,7 @@ TEST_CASE("interpreter: softmax and log_softmax") {
   }
 }
 
-TEST_CASE("interpreter: col_mean, col_var and col_affine") {
+TEST_CASE("interpreter: col_mean, col_var and col_affine with and without a shift") {
   GraphBuilder b("col", {"N"});
   ValueId y = b.declare(ValueKind::Input, "y", f32({N, c(2)}));
   ValueId far = b.declare(ValueKind::Input, "far", f32({N, c(2)}));
@@ -482,6 +482,7 @@ TEST_CASE("interpreter: col_mean, col_var and col_affine") {
   b.add_output(b.op(OpKind::ColVar, {far}));
   b.add_output(b.op(OpKind::ColAffine, {y, a3, s1}));
   b.add_output(b.op(OpKind::ColAffine, {y, s1, a3}));
+  b.add_output(b.op(OpKind::ColAffine, {y, a3, s1, a3})); // (y - a3) * a3 + s1
   Graph g = b.finish();
   HostTensor shifted = kThreeRows;
   for (double &v : shifted.data)
@@ -494,6 +495,7 @@ TEST_CASE("interpreter: col_mean, col_var and col_affine") {
   check_values(out[2], {2}, {2.0 / 3.0, 8});
   check_values(out[3], {3, 2}, {12, 10, 14, 10, 16, 4});
   check_values(out[4], {3, 2}, {12, -1, 22, -1, 32, 59});
+  check_values(out[5], {3, 2}, {8, 9, 10, 9, 12, 3});
 }
 
 TEST_CASE("interpreter: col_var and bn_update reproduce train-mode batchnorm") {

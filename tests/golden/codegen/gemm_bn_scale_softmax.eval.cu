@@ -19,27 +19,26 @@ struct k0_gemm_functor {
   int d_N;
   static constexpr int COLUMN_FLOATS = 2;
   struct Column {
+    float v_t9;
     float v_t10;
-    float v_t11;
   };
   __device__ Column column(int col) const {
     const float v_t2 = float(1e-5);
     const float v_t3 = kf::load(p_running_var + col) + v_t2;
     const float v_t4 = 1.0f / sqrtf(v_t3);
     const float v_t5 = kf::load(p_bn_weight + col) * v_t4;
-    const float v_t6 = kf::load(p_running_mean + col) * v_t5;
-    const float v_t7 = kf::load(p_bn_bias + col) - v_t6;
-    const float v_t8 = kf::load(p_bias + col) * v_t5;
-    const float v_t9 = v_t8 + v_t7;
-    const float v_t10 = v_t5 * kf::load(p_scale + 0);
-    const float v_t11 = v_t9 * kf::load(p_scale + 0);
-    return Column{v_t10, v_t11};
+    const float v_t6 = kf::load(p_bias + col) - kf::load(p_running_mean + col);
+    const float v_t7 = v_t6 * v_t5;
+    const float v_t8 = v_t7 + kf::load(p_bn_bias + col);
+    const float v_t9 = v_t5 * kf::load(p_scale + 0);
+    const float v_t10 = v_t8 * kf::load(p_scale + 0);
+    return Column{v_t9, v_t10};
   }
   __device__ float apply(const Column &c, int row, int col, float acc) const {
+    const float v_t9 = c.v_t9;
     const float v_t10 = c.v_t10;
-    const float v_t11 = c.v_t11;
     const float v_t1 = acc;
-    const float v_h = v_t1 * v_t10 + v_t11;
+    const float v_h = v_t1 * v_t9 + v_t10;
     return v_h;
   }
 };
@@ -54,7 +53,7 @@ k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ s
 // k1_row: softmax@16 (row); row_prologue
 struct k1_row_pass0 {
   const float *p_h;
-  float *p_t12;
+  float *p_t11;
   int d_N;
   int row;
   __device__ float operator()(int col, float x) const {
@@ -63,8 +62,8 @@ struct k1_row_pass0 {
   }
 };
 extern "C" __global__ void __launch_bounds__(512)
-k1_row(const float *__restrict__ p_h, float *__restrict__ p_t12, int d_N, int smem_floats) {
+k1_row(const float *__restrict__ p_h, float *__restrict__ p_t11, int d_N, int smem_floats) {
   extern __shared__ __align__(16) float smem[];
   const int row = blockIdx.x;
-  kf::row_softmax<512, false>(row, 8192, p_h, 8192, p_t12, 8192, k1_row_pass0{p_h, p_t12, d_N, row}, smem, smem_floats);
+  kf::row_softmax<512, false>(row, 8192, p_h, 8192, p_t11, 8192, k1_row_pass0{p_h, p_t11, d_N, row}, smem, smem_floats);
 }

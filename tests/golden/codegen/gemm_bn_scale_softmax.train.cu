@@ -33,7 +33,7 @@ k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ s
 
 // k1_column: batchnorm@14, mul@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
-k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, const float *__restrict__ p_scale, float *__restrict__ p_t11, float *__restrict__ p_t14, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, const float *__restrict__ p_scale, float *__restrict__ p_t9, float *__restrict__ p_t13, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= 8192)
     return;
@@ -46,39 +46,38 @@ k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weigh
   const float v_t6 = v_t4 + v_t5;
   const float v_t7 = 1.0f / sqrtf(v_t6);
   const float v_t8 = kf::load(p_bn_weight + col) * v_t7;
-  const float v_t9 = v_t3 * v_t8;
-  const float v_t10 = kf::load(p_bn_bias + col) - v_t9;
-  const float v_t11 = v_t8 * kf::load(p_scale + 0);
-  const float v_t12 = v_t10 * kf::load(p_scale + 0);
-  const float v_t13 = kf::load(p_bias + col) * v_t11;
-  const float v_t14 = v_t13 + v_t12;
+  const float v_t9 = v_t8 * kf::load(p_scale + 0);
+  const float v_t10 = kf::load(p_bn_bias + col) * kf::load(p_scale + 0);
+  const float v_t11 = kf::load(p_bias + col) - v_t3;
+  const float v_t12 = v_t11 * v_t9;
+  const float v_t13 = v_t12 + v_t10;
   { // bn_update: running stats with momentum, unbiased variance
     const float momentum = float(0.1);
     const float count = static_cast<float>(d_N);
     kf::store(p_running_mean + col, (1.0f - momentum) * kf::load(p_running_mean + col) + momentum * v_t3);
     kf::store(p_running_var + col, (1.0f - momentum) * kf::load(p_running_var + col) + momentum * v_t4 * count / (count - 1.0f));
   }
-  kf::store(p_t11 + col, v_t11);
-  kf::store(p_t14 + col, v_t14);
+  kf::store(p_t9 + col, v_t9);
+  kf::store(p_t13 + col, v_t13);
 }
 
 // k2_row: linear@13, batchnorm@14, mul@15, softmax@16 (row); canonicalize_linear, fold_affine, lower_batchnorm, row_prologue
 struct k2_row_pass0 {
   const float *p_t1;
-  const float *p_t11;
-  const float *p_t14;
-  float *p_t15;
+  const float *p_t9;
+  const float *p_t13;
+  float *p_t14;
   int d_N;
   int row;
   __device__ float operator()(int col, float x) const {
     const float v_t1 = x;
-    const float v_h = v_t1 * kf::load(p_t11 + col) + kf::load(p_t14 + col);
+    const float v_h = v_t1 * kf::load(p_t9 + col) + kf::load(p_t13 + col);
     return v_h;
   }
 };
 extern "C" __global__ void __launch_bounds__(512)
-k2_row(const float *__restrict__ p_t1, const float *__restrict__ p_t11, const float *__restrict__ p_t14, float *__restrict__ p_t15, int d_N, int smem_floats) {
+k2_row(const float *__restrict__ p_t1, const float *__restrict__ p_t9, const float *__restrict__ p_t13, float *__restrict__ p_t14, int d_N, int smem_floats) {
   extern __shared__ __align__(16) float smem[];
   const int row = blockIdx.x;
-  kf::row_softmax<512, false>(row, 8192, p_t1, 8192, p_t15, 8192, k2_row_pass0{p_t1, p_t11, p_t14, p_t15, d_N, row}, smem, smem_floats);
+  kf::row_softmax<512, false>(row, 8192, p_t1, 8192, p_t14, 8192, k2_row_pass0{p_t1, p_t9, p_t13, p_t14, d_N, row}, smem, smem_floats);
 }

@@ -14,12 +14,12 @@ struct k0_gemm_functor {
   const float *p_bn_bias;
   const float *p_running_mean;
   const float *p_running_var;
-  float *p_t12;
+  float *p_t11;
   int d_N;
   static constexpr int COLUMN_FLOATS = 2;
   struct Column {
-    float v_t9;
-    float v_t11;
+    float v_t8;
+    float v_t10;
   };
   __device__ Column column(int col) const {
     const float v_t2 = kf::load(p_bias + col) * kf::load(p_scale + col);
@@ -27,25 +27,24 @@ struct k0_gemm_functor {
     const float v_t4 = kf::load(p_running_var + col) + v_t3;
     const float v_t5 = 1.0f / sqrtf(v_t4);
     const float v_t6 = kf::load(p_bn_weight + col) * v_t5;
-    const float v_t7 = kf::load(p_running_mean + col) * v_t6;
-    const float v_t8 = kf::load(p_bn_bias + col) - v_t7;
-    const float v_t9 = kf::load(p_scale + col) * v_t6;
-    const float v_t10 = v_t2 * v_t6;
-    const float v_t11 = v_t10 + v_t8;
-    return Column{v_t9, v_t11};
+    const float v_t7 = v_t2 - kf::load(p_running_mean + col);
+    const float v_t8 = kf::load(p_scale + col) * v_t6;
+    const float v_t9 = v_t7 * v_t6;
+    const float v_t10 = v_t9 + kf::load(p_bn_bias + col);
+    return Column{v_t8, v_t10};
   }
   __device__ float apply(const Column &c, int row, int col, float acc) const {
-    const float v_t9 = c.v_t9;
-    const float v_t11 = c.v_t11;
+    const float v_t8 = c.v_t8;
+    const float v_t10 = c.v_t10;
     const float v_t1 = acc;
-    const float v_t12 = v_t1 * v_t9 + v_t11;
-    return v_t12;
+    const float v_t11 = v_t1 * v_t8 + v_t10;
+    return v_t11;
   }
 };
 extern "C" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
-k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, float *__restrict__ p_t12, int d_N) {
+k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, float *__restrict__ p_t11, int d_N) {
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
-  const kf::GemmEpilogue<k0_gemm_functor, float> epilogue{{p_x, p_weight, p_bias, p_scale, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_t12, d_N}, p_t12, 8192, nullptr, nullptr, split_partials, split_counters};
+  const kf::GemmEpilogue<k0_gemm_functor, float> epilogue{{p_x, p_weight, p_bias, p_scale, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_t11, d_N}, p_t11, 8192, nullptr, nullptr, split_partials, split_counters};
   kf::gemm_simt<true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
 }

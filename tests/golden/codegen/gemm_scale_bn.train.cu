@@ -33,7 +33,7 @@ k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ s
 
 // k1_column: mul@14, batchnorm@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
-k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t15, float *__restrict__ p_t17, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t14, float *__restrict__ p_t16, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= 8192)
     return;
@@ -50,35 +50,34 @@ k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, c
   const float v_t10 = v_t8 + v_t9;
   const float v_t11 = 1.0f / sqrtf(v_t10);
   const float v_t12 = kf::load(p_bn_weight + col) * v_t11;
-  const float v_t13 = v_t5 * v_t12;
-  const float v_t14 = kf::load(p_bn_bias + col) - v_t13;
-  const float v_t15 = kf::load(p_scale + col) * v_t12;
-  const float v_t16 = v_t2 * v_t12;
-  const float v_t17 = v_t16 + v_t14;
+  const float v_t13 = v_t2 - v_t5;
+  const float v_t14 = kf::load(p_scale + col) * v_t12;
+  const float v_t15 = v_t13 * v_t12;
+  const float v_t16 = v_t15 + kf::load(p_bn_bias + col);
   { // bn_update: running stats with momentum, unbiased variance
     const float momentum = float(0.1);
     const float count = static_cast<float>(d_N);
     kf::store(p_running_mean + col, (1.0f - momentum) * kf::load(p_running_mean + col) + momentum * v_t5);
     kf::store(p_running_var + col, (1.0f - momentum) * kf::load(p_running_var + col) + momentum * v_t8 * count / (count - 1.0f));
   }
-  kf::store(p_t15 + col, v_t15);
-  kf::store(p_t17 + col, v_t17);
+  kf::store(p_t14 + col, v_t14);
+  kf::store(p_t16 + col, v_t16);
 }
 
 // k2_elementwise: linear@13, mul@14, batchnorm@15 (elementwise); canonicalize_linear, fold_affine, lower_batchnorm
 struct k2_elementwise_element {
   const float *p_t1;
-  const float *p_t15;
-  const float *p_t17;
-  float *p_t18;
+  const float *p_t14;
+  const float *p_t16;
+  float *p_t17;
   int d_N;
   __device__ void operator()(int row, int col) const {
-    const float v_t18 = kf::load(p_t1 + static_cast<size_t>(row) * 8192 + col) * kf::load(p_t15 + col) + kf::load(p_t17 + col);
-    kf::store(p_t18 + static_cast<size_t>(row) * 8192 + col, v_t18);
+    const float v_t17 = kf::load(p_t1 + static_cast<size_t>(row) * 8192 + col) * kf::load(p_t14 + col) + kf::load(p_t16 + col);
+    kf::store(p_t17 + static_cast<size_t>(row) * 8192 + col, v_t17);
   }
 };
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
-k2_elementwise(const float *__restrict__ p_t1, const float *__restrict__ p_t15, const float *__restrict__ p_t17, float *__restrict__ p_t18, int d_N) {
-  k2_elementwise_element f{p_t1, p_t15, p_t17, p_t18, d_N};
+k2_elementwise(const float *__restrict__ p_t1, const float *__restrict__ p_t14, const float *__restrict__ p_t16, float *__restrict__ p_t17, int d_N) {
+  k2_elementwise_element f{p_t1, p_t14, p_t16, p_t17, d_N};
   kf::for_each_element(d_N, 8192, f);
 }
