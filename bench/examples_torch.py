@@ -168,6 +168,11 @@ def ratio(num, den):
     return num / den if isinstance(num, (int, float)) and isinstance(den, (int, float)) and den > 0 else None
 
 
+def finite_or_inf(rel):
+    """A tensor's relative error, or inf where its output was not finite (None); 0 is an error."""
+    return math.inf if rel is None else rel
+
+
 def fmt(v, spec=".3f", suffix=""):
     return format(v, spec) + suffix if isinstance(v, (int, float)) else "-"
 
@@ -179,7 +184,8 @@ def markdown(result):
         "flushed), fp32 math (TF32 off) and bf16/f16 as the .kf declares; kfuse = `kfuse bench`'s fused "
         "pipeline, Fused = kfuse.torch.Fused from Python, unfused = kfuse's one kernel per op with cuBLAS "
         "GEMMs; kernels per call: eager / torch.compile / kfuse (torch.profiler; kfuse's plan); error: "
-        "max rel error vs PyTorch float64 of kfuse / of PyTorch.",
+        "the largest ||x - x64|| / ||x64|| over outputs and running statistics (x64: PyTorch "
+        "float64), of kfuse / of PyTorch.",
         "",
         "| example | dims | mode | eager ms | compile ms | kfuse ms | Fused ms | unfused ms | eager / kfuse "
         "| compile / kfuse | unfused / kfuse | kernels | error kfuse / torch | check |",
@@ -190,8 +196,8 @@ def markdown(result):
         comp = (r.get("compile_ms") or {}).get("median")
         kf = r.get("kfuse_fused_ms") or (r.get("kfuse_python_ms") or {}).get("median")
         errors = r["check"]["tensors"].values()
-        k_err = max((e["kfuse_vs_torch64"]["rel"] or math.inf for e in errors), default=None)
-        t_err = max((e["torch_vs_torch64"]["rel"] or math.inf for e in errors), default=None)
+        k_err = max((finite_or_inf(e["kfuse_vs_torch64"]["rel"]) for e in errors), default=None)
+        t_err = max((finite_or_inf(e["torch_vs_torch64"]["rel"]) for e in errors), default=None)
         compile_cell = fmt(comp) if comp else ("skipped" if r.get("compile_skipped") else
                                                "failed" if r.get("compile_error") else "-")
         kernels = f"{fmt(r.get('eager_kernels'), 'd')} / {fmt(r.get('compile_kernels'), 'd')} / " \
