@@ -56,12 +56,12 @@ const std::map<std::string, int64_t> kOddBT[] = {
 
 } // namespace
 
-TEST_CASE("gpu: [B, T, F] examples (GPT-2 f32 layernorm, TinyLlama bf16 rmsnorm, wav2vec 2.0's "
-          "CTC head through views) with odd B, T") {
+TEST_CASE("gpu: [B, T, F] examples (GPT-2 f32 layernorm, TinyLlama bf16 rmsnorm, BERT MLM "
+          "transform through views) with odd B, T") {
   uint64_t seed = 900;
   for (const char *file :
        {"gpt2_attn_out_residual_layernorm_btf.kf", "tinyllama_o_proj_residual_rmsnorm_btf_bf16.kf",
-        "wav2vec2_ctc_head_log_softmax_view.kf"})
+        "bert_mlm_transform_tokens_view.kf"})
     for (Mode mode : {Mode::Eval, Mode::Train})
       for (const auto &dims : kOddBT)
         expect_match(example(file), file, mode, dims, ++seed);
