@@ -362,8 +362,8 @@ constexpr OpInfo kOps[] = {
          "axis would change the feature axis"),
     view(OpKind::Squeeze, "squeeze", kDimAttrs,
          "`x` → `x` without axis `dim`, whose extent is the constant 1",
-         "`torch.squeeze(x, dim)`; `dim` in `[-rank, rank - 1)`: not the feature axis; an axis "
-         "of another extent is an error (PyTorch leaves it as is)"),
+         "`torch.squeeze(x, dim)`; `dim` in `[-rank, rank)` other than the feature axis "
+         "(`rank - 1`, `-1`); an axis of another extent is an error (PyTorch leaves it as is)"),
     {OpKind::ColMean,
      "col_mean",
      OpClass::ColReduce,
