@@ -125,9 +125,10 @@ std::optional<std::string> view_rows_problem(const Graph &g, ValueId v,
   int64_t rows_x = row_extent(x).evaluate(dims), rows_y = row_extent(y).evaluate(dims);
   if (rows_x == rows_y)
     return std::nullopt;
-  return fmt::format("{} views {} as {}, but the bound dims give {} = {} rows and {} = {}",
-                     describe(g, v), x.str(), y.str(), row_extent(x).str(), rows_x,
-                     row_extent(y).str(), rows_y);
+  return fmt::format(
+      "{}{} views {} {} as {}, but the bound dims give {} = {} rows and {} = {}", describe(g, v),
+      g[v].loc.known() ? fmt::format(" (line {})", g[v].loc.line) : "", describe(g, g[v].args[0]),
+      x.str(), y.str(), row_extent(x).str(), rows_x, row_extent(y).str(), rows_y);
 }
 
 ValueId view_source(const Graph &g, ValueId v) {

@@ -251,9 +251,10 @@ TEST_CASE("views: a viewed output has the view's shape; rows that the bound dims
 )",
                                      "regroup.kf", o);
   Tensor x2{memory, {7, 4}}, y{memory + 256, {2, 3, 4}}, out{memory + 512, {2, 3, 4}};
-  CHECK_THROWS_WITH_AS(q.run({{"x", x2}, {"y", y}}, {out}),
-                       doctest::Contains("pipeline 'regroup': %2 (reshape) views f32[N, 4] as "
-                                         "f32[B, T, 4], but the bound dims give N = 7 rows and "
-                                         "B*T = 6"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      q.run({{"x", x2}, {"y", y}}, {out}),
+      doctest::Contains("pipeline 'regroup': %2 (reshape) (line 5) views input 'x' "
+                        "(%0) f32[N, 4] as f32[B, T, 4], but the bound dims give "
+                        "N = 7 rows and B*T = 6"),
+      Error);
 }
