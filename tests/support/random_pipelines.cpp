@@ -617,6 +617,7 @@ std::string random_pipeline(uint64_t seed) {
   PipelineShape shape;
   shape.second_dim = false;
   shape.mixed_types = false;
+  shape.ranks = false;
   return random_pipeline(c, shape, fmt::format("random_{}", seed));
 }
 

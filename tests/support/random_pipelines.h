@@ -69,7 +69,7 @@ struct PipelineShape {
 
 std::string random_pipeline(Choices &choices, const PipelineShape &shape, const std::string &name);
 
-// The small pipelines of the GPU test: one dim N, a few ops.
+// The small pipelines of the GPU test: one dim N, a few ops, rank 2, no views.
 std::string random_pipeline(uint64_t seed);
 
 } // namespace kfuse::testing
