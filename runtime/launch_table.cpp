@@ -1,5 +1,6 @@
 #include "runtime/launch_table.h"
 
+#include "compiler/ir/views.h"
 #include "runtime/driver.h"
 
 #include <fmt/format.h>
@@ -95,20 +96,20 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
     }
   }
   for (size_t i = 0; i < g.outputs.size(); ++i) {
-    const bool declared = !g[g.outputs[i]].is_op();
-    copies_.push_back({i, pointer_of(g.outputs[i]), declared});
+    const ValueId source = ir::view_source(g, g.outputs[i]);
+    copies_.push_back({i, pointer_of(source), !g[source].is_op()});
   }
 }
 
-// A declared tensor's own slot; an op value returned as output i writes output i's memory
-// (the last such i where it is returned twice: the others are copied from it); any other op
-// value is an intermediate.
+// A declared tensor's own slot; an op value returned as output i, itself or through views,
+// writes output i's memory (the last such i where it is returned twice: the others are copied
+// from it); any other op value is an intermediate.
 LaunchTable::Pointer LaunchTable::pointer_of(ValueId v) {
   const ir::Graph &g = plan_.graph;
   if (!g[v].is_op())
     return {false, static_cast<size_t>(v)};
   for (size_t i = g.outputs.size(); i-- > 0;)
-    if (g.outputs[i] == v)
+    if (ir::view_source(g, g.outputs[i]) == v)
       return {false, g.values.size() + i};
   return {true, key_of({v, WorkspaceKey::Kind::Value, 0, 0})};
 }

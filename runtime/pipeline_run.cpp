@@ -2,6 +2,7 @@
 // the launches, made every time from the pipeline's LaunchTable.
 #include "compiler/dump.h"
 #include "compiler/ir/infer.h"
+#include "compiler/ir/views.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline_impl.h"
 
@@ -106,6 +107,10 @@ void Pipeline::Impl::check_tensors(const Tensor *inputs, const Tensor *outputs) 
                               ir::describe(g, static_cast<ir::ValueId>(id)), t.str(),
                               t.matrix_view().shape[0].str(), rows, INT_MAX));
   }
+  for (size_t id = 0; id < g.values.size(); ++id)
+    if (g.values[id].is_op() && ir::op_info(g.values[id].op).cls == ir::OpClass::View)
+      if (auto problem = ir::view_rows_problem(g, static_cast<ir::ValueId>(id), bound_dims))
+        throw Error(fmt::format("{}: {}", im.where, *problem));
   for (const ir::Value &v : g.values)
     if (v.is_op() && v.op == ir::OpKind::GroupNorm) {
       const ir::Dim &c = v.type.shape.back();

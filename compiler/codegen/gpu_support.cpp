@@ -1,6 +1,7 @@
 #include "compiler/codegen/gpu_support.h"
 
 #include "compiler/ir/printer.h"
+#include "compiler/ir/views.h"
 
 #include <fmt/format.h>
 
@@ -29,6 +30,24 @@ std::optional<std::string> half_gemm_unsupported(const Graph &g, const Value &mm
   return std::nullopt;
 }
 
+// Kernels read a view as the buffer it views, in that buffer's shape. A vector [F] and the
+// matrix [1, F] are the same per-feature operand of a pointwise op, but a GEMM or a row kernel
+// needs the matrix it reads, and one viewed across ranks 1 and 2 is refused.
+std::optional<std::string> vector_view_unsupported(const Graph &g, const Value &v) {
+  OpClass cls = op_info(v.op).cls;
+  if (cls == OpClass::Binary || cls == OpClass::Unary || cls == OpClass::Random ||
+      cls == OpClass::ColAffine || cls == OpClass::View)
+    return std::nullopt;
+  for (ValueId a : v.args) {
+    const TensorType &seen = g[a].type, &stored = g[view_source(g, a)].type;
+    if ((seen.rank() == 1) != (stored.rank() == 1))
+      return fmt::format("{} of {}, a view of {}, is not supported on the GPU: a view between a "
+                         "vector and a matrix is an operand of pointwise ops only",
+                         op_info(v.op).name, seen.str(), stored.str());
+  }
+  return std::nullopt;
+}
+
 std::optional<GpuUnsupported> gpu_unsupported(const Graph &g, const std::string &arch) {
   for (size_t i = 0; i < g.values.size(); ++i) {
     const Value &v = g.values[i];
@@ -36,6 +55,8 @@ std::optional<GpuUnsupported> gpu_unsupported(const Graph &g, const std::string 
     if (!v.is_op())
       continue;
     OpClass cls = op_info(v.op).cls;
+    if (auto why = vector_view_unsupported(g, v))
+      return GpuUnsupported{id, *why};
     if (cls == OpClass::Gemm && g[v.args[0]].type.dtype != DType::F32)
       if (auto why = half_gemm_unsupported(g, v, arch))
         return GpuUnsupported{id, *why};

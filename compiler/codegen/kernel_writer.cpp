@@ -125,6 +125,7 @@ static std::string cuda_attr(const AttrSpec &spec, const AttrValue &a) {
     return a.number != 0 ? "true" : "false";
   case AttrKind::Extent:
   case AttrKind::DType:
+  case AttrKind::Shape:
     break;
   }
   throw CodegenError(fmt::format("internal error: attribute '{}' has no CUDA spelling", spec.name));

@@ -31,6 +31,8 @@ TokenKind punctuation(char c) {
     return TokenKind::Equal;
   case '-':
     return TokenKind::Minus;
+  case '*':
+    return TokenKind::Star;
   default:
     return TokenKind::Error;
   }

@@ -28,6 +28,7 @@ enum class TokenKind : uint8_t {
   Colon,
   Equal,
   Minus,
+  Star, // '*': a product of extents in a shape (`[B*T, 768]`)
   End,
   Error, // a malformed token; `error` says what is wrong
 };

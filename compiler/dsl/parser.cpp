@@ -588,6 +588,8 @@ private:
   }
 
   ir::AttrValue attr_value(const ir::OpInfo &info, const ir::AttrSpec &spec) {
+    if (spec.kind == ir::AttrKind::Shape)
+      return shape_value(info, spec);
     const Token *minus = accept(TokenKind::Minus);
     const Token &t = peek();
     bool number = t.is(TokenKind::Integer) || t.is(TokenKind::Float);
@@ -645,6 +647,8 @@ private:
         diags_.error(at, fmt::format("{} must be true or false, got {}", what, got));
       value = {t.text == "true" ? 1.0 : 0.0, {}};
       break;
+    case ir::AttrKind::Shape: // shape_value() parses it
+      break;
     case ir::AttrKind::Choice:
       if (!string)
         diags_.error(at,
@@ -657,6 +661,51 @@ private:
     }
     if (auto problem = ir::check_attr(spec, value))
       diags_.error(at, fmt::format("{} {}", what, *problem));
+    return value;
+  }
+
+  // `[B*T, -1, 768]`: extents that are products of dim names and positive integers, and at
+  // most one -1 (the extent the others leave, as torch.reshape infers it).
+  ir::AttrValue shape_value(const ir::OpInfo &info, const ir::AttrSpec &spec) {
+    const Token &open = expect(TokenKind::LBracket,
+                               fmt::format("'[' to start the attribute '{}' of {}: a shape such "
+                                           "as [B*T, 768]",
+                                           spec.name, info.name));
+    ir::AttrValue value;
+    std::optional<SourceRange> inferred;
+    do {
+      if (value.shape.size() == 4)
+        diags_.error(peek().range(), "too many extents: tensors have rank 1 to 4");
+      if (const Token *minus = accept(TokenKind::Minus)) {
+        const Token &one = take();
+        SourceRange at = span(*minus, one);
+        if (!one.is(TokenKind::Integer) || one.text != "1")
+          diags_.error(at, fmt::format("an extent of a shape is a positive integer, a dim name, "
+                                       "a product of them, or -1; got -{}",
+                                       one.text));
+        if (inferred)
+          diags_.error(at, "only one extent of a shape can be -1",
+                       {{*inferred, "the first -1 is here"}});
+        inferred = at;
+        value.shape.push_back(ir::Dim::constant(-1));
+        continue;
+      }
+      std::vector<ir::Dim> factors;
+      const Token &first = peek();
+      double constant = 1; // in double: several factors of 2^31 overflow int64
+      do {
+        factors.push_back(extent());
+        if (!factors.back().is_symbolic())
+          constant *= static_cast<double>(factors.back().value);
+      } while (accept(TokenKind::Star));
+      if (constant > static_cast<double>(ir::kMaxExtent))
+        diags_.error(
+            span(first, tokens_[pos_ - 1]),
+            fmt::format("extent {} is too large; the limit is {}", constant, ir::kMaxExtent));
+      value.shape.push_back(ir::Dim::product(factors));
+    } while (accept(TokenKind::Comma));
+    expect(TokenKind::RBracket, "',', '*' or ']' after an extent",
+           {{open.range(), "to match this '['"}});
     return value;
   }
 

@@ -2,6 +2,7 @@
 
 #include "compiler/ir/infer.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/views.h"
 
 #include <algorithm>
 
@@ -60,11 +61,18 @@ std::vector<std::vector<ValueId>> Graph::users() const {
 Graph matrix_view(const Graph &g) {
   Graph m = g;
   for (Value &v : m.values) {
-    // Inference allows only the last axis of a rank-3/4 argument, which is axis 1 of its view.
-    if (v.is_op() && v.attrs.count("dim") && g[v.args[0]].type.rank() > 2)
+    // Inference allows only the last axis of a rank-3/4 argument, which is axis 1 of its view;
+    // softmax keeps its argument's rank and a reduction of rank 3/4 keeps its dim, so the op's
+    // own rank tells (its argument may be a view of another rank).
+    if (v.is_op() && op_info(v.op).cls != OpClass::View && v.attrs.count("dim") &&
+        v.type.rank() > 2)
       v.attrs["dim"].number = -1;
     v.type = v.type.matrix_view();
+    for (ValueId &a : v.args)
+      a = view_source(g, a);
   }
+  for (ValueId &o : m.outputs)
+    o = view_source(g, o);
   return m;
 }
 

@@ -67,9 +67,11 @@ struct Graph {
 std::string describe(const Graph &g, ValueId id);
 
 // `g` with every tensor as its matrix view (TensorType::matrix_view: f32[B, T, 768] becomes
-// f32[B*T, 768]), and an op along the last axis of a rank-3/4 tensor marked dim=-1: what the
-// planner's partition and the code generator work on, value for value the same graph. It does
-// not verify (a product extent is no declared dim): it is not a program, only its kernels' view.
+// f32[B*T, 768]), an op along the last axis of a rank-3/4 tensor marked dim=-1, and every
+// argument and output that is a view (reshape, ...) replaced by the value it views, which is
+// the same matrix (compiler/ir/views.h): what the planner's partition and the code generator
+// work on, value for value the same graph, its views read by nothing. It does not verify: it
+// is not a program, only its kernels' view.
 Graph matrix_view(const Graph &g);
 
 // Appends values to a graph under construction, keeping definition order.

@@ -1,6 +1,7 @@
 #include "compiler/ir/infer.h"
 
 #include "compiler/ir/printer.h"
+#include "compiler/ir/views.h"
 
 #include <fmt/format.h>
 
@@ -197,6 +198,11 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
                   "PyTorch's batchnorm1d normalizes axis 1 (the channels) of a rank-3 "
                   "input, and kfuse normalizes the last axis of an [N, C] input");
     expect_rank(op, args, 0, 2, "its input");
+    if (!args[0].shape[0].factors.empty())
+      throw TypeError(0, fmt::format("{} of {} is not supported: train mode counts the rows in "
+                                     "an extent attribute, a dim or a number, and {} is a "
+                                     "product; declare the input with one row dim",
+                                     op.name, args[0].str(), args[0].shape[0].str()));
     const Dim &c = args[0].shape[1];
     static const char *names3[] = {"", "running_mean", "running_var"};
     static const char *names5[] = {"", "weight", "bias", "running_mean", "running_var"};
@@ -217,6 +223,8 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
   case OpClass::Unary:
   case OpClass::Random:
     return args[0];
+  case OpClass::View:
+    return view_type(op, args[0], attrs);
   case OpClass::Row:
     expect_last_axis(op, args[0], axis_of(op, args[0], attrs));
     return args[0];

@@ -324,17 +324,18 @@ int64_t HostTensor::numel() const {
 std::vector<int64_t> concrete_shape(const TensorType &t, const DimBindings &dims) {
   std::vector<int64_t> shape;
   for (const Dim &d : t.shape) {
-    if (!d.is_symbolic()) {
-      shape.push_back(d.value);
-      continue;
+    // A dim, or a product of dims and a constant (a reshape's B*T).
+    int64_t extent = d.sym.empty() ? d.value : 1;
+    for (const std::string &name : d.sym.empty() ? d.factors : std::vector<std::string>{d.sym}) {
+      auto it = dims.find(name);
+      if (it == dims.end())
+        throw InterpretError(fmt::format("dim '{}' of {} is not bound", name, t.str()));
+      if (it->second < 1)
+        throw InterpretError(fmt::format("dim '{}' of {} is bound to {}; extents must be positive",
+                                         name, t.str(), it->second));
+      extent *= it->second;
     }
-    auto it = dims.find(d.sym);
-    if (it == dims.end())
-      throw InterpretError(fmt::format("dim '{}' of {} is not bound", d.sym, t.str()));
-    if (it->second < 1)
-      throw InterpretError(fmt::format("dim '{}' of {} is bound to {}; extents must be positive",
-                                       d.sym, t.str(), it->second));
-    shape.push_back(it->second);
+    shape.push_back(extent);
   }
   return shape;
 }
@@ -529,6 +530,16 @@ void Interpreter::eval(ValueId id) {
   }
   case OpClass::Random:
     out = dropout(v, arg(0), mode_, rng_);
+    break;
+  case OpClass::View: // the same row-major elements; equal rows are the run's to check
+    out = arg(0);
+    out.shape = concrete_shape(v.type, dims_);
+    if (out.numel() != arg(0).numel())
+      throw InterpretError(fmt::format("{} views {} {} as {} {}: the bound dims give them "
+                                       "different element counts",
+                                       describe(g_, id), g_[v.args[0]].type.str(),
+                                       shape_text(arg(0).shape), v.type.str(),
+                                       shape_text(out.shape)));
     break;
   case OpClass::Row: {
     int rank = static_cast<int>(arg(0).shape.size());

@@ -32,6 +32,7 @@ std::string signature(const OpInfo &op) {
     case AttrKind::Int:
     case AttrKind::Extent:
     case AttrKind::DType:
+    case AttrKind::Shape:
       attrs.push_back(fmt::format("{}={}", spec.name, format_number(spec.number)));
       break;
     }
@@ -59,6 +60,7 @@ std::string shapes(const OpInfo &op) {
   case OpClass::ColAffine:
   case OpClass::Effect:
   case OpClass::Constant:
+  case OpClass::View:
     break;
   }
   return "";

@@ -59,6 +59,7 @@ constexpr AttrSpec kPoolAttrs[] = {required("kernel_size", AttrKind::Int),
 // (GraphBuilder::op), so that every dropout draws its own stream.
 constexpr AttrSpec kDropoutAttrs[] = {number("p", 0.5, {0, 1, false, true}),
                                       {"stream", AttrKind::Int, false, 0, {}, {}}};
+constexpr AttrSpec kShapeAttrs[] = {required("shape", AttrKind::Shape)};
 constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {}, unit},
                                        required("count", AttrKind::Extent)};
 constexpr AttrSpec kConstantAttrs[] = {required("value", AttrKind::Number),
@@ -176,6 +177,13 @@ constexpr OpInfo pool(OpKind k, std::string_view name, ReduceFn f, std::string_v
           semantics,
           f,
           reducer};
+}
+
+// A view: its result is its argument's buffer under another shape (compiler/ir/views.h).
+constexpr OpInfo view(OpKind k, std::string_view name, Span<AttrSpec> attrs,
+                      std::string_view shapes, std::string_view semantics) {
+  return {k,       name, OpClass::View, 1,      1,         "x",     attrs, false,
+          nullptr, {},   nullptr,       shapes, semantics, nullptr, {}};
 }
 
 namespace pw = pointwise;
@@ -344,6 +352,18 @@ constexpr OpInfo kOps[] = {
      "the op's ordinal among the pipeline's dropouts",
      nullptr,
      {}},
+    view(OpKind::Reshape, "reshape", kShapeAttrs,
+         "`x` → `shape`: the same elements, the last extent unchanged, the rows' product equal",
+         "`torch.reshape(x, shape)`: at most one extent `-1`, inferred from the others; the last "
+         "(feature) axis keeps its extent"),
+    view(OpKind::Unsqueeze, "unsqueeze", kDimAttrs,
+         "`x` → `x` with an axis of extent 1 at `dim`, before the last axis (rank ≤ 4)",
+         "`torch.unsqueeze(x, dim)`; `dim` in `[-rank - 1, rank)` other than `-1`: a new last "
+         "axis would change the feature axis"),
+    view(OpKind::Squeeze, "squeeze", kDimAttrs,
+         "`x` → `x` without axis `dim`, whose extent is the constant 1",
+         "`torch.squeeze(x, dim)`; `dim` in `[-rank, rank)` other than the feature axis "
+         "(`rank - 1`, `-1`); an axis of another extent is an error (PyTorch leaves it as is)"),
     {OpKind::ColMean,
      "col_mean",
      OpClass::ColReduce,
@@ -487,6 +507,8 @@ std::string_view op_class_name(OpClass c) {
     return "feature pooling";
   case OpClass::Random:
     return "random pointwise";
+  case OpClass::View:
+    return "view";
   case OpClass::ColReduce:
     return "column statistics";
   case OpClass::ColAffine:
@@ -559,6 +581,8 @@ std::string attr_expectation(const AttrSpec &spec) {
     return "a positive integer or a dim name";
   case AttrKind::DType:
     return "an element type (f32, f16 or bf16)";
+  case AttrKind::Shape:
+    return "a shape ([B*T, 768])";
   case AttrKind::Choice: {
     std::vector<std::string> quoted;
     for (std::string_view w : choice_words(spec))
@@ -603,6 +627,10 @@ std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a) 
   case AttrKind::DType:
     if (a.number != 0 || !parse_dtype(a.dim))
       return wrong();
+    return std::nullopt;
+  case AttrKind::Shape: // its extents are the view's to check (compiler/ir/views.h)
+    if (a.shape.empty() || a.shape.size() > 4)
+      return fmt::format("must have 1 to 4 extents, got {}", a.shape.size());
     return std::nullopt;
   case AttrKind::Choice:
     for (std::string_view w : choice_words(spec))

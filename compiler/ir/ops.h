@@ -12,6 +12,8 @@
 // produces prints as a file that parses back.
 #pragma once
 
+#include "compiler/ir/types.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -84,6 +86,10 @@ enum class OpKind : uint8_t {
   AvgPool1d,
   // random
   Dropout,
+  // view
+  Reshape,
+  Unsqueeze,
+  Squeeze,
   // internal
   ColMean,
   ColVar,
@@ -105,6 +111,7 @@ enum class OpClass : uint8_t {
   Reduce,    // reduction along `dim`: [N, F] -> [N, 1] / [N] (dim=1) or [1, F] / [F] (dim=0)
   Pool,      // windows along the feature axis: [N, F] -> [N, (F - kernel_size) / stride + 1]
   Random,    // pointwise, one operand, drawing from the run's RNG (seed, offset) per element
+  View,      // the same elements under another shape with the same feature axis: no kernel
   ColReduce, // column statistics: [N, C] -> [C]
   ColAffine, // per-column affine map of a matrix
   Effect,    // no value; updates states
@@ -116,15 +123,22 @@ std::string_view op_class_name(OpClass c); // "pointwise binary", ...
 // (`count=N`). DType: a type name (`dtype=f32`). Choice: one of a fixed set of words,
 // written as a string (`approximate="tanh"`). OptNumber: a finite double or absent
 // (PyTorch's None), held as the spec's infinite `number` default. Bool: `true` or `false`,
-// held as 1 or 0.
-enum class AttrKind : uint8_t { Number, Int, Extent, DType, Choice, OptNumber, Bool };
+// held as 1 or 0. Shape: a bracketed list of extents, each a product of dim names and
+// positive integers, or -1 (`shape=[B*T, -1]`), held in `shape`.
+enum class AttrKind : uint8_t { Number, Int, Extent, DType, Choice, OptNumber, Bool, Shape };
 
 // An attribute value: a number (`eps=1e-5`, `dim=1`) or a word: a dim name (`count=N`), a
 // type name (`dtype=f32`) or a choice (`approximate="tanh"`), held in `dim`.
 struct AttrValue {
+  AttrValue() = default;
+  AttrValue(double n, std::string word = {}, std::vector<Dim> extents = {})
+      : number(n), dim(std::move(word)), shape(std::move(extents)) {}
   double number = 0;
-  std::string dim; // the word; empty when the value is the number
-  bool operator==(const AttrValue &o) const { return number == o.number && dim == o.dim; }
+  std::string dim;        // the word; empty when the value is the number
+  std::vector<Dim> shape; // a Shape; -1 is the constant -1
+  bool operator==(const AttrValue &o) const {
+    return number == o.number && dim == o.dim && shape == o.shape;
+  }
 };
 using AttrMap = std::map<std::string, AttrValue>;
 

@@ -50,6 +50,8 @@ std::string format_attr(const AttrSpec &spec, const AttrValue &a) {
     return "\"" + a.dim + "\"";
   case AttrKind::Bool:
     return a.number != 0 ? "true" : "false";
+  case AttrKind::Shape:
+    return TensorType{DType::F32, a.shape}.shape_str();
   }
   return "?";
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -68,6 +69,8 @@ Dim Dim::product(const std::vector<Dim> &extents) {
     if (d.sym.empty())
       p.value *= d.value;
   }
+  // Sorted, so that equal products compare equal (T*B is B*T).
+  std::sort(p.factors.begin(), p.factors.end());
   if (p.factors.size() == 1 && p.value == 1)
     return symbol(p.factors.front());
   return p;

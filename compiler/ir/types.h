@@ -28,8 +28,8 @@ double round_to(DType t, double x);
 struct Dim {
   std::string sym; // a dim name; empty for a constant or a product
   int64_t value = 0;
-  // A product: these dim names times `value`; empty otherwise. Never written in .kf: only
-  // TensorType::matrix_view makes one.
+  // A product: these dim names (sorted) times `value`; empty otherwise. Written in .kf only
+  // in a reshape's shape (`[B*T, 768]`); TensorType::matrix_view makes one for the rows.
   std::vector<std::string> factors;
 
   static Dim constant(int64_t v) { return Dim{{}, v, {}}; }

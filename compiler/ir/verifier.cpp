@@ -61,13 +61,27 @@ private:
     extents(id);
   }
 
+  // A declaration's extents are dims and constants; an op's may be products (a reshape's B*T).
   void extents(ValueId id) const {
-    for (const Dim &d : g_[id].type.shape) {
-      if (d.is_symbolic() ? !declared_dim(d.sym) : d.value < 1 || d.value > kMaxExtent)
-        fail(id, fmt::format("type {} has an extent that is not a declared dim or an integer "
-                             "in [1, {}]",
-                             g_[id].type.str(), kMaxExtent));
-    }
+    bool op = g_[id].is_op();
+    for (const Dim &d : g_[id].type.shape)
+      if (!valid_extent(d, op))
+        fail(id, fmt::format("type {} has an extent that is not a declared dim or an integer in "
+                             "[1, {}]{}",
+                             g_[id].type.str(), kMaxExtent, op ? " or a product of them" : ""));
+  }
+
+  // A declared dim, a constant in [1, kMaxExtent], or (where `products`) a product of declared
+  // dims and such a constant.
+  bool valid_extent(const Dim &d, bool products) const {
+    if (!d.sym.empty())
+      return declared_dim(d.sym);
+    if (!products && !d.factors.empty())
+      return false;
+    for (const std::string &f : d.factors)
+      if (!declared_dim(f))
+        return false;
+    return d.value >= 1 && d.value <= kMaxExtent;
   }
 
   bool declared_dim(const std::string &name) const {
@@ -96,6 +110,11 @@ private:
       if (spec.kind == AttrKind::Extent && !it->second.dim.empty() && !declared_dim(it->second.dim))
         fail(id, fmt::format("attribute '{}' names '{}', which is not a declared dim", spec.name,
                              it->second.dim));
+      for (const Dim &d : it->second.shape)
+        if (d != Dim::constant(-1) && !valid_extent(d, true))
+          fail(id, fmt::format("attribute '{}' has the extent {}, which is not a declared dim, "
+                               "an integer in [1, {}] or a product of them",
+                               spec.name, d.str(), kMaxExtent));
     }
     if (info.rule)
       if (auto problem = info.rule(v.attrs))

@@ -28,6 +28,9 @@ bool is_scalar(const TensorType &t) {
                      [](const Dim &d) { return d == Dim::constant(1); });
 }
 
+// A view has no kernel: it is the buffer it views (compiler/ir/views.h).
+bool is_view(const Value &v) { return v.is_op() && op_info(v.op).cls == OpClass::View; }
+
 bool is_stats(const Value &v) { return v.is_op() && op_info(v.op).cls == OpClass::ColReduce; }
 
 // Ops a row kernel is built around: one block per row reads it (after the inline prologue)
@@ -75,6 +78,8 @@ private:
         stored_[i] = true; // declared tensors live in the caller's buffers
         continue;
       }
+      if (is_view(v)) // read by nothing in the matrix view: its readers read what it views
+        continue;
       for (ValueId a : v.args)
         stats_dep_[i] = stats_dep_[i] || stats_dep_[static_cast<size_t>(a)] || is_stats(val(a));
       // A row op's result is a buffer its kernel stores, even when rank 1 ([N] per row):
@@ -337,7 +342,7 @@ private:
     for (size_t i = 0; i < g_.values.size(); ++i) {
       ValueId id = static_cast<ValueId>(i);
       const Value &v = val(id);
-      if (!v.is_op())
+      if (!v.is_op() || is_view(v))
         continue;
       OpClass cls = op_info(v.op).cls;
       if (cls == OpClass::Gemm) {

@@ -1,6 +1,7 @@
 #include "compiler/plan/plan_printer.h"
 
 #include "compiler/ir/printer.h"
+#include "compiler/ir/views.h"
 
 #include "kfuse/error.h"
 
@@ -44,13 +45,17 @@ std::string bytes_sum(const Graph &g, const std::vector<TensorType> &types,
     int64_t c = dtype_bytes(t.dtype);
     std::string mono;
     for (const Dim &d : t.shape) {
-      auto it = d.is_symbolic() ? dims.find(d.sym) : dims.end();
-      if (!d.is_symbolic())
+      // A constant, a dim, or a product of dims and a constant (a reshape's B*T).
+      std::vector<std::string> factors = d.sym.empty() ? d.factors : std::vector{d.sym};
+      if (d.sym.empty())
         c = checked_mul(c, d.value, g);
-      else if (it != dims.end())
-        c = checked_mul(c, it->second, g);
-      else
-        mono += (mono.empty() ? "" : "*") + d.sym;
+      for (const std::string &f : factors) {
+        auto it = dims.find(f);
+        if (it != dims.end())
+          c = checked_mul(c, it->second, g);
+        else
+          mono += (mono.empty() ? "" : "*") + f;
+      }
     }
     terms[mono] = checked_add(terms[mono], c, g);
   }
@@ -115,6 +120,23 @@ std::vector<ValueId> effects_of(const Graph &g, const Kernel &k) {
     if (g[id].is_effect())
       out.push_back(id);
   return out;
+}
+
+// "h f32[B*T, 64] = reshape(x, shape=[B*T, 64]): the buffer of x", one per view.
+std::vector<std::string> view_lines(const Graph &g, const std::vector<std::string> &names) {
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const Value &v = g.values[i];
+    if (!v.is_op() || op_info(v.op).cls != OpClass::View)
+      continue;
+    const AttrSpec &spec = op_info(v.op).attrs[0];
+    lines.push_back(
+        fmt::format("  {} {} = {}({}, {}={}): the buffer of {}", names[i], v.type.str(),
+                    op_info(v.op).name, names[static_cast<size_t>(v.args[0])], spec.name,
+                    format_attr(spec, v.attrs.at(std::string(spec.name))),
+                    names[static_cast<size_t>(view_source(g, static_cast<ValueId>(i)))]));
+  }
+  return lines;
 }
 
 } // namespace
@@ -191,6 +213,10 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     all_reads.insert(all_reads.end(), k.reads.begin(), k.reads.end());
     all_writes.insert(all_writes.end(), k.stores.begin(), k.stores.end());
   }
+  std::vector<std::string> views = view_lines(g, names);
+  if (!views.empty())
+    s += "\nviews (no kernel: each is the buffer it views, under its own shape)\n" +
+         join(views, "\n") + "\n";
   s += "\nintermediates";
   if (p.intermediates.empty() && p.partials.empty())
     s += " none";
@@ -231,9 +257,14 @@ std::string print_plan_json(const Plan &p, const DimBindings &dims) {
     inters.push_back(fmt::format("    {{\"name\": {}, \"type\": {}, \"bytes\": {}}}",
                                  json_string(names[static_cast<size_t>(i.value)]),
                                  json_string(i.type.str()), json_string(bytes_text(i.type, dims))));
+  // Present only where the pipeline has views, so plans without them read as before.
+  std::string views;
+  for (const std::string &line : view_lines(g, names))
+    views += (views.empty() ? "" : ", ") + json_string(line.substr(2));
   return fmt::format("{{\n  \"pipeline\": {},\n  \"mode\": {},\n  \"kernels\": [\n{}\n  ],\n"
-                     "  \"intermediates\": [{}{}{}]\n}}\n",
+                     "{}  \"intermediates\": [{}{}{}]\n}}\n",
                      json_string(g.name), json_string(mode_name(p.mode)), join(kernels, ",\n"),
+                     views.empty() ? "" : fmt::format("  \"views\": [{}],\n", views),
                      inters.empty() ? "" : "\n", join(inters, ",\n"), inters.empty() ? "" : "\n  ");
 }
 

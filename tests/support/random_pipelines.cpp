@@ -102,7 +102,20 @@ std::vector<OpKind> ops_where(OpClass cls, bool (*keep)(OpKind)) {
   return out;
 }
 
-// A tensor in scope: its name, shape as .kf text ("N", "4") and element type.
+// An extent as .kf text: "4", "N", or a product "N*T".
+Dim extent(const std::string &text) {
+  std::vector<Dim> factors;
+  for (size_t start = 0, star; start != std::string::npos;
+       start = star == std::string::npos ? star : star + 1) {
+    star = text.find('*', start);
+    std::string f = text.substr(start, star == std::string::npos ? star : star - start);
+    factors.push_back(std::isdigit(static_cast<unsigned char>(f[0])) ? Dim::constant(std::stoll(f))
+                                                                     : Dim::symbol(f));
+  }
+  return Dim::product(factors);
+}
+
+// A tensor in scope: its name, shape as .kf text ("N", "4", "N*T") and element type.
 struct Tensor {
   std::string name;
   std::vector<std::string> dims;
@@ -111,9 +124,7 @@ struct Tensor {
     TensorType t;
     t.dtype = dtype;
     for (const std::string &d : dims)
-      t.shape.push_back(std::isdigit(static_cast<unsigned char>(d[0]))
-                            ? Dim::constant(std::stoll(d))
-                            : Dim::symbol(d));
+      t.shape.push_back(extent(d));
     return t;
   }
   std::string shape() const { return "[" + fmt::format("{}", fmt::join(dims, ", ")) + "]"; }
@@ -136,7 +147,14 @@ public:
     DType activations = DType::F32;
     if (shape_.mixed_types)
       activations = pick(std::vector<DType>{DType::F32, DType::BF16, DType::F16});
-    Tensor h = declare("input", {"N", width_}, activations);
+    if (shape_.ranks && coin(3)) {
+      rows_ = pick(std::vector<std::vector<std::string>>{{"N", "T"}, {"2", "N"}, {"N", "2", "T"}});
+      if (std::count(rows_.begin(), rows_.end(), "T"))
+        dims += "  dim T\n";
+    }
+    std::vector<std::string> x = rows_;
+    x.push_back(width_);
+    Tensor h = declare("input", x, activations);
     int ops = shape_.min_ops + c_.below(shape_.max_ops - shape_.min_ops + 1);
     for (int i = 0; i < ops; ++i) {
       h = step(h);
@@ -175,7 +193,7 @@ private:
   Tensor assign(const std::string &expr, std::vector<std::string> dims, DType dtype) {
     Tensor t{fmt::format("v{}", counter_++), std::move(dims), dtype};
     body_ += fmt::format("  {} = {}\n", t.name, expr);
-    if (t.dims.size() == 2)
+    if (t.dims.size() >= 2)
       matrices_.push_back(t);
     else
       column_values_.push_back(t), columns_.push_back(t);
@@ -221,14 +239,17 @@ private:
         value = coin(2) ? "true" : "false";
         break;
       case AttrKind::Int:
-        value = std::to_string(shape_.last_axis_rows ? (coin(2) ? rank - 1 : -1)
-                                                     : pick(std::vector<int>{1, -1, 1, 0}));
+        value =
+            std::to_string(shape_.last_axis_rows || rank > 2 ? (coin(2) ? rank - 1 : -1)
+                                                             : pick(std::vector<int>{1, -1, 1, 0}));
         break;
       case AttrKind::Extent:
         value = "N";
         break;
       case AttrKind::DType:
         value = "f32";
+        break;
+      case AttrKind::Shape: // views are drawn by view(), which writes their shapes
         break;
       }
       s += fmt::format(", {}={}", a.name, value);
@@ -282,6 +303,72 @@ private:
     return declare("param", {width}, beside(t));
   }
 
+  // A fresh input of `h`'s shape with last extent `last`: declared in the rank of the
+  // pipeline's rows, and viewed as `h`'s [rows, F] matrix where `h` is one of a higher rank.
+  Tensor input_like(const Tensor &h, const std::string &last) {
+    std::vector<std::string> dims = rows_;
+    dims.push_back(last);
+    Tensor t = declare("input", dims, beside(h.dtype));
+    if (h.dims.size() == dims.size())
+      return t;
+    return assign(fmt::format("reshape({}, shape=[{}, {}])", t.name, h.dims[0], last),
+                  {h.dims[0], last}, t.dtype);
+  }
+
+  // `t` as the [rows, F] matrix the ops that refuse rank 3/4 take: itself where it has rank 2,
+  // else a reshape to [N*T, F] (now and then written [-1, F]).
+  Tensor matrix(const Tensor &t) {
+    if (t.dims.size() <= 2)
+      return t;
+    std::vector<Dim> leading;
+    for (size_t i = 0; i + 1 < t.dims.size(); ++i)
+      leading.push_back(extent(t.dims[i]));
+    std::string rows = Dim::product(leading).str();
+    return assign(
+        fmt::format("reshape({}, shape=[{}, {}])", t.name, coin(3) ? "-1" : rows, t.dims.back()),
+        {rows, t.dims.back()}, t.dtype);
+  }
+
+  // A view of `h` or beside it: `h` between its [rows, F] matrix and the rank of the
+  // pipeline's rows (a reshape, now and then with a -1), an unsqueeze and the squeeze that
+  // undoes it (either dim spelled from the front or the back), or a vector unsqueezed to
+  // [1, F] as the operand of a total binary op.
+  Tensor view(const Tensor &h) {
+    switch (c_.below(3)) {
+    case 0: {
+      if (h.dims.size() > 2)
+        return matrix(h);
+      std::vector<std::string> full = rows_, shape;
+      full.push_back(h.dims.back());
+      shape = full;
+      if (coin(2))
+        shape[static_cast<size_t>(c_.below(static_cast<int>(shape.size())))] = "-1";
+      return assign(fmt::format("reshape({}, shape=[{}])", h.name, fmt::join(shape, ", ")), full,
+                    h.dtype);
+    }
+    case 1: {
+      int rank = static_cast<int>(h.dims.size()), d = c_.below(rank);
+      if (rank == 4)
+        return h;
+      std::vector<std::string> dims = h.dims;
+      dims.insert(dims.begin() + d, "1");
+      Tensor u = assign(fmt::format("unsqueeze({}, dim={})", h.name, coin(2) ? d : d - rank - 1),
+                        dims, h.dtype);
+      return assign(fmt::format("squeeze({}, dim={})", u.name, coin(2) ? d : d - rank - 1), h.dims,
+                    h.dtype);
+    }
+    default: {
+      if (total_binaries_.empty())
+        return h;
+      Tensor c = column(h.dims.back(), h.dtype);
+      Tensor u = assign(fmt::format("unsqueeze({}, dim={})", c.name, coin(2) ? "0" : "-2"),
+                        {"1", c.dims[0]}, c.dtype);
+      return assign(fmt::format("{}({}, {})", op_info(pick(total_binaries_)).name, h.name, u.name),
+                    h.dims, promote(h.dtype, u.dtype));
+    }
+    }
+  }
+
   // The second operand of a binary op with matrix `h`.
   Tensor operand(const Tensor &h) {
     switch (c_.below(6)) {
@@ -289,14 +376,14 @@ private:
       for (auto it = matrices_.rbegin(); it != matrices_.rend(); ++it)
         if (it->dims == h.dims && it->name != h.name && coin(2))
           return *it;
-      return declare("input", h.dims, beside(h.dtype));
+      return input_like(h, h.dims.back());
     }
     case 1:
-      return declare("input", {"N", "1"}, beside(h.dtype));
+      return input_like(h, "1");
     case 2:
-      return declare("param", {"1", h.dims[1]}, beside(h.dtype));
+      return declare("param", {"1", h.dims.back()}, beside(h.dtype));
     default:
-      return column(h.dims[1], h.dtype);
+      return column(h.dims.back(), h.dtype);
     }
   }
 
@@ -307,7 +394,12 @@ private:
         OpClass::RowNorm,   OpClass::Reduce, OpClass::Reduce,   OpClass::ColReduce,
         OpClass::ColAffine, OpClass::Effect, OpClass::Constant, OpClass::Pool,
         OpClass::Random};
-    OpClass cls = pick(classes);
+    static const std::vector<OpClass> with_views = [] {
+      std::vector<OpClass> c = classes;
+      c.push_back(OpClass::View);
+      return c;
+    }();
+    OpClass cls = pick(shape_.ranks ? with_views : classes);
     auto it = by_class_.find(cls);
     if (it == by_class_.end())
       return h;
@@ -316,8 +408,8 @@ private:
     switch (cls) {
     case OpClass::Gemm:
       return gemm(op, h);
-    case OpClass::Norm:
-      return norm(op, h);
+    case OpClass::Norm: // over rows that are one dim: a product (N*T) is no batchnorm count
+      return rows_.size() == 1 ? norm(op, h) : h;
     case OpClass::Binary: {
       Tensor o = operand(h);
       if (!total_for_positive_rhs(op)) // pow: a base >= 1 and an exponent in (-1, 1)
@@ -341,36 +433,45 @@ private:
                     h.dims, promote(h.dtype, u.dtype));
     }
     case OpClass::Row:
-      return assign(fmt::format("{}({}{})", name, h.name, attrs(op, 2)), h.dims, h.dtype);
+      return assign(
+          fmt::format("{}({}{})", name, h.name, attrs(op, static_cast<int>(h.dims.size()))), h.dims,
+          h.dtype);
     case OpClass::Random: // p of 0 (the identity) to 0.75; each its own stream by default
       return assign(fmt::format("{}({}, p={})", name, h.name, 0.25 * c_.below(4)), h.dims, h.dtype);
     case OpClass::RowNorm: { // the optional per-feature vectors, some or all of them
-      std::string args = h.name;
+      // groupnorm and instancenorm take axis 1 of a rank-3 input as channels: their matrix.
+      Tensor x = op == OpKind::GroupNorm || op == OpKind::InstanceNorm ? matrix(h) : h;
+      std::string args = x.name;
       int vectors = c_.below(op_info(op).max_args);
       for (int i = 0; i < vectors; ++i)
-        args += ", " + feature_vector(h.dims[1], h.dtype).name;
-      std::string a = attrs(op, 2);
-      set_attr(a, "groups", groups_dividing(h.dims[1])); // groupnorm
-      return assign(fmt::format("{}({}{})", name, args, a), h.dims, h.dtype);
+        args += ", " + feature_vector(x.dims.back(), x.dtype).name;
+      std::string a = attrs(op, static_cast<int>(x.dims.size()));
+      set_attr(a, "groups", groups_dividing(x.dims.back())); // groupnorm
+      return assign(fmt::format("{}({}{})", name, args, a), x.dims, x.dtype);
     }
     case OpClass::Reduce:
-      return reduce(op, h);
+      return reduce(op, matrix(h));
     case OpClass::Pool:
-      return pool(op, h);
-    case OpClass::ColReduce: // a column value (f32), used by later ops and maybe returned
-      assign(fmt::format("{}({})", name, h.name), {h.dims[1]}, DType::F32);
-      return h;
+      return pool(op, matrix(h));
+    case OpClass::ColReduce: { // a column value (f32), used by later ops and maybe returned
+      Tensor m = matrix(h);
+      assign(fmt::format("{}({})", name, m.name), {m.dims.back()}, DType::F32);
+      return m;
+    }
     case OpClass::ColAffine: { // alpha, beta and, every other time, a shift
-      std::string args = h.name;
+      Tensor m = matrix(h);
+      std::string args = m.name;
       for (int i = coin(2) ? 3 : 2; i > 0; --i)
-        args += ", " + column(h.dims[1], h.dtype).name;
-      return assign(fmt::format("{}({})", name, args), h.dims, h.dtype);
+        args += ", " + column(m.dims.back(), m.dtype).name;
+      return assign(fmt::format("{}({})", name, args), m.dims, m.dtype);
     }
     case OpClass::Effect:
-      return effect(op, h);
+      return effect(op, matrix(h));
     case OpClass::Constant:
       assign(fmt::format("{}(value={}, dtype=f32)", name, 0.25 + c_.below(8)), {"1"}, DType::F32);
       return h;
+    case OpClass::View:
+      return view(h);
     }
     return h;
   }
@@ -381,7 +482,7 @@ private:
   Tensor reduce(OpKind op, const Tensor &h) {
     std::string a = attrs(op, 2);
     // var / std: a correction below the row length, so the divisor stays positive.
-    bool wide = std::isdigit(static_cast<unsigned char>(h.dims[1][0])) && h.dims[1] != "1";
+    bool wide = std::isdigit(static_cast<unsigned char>(h.dims.back()[0])) && h.dims.back() != "1";
     set_attr(a, "correction", wide && coin(2) ? "1" : "0");
     bool keepdim = a.find("keepdim=true") != std::string::npos;
     int dim = std::stoi(a.substr(a.find("dim=") + 4));
@@ -408,9 +509,9 @@ private:
   // width, the stride left at its default (the window) or 1 to 3. The result has a new width,
   // so later per-feature operands are declared for it.
   Tensor pool(OpKind op, const Tensor &h) {
-    if (!std::isdigit(static_cast<unsigned char>(h.dims[1][0])))
+    if (!std::isdigit(static_cast<unsigned char>(h.dims.back()[0])))
       return h;
-    int f = std::stoi(h.dims[1]), k = 1 + c_.below(f);
+    int f = std::stoi(h.dims.back()), k = 1 + c_.below(f);
     std::string stride = coin(2) ? "" : fmt::format(", stride={}", 1 + c_.below(3));
     int s = stride.empty() ? k : std::stoi(stride.substr(9));
     return assign(fmt::format("{}({}, kernel_size={}{})", op_info(op).name, h.name, k, stride),
@@ -422,8 +523,8 @@ private:
     std::string out = std::to_string(1 + c_.below(6));
     for (bool transposed : {false, true}) {
       Tensor w{"",
-               transposed ? std::vector<std::string>{h.dims[1], out}
-                          : std::vector<std::string>{out, h.dims[1]},
+               transposed ? std::vector<std::string>{h.dims.back(), out}
+                          : std::vector<std::string>{out, h.dims.back()},
                h.dtype};
       Tensor b{"", {out}, h.dtype};
       bool bias = op_info(op).max_args >= 3 && coin(2);
@@ -437,8 +538,10 @@ private:
       }
       Tensor wd = declare("param", w.dims, h.dtype);
       std::string bias_text = bias ? ", " + declare("param", b.dims, h.dtype).name : "";
-      return assign(fmt::format("{}({}, {}{})", op_info(op).name, h.name, wd.name, bias_text),
-                    {"N", out}, h.dtype);
+      std::vector<std::string> dims = h.dims;
+      dims.back() = out;
+      return assign(fmt::format("{}({}, {}{})", op_info(op).name, h.name, wd.name, bias_text), dims,
+                    h.dtype);
     }
     return h;
   }
@@ -456,7 +559,7 @@ private:
     std::vector<Tensor> states;
     for (size_t i = 1; i < probe.args.size(); ++i) {
       bool state = std::count(updated.begin(), updated.end(), static_cast<int>(i)) > 0;
-      Tensor t = declare(state ? "state" : "param", {h.dims[1]}, beside(h.dtype));
+      Tensor t = declare(state ? "state" : "param", {h.dims.back()}, beside(h.dtype));
       args.push_back(t.name);
     }
     return assign(fmt::format("{}({}{})", info.name, fmt::join(args, ", "), attrs(op, 2)), h.dims,
@@ -477,11 +580,11 @@ private:
     std::vector<int> updated = updated_args(probe);
     for (size_t i = 0; i < probe.args.size(); ++i) {
       if (std::count(updated.begin(), updated.end(), static_cast<int>(i)))
-        args.push_back(declare("state", {h.dims[1]}, beside(h.dtype)).name);
+        args.push_back(declare("state", {h.dims.back()}, beside(h.dtype)).name);
       else
         args.push_back(
             assign(fmt::format("{}({})", op_info(reduce[i % reduce.size()]).name, h.name),
-                   {h.dims[1]}, DType::F32)
+                   {h.dims.back()}, DType::F32)
                 .name);
     }
     std::string a = attrs(op, 2);
@@ -497,6 +600,7 @@ private:
   std::map<OpClass, std::vector<OpKind>> by_class_;
   std::vector<OpKind> total_binaries_ = ops_where(OpClass::Binary, total_binary);
   std::vector<OpKind> bounded_ = ops_where(OpClass::Unary, bounded_unary);
+  std::vector<std::string> rows_ = {"N"}; // the leading extents of the pipeline's input
   std::string width_, one_;
   int counter_ = 0;
   std::string decls_, body_;
@@ -514,6 +618,7 @@ std::string random_pipeline(uint64_t seed) {
   PipelineShape shape;
   shape.second_dim = false;
   shape.mixed_types = false;
+  shape.ranks = false;
   return random_pipeline(c, shape, fmt::format("random_{}", seed));
 }
 

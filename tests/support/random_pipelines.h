@@ -14,7 +14,11 @@
 // (squashed now and then by a bounded op so values stay finite). With `mixed_types`,
 // declarations are f32, bf16 or f16 within the type rules (a GEMM's operands share the input's
 // type, normalization parameters are the input's type or f32, binary ops promote), so the
-// interpreter's roundings to each declared type are proved too.
+// interpreter's roundings to each declared type are proved too. With `ranks`, the chain may
+// start from a rank-3/4 input: ops that run on rank 3/4 (GEMMs, pointwise, softmax, layernorm,
+// reductions along the last axis) take it as it is, the others its [rows, F] matrix, reached
+// through a reshape; views (reshape back and forth, unsqueeze / squeeze pairs, a vector
+// unsqueezed to [1, F] as a pointwise operand) come up as ops of their own.
 #pragma once
 
 #include <cstddef>
@@ -58,11 +62,14 @@ struct PipelineShape {
   bool second_dim = true;       // may declare `dim M` (bind every dim of the graph)
   bool last_axis_rows = false;  // row ops only over the last axis (what the GPU generates)
   bool mixed_types = true;      // bf16 and f16 declarations beside f32 ones
+  // Activations of rank 3 or 4 ([N, T, F], [2, N, F], [N, 2, T, F]) now and then, and views
+  // (reshape to and from their [rows, F] matrix, unsqueeze / squeeze, vectors as [1, F]).
+  bool ranks = true;
 };
 
 std::string random_pipeline(Choices &choices, const PipelineShape &shape, const std::string &name);
 
-// The small pipelines of the GPU test: one dim N, a few ops.
+// The small pipelines of the GPU test: one dim N, a few ops, rank 2, no views.
 std::string random_pipeline(uint64_t seed);
 
 } // namespace kfuse::testing

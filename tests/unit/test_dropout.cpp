@@ -8,6 +8,7 @@
 #include "compiler/plan/agreement.h"
 #include "compiler/plan/planner.h"
 #include "templates/dropout.cuh"
+#include "tests/support/kf_text.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -20,22 +21,12 @@ using ir::Mode;
 
 namespace {
 
-ir::Graph parse_text(const std::string &text) {
-  dsl::SourceFile src("drop.kf", text);
-  dsl::Diagnostics diags(src);
-  return dsl::parse_kf(src, diags);
-}
+ir::Graph parse_text(const std::string &text) { return testing::parse_kf_text(text, "drop.kf"); }
 
 // The first line of the diagnostic that parsing `text` throws.
 std::string error_of(const std::string &text) {
-  try {
-    parse_text(text);
-  } catch (const dsl::DiagnosticError &e) {
-    std::string s = e.what();
-    return s.substr(0, s.find('\n'));
-  }
-  FAIL("no DiagnosticError");
-  return {};
+  std::string s = testing::kf_error(text, "drop.kf");
+  return s.substr(0, s.find('\n'));
 }
 
 std::string pipeline_with(const std::string &call) {

@@ -183,7 +183,7 @@ TEST_CASE("verifier: types have rank 1 to 4 and declared, bounded extents") {
               0, "input 'x' (%0): type f32[2, 2, 2, N, 16] has rank 5; tensors have rank 1 to 4");
   check_fails(changed([](ir::Graph &g) { g.values[3].type.shape.clear(); }), 3,
               "state 'rv' (%3): type f32[] has rank 0; tensors have rank 1 to 4");
-  // A product extent is only the kernels' matrix view (ir::matrix_view), never a program's.
+  // A product extent is an op's (a reshape's [B*T, 16]), never a declaration's.
   check_fails(changed([](ir::Graph &g) {
                 g.values[0].type.shape[0] = Dim::product({Dim::symbol("N"), Dim::symbol("N")});
               }),
