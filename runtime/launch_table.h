@@ -8,11 +8,10 @@
 // declared tensor v, slot values + i that of output i, slot per_bind_slot(i) that of
 // per_bind_values()[i], which the pipeline owns (not the workspace: a caller's workspace may
 // be written by others between runs, and these values live from one bind to the next).
-// Intermediates, column-statistics
-// partials and split-K's partial tiles and counters live in one workspace, each at a 256-byte
-// aligned offset. Split-K's counters must be zero before a launch that splits: each launch
-// leaves them zero, so zero_split_counters() is needed only where their memory is new or may
-// have been written by others since.
+// Intermediates, column-statistics partials and split-K's partial tiles and counters live in
+// one workspace, each at a 256-byte aligned offset. Split-K's counters must be zero before a launch
+// that splits: each launch leaves them zero, so zero_split_counters() is needed only where their
+// memory is new or may have been written by others since.
 #pragma once
 
 #include "compiler/codegen/program.h"
