@@ -19,9 +19,15 @@ kept in f32 (weight, bias, running statistics; PyTorch's batch norm takes the bf
 returns bf16). Their rows have precision "bf16" (kfuse bench runs them at --precision fp32,
 the only precision of bf16 operands); their check passes within 2e-2 of PyTorch float64 and
 within 1.5x of PyTorch bf16's own error.
+
+`--precisions ...,bf16-autocast` adds rows of the f32 cases at kfuse's --precision bf16 (GEMM
+operands rounded to bf16, fp32 accumulation, f32 results) against PyTorch's f32 module under
+torch.autocast("cuda", dtype=torch.bfloat16), judged like the bf16 rows. Autocast returns
+linear's result in bf16 and runs the rest of the chain on it; kfuse keeps f32 after the GEMM.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -56,12 +62,14 @@ MODES = ("train", "eval")
 # 3xtf32 is kfuse's fp32-accurate tensor-core GEMM; PyTorch runs it as plain fp32. They apply
 # to the f32 cases; a bf16 case has the one precision "bf16".
 PRECISIONS = ("fp32", "3xtf32", "tf32")
+# Asked for by name only (--precisions): kfuse --precision bf16 vs PyTorch under torch.autocast.
+OPT_IN_PRECISIONS = ("bf16-autocast",)
 # DESIGN.md's per-precision bounds on ||kfuse - ref|| / ||ref||, ref = float64.
-BOUNDS = {"fp32": 1e-5, "3xtf32": 1e-5, "tf32": 5e-3, "bf16": 2e-2}
+BOUNDS = {"fp32": 1e-5, "3xtf32": 1e-5, "tf32": 5e-3, "bf16": 2e-2, "bf16-autocast": 2e-2}
 # A bf16 result also passes only within this factor of PyTorch bf16's own error (issue 9).
-TORCH_ERROR_FACTOR = {"bf16": 1.5}
+TORCH_ERROR_FACTOR = {"bf16": 1.5, "bf16-autocast": 1.5}
 # The order rows are measured in: when the time budget runs short, the last compiles are skipped.
-ROW_ORDER = ("fp32", "bf16", "3xtf32", "tf32")
+ROW_ORDER = ("fp32", "bf16", "bf16-autocast", "3xtf32", "tf32")
 
 # .kf declaration -> the PyTorch module's state_dict key.
 PARAM_MAP = {
@@ -127,8 +135,16 @@ def torch_dtype(activation_dtype):
 
 
 def kfuse_precision(precision):
-    """kfuse's --precision for a row: bf16 operands take fp32 (their only precision)."""
-    return "fp32" if precision == "bf16" else precision
+    """kfuse's --precision for a row: bf16 operands take fp32 (their only precision); the
+    autocast rows are kfuse's bf16 precision of f32 tensors."""
+    return {"bf16": "fp32", "bf16-autocast": "bf16"}.get(precision, precision)
+
+
+def torch_autocast(precision):
+    """Where PyTorch runs a row: under torch.autocast for the bf16-autocast rows."""
+    if precision == "bf16-autocast":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def set_precision(precision):
@@ -297,7 +313,7 @@ def time_torch(args, deadline):
             print(f"[torch] {case} N={n} {mode} {precision}", flush=True)
             set_precision(precision)
             m.train(mode == "train")
-            with torch.no_grad():
+            with torch.no_grad(), torch_autocast(precision):
                 try:
                     row["eager_ms"] = timer.time(lambda: m(x))
                 except Exception as e:  # report, keep going
@@ -370,8 +386,10 @@ def error(candidate, reference):
     return {"max_abs": d.abs().max().item(), "rel": rel, "finite": True}
 
 
-def run_torch_steps(chain, features, tensors, mode, steps, activation, device, dtype=None):
-    """PyTorch on kfuse's saved tensors: in float64 with `dtype`, else in the .kf's types."""
+def run_torch_steps(chain, features, tensors, mode, steps, activation, device, dtype=None,
+                    precision="fp32"):
+    """PyTorch on kfuse's saved tensors: in float64 with `dtype`, else in the .kf's types (under
+    torch.autocast for a bf16-autocast row)."""
     m = cast_module(make_module(chain, features).to(device=device), activation, dtype)
     state = m.state_dict()
     x = None
@@ -383,7 +401,7 @@ def run_torch_steps(chain, features, tensors, mode, steps, activation, device, d
             state[key].copy_(t.reshape(state[key].shape))
     m.train(mode == "train")
     out = None
-    with torch.no_grad():
+    with torch.no_grad(), torch_autocast(precision):
         for _ in range(steps):
             out = m(x)
     return out, {"running_mean": m.bn.running_mean, "running_var": m.bn.running_var}
@@ -420,7 +438,8 @@ def check(args, case, mode, precision, work):
     ref_out, ref_state = run_torch_steps(chain, features, tensors, mode, steps, activation, device,
                                          torch.float64)
     set_precision(precision)
-    pt_out, pt_state = run_torch_steps(chain, features, tensors, mode, steps, activation, device)
+    pt_out, pt_state = run_torch_steps(chain, features, tensors, mode, steps, activation, device,
+                                       precision=precision)
     set_precision("fp32")
     compared = {}
     kf_out = tensors["out0"][0].to(device)
@@ -522,7 +541,8 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--precisions", default=",".join(PRECISIONS),
-                    help="precisions of the f32 cases (the bf16 cases run at bf16)")
+                    help="precisions of the f32 cases (the bf16 cases run at bf16); "
+                         "bf16-autocast is run only when named")
     ap.add_argument("--n", type=int, default=0, help="override every case's N (default: the benchmark's)")
     ap.add_argument("--iters", type=int, default=100, help="timed runs per measurement (median)")
     ap.add_argument("--warmup", type=int, default=10)
@@ -549,8 +569,9 @@ def main():
         if c not in CASES:
             ap.error(f"unknown case {c!r}; known: {', '.join(CASES)}")
     for p in args.precisions:
-        if p not in PRECISIONS:
-            ap.error(f"unknown precision {p!r} for the f32 cases; known: {', '.join(PRECISIONS)} "
+        if p not in PRECISIONS + OPT_IN_PRECISIONS:
+            ap.error(f"unknown precision {p!r} for the f32 cases; known: "
+                     f"{', '.join(PRECISIONS + OPT_IN_PRECISIONS)} "
                      "(the bf16 cases run at bf16, their only precision)")
     if args.quick:
         args.n = args.n or 256

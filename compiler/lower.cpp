@@ -15,13 +15,21 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   Lowered l;
   dsl::Diagnostics diags(src);
   l.graph = dsl::parse_kf(src, diags);
-  const bool to_cuda = options.until == LowerOptions::Until::Cuda;
-  if (auto unsupported = codegen::gpu_unsupported(l.graph, options.arch); unsupported && to_cuda)
-    diags.error(l.graph[unsupported->value].loc, unsupported->message);
   const Dump dump(l.graph.name, options.mode);
   if (dump.wants("ir"))
     dump.emit("0-parsed", ".kf", ir::print_kf(l.graph));
   int step = 0;
+  if (options.autocast_bf16) {
+    static const passes::Pass autocast{"autocast_bf16", passes::autocast_bf16};
+    l.graph = autocast.run(l.graph, options.mode);
+    if (options.after_pass)
+      options.after_pass(autocast, l.graph);
+    if (dump.wants("ir"))
+      dump.emit(fmt::format("{}-{}", ++step, autocast.name), ".kf", ir::print_kf(l.graph));
+  }
+  const bool to_cuda = options.until == LowerOptions::Until::Cuda;
+  if (auto unsupported = codegen::gpu_unsupported(l.graph, options.arch); unsupported && to_cuda)
+    diags.error(l.graph[unsupported->value].loc, unsupported->message);
   l.plan = plan::make_plan(
       l.graph, options.mode,
       [&](const passes::Pass &pass, const ir::Graph &after) {

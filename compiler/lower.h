@@ -26,6 +26,9 @@ struct LowerOptions {
   codegen::GemmMath math = codegen::GemmMath::Fp32;
   bool fuse = true;      // false: the unfused baseline benchmarks compare against
   std::string arch = {}; // the NVRTC target: "sm_90a" gives tf32 GEMMs the Hopper mainloop
+  // Precision bf16 on f32 tensors: GEMM operands rounded to bf16 (passes::autocast_bf16), the
+  // products on the bf16 Hopper mainloop; `math` then meets no GEMM of f32 operands.
+  bool autocast_bf16 = false;
   // Plan: stop after the plan, with no CUDA (`kfuse plan` shows plans of pipelines the GPU
   // path does not run yet).
   enum class Until : uint8_t { Plan, Cuda } until = Until::Cuda;
@@ -37,7 +40,7 @@ struct LowerOptions {
 };
 
 struct Lowered {
-  ir::Graph graph;          // as parsed
+  ir::Graph graph;          // as parsed, with autocast_bf16's roundings where asked for
   plan::Plan plan;          // its graph is the IR after every pass
   codegen::Program program; // empty when lowered until the plan
 };

@@ -31,11 +31,15 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
                          const std::vector<std::string> &names, int max_splits)
     : program_(program), plan_(plan), max_splits_(max_splits) {
   const ir::Graph &g = plan.graph;
-  slots_ = g.values.size() + g.outputs.size();
+  for (const plan::Kernel &k : plan.kernels)
+    if (k.per_bind)
+      per_bind_values_.insert(per_bind_values_.end(), k.stores.begin(), k.stores.end());
+  slots_ = g.values.size() + g.outputs.size() + per_bind_values_.size();
   launches_.resize(program.launches.size());
   for (size_t k = 0; k < program.launches.size(); ++k) {
     const KernelLaunch &l = program.launches[k];
     Launch &launch = launches_[k];
+    launch.per_bind = plan.kernels[k].per_bind;
     launch.args.resize(l.params.size());
     for (size_t i = 0; i < l.params.size(); ++i) {
       const LaunchParam &p = l.params[i];
@@ -103,7 +107,8 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
 
 // A declared tensor's own slot; an op value returned as output i, itself or through views,
 // writes output i's memory (the last such i where it is returned twice: the others are copied
-// from it); any other op value is an intermediate.
+// from it); a value a per-bind kernel stores has its slot after the outputs'; any other op
+// value is an intermediate.
 LaunchTable::Pointer LaunchTable::pointer_of(ValueId v) {
   const ir::Graph &g = plan_.graph;
   if (!g[v].is_op())
@@ -111,6 +116,9 @@ LaunchTable::Pointer LaunchTable::pointer_of(ValueId v) {
   for (size_t i = g.outputs.size(); i-- > 0;)
     if (ir::view_source(g, g.outputs[i]) == v)
       return {false, g.values.size() + i};
+  for (size_t i = 0; i < per_bind_values_.size(); ++i)
+    if (per_bind_values_[i] == v)
+      return {false, per_bind_slot(i)};
   return {true, key_of({v, WorkspaceKey::Kind::Value, 0, 0})};
 }
 
@@ -261,6 +269,19 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
   }
 }
 
+size_t LaunchTable::per_bind_slot(size_t i) const {
+  return plan_.graph.values.size() + plan_.graph.outputs.size() + i;
+}
+
+void LaunchTable::enqueue_per_bind(const std::vector<Function> &functions, CUstream stream) const {
+  for (size_t k = 0; k < launches_.size(); ++k) {
+    const Launch &l = launches_[k];
+    if (l.per_bind)
+      launch(functions[k], l.shape.grid, l.shape.block, l.shape.shared_bytes, stream,
+             const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
+  }
+}
+
 void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream stream,
                           const std::function<void(const GemmCall &, CUstream)> &gemm) const {
   Driver &driver = Driver::get();
@@ -275,6 +296,8 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
   copy_outputs(/*declared=*/true);
   for (size_t k = 0; k < launches_.size(); ++k) {
     const Launch &l = launches_[k];
+    if (l.per_bind)
+      continue;
     if (l.gemm && gemm) {
       gemm(GemmCall{l.trans_b, l.m, l.n, l.k, reinterpret_cast<const void *>(l.a_ptr),
                     reinterpret_cast<const void *>(l.b_ptr), reinterpret_cast<void *>(l.c_ptr), l.k,

@@ -5,11 +5,13 @@
 // copied by the driver at launch, and a CUDA graph captured from a run keeps its own copy.
 //
 // Tensors are named by slot: slot v (a ValueId of the plan's graph) holds the pointer of the
-// declared tensor v, slot values + i that of output i. Intermediates, column-statistics
-// partials and split-K's partial tiles and counters live in one workspace, each at a 256-byte
-// aligned offset. Split-K's counters must be zero before a launch that splits: each launch
-// leaves them zero, so zero_split_counters() is needed only where their memory is new or may
-// have been written by others since.
+// declared tensor v, slot values + i that of output i, slot per_bind_slot(i) that of
+// per_bind_values()[i], which the pipeline owns (not the workspace: a caller's workspace may
+// be written by others between runs, and these values live from one bind to the next).
+// Intermediates, column-statistics partials and split-K's partial tiles and counters live in
+// one workspace, each at a 256-byte aligned offset. Split-K's counters must be zero before a launch
+// that splits: each launch leaves them zero, so zero_split_counters() is needed only where their
+// memory is new or may have been written by others since.
 #pragma once
 
 #include "compiler/codegen/program.h"
@@ -57,11 +59,17 @@ public:
   // (a TMA error names `where`, the pipeline). prepare() first.
   void point(const CUdeviceptr *tensors, CUdeviceptr workspace, const std::string &where);
 
-  // Launches every kernel in plan order on `stream`, and copies outputs that are declared
-  // tensors or returned twice into place. `gemm` (unfused benchmarks only) runs the GEMM
-  // kernels instead.
+  // Launches every kernel but the per-bind ones in plan order on `stream`, and copies outputs that
+  // are declared tensors or returned twice into place. `gemm` (unfused benchmarks only) runs the
+  // GEMM kernels instead.
   void enqueue(const std::vector<Function> &functions, CUstream stream,
                const std::function<void(const GemmCall &, CUstream)> &gemm) const;
+
+  // The values the per-bind kernels (plan::Kernel::per_bind) store, and their slots.
+  const std::vector<ir::ValueId> &per_bind_values() const { return per_bind_values_; }
+  size_t per_bind_slot(size_t i) const;
+  // Launches the per-bind kernels, which enqueue() leaves out, on `stream`. point() first.
+  void enqueue_per_bind(const std::vector<Function> &functions, CUstream stream) const;
 
   // Whether a kernel draws random numbers (a train-mode dropout): then runs set_rng() first.
   bool draws() const { return draws_; }
@@ -98,6 +106,7 @@ private:
     std::vector<Arg> args;
     std::vector<void *> arg_pointers; // into args; sized once
     bool gemm = false;                // a GEMM kernel (the override's target)
+    bool per_bind = false;            // launched by enqueue_per_bind only
     Pointer a, b, c;                  // its operands and result
     bool trans_b = false;
     int64_t m = 0, n = 0, k = 0;
@@ -132,6 +141,7 @@ private:
   const plan::Plan &plan_;
   int max_splits_;
   size_t slots_ = 0;
+  std::vector<ir::ValueId> per_bind_values_;
   std::vector<Launch> launches_;
   std::vector<OutputCopy> copies_;
   std::vector<WorkspaceKey> workspace_keys_;

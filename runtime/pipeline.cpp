@@ -30,9 +30,6 @@ void require_supported(Precision p) {
       p != Precision::FP32x3)
     throw Error(fmt::format("{} is not a kfuse::Precision value (FP32, TF32, BF16, FP32x3)",
                             static_cast<int>(p)));
-  if (p == Precision::BF16)
-    throw Error("precision bf16 is not implemented yet: kfuse's GEMM templates take f32 data "
-                "(use fp32, tf32 or 3xtf32)");
 }
 
 codegen::GemmMath gemm_math(Precision p) {
@@ -127,6 +124,7 @@ LowerOptions rt::PipelineAccess::lower_options(const Options &options, bool fuse
         fmt::format("{} is not a kfuse::Mode value (Train, Eval)", static_cast<int>(options.mode)));
   LowerOptions lo{options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval,
                   rt::gemm_math(options.precision), fuse, rt::target_arch(options.arch)};
+  lo.autocast_bf16 = options.precision == Precision::BF16;
   // Tuned configurations are per device: without one there is nothing to look up.
   if (fuse && options.use_tuned && rt::Driver::get().available())
     lo.tunings = [](const codegen::Program &program) {
@@ -280,6 +278,7 @@ void Pipeline::bind(const std::string &name, const Tensor &t) {
   im.bound[name] = t;
   im.on_device.erase(name);
   im.recheck = true;
+  im.per_bind_stale = true;
 }
 
 void rt::PipelineAccess::set_gemm_override(Pipeline &p,

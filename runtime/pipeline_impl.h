@@ -11,7 +11,6 @@
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/pipeline.h"
 #include "runtime/run_graph.h"
-#include "runtime/run_graph.h"
 #include "runtime/tensor_checks.h"
 
 #include <cuda.h>
@@ -65,6 +64,13 @@ struct Pipeline::Impl {
   std::vector<CUdeviceptr> pointers;          // the table's slots, of the last checked run
   std::vector<rt::TensorBytes> written, read; // outputs, then state; inputs and params
   std::vector<size_t> input_bytes;            // input i's entry in `read`
+
+  // The values per-bind kernels store (precision bf16's weights in bf16), one buffer each
+  // (LaunchTable::per_bind_values), sized at the dims of the run that allocated it. Stale after
+  // every bind() and every new buffer: the next run launches the per-bind kernels first. A
+  // weight changed in place without bind() keeps its old rounding.
+  std::vector<rt::DeviceBuffer> per_bind_buffers;
+  bool per_bind_stale = true;
 
   rt::DeviceBuffer own_workspace; // grown to the largest run's needs
   void *user_workspace = nullptr; // set_workspace(): used instead of own_workspace

@@ -2,6 +2,7 @@
 // the launches, made every time from the pipeline's LaunchTable.
 #include "compiler/dump.h"
 #include "compiler/ir/infer.h"
+#include "compiler/ir/interpreter.h"
 #include "compiler/ir/views.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline_impl.h"
@@ -205,10 +206,24 @@ void Pipeline::Impl::check_moved(const Tensor *inputs, const Tensor *outputs) {
   rt::check_no_aliasing(where, written, read);
 }
 
-// The launch table for the run's dims, and the workspace it points into.
+// The launch table for the run's dims, the per-bind buffers and the workspace it points into.
 void Pipeline::Impl::prepare() {
   Impl &im = *this;
   const size_t bytes = im.table->prepare(im.dims, im.multiprocessors);
+  const std::vector<ValueId> &per_bind = im.table->per_bind_values();
+  im.per_bind_buffers.resize(per_bind.size());
+  for (size_t i = 0; i < per_bind.size(); ++i) {
+    const ir::TensorType t = plan::buffer_type(im.plan, per_bind[i]);
+    int64_t elements = 1;
+    for (int64_t e : ir::concrete_shape(t, im.dims))
+      elements *= e;
+    const size_t value_bytes = static_cast<size_t>(elements * ir::dtype_bytes(t.dtype));
+    if (im.per_bind_buffers[i].size() != value_bytes) {
+      im.per_bind_buffers[i] = rt::DeviceBuffer(value_bytes);
+      im.per_bind_stale = true;
+    }
+    im.pointers[im.table->per_bind_slot(i)] = im.per_bind_buffers[i].ptr();
+  }
   im.split_counters_zero = false;
   const Dump dump(im.graph.name, im.options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval);
   if (dump.wants("launch"))
@@ -281,6 +296,12 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
     im.recheck = false;
     im.run_graph.reset();
     im.steady_runs = 0;
+  }
+  // Per-bind kernels (precision bf16's rounded weights) run before the first run after a bind,
+  // outside the replayed graph.
+  if (im.per_bind_stale) {
+    im.table->enqueue_per_bind(im.functions, stream);
+    im.per_bind_stale = false;
   }
   // A caller's workspace may be written by others between runs: its counters are zeroed every
   // time, in the graph too.

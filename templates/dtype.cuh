@@ -59,6 +59,12 @@ template <class T> __device__ __forceinline__ float ldg(const T *p) {
 
 template <class T> __device__ __forceinline__ void store(T *p, float v) { *p = from_float<T>(v); }
 
+// The cast op (compiler/ir/ops.cpp): a value rounded to a type and held in fp32 again, as a
+// store and a reload would give it; a bf16/f16 buffer stores it exactly.
+__device__ __forceinline__ float round_to_f32(float x) { return x; }
+__device__ __forceinline__ float round_to_bf16(float x) { return to_float(from_float<bf16>(x)); }
+__device__ __forceinline__ float round_to_f16(float x) { return to_float(from_float<f16>(x)); }
+
 // Whether four elements from p can move as one access (16 bytes of float, 8 of bf16/f16).
 template <class T> __device__ __forceinline__ bool vec4_aligned(const T *p) {
   return (reinterpret_cast<unsigned long long>(p) & (4 * sizeof(T) - 1)) == 0;

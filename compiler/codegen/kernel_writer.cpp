@@ -111,8 +111,8 @@ std::string KernelWriter::operand(ValueId v, bool element, const std::set<ValueI
                              extent(t.shape[1]), t.shape[1] == one ? "0" : "col"));
 }
 
-// An attribute in a CUDA expression: a float literal, a choice's word, or a clamp bound
-// left at none (its infinity).
+// An attribute in a CUDA expression: a float literal, a choice's or a type's word, or a clamp
+// bound left at none (its infinity).
 static std::string cuda_attr(const AttrSpec &spec, const AttrValue &a) {
   switch (spec.kind) {
   case AttrKind::Number:
@@ -123,8 +123,9 @@ static std::string cuda_attr(const AttrSpec &spec, const AttrValue &a) {
     return a.dim;
   case AttrKind::Bool:
     return a.number != 0 ? "true" : "false";
+  case AttrKind::DType: // a word of a function's name: kf::round_to_bf16
+    return a.dim;
   case AttrKind::Extent:
-  case AttrKind::DType:
   case AttrKind::Shape:
     break;
   }

@@ -221,6 +221,9 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     return {promote(dt, args[1].dtype), *shape};
   }
   case OpClass::Unary:
+    if (kind == OpKind::Cast)
+      return {*parse_dtype(attrs.at("dtype").dim), args[0].shape};
+    return args[0];
   case OpClass::Random:
     return args[0];
   case OpClass::View:

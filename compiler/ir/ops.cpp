@@ -64,6 +64,7 @@ constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {
                                        required("count", AttrKind::Extent)};
 constexpr AttrSpec kConstantAttrs[] = {required("value", AttrKind::Number),
                                        required("dtype", AttrKind::DType)};
+constexpr AttrSpec kCastAttrs[] = {required("dtype", AttrKind::DType)};
 
 // --- constraints between attributes -------------------------------------------------------
 
@@ -429,6 +430,23 @@ constexpr OpInfo kOps[] = {
      "momentum) * running_var + momentum * var * count / (count - 1)`",
      nullptr,
      {}},
+    // What precision bf16 makes of a GEMM's f32 operands (compiler/passes/autocast_bf16.cpp),
+    // and of its result: back to f32, which rounds nothing (kernels hold fp32).
+    {OpKind::Cast,
+     "cast",
+     OpClass::Unary,
+     1,
+     1,
+     "x",
+     kCastAttrs,
+     true,
+     pw::cast,
+     "kf::round_to_{dtype}({0})",
+     nullptr,
+     "`x` → the same shape, of type `dtype`",
+     "`x.to(dtype)`: rounded to the nearest value of `dtype`, ties to even",
+     nullptr,
+     {}},
     {OpKind::Constant,
      "constant",
      OpClass::Constant,
@@ -651,6 +669,10 @@ std::vector<double> attr_numbers(const OpInfo &op, const AttrMap &attrs) {
   std::vector<double> out;
   for (const AttrSpec &spec : op.attrs) {
     const AttrValue &a = attrs.at(std::string(spec.name));
+    if (spec.kind == AttrKind::DType) { // the type's DType value
+      out.push_back(static_cast<double>(*parse_dtype(a.dim)));
+      continue;
+    }
     if (spec.kind != AttrKind::Choice) {
       out.push_back(a.number);
       continue;

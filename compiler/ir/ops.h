@@ -95,6 +95,7 @@ enum class OpKind : uint8_t {
   ColVar,
   ColAffine,
   BnUpdate,
+  Cast,
   Constant,
 };
 inline constexpr size_t kOpCount = static_cast<size_t>(OpKind::Constant) + 1;
@@ -219,7 +220,8 @@ std::string attr_expectation(const AttrSpec &spec);
 std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a);
 // The default value of an optional attribute.
 AttrValue default_attr(const AttrSpec &spec);
-// The attributes of `op` as numbers in table order (ScalarFn's `attr`).
+// The attributes of `op` as numbers in table order (ScalarFn's `attr`): a DType as its enum
+// value, a Choice as the index of its word.
 std::vector<double> attr_numbers(const OpInfo &op, const AttrMap &attrs);
 
 } // namespace kfuse::ir

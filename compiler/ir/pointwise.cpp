@@ -1,5 +1,7 @@
 #include "compiler/ir/pointwise.h"
 
+#include "compiler/ir/types.h"
+
 #include <cmath>
 
 namespace kfuse::ir {
@@ -84,6 +86,8 @@ double sqrt(double x, double, const double *) { return std::sqrt(x); }
 double rsqrt(double x, double, const double *) { return 1.0 / std::sqrt(x); }
 double square(double x, double, const double *) { return x * x; }
 double reciprocal(double x, double, const double *) { return 1.0 / x; }
+// As a kernel rounds: to fp32 first, then to the type (round_to); to f32 it is x itself.
+double cast(double x, double, const double *a) { return round_to(static_cast<DType>(a[0]), x); }
 
 } // namespace pointwise
 } // namespace kfuse::ir

@@ -43,6 +43,7 @@ double sqrt(double x, double y, const double *a);
 double rsqrt(double x, double y, const double *a);
 double square(double x, double y, const double *a);
 double reciprocal(double x, double y, const double *a);
+double cast(double x, double y, const double *a); // a: dtype (its DType value)
 
 // torch.nn.SELU's constants.
 inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;

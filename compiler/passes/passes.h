@@ -21,6 +21,9 @@ ir::Graph fold_affine(const ir::Graph &g, ir::Mode mode);
 ir::Graph absorb_affine_into_stats(const ir::Graph &g, ir::Mode mode);
 ir::Graph simplify_identities(const ir::Graph &g, ir::Mode mode);
 ir::Graph eliminate_dead(const ir::Graph &g, ir::Mode mode);
+// Not in the pipeline: it changes what is computed (precision bf16 rounds GEMM operands), so
+// lower() applies it to the parsed graph, which then defines the pipeline.
+ir::Graph autocast_bf16(const ir::Graph &g, ir::Mode mode);
 
 // The pipeline: canonicalize, lower batchnorm for the mode, fold affine chains, move
 // affine maps across column statistics, fold again what that exposed, then clean up.

@@ -650,6 +650,23 @@ private:
     return false;
   }
 
+  // Kernel::per_bind: an elementwise kernel of params only. The unfused baseline runs every op
+  // per run, as PyTorch's eager mode does.
+  void mark_per_bind() {
+    if (!fuse_)
+      return;
+    for (Kernel &k : plan_.kernels) {
+      bool per_bind = k.kind == KernelKind::Elementwise && !k.reads.empty();
+      for (ValueId r : k.reads)
+        per_bind = per_bind && val(r).kind == ValueKind::Param;
+      for (ValueId s : k.stores)
+        per_bind = per_bind && !is_output_.count(s);
+      for (ValueId c : k.computes)
+        per_bind = per_bind && op_info(val(c).op).cls != OpClass::Random;
+      k.per_bind = per_bind;
+    }
+  }
+
   // Why each stored op value is stored: the rule that decided it, else that it is returned or
   // which kernels read it.
   void explain_stores() {
@@ -713,16 +730,27 @@ private:
     for (const Kernel &kr : plan_.kernels)
       stored_anywhere.insert(kr.stores.begin(), kr.stores.end());
     order_kernels();
+    mark_per_bind();
     for (size_t k = 0; k < plan_.kernels.size(); ++k)
       plan_.kernels[k].name =
           "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(plan_.kernels[k].kind));
     explain_stores();
-    // Fused kernels hand intermediates on unrounded (f32); the unfused baseline runs each op
-    // as PyTorch's eager mode does, its result stored in the op's own type (plan.h).
+    // Fused kernels hand intermediates on unrounded (f32), except a GEMM's operands, which the
+    // bf16/f16 mainloops load in their type; the unfused baseline runs each op as PyTorch's
+    // eager mode does, its result stored in the op's own type (plan.h).
     for (ValueId s : stored_anywhere)
       if (val(s).is_op() && !is_output_.count(s))
         plan_.intermediates.push_back(
-            {s, val(s).name, {fuse_ ? DType::F32 : val(s).type.dtype, val(s).type.shape}});
+            {s,
+             val(s).name,
+             {fuse_ && !gemm_operand(s) ? DType::F32 : val(s).type.dtype, val(s).type.shape}});
+  }
+
+  bool gemm_operand(ValueId v) const {
+    for (ValueId u : users_[static_cast<size_t>(v)])
+      if (op_info(val(u).op).cls == OpClass::Gemm)
+        return true;
+    return false;
   }
 
   const Graph &g_;

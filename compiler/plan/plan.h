@@ -42,13 +42,19 @@ struct Kernel {
   // row ops, then stored elementwise values computed from the row and the results before them.
   ir::ValueId rows_of = -1;
   std::vector<ir::ValueId> row_stages;
+  // Reads only params (precision bf16's rounding of a weight): computes the same until a param
+  // is bound again, so the runtime launches it once per bind, not per run. Only fused plans
+  // have such kernels; one never writes an output or draws.
+  bool per_bind = false;
   std::vector<std::string> covers; // user op statements ("batchnorm@12"), by line
   std::vector<std::string> rules;  // rewrites and partition rules that shaped it, sorted
 };
 
 // A buffer the pipeline owns (values that are neither declared nor outputs). In a fused plan
 // its type is f32 whatever the value's element type: kernels hold values in fp32 and hand them
-// on unrounded, as one fused kernel would; only declared outputs and states are rounded. In
+// on unrounded, as one fused kernel would; only declared outputs and states are rounded, and
+// GEMM operands, which the bf16/f16 mainloops read in their own type (a bf16 cast, precision
+// bf16's rounding of an activation, is thus stored as bf16 by its producer). In
 // the unfused baseline (partition with fuse false) it is the value's own type, so a bf16 chain
 // stores and reloads bf16 between its ops, as PyTorch's eager mode does.
 struct Intermediate {

@@ -166,6 +166,33 @@ int64_t bytes_moved(const Plan &p, const DimBindings &dims) {
   return total;
 }
 
+namespace {
+
+// Where each rounding to bf16/f16 (a cast: precision bf16's GEMM operands) runs: in a kernel of
+// its own once per bind (a weight) or every run (an input), or fused into the kernel that
+// computes its operand, which then stores the rounded value. Empty without casts.
+std::string roundings_text(const Plan &p, const std::vector<std::string> &names) {
+  const Graph &g = p.graph;
+  std::string s;
+  for (const Kernel &k : p.kernels)
+    for (ValueId id : k.computes) {
+      const Value &v = g[id];
+      if (v.op != OpKind::Cast || v.type.dtype == DType::F32)
+        continue;
+      bool alone = true;
+      for (ValueId c : k.computes)
+        alone = alone && g[c].op == OpKind::Cast;
+      std::string where = k.per_bind ? "once per bind, " + k.name
+                          : alone    ? "every run, " + k.name
+                                     : "fused into " + k.name + ", which stores it";
+      s += fmt::format("  {} = {} of {}: {}\n", names[static_cast<size_t>(id)], v.type.str(),
+                       names[static_cast<size_t>(v.args[0])], where);
+    }
+  return s.empty() ? s : "\nroundings\n" + s;
+}
+
+} // namespace
+
 std::string print_plan_text(const Plan &p, const DimBindings &dims) {
   const Graph &g = p.graph;
   std::vector<std::string> names = printed_names(g);
@@ -176,6 +203,8 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     s += fmt::format("\n{} ({})\n", k.name, kernel_kind_name(k.kind));
     s += fmt::format("  covers   {}\n", join(k.covers, ", "));
     s += fmt::format("  rules    {}\n", join(k.rules, ", "));
+    if (k.per_bind)
+      s += "  runs     once per bind: it reads params only\n";
     for (ValueId id : k.computes) {
       const Value &v = g[id];
       std::vector<std::string> parts = names_of(names, v.args);
@@ -230,7 +259,7 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
   s += fmt::format("total bytes moved (tensors, partials excluded): {} read, {} written\n",
                    bytes_sum(g, buffer_types(p, all_reads), dims),
                    bytes_sum(g, buffer_types(p, all_writes), dims));
-  return s;
+  return s + roundings_text(p, names);
 }
 
 std::string print_plan_json(const Plan &p, const DimBindings &dims) {
@@ -243,13 +272,13 @@ std::string print_plan_json(const Plan &p, const DimBindings &dims) {
       computes.push_back(std::string(op_info(g[id].op).name));
     kernels.push_back(fmt::format(
         "    {{\"name\": {}, \"kind\": {}, \"ops\": {}, \"op_sites\": {}, \"rules\": {}, "
-        "\"computes\": {}, \"reads\": {}, \"writes\": {}, \"stats_of\": {}, "
+        "\"computes\": {}, \"reads\": {}, \"writes\": {}, \"stats_of\": {}, \"per_bind\": {}, "
         "\"bytes_read\": {}, \"bytes_written\": {}}}",
         json_string(k.name), json_string(kernel_kind_name(k.kind)), json_array(op_names(k.covers)),
         json_array(k.covers), json_array(k.rules), json_array(computes),
         json_array(names_of(names, k.reads)), json_array(names_of(names, k.stores)),
         k.stats_of >= 0 ? json_string(names[static_cast<size_t>(k.stats_of)]) : "null",
-        json_string(bytes_sum(g, buffer_types(p, k.reads), dims)),
+        k.per_bind ? "true" : "false", json_string(bytes_sum(g, buffer_types(p, k.reads), dims)),
         json_string(bytes_sum(g, buffer_types(p, k.stores), dims))));
   }
   std::vector<std::string> inters;

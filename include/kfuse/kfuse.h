@@ -30,9 +30,10 @@ typedef struct CUstream_st *CUstream; // the same type as cudaStream_t
 namespace kfuse {
 
 enum class Mode { Train, Eval };
-// How GEMMs of f32 tensors multiply: fp32 (exact FMA), tf32, 3xtf32 (FP32x3). BF16 (f32 tensors
-// multiplied as bf16) is rejected for now. GEMMs of bf16/f16 tensors multiply in their type
-// whatever the precision, accumulating in fp32.
+// How GEMMs of f32 tensors multiply: fp32 (exact FMA), tf32, 3xtf32 (FP32x3), or BF16: their
+// operands rounded to bf16 (as torch.autocast), fp32 accumulation, f32 results; weights are
+// rounded once per bind() (docs/DSL.md, "Precision bf16"). GEMMs of bf16/f16 tensors multiply
+// in their type whatever the precision, accumulating in fp32.
 enum class Precision { FP32, TF32, BF16, FP32x3 };
 
 struct Options {
@@ -129,7 +130,9 @@ public:
   dims(const std::map<std::string, std::vector<int64_t>> &shapes) const;
 
   // Binds a param or state; its shape is checked against the declaration (symbolic dims
-  // are bound by it and checked against every other tensor at run).
+  // are bound by it and checked against every other tensor at run). Precision BF16 rounds
+  // weights to bf16 at the first run after a bind: a weight updated in place must be bound
+  // again for runs to see the update.
   void bind(const std::string &name, const Tensor &t);
   // Runs every kernel on `stream` (asynchronously). Dims are inferred from the tensors'
   // shapes; each input, output and bound tensor is checked: shape, dtype, stride, that it is

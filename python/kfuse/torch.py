@@ -117,6 +117,9 @@ class Fused(nn.Module):
                             for name, (owner, attribute) in self._owners.items()}
         for name, (store, attribute) in self._stores.items():
             t = store[attribute]
-            if bound.get(name) != (t.data_ptr(), tuple(t.shape)):
+            # Precision bf16 rounds weights once per bind: a tensor changed in place (an optimizer
+            # step, load_state_dict; torch counts them in _version) is bound again.
+            seen = (t.data_ptr(), tuple(t.shape), t._version if self.precision == "bf16" else 0)
+            if bound.get(name) != seen:
                 pipeline.bind(**{name: t.detach()})  # shares the storage: updates land in the module
-                bound[name] = (t.data_ptr(), tuple(t.shape))
+                bound[name] = seen

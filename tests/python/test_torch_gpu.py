@@ -224,6 +224,27 @@ def test_names_map_by_state_dict_key_and_unknown_names_are_refused(tmp_path):
         wrong(x)
 
 
+def test_bf16_precision_matches_float64_and_follows_in_place_weight_updates():
+    # Precision bf16 rounds the weight once per bind: an in-place update (as an optimizer step
+    # makes, moving the tensor's _version) must be bound again before the next call.
+    original, fused, features = make_pair("gemm_scale_bn")
+    fused.precision = "bf16"
+    original.eval()
+    fused.eval()
+    reference = copy.deepcopy(original).double()
+    torch.manual_seed(1)
+    x = torch.randn(N, features, device="cuda")
+    with torch.no_grad():
+        for step in range(3):
+            y = fused(x)
+            y64 = reference(x.double())
+            assert y.dtype == torch.float32
+            assert rel(y, y64) <= BF16_BOUND, f"step {step}: rel err {rel(y, y64):.2e}"
+            assert rel(y, y64) > BOUND, f"step {step}: no bf16 rounding seen"
+            for w in (fused.module.linear.weight, reference.linear.weight):
+                w.mul_(-0.5)
+
+
 def test_padded_rows_and_other_devices_tensors_are_refused_clearly():
     p = kfuse.Pipeline(text=SMALL, file_name="small.kf", mode="eval")
     p.bind(weight=torch.ones(5, 6, device="cuda"), scale=torch.ones(1, device="cuda"))

@@ -93,11 +93,11 @@ bool total_for_positive_rhs(OpKind op) {
   return true;
 }
 
-// The ops of class `cls` of the table for which `keep` holds.
+// The user ops of class `cls` of the table for which `keep` holds.
 std::vector<OpKind> ops_where(OpClass cls, bool (*keep)(OpKind)) {
   std::vector<OpKind> out;
   for (const OpInfo &op : all_ops())
-    if (op.cls == cls && keep(op.kind))
+    if (op.cls == cls && !op.internal && keep(op.kind))
       out.push_back(op.kind);
   return out;
 }
@@ -422,6 +422,10 @@ private:
       return assign(fmt::format("{}({}, {})", name, o.name, h.name), h.dims, dt);
     }
     case OpClass::Unary: {
+      if (op == OpKind::Cast) { // to any type: what follows sees the rounded value's type
+        const DType to = pick(std::vector<DType>{DType::F32, DType::BF16, DType::F16});
+        return assign(fmt::format("cast({}, dtype={})", h.name, dtype_name(to)), h.dims, to);
+      }
       Tensor x = total_unary(op)          ? h
                  : total_for_positive(op) ? positive(h)
                                           : assign("tanh(" + h.name + ")", h.dims, h.dtype);

@@ -1,6 +1,7 @@
 // `kfuse bench`'s figures and report without a GPU: the GEMMs' operand type and arithmetic,
 // the datasheet peak table, and what the text and the JSON say of a bf16 pipeline.
 #include "compiler/dsl/parser.h"
+#include "compiler/lower.h"
 #include "runtime/error.h"
 #include "tools/kfuse/bench_figures.h"
 #include "tools/kfuse/bench_report.h"
@@ -70,6 +71,23 @@ TEST_CASE("bench figures: each GEMM's operand and product types, and the pipelin
   CHECK(arithmetic_of("gemm_scale_bn.kf", Precision::FP32x3).text() == "precision 3xtf32");
 }
 
+TEST_CASE("bench figures: precision bf16 benches the rounded graph's bf16 GEMMs") {
+  LowerOptions o;
+  o.autocast_bf16 = true;
+  o.until = LowerOptions::Until::Plan;
+  const ir::Graph g =
+      lower(dsl::SourceFile::read(std::string(KFUSE_SOURCE_DIR) + "/examples/gemm_scale_bn.kf"), o)
+          .graph;
+  const std::vector<GemmShape> gemms = gemm_shapes(g, {{"N", 1024}});
+  REQUIRE(gemms.size() == 1);
+  CHECK(gemms[0].operands == ir::DType::BF16); // cuBLAS's bf16 GEMM is the baseline
+  const GemmArithmetic a = gemm_arithmetic(g, gemms, Precision::BF16);
+  CHECK(a.half());
+  CHECK(a.text() == "precision bf16: f32 tensors, bf16 operands, fp32 accumulation");
+  // f16 operands are not bf16's to round: refused as tf32 is.
+  CHECK_THROWS_AS(arithmetic_of("bert_head_gelu_layernorm_f16.kf", Precision::BF16), UsageError);
+}
+
 TEST_CASE("bench figures: tf32 and 3xtf32 are refused for bf16/f16 operands, mixed GEMMs too") {
   for (Precision p : {Precision::TF32, Precision::FP32x3}) {
     const std::string name = p == Precision::TF32 ? "tf32" : "3xtf32";
@@ -77,8 +95,8 @@ TEST_CASE("bench figures: tf32 and 3xtf32 are refused for bf16/f16 operands, mix
         arithmetic_of("gemm_scale_bn_bf16.kf", p),
         ("--precision " + name +
          ": pipeline 'gemm_scale_bn_bf16' multiplies bf16 operands, which run on bf16 tensor "
-         "cores with fp32 accumulation whatever the precision; tf32 and 3xtf32 apply to f32 "
-         "operands only: bench it with --precision fp32 (the default)")
+         "cores with fp32 accumulation whatever the precision; tf32, 3xtf32 and bf16 apply to "
+         "f32 operands only: bench it with --precision fp32 (the default)")
             .c_str(),
         UsageError);
   }

@@ -346,13 +346,6 @@ TEST_CASE("api: a pipeline with a bf16 or f16 tensor is judged by the bf16 bound
   CHECK(rt::error_bound(Precision::TF32) == 5e-3);
 }
 
-TEST_CASE("api: precisions without GEMM templates are refused, not approximated") {
-  Options o;
-  o.precision = Precision::BF16;
-  CHECK_THROWS_WITH_AS(Pipeline::from_string(kSmall, "small.kf", o),
-                       doctest::Contains("bf16 is not implemented yet"), Error);
-}
-
 TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on the sm90 mainloop") {
   TempCache cache;
   for (const char *example : {"gemm_bn_scale_softmax", "gemm_scale_bn"})

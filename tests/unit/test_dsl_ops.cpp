@@ -50,8 +50,10 @@ std::string every_pointwise_op(const std::string &tail) {
   size_t k = 0;
   for (const ir::OpInfo &op : ir::all_ops()) {
     if (op.cls == ir::OpClass::Unary)
-      body +=
-          fmt::format("  h = {}(h{})\n", op.name, op.kind == ir::OpKind::Clamp ? ", min=-4" : "");
+      body += fmt::format("  h = {}(h{})\n", op.name,
+                          op.kind == ir::OpKind::Clamp  ? ", min=-4"
+                          : op.kind == ir::OpKind::Cast ? ", dtype=bf16"
+                                                        : "");
     else if (op.cls == ir::OpClass::Binary)
       body += fmt::format("  h = {}(h, {})\n", op.name, others[k++ % others.size()]);
   }

@@ -954,6 +954,8 @@ TEST_CASE("interpreter: every pointwise op of the table has semantics the interp
     AttrMap attrs;
     if (op.kind == OpKind::Clamp)
       attrs["min"] = num(0);
+    if (op.kind == OpKind::Cast)
+      attrs["dtype"] = {0, "bf16"};
     std::vector<double> xs = {-2.5, -0.75, 0.3, 1.7, 4.2};
     std::vector<double> ys(xs.rbegin(), xs.rend());
     std::vector<double> got =

@@ -119,9 +119,9 @@ TEST_CASE("cli: bench refuses tf32 and 3xtf32 for a pipeline of bf16 operands, b
     CHECK(r.exit_code == 2);
     CHECK(r.err == std::string("kfuse bench: --precision ") + precision +
                        ": pipeline 'gemm_scale_bn_bf16' multiplies bf16 operands, which run on "
-                       "bf16 tensor cores with fp32 accumulation whatever the precision; tf32 "
-                       "and 3xtf32 apply to f32 operands only: bench it with --precision fp32 "
-                       "(the default)\n");
+                       "bf16 tensor cores with fp32 accumulation whatever the precision; tf32, "
+                       "3xtf32 and bf16 apply to f32 operands only: bench it with --precision "
+                       "fp32 (the default)\n");
     CHECK(r.out.empty());
   }
 }
@@ -139,8 +139,6 @@ TEST_CASE("cli: tune's argument errors are usage errors, before the GPU") {
            Case{kf + " --dim N=64 --warmup x",
                 "--warmup expects an integer in [0, 1000000], got 'x'"},
            Case{kf + " --dim N=64 --max-split-k 2", "unknown option '--max-split-k'"},
-           Case{kf + " --dim N=64 --precision bf16",
-                "--precision: tune takes fp32, 3xtf32 and tf32"},
            Case{"--show " + kf, "--show takes no file or other option"},
            Case{"--show --mode eval", "--show takes no file or other option"},
        }) {
@@ -159,9 +157,15 @@ TEST_CASE("cli: plan ends with each GEMM's config at the precision asked, and wh
   CHECK(r.out.find("\nGEMM configs (tf32, sm_90a, --no-tuned: the heuristics'):\n  k0_gemm: tf32 "
                    "64 x 128 tile, 2 blocks per SM: 1024 output features (< 4096)") !=
         std::string::npos);
-  ToolRun bf16 = run_kfuse("plan examples/gemm_scale_bn.kf --precision bf16");
-  CHECK(bf16.exit_code == 1);
-  CHECK(bf16.err.find("precision bf16 is not implemented yet") != std::string::npos);
+  ToolRun bf16 = run_kfuse("plan examples/gemm_scale_bn.kf --precision bf16 --arch sm_90a");
+  CHECK(bf16.exit_code == 0);
+  CHECK(bf16.out.find("\nroundings\n  t1 = bf16[N, 8192] of x: every run, k0_elementwise\n  t2 = "
+                      "bf16[8192, 8192] of weight: once per bind, k1_elementwise\n") !=
+        std::string::npos);
+  CHECK(bf16.out.find("\nGEMM configs (bf16, sm_90a") != std::string::npos);
+  ToolRun prove = run_kfuse("plan examples/gpt2_mlp_dropout.kf --prove --precision bf16");
+  CHECK(prove.exit_code == 0);
+  CHECK(prove.out.find("PROVED") != std::string::npos);
 }
 
 TEST_CASE("cli: run takes a 64-bit --dropout-seed and refuses anything else, before the GPU") {

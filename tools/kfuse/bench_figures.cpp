@@ -72,6 +72,8 @@ std::string GemmArithmetic::precision_name() const {
 }
 
 std::string GemmArithmetic::text() const {
+  if (precision == Precision::BF16)
+    return "precision bf16: f32 tensors, bf16 operands, fp32 accumulation";
   if (half())
     return fmt::format("{} operands, fp32 accumulation", ir::dtype_name(operands));
   return "precision " + precision_name();
@@ -94,11 +96,14 @@ GemmArithmetic gemm_arithmetic(const ir::Graph &g, const std::vector<GemmShape> 
   }
   if (!types.empty())
     a.operands = *types.begin();
-  if (a.half() && precision != Precision::FP32)
+  // Precision bf16 rounds f32 operands to bf16 (passes::autocast_bf16): `g`, lowered at that
+  // precision, multiplies bf16 operands.
+  const bool autocast = precision == Precision::BF16 && a.operands == ir::DType::BF16;
+  if (a.half() && precision != Precision::FP32 && !autocast)
     throw UsageError(fmt::format(
         "--precision {}: pipeline '{}' multiplies {} operands, which run on {} tensor cores with "
-        "fp32 accumulation whatever the precision; tf32 and 3xtf32 apply to f32 operands only: "
-        "bench it with --precision fp32 (the default)",
+        "fp32 accumulation whatever the precision; tf32, 3xtf32 and bf16 apply to f32 operands "
+        "only: bench it with --precision fp32 (the default)",
         a.precision_name(), g.name, ir::dtype_name(a.operands), ir::dtype_name(a.operands)));
   return a;
 }

@@ -1,4 +1,4 @@
-// kfuse bench F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32]
+// kfuse bench F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32|bf16]
 //                  [--json FILE] [--iters 100] [--warmup 10] [--seed S] [--arch sm_90a]
 //                  [--max-split-k S] [--no-tuned]
 //
@@ -9,7 +9,8 @@
 //   fused        the kfuse pipeline as planned;
 //   unfused      the same pipeline lowered unfused (LowerOptions::fuse false: one kfuse
 //                kernel per op, each result stored in its own type), its GEMMs run by cuBLAS
-//                at the requested precision or on the pipeline's bf16/f16 operands;
+//                at the requested precision or on the pipeline's bf16/f16 operands (at
+//                --precision bf16: the operands' roundings, kernels of their own);
 //   cublas_gemm  the pipeline's GEMMs alone through cuBLAS, same operand and product types:
 //                the floor a fused chain chases.
 // Every contender is timed the same way (runtime/gpu_timer.h). A contender that cannot run says so
@@ -61,15 +62,6 @@ using rt::PipelineData;
 using rt::random_tensor;
 using rt::time_on_stream;
 using rt::utc_now;
-namespace {
-
-constexpr const char *kUsage =
-    "usage: kfuse bench FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision "
-    "fp32|3xtf32|tf32]\n"
-    "                   [--json FILE] [--iters 100] [--warmup 10] [--seed 1] [--arch sm_XX]\n"
-    "                   [--max-split-k S] [--no-tuned]\n";
-
-} // namespace
 
 int cmd_bench(int argc, char **argv) {
   CommandLine cl = parse_command_line(
@@ -77,8 +69,6 @@ int cmd_bench(int argc, char **argv) {
       {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim", "max-split-k"},
       {"no-tuned"});
   Options options = pipeline_options(cl);
-  if (options.precision == Precision::BF16)
-    throw UsageError(fmt::format("--precision: bench times fp32, 3xtf32 and tf32\n{}", kUsage));
   const int iters = parse_count(cl, "iters", kRecommendedIters, 1);
   const int warmup = parse_count(cl, "warmup", 10, 0);
   const uint64_t seed = static_cast<uint64_t>(parse_count(cl, "seed", 1, 0));
@@ -87,9 +77,12 @@ int cmd_bench(int argc, char **argv) {
 
   // Everything that needs no GPU first, so a usage mistake is reported before device setup.
   // Each contender is lowered once: its plan is reported, its program compiled below.
-  // The unfused kernels compute in fp32 (their GEMMs are cuBLAS's, at the precision asked).
+  // The unfused kernels compute in fp32 (their GEMMs are cuBLAS's, at the precision asked);
+  // precision bf16 keeps its roundings there, each a kernel of its own before a cuBLAS GEMM of
+  // bf16 operands.
   Options unfused_options = options;
-  unfused_options.precision = Precision::FP32;
+  if (options.precision != Precision::BF16)
+    unfused_options.precision = Precision::FP32;
   const dsl::SourceFile src = dsl::SourceFile::read(file);
   Lowered fused_lowered = lower(src, rt::PipelineAccess::lower_options(options, true));
   const ir::Graph g = fused_lowered.graph;
@@ -165,7 +158,11 @@ int cmd_bench(int argc, char **argv) {
   c_cublas.bytes_moved = cublas_bytes;
   if (tf32)
     c_unfused.note = "kfuse's own kernels compute in fp32; only the GEMM (cuBLAS) runs at tf32";
-  if (arithmetic.half())
+  if (options.precision == Precision::BF16)
+    c_unfused.note = "each op one kernel, as PyTorch eager runs it under torch.autocast: every "
+                     "rounding to bf16 a kernel of its own (weights too, every run), the GEMM "
+                     "cuBLAS's on bf16 operands with a bf16 product, the other ops in fp32";
+  else if (arithmetic.half())
     c_unfused.note = fmt::format(
         "each op one kernel, as PyTorch eager runs it: every result stored in its own type ({} "
         "between ops) and read back, kfuse's kernels computing in fp32, the GEMM cuBLAS's on {} "

@@ -91,6 +91,9 @@ int cmd_plan(int argc, char **argv) {
   LowerOptions options;
   options.mode = parse_mode(cl.option("mode", "train"));
   options.until = LowerOptions::Until::Plan;
+  // Precision bf16 changes the graph (its roundings), not only the GEMMs' math: the plan, and
+  // --prove, are of the graph with them.
+  options.autocast_bf16 = pipeline_options(cl).precision == Precision::BF16;
   if (cl.flag("dump-after-each-pass"))
     options.after_pass = [](const passes::Pass &pass, const ir::Graph &out) {
       std::fprintf(stderr, "# IR after %.*s\n%s\n", static_cast<int>(pass.name.size()),

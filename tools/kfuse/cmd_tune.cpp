@@ -1,5 +1,5 @@
-// kfuse tune F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32] [--arch sm_XX]
-//                 [--iters 20] [--warmup 3] [--seed 1]
+// kfuse tune F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32|bf16]
+//                 [--arch sm_XX] [--iters 20] [--warmup 3] [--seed 1]
 // kfuse tune --show
 //
 // Tunes every GEMM kernel of the pipeline on this GPU (runtime/gemm_tuner.h: each candidate tile
@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char *kUsage =
     "usage: kfuse tune FILE.kf --dim NAME=VALUE... [--mode train|eval] [--precision "
-    "fp32|3xtf32|tf32]\n"
+    "fp32|3xtf32|tf32|bf16]\n"
     "                  [--arch sm_XX] [--iters 20] [--warmup 3] [--seed 1]\n"
     "       kfuse tune --show\n";
 
@@ -65,8 +65,6 @@ int cmd_tune(int argc, char **argv) {
   if (cl.flag("show"))
     return show(cl);
   Options options = pipeline_options(cl);
-  if (options.precision == Precision::BF16)
-    throw UsageError(fmt::format("--precision: tune takes fp32, 3xtf32 and tf32\n{}", kUsage));
   rt::TuningRequest request;
   request.iters = parse_count(cl, "iters", request.iters, 1);
   request.warmup = parse_count(cl, "warmup", request.warmup, 0);
