@@ -93,8 +93,7 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
   for (const codegen::KernelLaunch *gemm : gemms) {
     TunedKernel k;
     k.entry = gemm->entry;
-    k.rows = gemm->geometry.rows.is_symbolic() ? dims.at(gemm->geometry.rows.sym)
-                                               : gemm->geometry.rows.value;
+    k.rows = gemm->geometry.rows.evaluate(dims); // a dim, a constant or a product (`B*T`)
     k.shape = fmt::format("{}x{}x{}", k.rows, gemm->cols.str(), gemm->inner.str());
     const int rows_class = codegen::rows_class(k.rows);
     std::vector<std::optional<codegen::Sm90Tile>> tiles(gemm->tiles.begin(), gemm->tiles.end());

@@ -63,6 +63,15 @@ void unify(const std::string &where, const std::string &tensor, const ir::Tensor
                                 type.str(), ir::shape_text(shape)));
       continue;
     }
+    if (!d.factors.empty()) { // a view's product of dims (`B*T`): checked once they are bound
+      bool bound = true;
+      for (const std::string &name : d.factors)
+        bound = bound && dims.count(name);
+      if (bound && shape[i] != d.evaluate(dims))
+        throw Error(fmt::format("{}: tensor '{}' must be {}, got shape {} ({} = {})", where, tensor,
+                                type.str(), ir::shape_text(shape), d.str(), d.evaluate(dims)));
+      continue;
+    }
     if (shape[i] <= 0 || shape[i] > INT_MAX)
       throw Error(fmt::format("{}: tensor '{}' has extent {} for dim {}; dims must be in [1, {}]",
                               where, tensor, shape[i], d.sym, INT_MAX));
@@ -215,8 +224,10 @@ std::vector<int64_t> bound_shape(const std::string &where, const ir::TensorType 
                                  const std::map<std::string, int64_t> &dims) {
   std::vector<int64_t> shape;
   for (const ir::Dim &d : t.shape) {
-    if (d.is_symbolic() && !dims.count(d.sym))
-      throw Error(fmt::format("{}: dim {} is not bound", where, d.sym));
+    // A view's extent may be a product of dims (`B*T`): each of them must be bound.
+    for (const std::string &name : d.factors.empty() ? std::vector<std::string>{d.sym} : d.factors)
+      if (!name.empty() && !dims.count(name))
+        throw Error(fmt::format("{}: dim {} is not bound", where, name));
     shape.push_back(value_of(d, dims));
   }
   return shape;

@@ -158,13 +158,33 @@ OPS = {
     "max_pool1d": _pool(F.max_pool1d),
     "avg_pool1d": _pool(F.avg_pool1d),
     "dropout": _dropout,
+    "reshape": lambda args, a, ctx: args[0].reshape([_extent_value(e, ctx.dims) for e in a["shape"]]),
+    "unsqueeze": lambda args, a, ctx: args[0].unsqueeze(a["dim"]),
+    "squeeze": lambda args, a, ctx: args[0].squeeze(a["dim"]),
 }
 
 
+def _extent_value(e, dims):
+    """An extent of the program under the dims bound so far: an int, a dim name, or a product
+    as the .kf writes it ("B*T", "4*T"); None where a name is not bound yet."""
+    if isinstance(e, int):
+        return e
+    n = 1
+    for part in e.split("*"):
+        if part.isdigit():
+            n *= int(part)
+        elif part in dims:
+            n *= dims[part]
+        else:
+            return None
+    return n
+
+
 class _Context:
-    def __init__(self, training, rng):
+    def __init__(self, training, rng, dims):
         self.training = training
         self.rng = rng
+        self.dims = dims  # the dims bound so far (a reshape's extents name them)
 
 
 class Reference(nn.Module):
@@ -253,7 +273,7 @@ class Reference(nn.Module):
         exact = all(t.dtype == torch.float64 for t in given.values())
         dims = {}
         env = []
-        ctx = _Context(self.training, self.kfuse_rng)
+        ctx = _Context(self.training, self.kfuse_rng, dims)
         for v in values:
             if v["kind"] == "input":
                 t = given[v["name"]]
@@ -277,10 +297,10 @@ class Reference(nn.Module):
         ok = t.dtype == dtype and t.dim() == len(v["shape"])
         if ok:
             for e, n in zip(v["shape"], t.shape):
-                if isinstance(e, str):
+                if isinstance(e, str) and "*" not in e:
                     ok = ok and dims.setdefault(e, n) == n
-                else:
-                    ok = ok and e == n
+                else:  # a constant, or a product of dims bound before (a view's rows)
+                    ok = ok and _extent_value(e, dims) == n
         if not ok:
             declared = f"{'f64' if exact else v['dtype']}[{', '.join(str(e) for e in v['shape'])}]"
             raise kfuse.Error(f"{self._where}: {what} is {t.dtype} {list(t.shape)}, declared {declared} "

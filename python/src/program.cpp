@@ -16,18 +16,19 @@ namespace kfuse::python {
 
 namespace {
 
-nb::list shape_list(const ir::TensorType &t) {
-  nb::list shape;
-  for (const ir::Dim &d : t.shape) {
-    // Products of dims appear only in the planner's matrix view, never in a parsed graph.
-    if (!d.factors.empty())
-      throw std::logic_error("a parsed graph holds no product extent");
-    if (d.sym.empty())
-      shape.append(d.value);
-    else
-      shape.append(d.sym);
-  }
-  return shape;
+// An extent as Python sees it: an int for a constant, the dim's name, or a product as the .kf
+// writes it ("B*T", "4*T": a reshape's shape, or the type of a view).
+nb::object extent_object(const ir::Dim &d) {
+  if (!d.is_symbolic())
+    return nb::int_(d.value);
+  return nb::str(d.str().c_str());
+}
+
+nb::list extents_list(const std::vector<ir::Dim> &dims) {
+  nb::list out;
+  for (const ir::Dim &d : dims)
+    out.append(extent_object(d));
+  return out;
 }
 
 nb::object attr_object(const ir::AttrSpec &spec, const ir::AttrValue &a) {
@@ -47,6 +48,8 @@ nb::object attr_object(const ir::AttrSpec &spec, const ir::AttrValue &a) {
   case ir::AttrKind::DType:
   case ir::AttrKind::Choice:
     return nb::str(a.dim.c_str());
+  case ir::AttrKind::Shape: // -1 (inferred) stays the constant -1
+    return extents_list(a.shape);
   }
   throw std::logic_error("an attribute kind the program dict does not convert");
 }
@@ -62,7 +65,7 @@ nb::dict program_dict(const ir::Graph &g) {
     d["name"] = v.name;
     d["kind"] = std::string(ir::value_kind_name(v.kind));
     d["dtype"] = std::string(ir::dtype_name(v.type.dtype));
-    d["shape"] = shape_list(v.type);
+    d["shape"] = extents_list(v.type.shape);
     d["line"] = v.loc.line;
     if (v.is_op()) {
       const ir::OpInfo &info = ir::op_info(v.op);

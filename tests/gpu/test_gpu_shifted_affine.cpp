@@ -51,9 +51,12 @@ void write_inputs(const std::string &dir, int64_t n) {
                     static_cast<float>(100 + std::sin(1.7 * t)), static_cast<float>(std::cos(t))})
       x.push_back(v);
   }
+  // Output columns 2 and 3 read only x's O(1) column: a GEMM output near 1000 with a spread of
+  // 1 carries fp32's own rounding of 1000 (6e-5 of the spread), in PyTorch's fp32 GEMM as in
+  // kfuse's, above the 1e-5 bound; large offsets are the input case's.
   std::vector<float> weight(kCols * kCols, 0.0f);
-  for (int i = 2 * kCols; i < kCols * kCols; ++i)
-    weight[static_cast<size_t>(i)] = static_cast<float>(std::sin(0.9 * i));
+  for (int row = 2; row < kCols; ++row)
+    weight[static_cast<size_t>(row * kCols + 3)] = static_cast<float>(std::sin(0.9 * row));
   auto vec = [&](const char *name, std::vector<float> v) {
     rt::write_npy(dir + "/" + name, {kCols}, v);
   };
