@@ -133,12 +133,16 @@ size_t LaunchTable::key_of(const WorkspaceKey &key) {
   return workspace_keys_.size() - 1;
 }
 
+size_t LaunchTable::value_bytes(ir::ValueId v, const Dims &dims) const {
+  return elements(plan_.graph[v].type, dims) *
+         static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, v).dtype));
+}
+
 size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multiprocessors) const {
   const ir::TensorType &t = plan_.graph[k.value].type;
   switch (k.kind) {
   case WorkspaceKey::Kind::Value:
-    return elements(t, dims) *
-           static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, k.value).dtype));
+    return value_bytes(k.value, dims);
   case WorkspaceKey::Kind::PartialMean: // mean or M2 per column per row tile
   case WorkspaceKey::Kind::PartialM2:
     return static_cast<size_t>((extent(t.shape[0], dims) + k.tile_rows - 1) / k.tile_rows) *

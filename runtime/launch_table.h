@@ -68,6 +68,8 @@ public:
   // The values the per-bind kernels (plan::Kernel::per_bind) store, and their slots.
   const std::vector<ir::ValueId> &per_bind_values() const { return per_bind_values_; }
   size_t per_bind_slot(size_t i) const;
+  // Bytes of value v's buffer (in its buffer type, plan::buffer_type) at `dims`.
+  size_t value_bytes(ir::ValueId v, const Dims &dims) const;
   // Launches the per-bind kernels, which enqueue() leaves out, on `stream`. point() first.
   void enqueue_per_bind(const std::vector<Function> &functions, CUstream stream) const;
 

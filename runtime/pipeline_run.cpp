@@ -2,7 +2,6 @@
 // the launches, made every time from the pipeline's LaunchTable.
 #include "compiler/dump.h"
 #include "compiler/ir/infer.h"
-#include "compiler/ir/interpreter.h"
 #include "compiler/ir/views.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline_impl.h"
@@ -213,11 +212,7 @@ void Pipeline::Impl::prepare() {
   const std::vector<ValueId> &per_bind = im.table->per_bind_values();
   im.per_bind_buffers.resize(per_bind.size());
   for (size_t i = 0; i < per_bind.size(); ++i) {
-    const ir::TensorType t = plan::buffer_type(im.plan, per_bind[i]);
-    int64_t elements = 1;
-    for (int64_t e : ir::concrete_shape(t, im.dims))
-      elements *= e;
-    const size_t value_bytes = static_cast<size_t>(elements * ir::dtype_bytes(t.dtype));
+    const size_t value_bytes = im.table->value_bytes(per_bind[i], im.dims);
     if (im.per_bind_buffers[i].size() != value_bytes) {
       im.per_bind_buffers[i] = rt::DeviceBuffer(value_bytes);
       im.per_bind_stale = true;

@@ -217,15 +217,24 @@ class Pipeline:
         return f"kfuse.Pipeline('{self.name}', mode='{self.mode}', precision='{self.precision}')"
 
 
+def _source(what, file, text, file_name):
+    """(.kf text, the name its diagnostics give) of a file or of text=."""
+    if (file is None) == (text is None):
+        raise TypeError(f"kfuse.{what} takes a .kf file or text=, not both or neither")
+    if text is None:
+        try:
+            with open(file) as f:
+                return f.read(), str(file)
+        except OSError as e:  # as the C++ front end words it
+            raise Error(f"error: cannot read '{file}': {e.strerror}") from None
+    return text, file_name
+
+
 def program(file=None, *, text=None, file_name="<text>"):
     """A .kf pipeline as parsed and verified, before any of kfuse's rewrites: a dict with
     "name", "dims", "values" and "outputs" (docs/PYTHON.md, "The program of a .kf"). Needs no
     GPU; a .kf error raises kfuse.Error with its diagnostic."""
-    if (file is None) == (text is None):
-        raise TypeError("kfuse.program takes a .kf file or text=, not both or neither")
-    if text is None:
-        return _kfuse.program_from_file(str(file))
-    return _kfuse.program_from_string(text, file_name)
+    return _kfuse.program(*_source("program", file, text, file_name))
 
 
 def dropout_keep(seed, offset, stream, count, p):
@@ -241,11 +250,7 @@ def interpret(file=None, *, text=None, file_name="<text>", mode, dims, tensors, 
     `dims` every dim name to its extent, `rng` is the (seed, offset) train-mode dropouts draw at.
     Returns {"outputs": [(shape, bytes)], "state": {name: (shape, bytes)}} (the updated state),
     rounded to their declared types as kernels store them."""
-    if (file is None) == (text is None):
-        raise TypeError("kfuse.interpret takes a .kf file or text=, not both or neither")
-    if text is None:
-        with open(file) as f:
-            text, file_name = f.read(), str(file)
+    text, file_name = _source("interpret", file, text, file_name)
     return _kfuse.interpret(text, file_name, mode, dict(dims), dict(tensors), rng[0], rng[1])
 
 

@@ -215,11 +215,10 @@ class Reference(nn.Module):
         self.reset_parameters()
 
     def _extent(self, e, dims, name):
-        if isinstance(e, int):
-            return e
-        if e not in dims:
+        n = _extent_value(e, dims)
+        if n is None:
             raise kfuse.Error(f"{self._where}: '{name}' has the extent {e}; pass dims={{'{e}': ...}}")
-        return dims[e]
+        return n
 
     def state_roles(self):
         """state name -> "running_mean" or "running_var", by its place in a batchnorm."""

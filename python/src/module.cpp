@@ -106,6 +106,13 @@ int read_all(const PyPipeline &p, nb::list capsules, const std::vector<std::stri
   return device;
 }
 
+// .kf text parsed and verified; a DSL error throws with its diagnostics text.
+kfuse::ir::Graph parse_text(const std::string &text, const std::string &file_name) {
+  kfuse::dsl::SourceFile source(file_name, text);
+  kfuse::dsl::Diagnostics diags(source);
+  return kfuse::dsl::parse_kf(source, diags);
+}
+
 } // namespace
 
 NB_MODULE(_kfuse, m) {
@@ -113,28 +120,19 @@ NB_MODULE(_kfuse, m) {
   nb::exception<kfuse::Error>(m, "Error");
 
   m.def(
-      "program_from_file",
-      [](const std::string &path) {
-        return kfuse::python::program_dict(kfuse::dsl::parse_kf_file(path));
-      },
-      nb::arg("path"), "The pipeline of a .kf file as parsed and verified (python/src/program.h).");
-  m.def(
-      "program_from_string",
+      "program",
       [](const std::string &text, const std::string &file_name) {
-        kfuse::dsl::SourceFile source(file_name, text);
-        kfuse::dsl::Diagnostics diags(source);
-        return kfuse::python::program_dict(kfuse::dsl::parse_kf(source, diags));
+        return kfuse::python::program_dict(parse_text(text, file_name));
       },
-      nb::arg("text"), nb::arg("file_name"));
+      nb::arg("text"), nb::arg("file_name"),
+      "The pipeline of .kf text as parsed and verified (python/src/program.h).");
   m.def(
       "interpret",
       [](const std::string &text, const std::string &file_name, const std::string &mode,
          const std::map<std::string, int64_t> &dims, nb::dict tensors, uint64_t seed,
          uint64_t offset) {
-        kfuse::dsl::SourceFile source(file_name, text);
-        kfuse::dsl::Diagnostics diags(source);
-        return kfuse::python::interpret(kfuse::dsl::parse_kf(source, diags), mode, dims, tensors,
-                                        seed, offset);
+        return kfuse::python::interpret(parse_text(text, file_name), mode, dims, tensors, seed,
+                                        offset);
       },
       nb::arg("text"), nb::arg("file_name"), nb::arg("mode"), nb::arg("dims"), nb::arg("tensors"),
       nb::arg("seed"), nb::arg("offset"));
