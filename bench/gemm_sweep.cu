@@ -18,6 +18,7 @@
 // splitk: S = 1, 2, 4, 8 on shapes of 8-64 output tiles with short and long K, for the rule
 // that picks S (runtime/launch_geometry.cpp).
 #include "gemm_sm90.cuh"
+#include "gemm_harness.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -30,32 +31,6 @@
 #include <cuda_fp16.h>
 #include <random>
 #include <vector>
-
-#define CHECK_CUDA(x)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-      std::exit(2);                                                                                \
-    }                                                                                              \
-  } while (0)
-#define CHECK_CU(x)                                                                                \
-  do {                                                                                             \
-    CUresult r_ = (x);                                                                             \
-    if (r_ != CUDA_SUCCESS) {                                                                      \
-      const char *s_ = nullptr;                                                                    \
-      cuGetErrorString(r_, &s_);                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);                         \
-      std::exit(2);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-struct Identity {
-  static constexpr int COLUMN_FLOATS = 0;
-  struct Column {};
-  __device__ Column column(int) const { return {}; }
-  __device__ float apply(const Column &, int, int, float acc) const { return acc; }
-};
 
 // The shape of kfuse's folded-affine epilogue: per-column scale and shift read from memory.
 struct Affine {
@@ -86,17 +61,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
                unsigned *counters) {
   kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s, splits),
                      kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2, partials, counters});
-}
-
-template <class T> __global__ void reference(int m, int n, int k, const T *a, const T *b, double *c) {
-  const int row = blockIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
-  if (col >= n)
-    return;
-  double s = 0;
-  for (int i = 0; i < k; ++i)
-    s += static_cast<double>(static_cast<float>(a[static_cast<size_t>(row) * k + i])) *
-         static_cast<double>(static_cast<float>(b[static_cast<size_t>(col) * k + i]));
-  c[static_cast<size_t>(row) * n + col] = s;
 }
 
 // tf32 as the tensor cores read fp32 data: the low 13 mantissa bits ignored.
@@ -145,29 +109,6 @@ template <class Cfg> kf::sm90::TensorMap encode(const void *p, int rows, int k, 
   return map;
 }
 
-int g_sms = 0;
-
-// Split-K's workspace, grown as needed: partial tiles, and per-tile counters zeroed once (every
-// launch leaves them zero).
-struct SplitWorkspace {
-  float *partials = nullptr;
-  unsigned *counters = nullptr;
-  size_t floats = 0, tiles = 0;
-  void reserve(size_t need_floats, size_t need_tiles) {
-    if (need_floats > floats) {
-      cudaFree(partials);
-      CHECK_CUDA(cudaMalloc(&partials, need_floats * sizeof(float)));
-      floats = need_floats;
-    }
-    if (need_tiles > tiles) {
-      cudaFree(counters);
-      CHECK_CUDA(cudaMalloc(&counters, need_tiles * sizeof(unsigned)));
-      CHECK_CUDA(cudaMemset(counters, 0, need_tiles * sizeof(unsigned)));
-      tiles = need_tiles;
-    }
-  }
-} g_split;
-
 // splits <= ceil(k / BK): every split has a k-block.
 template <class Cfg> void launch(const kf::sm90::TensorMap &a, const kf::sm90::TensorMap &b, int m, int n, int k,
                                  float *c, float *pmean, float *pm2, int splits = 1) {
@@ -176,14 +117,6 @@ template <class Cfg> void launch(const kf::sm90::TensorMap &a, const kf::sm90::T
     g_split.reserve(static_cast<size_t>(tiles) * splits * Cfg::BM * Cfg::BN, tiles);
   sm90_entry<Cfg><<<std::min(tiles * splits, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(
       a, b, kf::GemmShape{m, n, k}, splits, c, pmean, pm2, g_split.partials, g_split.counters);
-}
-
-template <class T> void fill(T *d, size_t n, std::mt19937 &rng, float scale) {
-  std::vector<T> h(n);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (auto &x : h)
-    x = static_cast<T>(u(rng) * scale);
-  CHECK_CUDA(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
 }
 
 template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int splits = 1) {
@@ -223,77 +156,16 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int spli
   }
   reference<<<dim3((n + 127) / 128, m), 128>>>(m, n, k, a, b, ref);
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> hc(static_cast<size_t>(m) * n), hmean(static_cast<size_t>(tm) * n), hm2(hmean.size());
-  std::vector<double> hr(hc.size());
-  CHECK_CUDA(cudaMemcpy(hc.data(), c, hc.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(hr.data(), ref, hr.size() * 8, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(hmean.data(), pmean, hmean.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(hm2.data(), pm2, hm2.size() * 4, cudaMemcpyDeviceToHost));
-  double num = 0, den = 0;
-  size_t bad = 0;
-  for (size_t i = 0; i < hc.size(); ++i) {
-    if (!std::isfinite(hc[i]))
-      ++bad;
-    num += (hc[i] - hr[i]) * (hc[i] - hr[i]);
-    den += hr[i] * hr[i];
-  }
-  double rel = std::sqrt(num / std::max(den, 1e-300));
-  // Statistics: tile tm's partials vs the stored values, relative to the column's scale.
-  double stat_err = 0;
-  for (int t = 0; t < tm; ++t)
-    for (int col = 0; col < n; ++col) {
-      int r0 = t * Cfg::BM, r1 = std::min(m, r0 + Cfg::BM);
-      double mean = 0, m2 = 0, scale = 1e-30;
-      for (int r = r0; r < r1; ++r)
-        mean += hc[static_cast<size_t>(r) * n + col];
-      mean /= (r1 - r0);
-      for (int r = r0; r < r1; ++r) {
-        double d = hc[static_cast<size_t>(r) * n + col] - mean;
-        m2 += d * d;
-        scale = std::max(scale, static_cast<double>(std::fabs(hc[static_cast<size_t>(r) * n + col])));
-      }
-      size_t idx = static_cast<size_t>(t) * n + col;
-      stat_err = std::max(stat_err, static_cast<double>(std::fabs(hmean[idx] - mean) / scale));
-      stat_err = std::max(stat_err, static_cast<double>(std::fabs(hm2[idx] - m2) / (scale * scale * (r1 - r0))));
-      if (!std::isfinite(hmean[idx]) || !std::isfinite(hm2[idx]))
-        stat_err = INFINITY;
-    }
+  const OutputCheck r = check_output(c, ref, pmean, pm2, m, n, Cfg::BM);
   // 3xTF32 against exact fp32 operands: fp32-level accuracy.
   const double bound = Cfg::OPERAND == kf::sm90::Operand::Tf32x3 ? 2e-6 : 2e-5;
-  bool ok = bad == 0 && rel <= bound && stat_err <= 1e-5 && repeats;
+  bool ok = r.bad == 0 && r.rel <= bound && r.stats <= 1e-5 && repeats;
   std::printf("check %-4s %3dx%3dx%d %5d x %5d x %5d S=%d: rel %.3e (bound %.0e), unwritten %zu, stats %.3e%s  %s\n",
-              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, rel, bound, bad, stat_err,
+              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, r.rel, bound, r.bad, r.stats,
               repeats ? "" : ", NOT REPEATABLE", ok ? "PASS" : "FAIL");
   cudaFree(a); cudaFree(b); cudaFree(c); cudaFree(pmean); cudaFree(pm2); cudaFree(ref);
   return ok;
 }
-
-struct Timer {
-  cudaEvent_t e0, e1;
-  void *flush;
-  Timer() {
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    CHECK_CUDA(cudaMalloc(&flush, 256 << 20));
-  }
-  template <class F> double median_ms(F &&f, int reps = 50) {
-    for (int i = 0; i < 5; ++i)
-      f();
-    std::vector<float> t;
-    for (int i = 0; i < reps; ++i) {
-      CHECK_CUDA(cudaMemsetAsync(flush, i, 256 << 20));
-      cudaEventRecord(e0);
-      f();
-      cudaEventRecord(e1);
-      CHECK_CUDA(cudaEventSynchronize(e1));
-      float ms;
-      cudaEventElapsedTime(&ms, e0, e1);
-      t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  }
-};
 
 template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) {
   using T = typename Types<Cfg::OPERAND>::T;

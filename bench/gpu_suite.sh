@@ -8,7 +8,9 @@
 # build-gpu with cmake + ninja. Then, in this order, each phase timed and logged:
 #   tests      the GPU tests, a process per test case (bench/gpu_tests.sh)
 #   gemm       bench/gemm_sweep.cu built with nvcc: the sm90 mainloop alone on odd shapes against
-#              an fp64 reference, then timed against cuBLAS (tf32, bf16, 3xtf32); gemm_sweep.log
+#              an fp64 reference, then timed against cuBLAS (tf32, bf16, 3xtf32); then
+#              bench/simt_sweep.cu, the same for the fp32 SIMT mainloop against SGEMM;
+#              gemm_sweep.log
 #   python     pip install . and pytest tests/python (kfuse.torch.Fused vs PyTorch, CUDA graphs)
 #   sanitizer  compute-sanitizer memcheck over a small GPU test filter (the full sanitizer run,
 #              every GPU test under memcheck and racecheck/synccheck/initcheck over the cases
@@ -170,9 +172,10 @@ fi
 # ------------------------------------------------------------------ the GEMM mainloop alone
 if ! skipped gemm; then
   start=$SECONDS
-  cmd="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/gemm_sweep.cu -o gemm_sweep -lcuda -lcublas && ./gemm_sweep all"
+  nvcc_sm90="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a"
+  cmd="$nvcc_sm90 -Itemplates bench/gemm_sweep.cu -o gemm_sweep -lcuda -lcublas && ./gemm_sweep all && $nvcc_sm90 -Itemplates bench/simt_sweep.cu -o simt_sweep -lcublas && ./simt_sweep all"
   say "gemm: $cmd"
-  run_logged "$OUT/gemm_sweep.log" 240 bash -c "nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I'$ROOT/templates' '$ROOT/bench/gemm_sweep.cu' -o '$WORK/gemm_sweep' -lcuda -lcublas && '$WORK/gemm_sweep' all"
+  run_logged "$OUT/gemm_sweep.log" 300 bash -c "$nvcc_sm90 -I'$ROOT/templates' '$ROOT/bench/gemm_sweep.cu' -o '$WORK/gemm_sweep' -lcuda -lcublas && '$WORK/gemm_sweep' all && $nvcc_sm90 -I'$ROOT/templates' '$ROOT/bench/simt_sweep.cu' -o '$WORK/simt_sweep' -lcublas && '$WORK/simt_sweep' all"
   status gemm $? $((SECONDS - start)) "$cmd"
 fi
 
