@@ -3,7 +3,7 @@
 // epilogue), tf32 / bf16 / f16 operands and 3xtf32 (against cuBLAS's fp32 SGEMM).
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/gemm_sweep.cu \
-//        -o gemm_sweep -lcuda -lcublas && ./gemm_sweep [check|sweep|configs|splitk|all]
+//        -o gemm_sweep -lcuda -lcublas && ./gemm_sweep [check|sweep|configs|splitk|3xtf32|all]
 //
 // check: odd shapes against an fp64 reference computed on the GPU from the same operands (tf32
 // operands truncated as the tensor cores read them), so what remains is the tensor cores' fp32
@@ -15,6 +15,7 @@
 // for M in {1024, 4096, 16384} x N = K in {1024, 4096, 8192}.
 // configs: every tile configuration on a few shapes, and 128 x 1024 x 512 (a batch of 128) with
 // K split S = 1, 2, 4, 8 ways.
+// 3xtf32: 1024 x 8192 x 8192 in 3xTF32 alone (for ncu).
 // splitk: S = 1, 2, 4, 8 on shapes of 8-64 output tiles with short and long K, for the rule
 // that picks S (runtime/launch_geometry.cpp).
 #include "gemm_sm90.cuh"
@@ -281,6 +282,12 @@ int main(int argc, char **argv) {
         sweep<Bf16m64n128x2>(s[0], s[1], s[2], h, timer, splits);
         sweep<Tf32x3>(s[0], s[1], s[2], h, timer, splits);
       }
+  }
+  if (mode == "3xtf32") { // one case, for profilers
+    cublasHandle_t h;
+    cublasCreate(&h);
+    Timer timer;
+    sweep<Tf32x3>(1024, 8192, 8192, h, timer);
   }
   if (mode == "sweep" || mode == "all") {
     cublasHandle_t h;

@@ -9,11 +9,12 @@
 // K-major as tf32 wgmma requires. They are read through tensor maps (the launcher encodes them,
 // see Sm90Gemm's traits); C is [m, n] row-major (ldc) and aliases neither A, B nor any epilogue
 // input. Operands: Tf32 (fp32 data, the tensor cores ignore the low 13 mantissa bits), Bf16, F16,
-// and Tf32x3: each fp32 value x of a stage is split by the consumers into big = x rounded to
-// tf32 (written back in place) and small = x - big (exact in fp32, written to a second tile of
-// the same layout, three of them in rotation), then acc += a_small*b_big + a_big*b_small +
-// a_big*b_big (small*small dropped) with three wgmma per k-step, small terms first; the split
-// of the next k-block runs while this one's wgmma do. Each stage's
+// and Tf32x3: each fp32 value x of a stage is split by a warpgroup of its own (the splitter)
+// into big = x rounded to tf32 (written back in place) and small = x - big (exact in fp32,
+// written to the stage's second tile of the same layout), then the consumers compute acc +=
+// a_small*b_big + a_big*b_small + a_big*b_big (small*small dropped) with three wgmma per k-step,
+// small terms first. The consumers then only issue wgmma: the split of the next stages runs
+// beside them, not on the tensor pipe's critical path. Each stage's
 // products go into a zeroed partial sum that is added to the accumulator with an fp32 add: the
 // tensor cores' truncating accumulation would otherwise bias a long K (as in gemm_tc.cuh).
 //
@@ -28,7 +29,9 @@
 // check both and use gemm_tc.cuh otherwise.
 //
 // Roles: warpgroup 0 is the producer (one thread issues the TMA loads of stage after stage,
-// waiting on each stage's `empty` barrier); the BM / 64 other warpgroups are consumers, each
+// waiting on each stage's `empty` barrier); for 3xTF32, warpgroup 1 is the splitter (it waits
+// for a stage's `full` barrier, splits it, and signals its `split` barrier, which the
+// consumers wait for instead); the BM / 64 last warpgroups are consumers, each
 // computing 64 rows of the 128 x BN tile with wgmma m64nBNk{8,16} from shared memory, releasing a
 // stage once the wgmma that read it has completed (one k-block of wgmma stays in flight). The
 // producer runs ahead into the next tile while the consumers run the epilogue of this one.
@@ -64,7 +67,9 @@ template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> str
   static constexpr int CONSUMERS = BM / 64;      // consumer warpgroups
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
-  static constexpr int THREADS = 128 + CONSUMER_THREADS; // the producer warpgroup first
+  static constexpr int SPLITTER_THREADS = SPLIT ? 128 : 0;         // 3xTF32's splitter warpgroup
+  static constexpr int CONSUMER_BASE = 128 + SPLITTER_THREADS;     // the first consumer thread
+  static constexpr int THREADS = CONSUMER_BASE + CONSUMER_THREADS; // producer, splitter, consumers
   static constexpr int GROUP_M = 8; // grouped rasterization (tile_scheduler.cuh)
   static constexpr int A_BYTES = BM * 128;
   static constexpr int B_BYTES = BN * 128;
@@ -75,20 +80,24 @@ template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> str
   static constexpr int BUDGET = (228 * 1024) / MIN_BLOCKS - 1024 - 2 * BN * 4 * 6;
   // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, the statistics scratch and
   // the barriers; then as many stages as fit, at most 6 (3xTF32: 3, with their small parts).
-  static constexpr int FIXED_BYTES = 1024 + STATS_BYTES + 2 * 8 * 8;
+  static constexpr int FIXED_BYTES = 1024 + STATS_BYTES + 3 * 8 * 8;
   static constexpr int STAGES = SPLIT ? 3
                                 : (BUDGET - FIXED_BYTES) / STAGE_BYTES > 6
                                     ? 6
                                     : (BUDGET - FIXED_BYTES) / STAGE_BYTES;
-  static constexpr int SMALL_BYTES = SPLIT ? 3 * STAGE_BYTES : 0; // three tiles of small parts
+  static constexpr int SMALL_BYTES = SPLIT ? STAGES * STAGE_BYTES : 0; // a stage's small parts
+  static constexpr int BARRIERS = SPLIT ? 3 : 2; // full, empty (and split) per stage
   static constexpr int SMEM_BYTES =
-      1024 + STAGES * STAGE_BYTES + SMALL_BYTES + STATS_BYTES + 2 * STAGES * 8;
+      1024 + STAGES * STAGE_BYTES + SMALL_BYTES + STATS_BYTES + BARRIERS * STAGES * 8;
   static constexpr int ACCUMULATORS = BN / 2; // fp32 registers per consumer thread
-  // Registers: the producer gives back down to 40 per thread, the consumers take what the
-  // MIN_BLOCKS blocks of an SM leave (a multiple of 8, at most 232).
+  // Registers: the producer gives back down to 40 per thread and the splitter to 56, the
+  // consumers take what the MIN_BLOCKS blocks of an SM leave (a multiple of 8, at most 232).
   static constexpr int PRODUCER_REGISTERS = 40;
+  static constexpr int SPLITTER_REGISTERS = 56;
   static constexpr int CONSUMER_REGISTERS_FREE =
-      ((65536 / MIN_BLOCKS - 128 * PRODUCER_REGISTERS) / CONSUMER_THREADS) / 8 * 8;
+      ((65536 / MIN_BLOCKS - 128 * PRODUCER_REGISTERS - SPLITTER_THREADS * SPLITTER_REGISTERS) /
+       CONSUMER_THREADS) /
+      8 * 8;
   static constexpr int CONSUMER_REGISTERS =
       CONSUMER_REGISTERS_FREE > 232 ? 232 : CONSUMER_REGISTERS_FREE;
   // Epilogues whose Column holds 1..MAX_CACHED_COLUMN_FLOATS floats have it computed once per
@@ -154,14 +163,16 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   extern __shared__ unsigned char kf_sm90_smem[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
-  unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [3][STAGE_BYTES] (3xTF32)
+  unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [STAGES][STAGE_BYTES] (3xTF32)
   float *stats = reinterpret_cast<float *>(small + Config::SMALL_BYTES);
   unsigned long long *full =
       reinterpret_cast<unsigned long long *>(small + Config::SMALL_BYTES + Config::STATS_BYTES);
   unsigned long long *empty = full + STAGES;
+  unsigned long long *split_done = empty + STAGES; // 3xTF32: the stage's parts are written
   using Column = typename Epilogue::Column;
   constexpr bool kCache = Config::caches_columns(Epilogue::COLUMN_FLOATS);
-  Column *column_cache = reinterpret_cast<Column *>(empty + STAGES); // [2][BN] when kCache
+  Column *column_cache =
+      reinterpret_cast<Column *>(full + Config::BARRIERS * STAGES); // [2][BN] when kCache
 
   const int units = scheduler.units();
   // k >= 1 (a Linear's inner extent is a positive constant) and splits <= kblocks: every unit's
@@ -177,6 +188,8 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     for (int i = 0; i < STAGES; ++i) {
       mbar_init(&full[i], 1);
       mbar_init(&empty[i], Config::CONSUMER_WARPS);
+      if constexpr (Config::SPLIT)
+        mbar_init(&split_done[i], Config::SPLITTER_THREADS);
     }
     mbar_fence_init();
   }
@@ -204,18 +217,51 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
         }
       }
     }
+  } else if (threadIdx.x < Config::CONSUMER_BASE) {
+    // 3xTF32's splitter warpgroup: each stage, once loaded, becomes its big parts (in place) and
+    // its small parts (the stage's small tile), visible to wgmma before the stage's `split`
+    // barrier completes. The stage's small tile was last read by the wgmma of the stage's
+    // previous round, which completed before the consumers released the stage to the producer.
+    setmaxnreg_dec<Config::SPLITTER_REGISTERS>();
+    const int st = threadIdx.x - 128;
+    int stage = 0;
+    unsigned phase = 0;
+    for (int work = scheduler.first(); work < units; work += scheduler.stride()) {
+      const WorkUnit u = scheduler.unit(work, kblocks);
+      for (int kb = u.k_begin; kb < u.k_end; ++kb) {
+        mbar_wait(&full[stage], phase);
+        float4 *tile = reinterpret_cast<float4 *>(smem + stage * Config::STAGE_BYTES);
+        float4 *lo = reinterpret_cast<float4 *>(small + stage * Config::STAGE_BYTES);
+#pragma unroll 4
+        for (int i = st; i < Config::STAGE_BYTES / 16; i += Config::SPLITTER_THREADS) {
+          const float4 x = tile[i];
+          float4 big, part;
+          split_tf32(x.x, big.x, part.x);
+          split_tf32(x.y, big.y, part.y);
+          split_tf32(x.z, big.z, part.z);
+          split_tf32(x.w, big.w, part.w);
+          tile[i] = big;
+          lo[i] = part;
+        }
+        fence_proxy_async();
+        mbar_arrive(&split_done[stage]);
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+    }
   } else {
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
-    const int warp = (threadIdx.x >> 5) - 4; // consumer warp: tile rows 16 * warp ..
-    const int lane = threadIdx.x & 31;
-    const int half = warp >> 2;       // consumer warpgroup: rows 64 * half ..
-    const int ct = threadIdx.x - 128; // consumer thread 0 .. CONSUMER_THREADS - 1
+    const int ct = threadIdx.x - Config::CONSUMER_BASE; // consumer thread 0 .. CONSUMER_THREADS - 1
+    const int warp = ct >> 5;                           // consumer warp: tile rows 16 * warp ..
+    const int lane = ct & 31;
+    const int half = warp >> 2; // consumer warpgroup: rows 64 * half ..
     const Fragment layout(ct);
     int stage = 0;
     unsigned phase = 0;
     float acc[Config::ACCUMULATORS];
     int turn = 0;
-    int splits = 0; // 3xTF32: stages split so far, across tiles
     for (int work = scheduler.first(); work < units; work += scheduler.stride(), ++turn) {
       const WorkUnit u = scheduler.unit(work, kblocks);
       const int kb_begin = u.k_begin, kb_end = u.k_end;
@@ -226,32 +272,12 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           epi.fill_columns(layout, s, n0, cache);
       };
       if constexpr (Config::SPLIT) {
-        // 3xTF32. split() waits for a stage, writes its big parts in place and its small parts
-        // into the next small tile (in rotation of three), and makes both visible to wgmma. The
-        // small tile written by split j was last read by the wgmma of split j - 3, which every
-        // consumer thread has waited for before it reached the barrier of split j - 1.
-        auto split = [&](int st, unsigned ph) {
-          mbar_wait(&full[st], ph);
-          float4 *tile = reinterpret_cast<float4 *>(smem + st * Config::STAGE_BYTES);
-          unsigned char *lo = small + (splits % 3) * Config::STAGE_BYTES;
-          ++splits;
-          for (int i = ct; i < Config::STAGE_BYTES / 16; i += Config::CONSUMER_THREADS) {
-            const float4 x = tile[i];
-            float4 big, part;
-            split_tf32(x.x, big.x, part.x);
-            split_tf32(x.y, big.y, part.y);
-            split_tf32(x.z, big.z, part.z);
-            split_tf32(x.w, big.w, part.w);
-            tile[i] = big;
-            reinterpret_cast<float4 *>(lo)[i] = part;
-          }
-          fence_proxy_async();
-          named_barrier(3, Config::CONSUMER_THREADS);
-          return lo;
-        };
-        unsigned char *lo = kb_begin < kb_end ? split(stage, phase) : nullptr;
+        // 3xTF32: the splitter has written the stage's parts. Each stage's products go into a
+        // zeroed partial sum added to acc in fp32 (see the header).
         for (int kb = kb_begin; kb < kb_end; ++kb) {
+          mbar_wait(&split_done[stage], phase);
           unsigned char *tile = smem + stage * Config::STAGE_BYTES;
+          unsigned char *lo = small + stage * Config::STAGE_BYTES;
           const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
           const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
           const unsigned long long la = smem_descriptor(lo + half * 64 * 128);
@@ -267,10 +293,6 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           wgmma_commit();
           if (kb == kb_begin)
             fill_cache();
-          const int next = stage + 1 == STAGES ? 0 : stage + 1;
-          const unsigned next_phase = next == 0 ? phase ^ 1u : phase;
-          // The next k-block's split overlaps this one's wgmma.
-          unsigned char *next_lo = kb + 1 < kb_end ? split(next, next_phase) : nullptr;
           wgmma_wait<0>();
           fence_registers(part);
 #pragma unroll
@@ -278,9 +300,10 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
             acc[i] = kb > kb_begin ? acc[i] + part[i] : part[i];
           if (lane == 0)
             mbar_arrive(&empty[stage]);
-          stage = next;
-          phase = next_phase;
-          lo = next_lo;
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
       } else {
         int previous = -1;
