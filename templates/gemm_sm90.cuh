@@ -9,12 +9,13 @@
 // K-major as tf32 wgmma requires. They are read through tensor maps (the launcher encodes them,
 // see Sm90Gemm's traits); C is [m, n] row-major (ldc) and aliases neither A, B nor any epilogue
 // input. Operands: Tf32 (fp32 data, the tensor cores ignore the low 13 mantissa bits), Bf16, F16,
-// and Tf32x3: each fp32 value x of a stage is split by a warpgroup of its own (the splitter)
-// into big = x rounded to tf32 (written back in place) and small = x - big (exact in fp32,
-// written to the stage's second tile of the same layout), then the consumers compute acc +=
-// a_small*b_big + a_big*b_small + a_big*b_big (small*small dropped) with three wgmma per k-step,
-// small terms first. The consumers then only issue wgmma: the split of the next stages runs
-// beside them, not on the tensor pipe's critical path. Each stage's
+// and Tf32x3: each fp32 value x is split into big = x rounded to tf32 and small = x - big (exact
+// in fp32), then acc += a_small*b_big + a_big*b_small + a_big*b_big (small*small dropped) with
+// three wgmma per k-step, small terms first. B's parts are written to shared memory by a
+// warpgroup of its own (the splitter: big in place, small into the stage's second B tile of the
+// same layout), beside the consumers, not on the tensor pipe's critical path; each consumer
+// loads its rows of A from the stage into registers, splits them there, and gives wgmma A from
+// registers, so A's parts never pass through shared memory (which bounds this kernel). Each stage's
 // products go into a zeroed partial sum that is added to the accumulator with an fp32 add: the
 // tensor cores' truncating accumulation would otherwise bias a long K (as in gemm_tc.cuh).
 //
@@ -85,7 +86,7 @@ template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> str
                                 : (BUDGET - FIXED_BYTES) / STAGE_BYTES > 6
                                     ? 6
                                     : (BUDGET - FIXED_BYTES) / STAGE_BYTES;
-  static constexpr int SMALL_BYTES = SPLIT ? STAGES * STAGE_BYTES : 0; // a stage's small parts
+  static constexpr int SMALL_BYTES = SPLIT ? STAGES * B_BYTES : 0; // a stage's small parts of B
   static constexpr int BARRIERS = SPLIT ? 3 : 2; // full, empty (and split) per stage
   static constexpr int SMEM_BYTES =
       1024 + STAGES * STAGE_BYTES + SMALL_BYTES + STATS_BYTES + BARRIERS * STAGES * 8;
@@ -163,7 +164,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   extern __shared__ unsigned char kf_sm90_smem[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
-  unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [STAGES][STAGE_BYTES] (3xTF32)
+  unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [STAGES][B_BYTES] (3xTF32)
   float *stats = reinterpret_cast<float *>(small + Config::SMALL_BYTES);
   unsigned long long *full =
       reinterpret_cast<unsigned long long *>(small + Config::SMALL_BYTES + Config::STATS_BYTES);
@@ -218,10 +219,10 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
       }
     }
   } else if (threadIdx.x < Config::CONSUMER_BASE) {
-    // 3xTF32's splitter warpgroup: each stage, once loaded, becomes its big parts (in place) and
-    // its small parts (the stage's small tile), visible to wgmma before the stage's `split`
-    // barrier completes. The stage's small tile was last read by the wgmma of the stage's
-    // previous round, which completed before the consumers released the stage to the producer.
+    // 3xTF32's splitter warpgroup: each stage's B tile, once loaded, becomes its big parts (in
+    // place) and its small parts (the stage's small tile), visible to wgmma before the stage's
+    // `split` barrier completes. The stage's small tile was last read by the wgmma of the
+    // stage's previous round, which completed before the consumers released the stage.
     setmaxnreg_dec<Config::SPLITTER_REGISTERS>();
     const int st = threadIdx.x - 128;
     int stage = 0;
@@ -230,10 +231,11 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
       const WorkUnit u = scheduler.unit(work, kblocks);
       for (int kb = u.k_begin; kb < u.k_end; ++kb) {
         mbar_wait(&full[stage], phase);
-        float4 *tile = reinterpret_cast<float4 *>(smem + stage * Config::STAGE_BYTES);
-        float4 *lo = reinterpret_cast<float4 *>(small + stage * Config::STAGE_BYTES);
+        float4 *tile =
+            reinterpret_cast<float4 *>(smem + stage * Config::STAGE_BYTES + Config::A_BYTES);
+        float4 *lo = reinterpret_cast<float4 *>(small + stage * Config::B_BYTES);
 #pragma unroll 4
-        for (int i = st; i < Config::STAGE_BYTES / 16; i += Config::SPLITTER_THREADS) {
+        for (int i = st; i < Config::B_BYTES / 16; i += Config::SPLITTER_THREADS) {
           const float4 x = tile[i];
           float4 big, part;
           split_tf32(x.x, big.x, part.x);
@@ -272,29 +274,47 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           epi.fill_columns(layout, s, n0, cache);
       };
       if constexpr (Config::SPLIT) {
-        // 3xTF32: the splitter has written the stage's parts. Each stage's products go into a
-        // zeroed partial sum added to acc in fp32 (see the header).
+        // 3xTF32: the splitter has written B's parts. This thread's A elements of a k-step kk
+        // (WgmmaTf32RegA128's fragment) sit in the 128-byte-swizzled A tile at row r (its 16-byte
+        // chunk c at chunk c ^ (r % 8), r % 8 = g here) and chunks 2 kk, 2 kk + 1: the 32 lanes
+        // of a load hit 32 distinct banks. Each stage's products go into a zeroed partial sum
+        // added to acc in fp32 (see the header).
+        const int g = lane >> 2, q = lane & 3;
+        const int a_row = (64 * half + 16 * (warp & 3) + g) * 128 + 4 * q;
         for (int kb = kb_begin; kb < kb_end; ++kb) {
+          mbar_wait(&full[stage], phase); // A's bytes (the splitter waited too)
           mbar_wait(&split_done[stage], phase);
-          unsigned char *tile = smem + stage * Config::STAGE_BYTES;
-          unsigned char *lo = small + stage * Config::STAGE_BYTES;
-          const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
+          const unsigned char *tile = smem + stage * Config::STAGE_BYTES;
           const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
-          const unsigned long long la = smem_descriptor(lo + half * 64 * 128);
-          const unsigned long long lb = smem_descriptor(lo + Config::A_BYTES);
+          const unsigned long long lb = smem_descriptor(small + stage * Config::B_BYTES);
+          unsigned a_big[Config::K_STEPS][4], a_small[Config::K_STEPS][4];
+#pragma unroll
+          for (int kk = 0; kk < Config::K_STEPS; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int chunk = (2 * kk + (e >> 1)) ^ g;
+              const float x =
+                  *reinterpret_cast<const float *>(tile + a_row + (e & 1) * 8 * 128 + chunk * 16);
+              float big, part;
+              split_tf32(x, big, part);
+              a_big[kk][e] = __float_as_uint(big);
+              a_small[kk][e] = __float_as_uint(part);
+            }
           float part[Config::ACCUMULATORS];
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < Config::K_STEPS; ++kk) {
-            Wgmma<Config::MMA, BN>::mma(part, la + 2 * kk, db + 2 * kk, kk > 0);
-            Wgmma<Config::MMA, BN>::mma(part, da + 2 * kk, lb + 2 * kk, 1);
-            Wgmma<Config::MMA, BN>::mma(part, da + 2 * kk, db + 2 * kk, 1);
+            WgmmaTf32RegA128::mma(part, a_small[kk], db + 2 * kk, kk > 0);
+            WgmmaTf32RegA128::mma(part, a_big[kk], lb + 2 * kk, 1);
+            WgmmaTf32RegA128::mma(part, a_big[kk], db + 2 * kk, 1);
           }
           wgmma_commit();
           if (kb == kb_begin)
             fill_cache();
           wgmma_wait<0>();
           fence_registers(part);
+          fence_registers(a_big);
+          fence_registers(a_small);
 #pragma unroll
           for (int i = 0; i < Config::ACCUMULATORS; ++i)
             acc[i] = kb > kb_begin ? acc[i] + part[i] : part[i];
