@@ -80,9 +80,9 @@ template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> str
   // block is the system's), less the largest column cache (below).
   static constexpr int BUDGET = (228 * 1024) / MIN_BLOCKS - 1024 - 2 * BN * 4 * 6;
   // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, the statistics scratch and
-  // the barriers; then as many stages as fit, at most 6 (3xTF32: 3, with their small parts).
+  // the barriers; then as many stages as fit, at most 6 (3xTF32: 4, with their small parts of B).
   static constexpr int FIXED_BYTES = 1024 + STATS_BYTES + 3 * 8 * 8;
-  static constexpr int STAGES = SPLIT ? 3
+  static constexpr int STAGES = SPLIT ? 4
                                 : (BUDGET - FIXED_BYTES) / STAGE_BYTES > 6
                                     ? 6
                                     : (BUDGET - FIXED_BYTES) / STAGE_BYTES;
