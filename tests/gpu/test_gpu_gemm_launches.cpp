@@ -50,6 +50,7 @@ TEST_CASE("gpu gemm launches: each GEMM's tile and the split-K S of its last run
   Options tf32;
   tf32.mode = Mode::Eval;
   tf32.precision = Precision::TF32;
+  tf32.use_tuned = false; // the heuristics' tile and split-K cap, whatever the cache holds
   Pipeline p = Pipeline::from_string(kLinear, "linear.kf", tf32);
 
   std::vector<rt::GemmLaunch> gemms = rt::PipelineAccess::gemm_launches(p);
