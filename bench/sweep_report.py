@@ -21,7 +21,10 @@ def fmt(v, spec=".4f", suffix=""):
 def config_text(bench):
     """The fused pipeline's GEMM config in short form, from kfuse bench's JSON: its tile (rows x
     columns x blocks per SM) and split-K S, e.g. "128x256x1 S=4"; "-" where none was launched."""
-    launches = ((bench or {}).get("fused") or {}).get("gemm_launches") or []
+    fused = (bench or {}).get("fused") or {}
+    if fused and "gemm_launches" not in fused:
+        return "not reported (a kfuse bench without gemm_launches)"
+    launches = fused.get("gemm_launches") or []
     return "; ".join(f"{g.get('tile') or 'one tile'} S={g.get('splits')}" for g in launches) or "-"
 
 

@@ -113,6 +113,8 @@ def test_config_text_from_kfuse_bench_json():
     assert sweep_report.config_text(bench) == "64x128x2 S=4"
     assert sweep_report.config_text({"fused": {"gemm_launches": [{"tile": None, "splits": 1}]}}) == "one tile S=1"
     assert sweep_report.config_text({"error": "no JSON"}) == "-"
+    # A kfuse older than fused.gemm_launches says nothing of its config: the cell says so.
+    assert sweep_report.config_text({"fused": {"ms": {"median": 1.0}}}).startswith("not reported")
 
 
 def test_markdown_tables_summary_and_notes():
