@@ -302,6 +302,7 @@ def main():
         "budget_s": args.budget_s,
         "kfuse_cache_dir": args.cache_dir,  # null: a fresh one, removed after the run
         "rows": rows,
+        "summary": sweep_report.summary(rows),
         "seconds": time.monotonic() - start,
     }
     shutil.rmtree(work, ignore_errors=True)  # kfuse bench's JSON is embedded in the rows

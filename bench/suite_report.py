@@ -323,6 +323,8 @@ def summary(out):
                        else "PASS" if c.get("pass") else "FAIL")
                     for c in checks]
         print("output vs PyTorch f64: " + ", ".join(verdicts))
+    if r.get("sweep"):
+        print("shape sweep: " + r["sweep"].get("summary", "no summary"))
 
 
 def main(argv):

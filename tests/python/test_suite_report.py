@@ -120,3 +120,13 @@ def test_the_examples_and_sweep_tables_and_json_join_the_report(work, tmp_path, 
     suite_report.merge(str(work), str(out))
     assert (out / "perf_tables.md").read_text().endswith(table)
     assert json.loads((out / "results.json").read_text())[phase]["schema"] == schema
+
+
+def test_summary_ends_with_the_sweeps_line(work, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    line = "kfuse slower than torch.compile at 0 of 36 points"
+    (work / "sweep.json").write_text(json.dumps({"schema": "kfuse-shape-sweep/1", "rows": [], "summary": line}))
+    suite_report.merge(str(work), str(out))
+    suite_report.summary(str(out))
+    assert capsys.readouterr().out.rstrip().endswith("shape sweep: " + line)
