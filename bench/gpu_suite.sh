@@ -51,7 +51,8 @@
 # by), KFUSE_SUITE_SKIP (comma list of phases to skip), KFUSE_SANITIZER_TESTS (doctest
 # --test-case filter), KFUSE_TESTS_TIMEOUT_S (default 300), KFUSE_BENCH_ITERS (default 100), KFUSE_BENCH_WARMUP (default 10),
 # KFUSE_CHECK_N (default 0: the PyTorch output check runs at each case's benchmark N),
-# KFUSE_BF16_BENCH_RESERVE_S (default 200: seconds before the deadline the bf16 benches stop).
+# KFUSE_BF16_BENCH_RESERVE_S (default 200: seconds before the deadline the bf16 benches stop),
+# KFUSE_SWEEP_MIN_S (default 240: the least time left in which the sweep phase starts).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
