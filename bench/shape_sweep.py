@@ -196,8 +196,9 @@ def sweep(args, env, paths, work):
     groups = [(p, nk) for nk in args.nk for p in args.precisions]
     rows = [{"precision": p, "m": m, "nk": nk} for p, nk in groups for m in args.m]
     pace = {"iters": args.iters, "warmup": args.warmup}
-    print(f"[sweep] {len(rows)} points ({len(groups)} widths x precisions), {args.mode} mode, budget "
-          f"{args.budget_s:g} s: kfuse bench for each, then eager, then torch.compile per width", flush=True)
+    bound = f"a budget of {args.budget_s:g} s" if args.budget_s > 0 else "no time budget"
+    print(f"[sweep] {len(rows)} points ({len(groups)} widths x precisions), {args.mode} mode, {bound}: "
+          "kfuse bench for each, then eager, then torch.compile per width", flush=True)
     # kfuse's points in 35% of the budget, eager's (as many timed runs) in less; torch.compile
     # gets the rest.
     share = 0.35 * budget / max(1, len(rows))
