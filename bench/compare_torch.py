@@ -511,6 +511,17 @@ def result_header(schema):
             "torch": torch.__version__, "torch_cuda": torch.version.cuda}
 
 
+def write_outputs(result, table, out, markdown):
+    """The run's JSON to `out` and its markdown table to `markdown` (each when given), then the
+    table on stdout."""
+    if out:
+        Path(out).write_text(json.dumps(result, indent=1))
+    if markdown:
+        Path(markdown).write_text(table)
+    print()
+    print(table)
+
+
 def print_table(rows):
     print("\nkfuse vs PyTorch: median ms (CUDA events, L2 flushed before each run); "
           "speedup = PyTorch ms / kfuse fused ms")

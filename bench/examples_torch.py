@@ -298,12 +298,7 @@ def main():
         "seconds": time.monotonic() - start,
     }
     table = markdown(result)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    if args.markdown:
-        Path(args.markdown).write_text(table)
-    print()
-    print(table)
+    compare_torch.write_outputs(result, table, args.out, args.markdown)
     return 1 if any(not r["check"]["pass"] for r in rows) else 0
 
 

@@ -28,8 +28,15 @@
 #              PyTorch eager and torch.compile (kfuse.torch.Reference), kfuse.torch.Fused, kfuse
 #              bench's fused and unfused; kernels per call; error vs float64 (examples.md). It
 #              needs about 6 minutes: run it in a call of its own,
-#              KFUSE_SUITE_SKIP=tests,gemm,python,sanitizer,bench,compile,host,torch (it installs
-#              the Python package itself when the python phase did not)
+#              KFUSE_SUITE_SKIP=tests,gemm,python,sanitizer,bench,compile,host,torch,sweep (it
+#              installs the Python package itself when the python phase did not)
+#   sweep      bench/shape_sweep.py: issue 9's shape sweep of gemm_bn_scale_softmax, M x N=K, tf32
+#              and bf16: kfuse fused vs cuBLAS's GEMM alone vs torch.compile and eager, with the
+#              GEMM config chosen (sweep.md). It needs about 6 minutes (--budget-s 360): run it
+#              in a call of its own,
+#              KFUSE_SUITE_SKIP=tests,gemm,python,sanitizer,bench,compile,host,torch,examples
+#              (it needs the kfuse binary and PyTorch, not the Python package); with less
+#              than KFUSE_SWEEP_MIN_S (default 240) seconds left it does not start
 # and, through bench/suite_report.py, writes $OUT/perf_tables.md (docs/PERF.md-ready tables,
 # the command beside each) and
 # $OUT/results.json (every number), plus suite.log, tests.log and sanitizer.log. Where $OUT is
@@ -46,7 +53,8 @@
 # by), KFUSE_SUITE_SKIP (comma list of phases to skip), KFUSE_SANITIZER_TESTS (doctest
 # --test-case filter), KFUSE_TESTS_TIMEOUT_S (default 300), KFUSE_BENCH_ITERS (default 100), KFUSE_BENCH_WARMUP (default 10),
 # KFUSE_CHECK_N (default 0: the PyTorch output check runs at each case's benchmark N),
-# KFUSE_BF16_BENCH_RESERVE_S (default 200: seconds before the deadline the bf16 benches stop).
+# KFUSE_BF16_BENCH_RESERVE_S (default 200: seconds before the deadline the bf16 benches stop),
+# KFUSE_SWEEP_MIN_S (default 240: the least time left in which the sweep phase starts).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -337,6 +345,26 @@ if ! skipped examples; then
   run_logged "$OUT/examples.log" "$limit" python3 bench/examples_torch.py --kfuse "$KFUSE" \
     --budget-s "$budget" --out "$WORK/examples.json" --markdown "$WORK/examples.md"
   status examples $? $((SECONDS - start)) "$cmd"
+fi
+
+# ------------------------------------------------------------------ the shape sweep
+# Its kfuse and eager points alone take about 2 minutes: with less time left than
+# SWEEP_MIN_S it does not start (a line says so) rather than be cut off before its JSON.
+SWEEP_MIN_S=${KFUSE_SWEEP_MIN_S:-240}
+if ! skipped sweep; then
+  start=$SECONDS
+  limit=$(($(remaining) - 25))
+  budget=$((limit - 40)) # the JSON and the tables are written after the budget
+  ((budget > 360)) && budget=360
+  cmd="python3 bench/shape_sweep.py --kfuse $KFUSE --budget-s $budget --out sweep.json --markdown sweep.md"
+  if ((limit < SWEEP_MIN_S)); then
+    say "sweep: SKIPPED $cmd: ${limit}s left, it needs ${SWEEP_MIN_S}s; run it in a call of its own (KFUSE_SUITE_SKIP=tests,gemm,python,sanitizer,bench,compile,host,torch,examples)"
+  else
+    say "sweep: $cmd (time limit ${limit}s)"
+    run_logged "$OUT/sweep.log" "$limit" python3 bench/shape_sweep.py --kfuse "$KFUSE" \
+      --budget-s "$budget" --out "$WORK/sweep.json" --markdown "$WORK/sweep.md"
+    status sweep $? $((SECONDS - start)) "$cmd"
+  fi
 fi
 
 # ------------------------------------------------------------------ report

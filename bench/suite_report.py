@@ -6,8 +6,9 @@ Standard library only, so it runs (and tests/python/test_suite_report.py tests i
     python3 bench/suite_report.py merge|summary WORK OUT
 
 WORK holds environment.txt, status/phases.tsv, bench/<case>.<mode>.<precision>.json (kfuse
-bench --json), compile.tsv, torch.json (compare_torch.py --out), host_overhead.md, and
-examples.json and examples.md (examples_torch.py --out, --markdown).
+bench --json), compile.tsv, torch.json (compare_torch.py --out), host_overhead.md,
+examples.json and examples.md (examples_torch.py --out, --markdown), and sweep.json and
+sweep.md (shape_sweep.py --out, --markdown).
 """
 import glob
 import json
@@ -69,12 +70,13 @@ def merge(work, out):
     torch_result = load(os.path.join(work, "torch.json"))
     results = {"schema": "kfuse-gpu-suite/1", "environment": env, "phases": phases,
                "bench": benches, "compile": compile_rows, "torch": torch_result,
-               "examples": load(os.path.join(work, "examples.json"))}
+               "examples": load(os.path.join(work, "examples.json")),
+               "sweep": load(os.path.join(work, "sweep.json"))}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     with open(os.path.join(out, "perf_tables.md"), "w") as f:
         f.write(tables(results))
-        for extra in ("host_overhead.md", "examples.md"):
+        for extra in ("host_overhead.md", "examples.md", "sweep.md"):
             path = os.path.join(work, extra)
             if os.path.exists(path):
                 f.write("\n" + open(path).read())
@@ -321,6 +323,8 @@ def summary(out):
                        else "PASS" if c.get("pass") else "FAIL")
                     for c in checks]
         print("output vs PyTorch f64: " + ", ".join(verdicts))
+    if r.get("sweep"):
+        print("shape sweep: " + r["sweep"].get("summary", "no summary"))
 
 
 def main(argv):

@@ -84,6 +84,8 @@ public:
 
   // Every launch's grid and split count at the prepared dims, one line each (KFUSE_DUMP=launch).
   std::string resolved_text() const;
+  // Launch `launch`'s K split count S at the prepared dims (1: not split, or not a GEMM).
+  int splits(size_t launch) const { return launches_.at(launch).shape.splits; }
 
 private:
   // Where a pointer comes from: a tensor slot, or an offset into the workspace (a key of

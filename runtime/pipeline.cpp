@@ -300,4 +300,18 @@ void rt::PipelineAccess::set_gemm_override(Pipeline &p,
   im.gemm_override = std::move(gemm);
 }
 
+std::vector<rt::GemmLaunch> rt::PipelineAccess::gemm_launches(const Pipeline &p) {
+  const Pipeline::Impl &im = p.impl();
+  std::vector<GemmLaunch> gemms;
+  for (size_t k = 0; k < im.program.launches.size(); ++k) {
+    const KernelLaunch &l = im.program.launches[k];
+    if (l.kind != plan::KernelKind::Gemm)
+      continue;
+    // The SM count is read at the first run, which also resolves the table for its dims.
+    const int splits = im.multiprocessors == 0 ? 0 : im.table->splits(k);
+    gemms.push_back({l.entry, l.tile, l.config, splits});
+  }
+  return gemms;
+}
+
 } // namespace kfuse

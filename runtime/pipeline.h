@@ -9,6 +9,8 @@
 #include <cuda.h>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace kfuse::rt {
 
@@ -33,6 +35,14 @@ struct GemmCall {
   ir::DType operands, result;
 };
 
+// A fused GEMM kernel as a run launched it: the tile the code generator took ("128x256x1":
+// rows x columns x blocks per SM; empty where the mainloop has one), its config and why, and the
+// K split count S the last run's dims resolved (0 before any run).
+struct GemmLaunch {
+  std::string kernel, tile, config;
+  int splits = 0;
+};
+
 struct PipelineAccess {
   // What lower() is asked for a pipeline of `options` (the target arch resolved). Throws
   // kfuse::Error for a value that is no Mode or Precision, and for bf16. `fuse` false: the
@@ -48,6 +58,9 @@ struct PipelineAccess {
   // Unfused pipelines only: run every GEMM kernel through `gemm` instead (benchmarks put
   // cuBLAS here). Throws on a fused pipeline, whose GEMMs carry epilogues.
   static void set_gemm_override(Pipeline &p, std::function<void(const GemmCall &, CUstream)> gemm);
+  // Every GEMM kernel of `p` in launch order, with S at the dims of its last run (kfuse bench
+  // reports them beside the fused pipeline's time).
+  static std::vector<GemmLaunch> gemm_launches(const Pipeline &p);
 };
 
 } // namespace kfuse::rt

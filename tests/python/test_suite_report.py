@@ -108,11 +108,25 @@ def test_usage_is_refused():
         suite_report.main(["suite_report.py", "bogus"])
 
 
-def test_the_examples_table_and_json_join_the_report(work, tmp_path):
+@pytest.mark.parametrize("phase, schema, table", [
+    ("examples", "kfuse-examples-torch/1", "| example | dims |\n| --- | --- |\n| snn_selu | N=512 |\n"),
+    ("sweep", "kfuse-shape-sweep/1", "| M | N=K |\n| ---: | ---: |\n| 128 | 2048 |\n"),
+])
+def test_the_examples_and_sweep_tables_and_json_join_the_report(work, tmp_path, phase, schema, table):
     out = tmp_path / "out"
     out.mkdir()
-    (work / "examples.md").write_text("| example | dims |\n| --- | --- |\n| snn_selu | N=512 |\n")
-    (work / "examples.json").write_text(json.dumps({"schema": "kfuse-examples-torch/1", "rows": []}))
+    (work / f"{phase}.md").write_text(table)
+    (work / f"{phase}.json").write_text(json.dumps({"schema": schema, "rows": []}))
     suite_report.merge(str(work), str(out))
-    assert (out / "perf_tables.md").read_text().endswith("| snn_selu | N=512 |\n")
-    assert json.loads((out / "results.json").read_text())["examples"]["schema"] == "kfuse-examples-torch/1"
+    assert (out / "perf_tables.md").read_text().endswith(table)
+    assert json.loads((out / "results.json").read_text())[phase]["schema"] == schema
+
+
+def test_summary_ends_with_the_sweeps_line(work, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    line = "kfuse slower than torch.compile at 0 of 36 points"
+    (work / "sweep.json").write_text(json.dumps({"schema": "kfuse-shape-sweep/1", "rows": [], "summary": line}))
+    suite_report.merge(str(work), str(out))
+    suite_report.summary(str(out))
+    assert capsys.readouterr().out.rstrip().endswith("shape sweep: " + line)

@@ -206,3 +206,27 @@ TEST_CASE("bench report: a pipeline without a GEMM has no operand type in its JS
                        "\"accumulation\": null}"));
   CHECK(contains(report_text(r), ", mode eval, precision fp32\n"));
 }
+
+TEST_CASE("bench report: the fused GEMMs' tile and split-K S, in the text and the JSON") {
+  BenchReport r;
+  r.pipeline = "gemm_bn_scale_softmax";
+  r.mode = "eval";
+  r.fused.timing = timing(0.02);
+  r.fused.gemm_launches = {{"k0_gemm", "128x256x1", "tf32 128 x 256 tile: why", 4}};
+  r.unfused.timing = timing(0.05);
+
+  const std::string text = report_text(r);
+  INFO(text);
+  CHECK(contains(text, "fused k0_gemm: tile 128x256x1, split-K S = 4: tf32 128 x 256 tile: why\n"));
+  const std::string json = report_json(r);
+  INFO(json);
+  CHECK(contains(json, "\"gemm_launches\": [{\"kernel\": \"k0_gemm\", \"tile\": \"128x256x1\", "
+                       "\"splits\": 4, \"config\": \"tf32 128 x 256 tile: why\"}]"));
+  // The other contenders launch no kfuse GEMM.
+  CHECK(contains(json, "\"gemm_launches\": []"));
+
+  r.fused.gemm_launches = {{"k0_gemm", "", "fp32 SIMT", 1}};
+  CHECK(contains(report_text(r), "fused k0_gemm: its mainloop's one tile, K not split (S = 1): "
+                                 "fp32 SIMT\n"));
+  CHECK(contains(report_json(r), "\"tile\": null, \"splits\": 1"));
+}

@@ -62,6 +62,15 @@ std::string json_list(const std::vector<std::string> &items) {
   return s + "]";
 }
 
+// "tile 128x256x1, split-K S = 4: <the config's why>", as resolved by the timed runs.
+std::string gemm_launch_text(const rt::GemmLaunch &g) {
+  const std::string tile = g.tile.empty() ? "its mainloop's one tile" : "tile " + g.tile;
+  const std::string split = g.splits == 0  ? "not run"
+                            : g.splits > 1 ? fmt::format("split-K S = {}", g.splits)
+                                           : std::string("K not split (S = 1)");
+  return fmt::format("{}, {}: {}", tile, split, g.config);
+}
+
 } // namespace
 
 std::string report_text(const BenchReport &r) {
@@ -129,6 +138,8 @@ std::string report_text(const BenchReport &r) {
                        c->kernels ? fmt::format("{}", *c->kernels) : "-", bytes);
     if (!c->note.empty())
       footnotes.push_back(fmt::format("{}: {}", c->key, c->note));
+    for (const rt::GemmLaunch &g : c->gemm_launches)
+      footnotes.push_back(fmt::format("{} {}: {}", c->key, g.kernel, gemm_launch_text(g)));
   }
   out += fmt::format("minimum bytes (inputs/params/state read once, outputs/state written once): "
                      "{}\n",
@@ -151,6 +162,15 @@ std::string report_text(const BenchReport &r) {
 
 namespace {
 
+std::string gemm_launches_json(const std::vector<rt::GemmLaunch> &gemms) {
+  std::vector<std::string> items;
+  for (const rt::GemmLaunch &g : gemms)
+    items.push_back(fmt::format("{{\"kernel\": {}, \"tile\": {}, \"splits\": {}, \"config\": {}}}",
+                                json_string(g.kernel), json_optional_text(g.tile), g.splits,
+                                json_string(g.config)));
+  return json_list(items);
+}
+
 std::string contender_json(const BenchReport &r, const Contender &c) {
   std::string timing = "null";
   if (c.timing) {
@@ -163,15 +183,16 @@ std::string contender_json(const BenchReport &r, const Contender &c) {
                          json_number(c.timing->max), json_number(c.timing->p10),
                          json_number(c.timing->p90), json_list(runs));
   }
-  return fmt::format("{{\n    \"supported\": {}, \"reason\": {}, \"error\": {}, \"note\": {},\n"
-                     "    \"ms\": {},\n    \"tflops\": {}, \"percent_of_peak\": {}, "
-                     "\"kernels\": {}, \"bytes_moved\": {}, \"compile_ms\": {}, \"cache_hit\": {}\n"
-                     "  }}",
-                     c.supported ? "true" : "false", json_optional_text(c.reason),
-                     json_optional_text(c.error), json_optional_text(c.note), timing,
-                     json_optional(r.tflops(c)), json_optional(r.percent_of_peak(c)),
-                     json_optional(c.kernels), json_optional(c.bytes_moved),
-                     json_optional(c.compile_ms), json_optional(c.cache_hit));
+  return fmt::format(
+      "{{\n    \"supported\": {}, \"reason\": {}, \"error\": {}, \"note\": {},\n"
+      "    \"ms\": {},\n    \"tflops\": {}, \"percent_of_peak\": {}, "
+      "\"kernels\": {}, \"bytes_moved\": {}, \"compile_ms\": {}, \"cache_hit\": {},\n"
+      "    \"gemm_launches\": {}\n"
+      "  }}",
+      c.supported ? "true" : "false", json_optional_text(c.reason), json_optional_text(c.error),
+      json_optional_text(c.note), timing, json_optional(r.tflops(c)),
+      json_optional(r.percent_of_peak(c)), json_optional(c.kernels), json_optional(c.bytes_moved),
+      json_optional(c.compile_ms), json_optional(c.cache_hit), gemm_launches_json(c.gemm_launches));
 }
 
 } // namespace

@@ -5,6 +5,7 @@
 
 #include "compiler/ir/interpreter.h"
 #include "runtime/gpu_timer.h"
+#include "runtime/pipeline.h"
 #include "tools/kfuse/bench_figures.h"
 
 #include <cstddef>
@@ -31,6 +32,8 @@ struct Contender {
   std::optional<int64_t> bytes_moved;
   std::optional<double> compile_ms;
   std::optional<bool> cache_hit;
+  // The fused pipeline's GEMM kernels as its timed runs launched them (tile, split-K S, why).
+  std::vector<rt::GemmLaunch> gemm_launches;
 };
 
 struct Agreement {

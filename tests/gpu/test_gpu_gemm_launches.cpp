@@ -1,0 +1,95 @@
+// What a pipeline says of its GEMM launches: each GEMM kernel's tile and the split-K S its last
+// run resolved (rt::PipelineAccess::gemm_launches), and `kfuse bench --json`'s "gemm_launches",
+// which the shape sweep (bench/shape_sweep.py) puts beside every point. At 128 x 1024 x 512 the
+// tiles leave most SMs idle, so K is split; at 16384 rows, or with split-K capped at 1, it is not.
+#include "runtime/device_buffer.h"
+#include "runtime/driver.h"
+#include "runtime/pipeline.h"
+#include "runtime/stream.h"
+#include "tests/support/run_tool.h"
+#include "tests/support/temp_cache.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+using namespace kfuse;
+
+namespace {
+
+const char *kLinear = "pipeline linear {\n  dim N\n  input x: f32[N, 512]\n"
+                      "  param w: f32[1024, 512]\n  return linear(x, w)\n}\n";
+
+// One run of `p` at `rows` rows on zeroed data (S depends on the shape only).
+void run_at(Pipeline &p, int64_t rows, rt::Stream &stream) {
+  rt::DeviceBuffer x(static_cast<size_t>(rows * 512 * 4)), w(1024 * 512 * 4),
+      out(static_cast<size_t>(rows * 1024 * 4));
+  x.fill_bytes(0);
+  w.fill_bytes(0);
+  p.bind("w", {reinterpret_cast<void *>(w.ptr()), {1024, 512}});
+  const Tensor in{reinterpret_cast<void *>(x.ptr()), {rows, 512}};
+  const Tensor result{reinterpret_cast<void *>(out.ptr()), {rows, 1024}};
+  p.run(&in, 1, &result, 1, stream.handle());
+  stream.synchronize();
+}
+
+// The integer after `"splits": ` in kfuse bench's JSON, or -1.
+int json_splits(const std::string &json) {
+  const std::string key = "\"splits\": ";
+  const size_t at = json.find(key);
+  return at == std::string::npos ? -1 : std::stoi(json.substr(at + key.size()));
+}
+
+} // namespace
+
+TEST_CASE("gpu gemm launches: each GEMM's tile and the split-K S of its last run") {
+  rt::Driver::get().make_current();
+  rt::Stream stream;
+  Options tf32;
+  tf32.mode = Mode::Eval;
+  tf32.precision = Precision::TF32;
+  tf32.use_tuned = false; // the heuristics' tile and split-K cap, whatever the cache holds
+  Pipeline p = Pipeline::from_string(kLinear, "linear.kf", tf32);
+
+  std::vector<rt::GemmLaunch> gemms = rt::PipelineAccess::gemm_launches(p);
+  REQUIRE(gemms.size() == 1);
+  CHECK(gemms[0].kernel == "k0_gemm");
+  CHECK(gemms[0].splits == 0);   // no run has bound the dims yet
+  CHECK(!gemms[0].tile.empty()); // tf32 with K % 4 == 0: the Hopper mainloop's tiles
+  CHECK(gemms[0].config == p.report().kernels.at(0).config);
+
+  run_at(p, 128, stream);
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).splits > 1);
+  run_at(p, 16384, stream); // tiles for every SM: K whole
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).splits == 1);
+
+  tf32.max_split_k = 1;
+  Pipeline capped = Pipeline::from_string(kLinear, "linear.kf", tf32);
+  run_at(capped, 128, stream);
+  CHECK(rt::PipelineAccess::gemm_launches(capped).at(0).splits == 1);
+}
+
+TEST_CASE("gpu gemm launches: kfuse bench --json reports the fused GEMM's tile and S") {
+  TempCache cache;
+  const std::string json = cache.dir + "/bench.json";
+  const std::string bench = "bench examples/gemm_scale_bn_512x1024.kf --dim N=128 --mode eval "
+                            "--precision tf32 --iters 3 --warmup 1 --json " +
+                            json;
+  for (const char *cap : {"", " --max-split-k 1"}) {
+    INFO("kfuse ", bench, cap);
+    std::remove(json.c_str());
+    testing::ToolRun r = testing::run_kfuse(bench + cap);
+    INFO(r.out, r.err);
+    REQUIRE(r.exit_code == 0);
+    const std::string text = testing::read_text(json);
+    CHECK(text.find("\"gemm_launches\": [{\"kernel\": \"k0_gemm\", \"tile\": \"") !=
+          std::string::npos);
+    CHECK(r.out.find("fused k0_gemm: tile ") != std::string::npos);
+    if (*cap == '\0')
+      CHECK(json_splits(text) > 1);
+    else
+      CHECK(json_splits(text) == 1);
+  }
+}
