@@ -91,10 +91,10 @@ template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> str
   static constexpr int SMEM_BYTES =
       1024 + STAGES * STAGE_BYTES + SMALL_BYTES + STATS_BYTES + BARRIERS * STAGES * 8;
   static constexpr int ACCUMULATORS = BN / 2; // fp32 registers per consumer thread
-  // Registers: the producer gives back down to 40 per thread and the splitter to 56, the
+  // Registers: the producer and the splitter give back down to 40 per thread, the
   // consumers take what the MIN_BLOCKS blocks of an SM leave (a multiple of 8, at most 232).
   static constexpr int PRODUCER_REGISTERS = 40;
-  static constexpr int SPLITTER_REGISTERS = 56;
+  static constexpr int SPLITTER_REGISTERS = 40;
   static constexpr int CONSUMER_REGISTERS_FREE =
       ((65536 / MIN_BLOCKS - 128 * PRODUCER_REGISTERS - SPLITTER_THREADS * SPLITTER_REGISTERS) /
        CONSUMER_THREADS) /
