@@ -68,6 +68,24 @@ bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int
   return split_bound_by_k(g, dims, max_splits) > 1;
 }
 
+size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, int64_t> &dims,
+                  int multiprocessors) {
+  if (multiprocessors <= 0) // no device: the launch itself
+    return 0;
+  for (size_t i = l.by_rows.size(); i-- > 0;) {
+    const codegen::LaunchGeometry &g = l.by_rows[i].geometry;
+    const int64_t tiles =
+        ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
+    if (tiles >= static_cast<int64_t>(g.blocks_per_sm) * multiprocessors)
+      return i + 1;
+  }
+  return 0;
+}
+
+const codegen::KernelLaunch &variant(const codegen::KernelLaunch &l, size_t index) {
+  return index == 0 ? l : l.by_rows.at(index - 1);
+}
+
 LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
                     int multiprocessors, int max_splits) {
   using Grid = codegen::LaunchGeometry::Grid;

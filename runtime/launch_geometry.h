@@ -29,6 +29,14 @@ LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string
 int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
                 int multiprocessors, int max_splits);
 
+// Which of a launch's compiled variants runs at `dims` on a device of `multiprocessors` SMs: 0
+// the launch itself, i > 0 its by_rows[i - 1], the last one whose tiles at `dims` give every SM
+// at least one (blocks_per_sm x multiprocessors of them: a full wave of the wider tile, which
+// then needs no split of K). variant() is the launch of that index.
+size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, int64_t> &dims,
+                  int multiprocessors);
+const codegen::KernelLaunch &variant(const codegen::KernelLaunch &l, size_t index);
+
 // Whether some device could split this launch's K at `dims` (K is deep enough): where not,
 // split_count is 1 whatever the SM count.
 bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,

@@ -36,9 +36,12 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
       per_bind_values_.insert(per_bind_values_.end(), k.stores.begin(), k.stores.end());
   slots_ = g.values.size() + g.outputs.size() + per_bind_values_.size();
   launches_.resize(program.launches.size());
+  size_t functions = 0;
   for (size_t k = 0; k < program.launches.size(); ++k) {
     const KernelLaunch &l = program.launches[k];
     Launch &launch = launches_[k];
+    launch.function = functions;
+    functions += 1 + l.by_rows.size();
     launch.per_bind = plan.kernels[k].per_bind;
     launch.args.resize(l.params.size());
     for (size_t i = 0; i < l.params.size(); ++i) {
@@ -151,7 +154,10 @@ size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multi
   case WorkspaceKey::Kind::SplitCounters: {
     // program.h: tiles * S partial tiles of tile_rows x tile_cols floats, a counter per tile;
     // nothing where the launch does not split.
-    const codegen::LaunchGeometry &geo = program_.launches[k.launch].geometry;
+    const codegen::LaunchGeometry &geo =
+        variant(program_.launches[k.launch],
+                variant_of(program_.launches[k.launch], dims, multiprocessors))
+            .geometry;
     const int splits = split_count(geo, dims, multiprocessors, max_splits_);
     if (splits == 1)
       return 0;
@@ -201,10 +207,13 @@ size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
     counter_bytes_.push_back(
         k.kind == WorkspaceKey::Kind::SplitCounters ? key_bytes(k, dims, multiprocessors) : 0);
   for (size_t k = 0; k < launches_.size(); ++k) {
-    const KernelLaunch &l = program_.launches[k];
     Launch &launch = launches_[k];
+    launch.variant = variant_of(program_.launches[k], dims, multiprocessors);
+    const KernelLaunch &l = variant(program_.launches[k], launch.variant);
     launch.shape = resolve(l.geometry, dims, multiprocessors, max_splits_);
-    for (Arg &a : launch.args) {
+    for (size_t i = 0; i < launch.args.size(); ++i) {
+      Arg &a = launch.args[i];
+      a.param.map = l.params[i].map; // the variant's tensor map boxes
       const LaunchParam &p = a.param;
       if (p.kind == LaunchParam::Kind::Dim)
         a.value = static_cast<int>(dims.at(p.dim));
@@ -281,8 +290,8 @@ void LaunchTable::enqueue_per_bind(const std::vector<Function> &functions, CUstr
   for (size_t k = 0; k < launches_.size(); ++k) {
     const Launch &l = launches_[k];
     if (l.per_bind)
-      launch(functions[k], l.shape.grid, l.shape.block, l.shape.shared_bytes, stream,
-             const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
+      launch(functions[l.function + l.variant], l.shape.grid, l.shape.block, l.shape.shared_bytes,
+             stream, const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
   }
 }
 
@@ -309,8 +318,8 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
            stream);
       continue;
     }
-    launch(functions[k], l.shape.grid, l.shape.block, l.shape.shared_bytes, stream,
-           const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
+    launch(functions[l.function + l.variant], l.shape.grid, l.shape.block, l.shape.shared_bytes,
+           stream, const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
   }
   copy_outputs(/*declared=*/false);
 }
@@ -337,15 +346,28 @@ std::string LaunchTable::resolved_text() const {
   std::string s;
   for (size_t k = 0; k < launches_.size(); ++k) {
     const LaunchShape &shape = launches_[k].shape;
-    s += fmt::format("{}: grid {} x {} x {}, block {}, dynamic smem {} B",
-                     program_.launches[k].entry, shape.grid.x, shape.grid.y, shape.grid.z,
-                     shape.block.x, shape.shared_bytes);
-    if (program_.launches[k].geometry.tile_k > 0)
+    s += fmt::format("{}: grid {} x {} x {}, block {}, dynamic smem {} B", launched(k).entry,
+                     shape.grid.x, shape.grid.y, shape.grid.z, shape.block.x, shape.shared_bytes);
+    if (launched(k).geometry.tile_k > 0)
       s += shape.splits > 1 ? fmt::format(", split-K S = {}", shape.splits)
                             : std::string(", K not split (S = 1)");
     s += "\n";
   }
   return s;
+}
+
+const codegen::KernelLaunch &LaunchTable::launched(size_t launch) const {
+  return variant(program_.launches.at(launch), launches_.at(launch).variant);
+}
+
+std::vector<std::string> LaunchTable::entries() const {
+  std::vector<std::string> names;
+  for (const KernelLaunch &l : program_.launches) {
+    names.push_back(l.entry);
+    for (const KernelLaunch &v : l.by_rows)
+      names.push_back(v.entry);
+  }
+  return names;
 }
 
 } // namespace kfuse::rt

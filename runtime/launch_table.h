@@ -86,6 +86,11 @@ public:
   std::string resolved_text() const;
   // Launch `launch`'s K split count S at the prepared dims (1: not split, or not a GEMM).
   int splits(size_t launch) const { return launches_.at(launch).shape.splits; }
+  // The compiled variant of launch `launch` that runs at the prepared dims (rt::variant_of).
+  const codegen::KernelLaunch &launched(size_t launch) const;
+  // The entry points run() needs, in the order the functions passed to enqueue() follow: each
+  // launch's, then its variants' (KernelLaunch::by_rows).
+  std::vector<std::string> entries() const;
 
 private:
   // Where a pointer comes from: a tensor slot, or an offset into the workspace (a key of
@@ -107,6 +112,8 @@ private:
   };
   struct Launch {
     LaunchShape shape;
+    size_t variant = 0;  // the compiled variant prepare() chose (rt::variant_of)
+    size_t function = 0; // the functions' index of the launch's first variant
     std::vector<Arg> args;
     std::vector<void *> arg_pointers; // into args; sized once
     bool gemm = false;                // a GEMM kernel (the override's target)

@@ -188,11 +188,16 @@ Pipeline rt::PipelineAccess::compile(Lowered lowered, const Options &options, bo
   r.cache_hit = impl->compiled.cache_hit;
   r.arch = req.arch;
   r.cache_key = impl->compiled.key;
-  for (const KernelLaunch &l : impl->program.launches) // in launch order, not ptxas's
-    for (const rt::KernelResources &k : impl->compiled.kernels)
-      if (k.name == l.entry)
-        r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores,
-                             k.spill_loads, l.config});
+  for (const KernelLaunch &launch : impl->program.launches) { // in launch order, not ptxas's
+    std::vector<const KernelLaunch *> variants = {&launch};
+    for (const KernelLaunch &v : launch.by_rows)
+      variants.push_back(&v);
+    for (const KernelLaunch *l : variants)
+      for (const rt::KernelResources &k : impl->compiled.kernels)
+        if (k.name == l->entry)
+          r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores,
+                               k.spill_loads, l->config});
+  }
   return Pipeline(std::move(impl));
 }
 
@@ -308,8 +313,12 @@ std::vector<rt::GemmLaunch> rt::PipelineAccess::gemm_launches(const Pipeline &p)
     if (l.kind != plan::KernelKind::Gemm)
       continue;
     // The SM count is read at the first run, which also resolves the table for its dims.
-    const int splits = im.multiprocessors == 0 ? 0 : im.table->splits(k);
-    gemms.push_back({l.entry, l.tile, l.config, splits});
+    if (im.multiprocessors == 0) { // not run yet
+      gemms.push_back({l.entry, l.tile, l.config, 0});
+      continue;
+    }
+    const KernelLaunch &run = im.table->launched(k);
+    gemms.push_back({run.entry, run.tile, run.config, im.table->splits(k)});
   }
   return gemms;
 }

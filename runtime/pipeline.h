@@ -35,9 +35,9 @@ struct GemmCall {
   ir::DType operands, result;
 };
 
-// A fused GEMM kernel as a run launched it: the tile the code generator took ("128x256x1":
-// rows x columns x blocks per SM; empty where the mainloop has one), its config and why, and the
-// K split count S the last run's dims resolved (0 before any run).
+// A fused GEMM kernel as a run launched it: the compiled variant its dims took (its entry), its
+// tile ("128x256x1": rows x columns x blocks per SM; empty where the mainloop has one), its config
+// and why, and the K split count S the last run's dims resolved (0 before any run).
 struct GemmLaunch {
   std::string kernel, tile, config;
   int splits = 0;

@@ -141,8 +141,8 @@ void Pipeline::Impl::load_module(CUcontext current) {
   rt::Driver &driver = rt::Driver::get();
   if (!im.module) {
     im.module = std::make_unique<rt::Module>(im.compiled.cubin);
-    for (const codegen::KernelLaunch &l : im.program.launches)
-      im.functions.push_back(im.module->function(l.entry));
+    for (const std::string &entry : im.table->entries())
+      im.functions.push_back(im.module->function(entry));
     im.context = current;
     im.device = driver.current_device();
     driver.check(driver.cuDeviceGetAttribute(&im.multiprocessors,

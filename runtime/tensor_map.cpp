@@ -10,7 +10,8 @@ namespace kfuse::rt {
 const CUtensorMap &tensor_map(CachedTensorMap &cache, const codegen::TensorMapSpec &spec,
                               CUdeviceptr ptr, int64_t rows, int64_t inner,
                               const std::string &where, const std::string &tensor) {
-  if (cache.ptr == ptr && cache.rows == rows && cache.inner == inner)
+  if (cache.ptr == ptr && cache.rows == rows && cache.inner == inner &&
+      cache.box_rows == spec.box_rows)
     return cache.map;
   if (ptr % 16 != 0)
     throw Error(
@@ -42,6 +43,7 @@ const CUtensorMap &tensor_map(CachedTensorMap &cache, const codegen::TensorMapSp
   cache.ptr = ptr;
   cache.rows = rows;
   cache.inner = inner;
+  cache.box_rows = spec.box_rows;
   return cache.map;
 }
 

@@ -82,6 +82,8 @@ public:
       }
       // Kernel-specific parameters (tensor maps) come first, then the writer's.
       launch.params.insert(launch.params.end(), w.params().begin(), w.params().end());
+      for (KernelLaunch &v : launch.by_rows)
+        v.params.insert(v.params.end(), w.params().begin(), w.params().end());
       for (LaunchParam &lp : launch.params)
         if (lp.kind == LaunchParam::Kind::PartialMean || lp.kind == LaunchParam::Kind::PartialM2)
           lp.tile_rows = partial_rows_.at(lp.value);
@@ -165,7 +167,7 @@ private:
                        "  const kf::GemmEpilogue<{}, {}> epilogue{{{}, {}, {}, {}, split_partials, "
                        "split_counters}};\n"
                        "  {};\n}}\n",
-                       head, k.name, first_params, w.param_list(),
+                       head, launch.entry, first_params, w.param_list(),
                        KernelWriter::extent(launch.rows), n, KernelWriter::extent(launch.inner),
                        Tiles::BM, Tiles::BN, Tiles::GROUP_M, functor, w.element_type(out),
                        w.member_initializer(), w.ptr(out), n, stats, mainloop);
@@ -209,7 +211,10 @@ private:
   // or by the layer's width: the batch (rows) is bound at run time. 128 x 256 tiles reach
   // cuBLAS's speed once there are enough of them for every SM; below 4096 features that takes
   // thousands of rows, so narrower layers take 64 x 128 tiles, two blocks per SM (one's epilogue
-  // overlaps the other's mainloop).
+  // overlaps the other's mainloop), and, where the kernel writes no column statistics (whose
+  // partials' tile height the column kernel is compiled for), the same kernel with the 128 x 128
+  // tile beside it, which runs whose rows give it a full wave take instead (128 x 256 would be
+  // faster still, but its 128 accumulators per thread make heavier epilogues spill).
   template <kf::sm90::Operand Op>
   std::string sm90_by_width(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                             const char *operand, int column_floats, ValueId a, ValueId b,
@@ -228,6 +233,23 @@ private:
       launch.config = fmt::format("{} 64 x 128 tile, 2 blocks per SM: {} output features (< {}) "
                                   "give few 128 x 256 tiles at the batches such layers run",
                                   type, features.value, kWideLayer);
+      if (k.stats_of < 0) {
+        KernelLaunch wide = launch;
+        wide.entry = k.name + "_wide";
+        wide.tile = tile_name(Sm90Tile::M128N128);
+        launch.config +=
+            fmt::format("; {} where the rows give a 128 x 128 tile to every SM", wide.entry);
+        std::string source = sm90_gemm<kf::Sm90Gemm<Op, 128>>(k, w, wide, operand, column_floats, a,
+                                                              b, out, functor);
+        wide.config = fmt::format("{} 128 x 128 tile, 1 block per SM, instead of {}'s where the "
+                                  "rows give one of these tiles to every SM (K not split then)",
+                                  type, k.name);
+        launch.tile = tile_name(tile);
+        source += sm90_gemm<kf::Sm90Gemm<Op, 128, 64, 2>>(k, w, launch, operand, column_floats, a,
+                                                          b, out, functor);
+        launch.by_rows.push_back(std::move(wide));
+        return source;
+      }
     } else {
       launch.config = fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "
                                   "fill the SMs from about 1000 rows",

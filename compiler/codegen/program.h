@@ -108,6 +108,12 @@ struct KernelLaunch {
   std::vector<Sm90Tile> tiles;
   std::string signature;
   std::vector<LaunchParam> params;
+  // GEMM kernels whose tile the layer's width chose (not tuned) and that write no column
+  // statistics: the same kernel with a wider tile, compiled beside it under its own entry,
+  // which a run takes instead where the bound dims give that tile at least a full wave
+  // (runtime/launch_geometry.cpp, variant_of). Their params are this launch's, in the same
+  // order (only the tensor maps' boxes differ).
+  std::vector<KernelLaunch> by_rows;
 };
 
 struct Program {

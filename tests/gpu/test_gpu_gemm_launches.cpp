@@ -2,14 +2,18 @@
 // run resolved (rt::PipelineAccess::gemm_launches), and `kfuse bench --json`'s "gemm_launches",
 // which the shape sweep (bench/shape_sweep.py) puts beside every point. At 128 x 1024 x 512 the
 // tiles leave most SMs idle, so K is split; at 16384 rows, or with split-K capped at 1, it is not.
+// A narrow layer's GEMM runs its 128 x 128 twin where the rows give every SM one of its tiles
+// (rt::variant_of), with the results the reference gives.
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline.h"
 #include "runtime/stream.h"
+#include "tests/support/gpu_cases.h"
 #include "tests/support/run_tool.h"
 #include "tests/support/temp_cache.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cstdio>
 #include <string>
@@ -91,5 +95,49 @@ TEST_CASE("gpu gemm launches: kfuse bench --json reports the fused GEMM's tile a
       CHECK(json_splits(text) > 1);
     else
       CHECK(json_splits(text) == 1);
+  }
+}
+
+TEST_CASE("gpu gemm launches: a narrow layer runs its wide tile from a full wave of it, with the "
+          "reference's results") {
+  rt::Driver &driver = rt::Driver::get();
+  driver.make_current();
+  int sms = 0;
+  driver.check(driver.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                           driver.current_device()),
+               "cuDeviceGetAttribute");
+  // 1024 features are 8 columns of 128 x 128 tiles: a full wave from sms / 8 row tiles.
+  const int64_t wave = 128 * ((sms + 7) / 8) + 17, few = 129;
+  rt::Stream stream;
+  Options tf32;
+  tf32.mode = Mode::Eval;
+  tf32.precision = Precision::TF32;
+  tf32.use_tuned = false;
+  Pipeline p = Pipeline::from_string(kLinear, "linear.kf", tf32);
+  run_at(p, wave, stream);
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).kernel == "k0_gemm_wide");
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).tile == "128x128x1");
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).splits == 1);
+  run_at(p, few, stream);
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).kernel == "k0_gemm");
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).tile == "64x128x2");
+  run_at(p, wave, stream); // and back
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).kernel == "k0_gemm_wide");
+
+  // Both variants against the reference: tf32 and bf16, an epilogue with a residual, and a row
+  // kernel after it (layernorm) in train mode over two steps.
+  for (const char *dtype : {"f32", "bf16"}) {
+    CAPTURE(dtype);
+    const std::string text =
+        fmt::format("pipeline narrow {{\n  dim N\n  input x: {0}[N, 64]\n  input r: {0}[N, 1024]\n"
+                    "  param w: {0}[1024, 64]\n  param g: f32[1024]\n  param b: f32[1024]\n"
+                    "  h = add(linear(x, w), r)\n  return layernorm(gelu(h), g, b, eps=1e-5)\n}}\n",
+                    dtype);
+    const Precision precision = std::string(dtype) == "f32" ? Precision::TF32 : Precision::FP32;
+    for (int64_t n : {few, wave}) {
+      CAPTURE(n);
+      testing::expect_match(text, "narrow.kf", Mode::Train, n, 7, 2, precision);
+      testing::expect_match(text, "narrow.kf", Mode::Eval, n, 8, 1, precision);
+    }
   }
 }

@@ -70,8 +70,11 @@ std::string gemm_configs(const dsl::SourceFile &src, const Options &options,
   try {
     const Lowered l = lower(src, lo);
     for (const codegen::KernelLaunch &k : l.program.launches)
-      if (!k.signature.empty())
+      if (!k.signature.empty()) {
         s += fmt::format("  {}: {}\n", k.entry, k.config);
+        for (const codegen::KernelLaunch &v : k.by_rows)
+          s += fmt::format("  {}: {}\n", v.entry, v.config);
+      }
   } catch (const dsl::DiagnosticError &) {
     s += "  none: the GPU path does not run this pipeline (kfuse compile says why)\n";
   }

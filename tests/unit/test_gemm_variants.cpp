@@ -1,0 +1,111 @@
+// A narrow layer's GEMM compiled with a second, wider tile, which runs take where the bound rows
+// fill every SM with it (codegen::KernelLaunch::by_rows, rt::variant_of): which kernels get one,
+// what it launches with, and which one the rule picks, without a GPU.
+#include "compiler/codegen/program.h"
+#include "compiler/dsl/parser.h"
+#include "compiler/plan/planner.h"
+#include "runtime/launch_geometry.h"
+#include "runtime/launch_table.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+using namespace kfuse;
+
+namespace {
+
+// N rows through a Linear of 512 -> `out` features followed by `after` (an op on `h`).
+plan::Plan layer(int out, const char *after, ir::Mode mode, const char *dtype = "f32") {
+  dsl::SourceFile src(
+      "layer.kf", fmt::format("pipeline layer {{\n  dim N\n  input x: {0}[N, 512]\n"
+                              "  param w: {0}[{1}, 512]\n  param g: f32[{1}]\n  param b: f32[{1}]\n"
+                              "  state rm: f32[{1}]\n  state rv: f32[{1}]\n"
+                              "  h = linear(x, w)\n  return {2}\n}}\n",
+                              dtype, out, after));
+  dsl::Diagnostics diags(src);
+  return plan::make_plan(dsl::parse_kf(src, diags), mode);
+}
+
+} // namespace
+
+TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 twin") {
+  for (const char *dtype : {"f32", "bf16"}) {
+    CAPTURE(dtype);
+    const codegen::Program p = codegen::generate(layer(1024, "gelu(h)", ir::Mode::Train, dtype),
+                                                 codegen::GemmMath::Tf32, "sm_90a");
+    const codegen::KernelLaunch &gemm = p.launches.at(0);
+    CHECK(gemm.tile == "64x128x2");
+    REQUIRE(gemm.by_rows.size() == 1);
+    const codegen::KernelLaunch &wide = gemm.by_rows[0];
+    CHECK(wide.entry == "k0_gemm_wide");
+    CHECK(wide.tile == "128x128x1");
+    CHECK(wide.geometry.tile_rows == 128);
+    CHECK(wide.geometry.tile_cols == 128);
+    CHECK(wide.geometry.blocks_per_sm == 1);
+    CHECK(gemm.geometry.blocks_per_sm == 2);
+    // The same parameters in the same order; the tensor maps' boxes follow the tile.
+    REQUIRE(wide.params.size() == gemm.params.size());
+    for (size_t i = 0; i < gemm.params.size(); ++i)
+      CHECK(wide.params[i].kind == gemm.params[i].kind);
+    CHECK(gemm.params.at(0).map.box_rows == 64);
+    CHECK(wide.params.at(0).map.box_rows == 128);
+    CHECK(wide.params.at(1).map.box_rows == 128);
+    CHECK(p.source.find("void __launch_bounds__") != std::string::npos);
+    CHECK(p.source.find("\nk0_gemm_wide(") != std::string::npos);
+    CHECK(p.source.find("\nk0_gemm(") != std::string::npos);
+    CHECK(gemm.config.find("k0_gemm_wide where the rows") != std::string::npos);
+  }
+}
+
+TEST_CASE("gemm variants: none where the tile is not the width's guess or a second one cannot "
+          "run") {
+  auto variants = [](const plan::Plan &p, codegen::GemmMath math, const char *arch,
+                     const codegen::GemmTunings &tunings = {}) {
+    return codegen::generate(p, math, arch, tunings).launches.at(0).by_rows.size();
+  };
+  // Column statistics in the epilogue: the column kernel is compiled for one partial tile height.
+  CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Train),
+                 codegen::GemmMath::Tf32, "sm_90a") == 0);
+  // The same batchnorm in eval mode folds into the epilogue: no statistics, a variant.
+  CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval), codegen::GemmMath::Tf32,
+                 "sm_90a") == 1);
+  // Wide layers take 128 x 256 already; the SIMT, mma.sync and 3xtf32 mainloops have one tile.
+  CHECK(variants(layer(4096, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_90a") == 0);
+  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Fp32, "sm_90a") == 0);
+  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_80") == 0);
+  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32x3, "sm_90a") == 0);
+  // A tuned tile is the tile.
+  codegen::GemmTunings tuned;
+  tuned["k0_gemm"].tile = codegen::Sm90Tile::M64N128x2;
+  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_90a",
+                 tuned) == 0);
+}
+
+TEST_CASE("gemm variants: runs take the wide tile from a full wave of it, and it needs no split") {
+  const plan::Plan p = layer(1024, "gelu(h)", ir::Mode::Eval);
+  const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a");
+  const codegen::KernelLaunch &gemm = prog.launches.at(0);
+  // 1024 features: 8 columns of 128 x 128 tiles, so 132 SMs need 17 row tiles.
+  CHECK(rt::variant_of(gemm, {{"N", 128}}, 132) == 0);
+  CHECK(rt::variant_of(gemm, {{"N", 16 * 128}}, 132) == 0);
+  CHECK(rt::variant_of(gemm, {{"N", 16 * 128 + 1}}, 132) == 1);
+  CHECK(rt::variant_of(gemm, {{"N", 16384}}, 132) == 1);
+  CHECK(rt::variant_of(gemm, {{"N", 16384}}, 0) == 0); // no device: the launch itself
+  CHECK(&rt::variant(gemm, 1) == &gemm.by_rows[0]);
+  CHECK(rt::split_count(rt::variant(gemm, 1).geometry, {{"N", 16 * 128 + 1}}, 132, 0) == 1);
+
+  std::vector<std::string> names(p.graph.values.size());
+  for (size_t i = 0; i < names.size(); ++i)
+    names[i] = fmt::format("v{}", i);
+  rt::LaunchTable table(prog, p, names, 0);
+  CHECK(table.entries() == std::vector<std::string>{"k0_gemm", "k0_gemm_wide"});
+  table.prepare({{"N", 16384}}, 132);
+  CHECK(table.launched(0).entry == "k0_gemm_wide");
+  CHECK(table.splits(0) == 1);
+  table.prepare({{"N", 128}}, 132);
+  CHECK(table.launched(0).entry == "k0_gemm");
+  CHECK(table.splits(0) > 1);
+  // The wide tile's full wave splits nothing: no split-K workspace; at 128 rows K is split.
+  CHECK(table.workspace_bytes({{"N", 16384}}, 132) == 0);
+  CHECK(table.workspace_bytes({{"N", 128}}, 132) > 0);
+}
