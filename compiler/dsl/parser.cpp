@@ -631,7 +631,6 @@ private:
       value = {static_cast<double>(minus ? -x : x), {}};
       break;
     }
-    case ir::AttrKind::Extent: // extent_value() parses it
     case ir::AttrKind::DType:
       if (!t.is(TokenKind::Identifier) || !ir::parse_dtype(t.text))
         diags_.error(
@@ -643,7 +642,8 @@ private:
         diags_.error(at, fmt::format("{} must be true or false, got {}", what, got));
       value = {t.text == "true" ? 1.0 : 0.0, {}};
       break;
-    case ir::AttrKind::Shape: // shape_value() parses it
+    case ir::AttrKind::Shape:  // shape_value() parses it
+    case ir::AttrKind::Extent: // extent_value() parses it
       break;
     case ir::AttrKind::Choice:
       if (!string)
@@ -663,8 +663,7 @@ private:
   // `count=N`, `count=64`, `count=B*T`: one extent, written as a shape's extents are.
   ir::AttrValue extent_value(const ir::OpInfo &info, const ir::AttrSpec &spec) {
     const Token &t = peek();
-    if (t.is(TokenKind::Minus) || t.is(TokenKind::Float) ||
-        !(t.is(TokenKind::Integer) || t.is(TokenKind::Identifier))) {
+    if (!t.is(TokenKind::Integer) && !t.is(TokenKind::Identifier)) {
       const Token *minus = accept(TokenKind::Minus);
       const Token &v = peek();
       diags_.error(minus ? span(*minus, v) : v.range(),
