@@ -120,11 +120,11 @@ void Pipeline::Impl::check_tensors(const Tensor *inputs, const Tensor *outputs) 
     }
   for (const ir::Value &v : g.values)
     if (v.is_effect()) {
-      const ir::AttrValue &c = v.attrs.at("count");
-      int64_t count = c.dim.empty() ? static_cast<int64_t>(c.number) : bound_dims.at(c.dim);
+      const ir::Dim &rows = v.attrs.at("count").shape.front();
+      int64_t count = rows.evaluate(bound_dims);
       if (count <= 1)
         throw Error(fmt::format("{}: batchnorm in train mode needs more than 1 row, got {}{}",
-                                im.where, c.dim.empty() ? "" : c.dim + "=", count));
+                                im.where, rows.is_symbolic() ? rows.str() + "=" : "", count));
     }
   if (im.user_workspace) {
     Tensor w{im.user_workspace, {static_cast<int64_t>(im.user_workspace_bytes / sizeof(float))}};

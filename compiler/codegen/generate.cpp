@@ -661,10 +661,10 @@ private:
       const Value &e = g_[id];
       if (!e.is_effect())
         continue;
-      const AttrValue &count = e.attrs.at("count");
-      std::string cnt = count.dim.empty()
-                            ? float_literal(count.number)
-                            : "static_cast<float>(" + KernelWriter::dim_var(count.dim) + ")";
+      const Dim &count = e.attrs.at("count").shape.front();
+      std::string cnt = count.is_symbolic()
+                            ? "static_cast<float>(" + KernelWriter::extent(count) + ")"
+                            : float_literal(static_cast<double>(count.value));
       auto at = [&](ValueId v) {
         return std::count(k.computes.begin(), k.computes.end(), v)
                    ? w.var(v)

@@ -265,7 +265,7 @@ private:
     return type;
   }
 
-  ir::Dim extent() {
+  ir::Dim extent(std::string_view what = "extent") {
     const Token *minus = accept(TokenKind::Minus);
     const Token &t = peek();
     bool number = t.is(TokenKind::Integer) || t.is(TokenKind::Float);
@@ -280,7 +280,7 @@ private:
     if (minus || t.is(TokenKind::Float))
       diags_.error(at, fmt::format("an extent must be a positive integer, got {}{}",
                                    minus ? "-" : "", t.text));
-    return ir::Dim::constant(positive_integer(t, at, "extent"));
+    return ir::Dim::constant(positive_integer(t, at, what));
   }
 
   int64_t positive_integer(const Token &t, SourceRange at, std::string_view what) const {
@@ -590,6 +590,8 @@ private:
   ir::AttrValue attr_value(const ir::OpInfo &info, const ir::AttrSpec &spec) {
     if (spec.kind == ir::AttrKind::Shape)
       return shape_value(info, spec);
+    if (spec.kind == ir::AttrKind::Extent)
+      return extent_value(info, spec);
     const Token *minus = accept(TokenKind::Minus);
     const Token &t = peek();
     bool number = t.is(TokenKind::Integer) || t.is(TokenKind::Float);
@@ -629,13 +631,6 @@ private:
       value = {static_cast<double>(minus ? -x : x), {}};
       break;
     }
-    case ir::AttrKind::Extent:
-      if (t.is(TokenKind::Identifier))
-        return {0, dim_name(t)};
-      if (minus || !t.is(TokenKind::Integer))
-        diags_.error(at,
-                     fmt::format("{} must be a positive integer or a dim name, got {}", what, got));
-      return {static_cast<double>(positive_integer(t, at, what)), {}};
     case ir::AttrKind::DType:
       if (!t.is(TokenKind::Identifier) || !ir::parse_dtype(t.text))
         diags_.error(
@@ -647,7 +642,8 @@ private:
         diags_.error(at, fmt::format("{} must be true or false, got {}", what, got));
       value = {t.text == "true" ? 1.0 : 0.0, {}};
       break;
-    case ir::AttrKind::Shape: // shape_value() parses it
+    case ir::AttrKind::Shape:  // shape_value() parses it
+    case ir::AttrKind::Extent: // extent_value() parses it
       break;
     case ir::AttrKind::Choice:
       if (!string)
@@ -662,6 +658,37 @@ private:
     if (auto problem = ir::check_attr(spec, value))
       diags_.error(at, fmt::format("{} {}", what, *problem));
     return value;
+  }
+
+  // `count=N`, `count=64`, `count=B*T`: one extent, written as a shape's extents are.
+  ir::AttrValue extent_value(const ir::OpInfo &info, const ir::AttrSpec &spec) {
+    const Token &t = peek();
+    if (!t.is(TokenKind::Integer) && !t.is(TokenKind::Identifier)) {
+      const Token *minus = accept(TokenKind::Minus);
+      const Token &v = peek();
+      diags_.error(minus ? span(*minus, v) : v.range(),
+                   fmt::format("attribute '{}' of {} must be {}, got {}{}", spec.name, info.name,
+                               ir::attr_expectation(spec), minus ? "-" : "", v.text));
+    }
+    return ir::AttrValue::extent(
+        product(fmt::format("attribute '{}' of {}", spec.name, info.name)));
+  }
+
+  // `B*T`, `4*T`, `N`, `768`: positive integers and dim names joined by '*'.
+  ir::Dim product(std::string_view what = "extent") {
+    std::vector<ir::Dim> factors;
+    const Token &first = peek();
+    double constant = 1; // in double: several factors of 2^31 overflow int64
+    do {
+      factors.push_back(extent(what));
+      if (!factors.back().is_symbolic())
+        constant *= static_cast<double>(factors.back().value);
+    } while (accept(TokenKind::Star));
+    if (constant > static_cast<double>(ir::kMaxExtent))
+      diags_.error(
+          span(first, tokens_[pos_ - 1]),
+          fmt::format("{} {} is too large; the limit is {}", what, constant, ir::kMaxExtent));
+    return ir::Dim::product(factors);
   }
 
   // `[B*T, -1, 768]`: extents that are products of dim names and positive integers, and at
@@ -690,19 +717,7 @@ private:
         value.shape.push_back(ir::Dim::constant(-1));
         continue;
       }
-      std::vector<ir::Dim> factors;
-      const Token &first = peek();
-      double constant = 1; // in double: several factors of 2^31 overflow int64
-      do {
-        factors.push_back(extent());
-        if (!factors.back().is_symbolic())
-          constant *= static_cast<double>(factors.back().value);
-      } while (accept(TokenKind::Star));
-      if (constant > static_cast<double>(ir::kMaxExtent))
-        diags_.error(
-            span(first, tokens_[pos_ - 1]),
-            fmt::format("extent {} is too large; the limit is {}", constant, ir::kMaxExtent));
-      value.shape.push_back(ir::Dim::product(factors));
+      value.shape.push_back(product());
     } while (accept(TokenKind::Comma));
     expect(TokenKind::RBracket, "',', '*' or ']' after an extent",
            {{open.range(), "to match this '['"}});

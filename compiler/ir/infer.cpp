@@ -194,15 +194,19 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     if (n == 4)
       throw TypeError(-1, "batchnorm takes (x, running_mean, running_var) or (x, weight, bias, "
                           "running_mean, running_var), got 4 arguments");
-    expect_matrix(op, args,
-                  "PyTorch's batchnorm1d normalizes axis 1 (the channels) of a rank-3 "
-                  "input, and kfuse normalizes the last axis of an [N, C] input");
+    // A rank-3 input is refused rather than read one way: PyTorch's BatchNorm1d takes its
+    // axis 1 as the channels, kfuse's feature axis is the last; the reshape says which.
+    if (args[0].rank() > 2) {
+      TensorType rows = args[0].matrix_view();
+      expect_matrix(op, args,
+                    fmt::format("PyTorch's batchnorm1d normalizes axis 1 (the channels) of a "
+                                "rank-3 input, and kfuse normalizes the last axis of an [N, C] "
+                                "input; to normalize each of the {} features over all {} rows, "
+                                "view the input as {} first: reshape(x, shape={})",
+                                rows.shape[1].str(), rows.shape[0].str(), rows.shape_str(),
+                                rows.shape_str()));
+    }
     expect_rank(op, args, 0, 2, "its input");
-    if (!args[0].shape[0].factors.empty())
-      throw TypeError(0, fmt::format("{} of {} is not supported: train mode counts the rows in "
-                                     "an extent attribute, a dim or a number, and {} is a "
-                                     "product; declare the input with one row dim",
-                                     op.name, args[0].str(), args[0].shape[0].str()));
     const Dim &c = args[0].shape[1];
     static const char *names3[] = {"", "running_mean", "running_var"};
     static const char *names5[] = {"", "weight", "bias", "running_mean", "running_var"};

@@ -321,22 +321,25 @@ int64_t HostTensor::numel() const {
   return n;
 }
 
+int64_t concrete_extent(const Dim &d, const DimBindings &dims, const std::string &where) {
+  // A dim, or a product of dims and a constant (a reshape's B*T, a count=B*T).
+  int64_t extent = d.sym.empty() ? d.value : 1;
+  for (const std::string &name : d.sym.empty() ? d.factors : std::vector<std::string>{d.sym}) {
+    auto it = dims.find(name);
+    if (it == dims.end())
+      throw InterpretError(fmt::format("dim '{}' of {} is not bound", name, where));
+    if (it->second < 1)
+      throw InterpretError(fmt::format("dim '{}' of {} is bound to {}; extents must be positive",
+                                       name, where, it->second));
+    extent *= it->second;
+  }
+  return extent;
+}
+
 std::vector<int64_t> concrete_shape(const TensorType &t, const DimBindings &dims) {
   std::vector<int64_t> shape;
-  for (const Dim &d : t.shape) {
-    // A dim, or a product of dims and a constant (a reshape's B*T).
-    int64_t extent = d.sym.empty() ? d.value : 1;
-    for (const std::string &name : d.sym.empty() ? d.factors : std::vector<std::string>{d.sym}) {
-      auto it = dims.find(name);
-      if (it == dims.end())
-        throw InterpretError(fmt::format("dim '{}' of {} is not bound", name, t.str()));
-      if (it->second < 1)
-        throw InterpretError(fmt::format("dim '{}' of {} is bound to {}; extents must be positive",
-                                         name, t.str(), it->second));
-      extent *= it->second;
-    }
-    shape.push_back(extent);
-  }
+  for (const Dim &d : t.shape)
+    shape.push_back(concrete_extent(d, dims, t.str()));
   return shape;
 }
 
@@ -423,9 +426,12 @@ HostTensor Interpreter::batchnorm(ValueId id) {
 
   ColumnStats stats;
   if (mode_ == Mode::Train) {
-    if (n < 2)
-      throw InterpretError(fmt::format(
-          "batchnorm in train mode needs more than 1 row, got N={} (in {})", n, describe(g_, id)));
+    if (n < 2) {
+      const Dim &rows = v.type.shape[0];
+      throw InterpretError(
+          fmt::format("batchnorm in train mode needs more than 1 row, got {}{} (in {})",
+                      rows.is_symbolic() ? rows.str() + "=" : "", n, describe(g_, id)));
+    }
     stats = column_stats(x);
     HostTensor new_rm = rm, new_rv = rv;
     momentum_update(new_rm.data, stats.mean, momentum, 1.0);
@@ -452,15 +458,9 @@ HostTensor Interpreter::batchnorm(ValueId id) {
 
 void Interpreter::bn_update(ValueId id) {
   const Value &v = g_[id];
-  const AttrValue &count_attr = v.attrs.at("count");
-  double count = count_attr.number;
-  if (!count_attr.dim.empty()) {
-    auto it = dims_.find(count_attr.dim);
-    if (it == dims_.end())
-      throw InterpretError(
-          fmt::format("{}: count={} names an unbound dim", describe(g_, id), count_attr.dim));
-    count = static_cast<double>(it->second);
-  }
+  const Dim &rows = v.attrs.at("count").shape.front();
+  auto count = static_cast<double>(
+      concrete_extent(rows, dims_, fmt::format("{}: count={}", describe(g_, id), rows.str())));
   if (count <= 1)
     throw InterpretError(fmt::format("{}: count must be more than 1 to unbias the variance, got {}",
                                      describe(g_, id), count));

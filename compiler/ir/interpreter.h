@@ -36,6 +36,8 @@ using DimBindings = std::map<std::string, int64_t>;
 
 // Concrete extents of `t` under `dims`; throws kfuse::ir::InterpretError naming an unbound dim.
 std::vector<int64_t> concrete_shape(const TensorType &t, const DimBindings &dims);
+// One extent under `dims`; `where` names what it belongs to in the error of an unbound dim.
+int64_t concrete_extent(const Dim &d, const DimBindings &dims, const std::string &where);
 
 struct InterpretError : kfuse::Error {
   using kfuse::Error::Error;

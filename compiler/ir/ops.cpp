@@ -596,7 +596,7 @@ std::string attr_expectation(const AttrSpec &spec) {
   case AttrKind::Int:
     return "an integer";
   case AttrKind::Extent:
-    return "a positive integer or a dim name";
+    return "a positive integer, a dim name or a product of them";
   case AttrKind::DType:
     return "an element type (f32, f16 or bf16)";
   case AttrKind::Shape:
@@ -615,7 +615,11 @@ std::string attr_expectation(const AttrSpec &spec) {
 }
 
 std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a) {
-  auto got = [&] { return a.dim.empty() ? format_number(a.number) : fmt::format("'{}'", a.dim); };
+  auto got = [&] {
+    if (a.shape.size() == 1)
+      return a.shape.front().str();
+    return a.dim.empty() ? format_number(a.number) : fmt::format("'{}'", a.dim);
+  };
   auto wrong = [&] { return fmt::format("must be {}, got {}", attr_expectation(spec), got()); };
   bool is_integer = std::isfinite(a.number) && std::floor(a.number) == a.number;
   switch (spec.kind) {
@@ -638,10 +642,14 @@ std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a) 
     if (!a.dim.empty() || (a.number != 0 && a.number != 1))
       return wrong();
     return std::nullopt;
-  case AttrKind::Extent: // a dim name is checked against the graph's dims by the verifier
-    if (a.dim.empty() ? !is_integer || a.number < 1 || a.number > kMaxExtent : a.number != 0)
+  case AttrKind::Extent: { // its dim names are checked against the graph's dims by the verifier
+    if (!a.dim.empty() || a.number != 0 || a.shape.size() != 1)
       return wrong();
+    const Dim &d = a.shape.front();
+    if (d.sym.empty() && (d.value < 1 || d.value > kMaxExtent))
+      return fmt::format("must be in [1, {}], got {}", kMaxExtent, d.str());
     return std::nullopt;
+  }
   case AttrKind::DType:
     if (a.number != 0 || !parse_dtype(a.dim))
       return wrong();

@@ -120,23 +120,26 @@ enum class OpClass : uint8_t {
 };
 std::string_view op_class_name(OpClass c); // "pointwise binary", ...
 
-// Number: a finite double. Int: an integer. Extent: a dim name or a positive integer
-// (`count=N`). DType: a type name (`dtype=f32`). Choice: one of a fixed set of words,
-// written as a string (`approximate="tanh"`). OptNumber: a finite double or absent
-// (PyTorch's None), held as the spec's infinite `number` default. Bool: `true` or `false`,
-// held as 1 or 0. Shape: a bracketed list of extents, each a product of dim names and
-// positive integers, or -1 (`shape=[B*T, -1]`), held in `shape`.
+// Number: a finite double. Int: an integer. Extent: a positive integer, a dim name or a
+// product of them (`count=N`, `count=B*T`), held as the one Dim of `shape`. DType: a type name
+// (`dtype=f32`). Choice: one of a fixed set of words, written as a string (`approximate="tanh"`).
+// OptNumber: a finite double or absent (PyTorch's None), held as the spec's infinite `number`
+// default. Bool: `true` or `false`, held as 1 or 0. Shape: a bracketed list of extents, each a
+// product of dim names and positive integers, or -1 (`shape=[B*T, -1]`), held in `shape`.
 enum class AttrKind : uint8_t { Number, Int, Extent, DType, Choice, OptNumber, Bool, Shape };
 
-// An attribute value: a number (`eps=1e-5`, `dim=1`) or a word: a dim name (`count=N`), a
-// type name (`dtype=f32`) or a choice (`approximate="tanh"`), held in `dim`.
+// An attribute value: a number (`eps=1e-5`, `dim=1`), a word: a type name (`dtype=f32`) or a
+// choice (`approximate="tanh"`), held in `dim`, or extents: a Shape, or an Extent as its one
+// Dim (`count=B*T`), the representation tensor types use, so that whoever binds dims
+// evaluates it as it evaluates a view's rows (Dim::evaluate).
 struct AttrValue {
   AttrValue() = default;
   AttrValue(double n, std::string word = {}, std::vector<Dim> extents = {})
       : number(n), dim(std::move(word)), shape(std::move(extents)) {}
+  static AttrValue extent(Dim d) { return {0, {}, {std::move(d)}}; }
   double number = 0;
   std::string dim;        // the word; empty when the value is the number
-  std::vector<Dim> shape; // a Shape; -1 is the constant -1
+  std::vector<Dim> shape; // a Shape (-1 is the constant -1), or an Extent's one Dim
   bool operator==(const AttrValue &o) const {
     return number == o.number && dim == o.dim && shape == o.shape;
   }

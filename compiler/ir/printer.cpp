@@ -43,7 +43,7 @@ std::string format_attr(const AttrSpec &spec, const AttrValue &a) {
   case AttrKind::Int:
     return fmt::format("{}", static_cast<int64_t>(a.number));
   case AttrKind::Extent:
-    return a.dim.empty() ? fmt::format("{}", static_cast<int64_t>(a.number)) : a.dim;
+    return a.shape.front().str();
   case AttrKind::DType:
     return a.dim;
   case AttrKind::Choice:

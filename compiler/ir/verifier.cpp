@@ -107,9 +107,6 @@ private:
         fail(id, fmt::format("the attribute '{}' is missing", spec.name));
       if (auto problem = check_attr(spec, it->second))
         fail(id, fmt::format("attribute '{}' {}", spec.name, *problem));
-      if (spec.kind == AttrKind::Extent && !it->second.dim.empty() && !declared_dim(it->second.dim))
-        fail(id, fmt::format("attribute '{}' names '{}', which is not a declared dim", spec.name,
-                             it->second.dim));
       for (const Dim &d : it->second.shape)
         if (d != Dim::constant(-1) && !valid_extent(d, true))
           fail(id, fmt::format("attribute '{}' has the extent {}, which is not a declared dim, "

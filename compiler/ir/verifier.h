@@ -4,8 +4,8 @@
 //   - every op's arguments precede it (definition order is a topological order);
 //   - every op's recorded type is what inference gives for its arguments;
 //   - every op has exactly the attributes of its op_info, each valid for its spec
-//     (ir::check_attr: kind and range; an Extent's dim is declared), and they satisfy the
-//     op's constraint between attributes (hardtanh: min_val < max_val);
+//     (ir::check_attr: kind and range; the dims of an Extent or a Shape are declared), and they
+//     satisfy the op's constraint between attributes (hardtanh: min_val < max_val);
 //   - every tensor has rank 1 to 4 (effects rank 0), every symbolic extent is a declared
 //     dim and every constant extent is in [1, kMaxExtent];
 //   - the pipeline, its dims and its declarations have distinct .kf names;

@@ -6,7 +6,7 @@
 //          (the mean is the map's shift, subtracted first as PyTorch does: folding it into
 //          b - rm * alpha would cancel catastrophically on a column of tiny spread)
 //   train: m = col_mean(x), v = col_var(x) (biased), bn_update(rm, rv, m, v; momentum,
-//          count = rows of x), and the same affine map with m, v in place of rm, rv.
+//          count = rows of x: N, 64 or B*T), and the same affine map with m, v in place of rm, rv.
 //
 // alpha is a [C] vector derived from parameters and statistics at run time; no
 // weight is rewritten. Without weight/bias, w = 1 and b = 0 (constants).
@@ -32,11 +32,9 @@ Graph lower_batchnorm(const Graph &g, Mode mode) {
     if (mode == Mode::Train) {
       mean = r.op(OpKind::ColMean, {x});
       var = r.op(OpKind::ColVar, {x});
-      const Dim &rows = v.type.shape[0];
-      AttrValue count = rows.is_symbolic() ? AttrValue{0, rows.sym}
-                                           : AttrValue{static_cast<double>(rows.value), {}};
       r.op(OpKind::BnUpdate, {rm, rv, mean, var},
-           {{"momentum", AttrValue{v.attr("momentum"), {}}}, {"count", count}});
+           {{"momentum", AttrValue{v.attr("momentum"), {}}},
+            {"count", AttrValue::extent(v.type.shape[0])}});
     }
     ValueId inv_std =
         r.op(OpKind::Rsqrt, {r.op(OpKind::Add, {var, r.constant(v.attr("eps"), DType::F32)})});

@@ -43,8 +43,7 @@ nb::object attr_object(const ir::AttrSpec &spec, const ir::AttrValue &a) {
     // PyTorch's None is held as the spec's infinite default.
     return std::isinf(a.number) ? nb::none() : nb::object(nb::float_(a.number));
   case ir::AttrKind::Extent:
-    return a.dim.empty() ? nb::object(nb::int_(static_cast<int64_t>(a.number)))
-                         : nb::object(nb::str(a.dim.c_str()));
+    return extent_object(a.shape.front());
   case ir::AttrKind::DType:
   case ir::AttrKind::Choice:
     return nb::str(a.dim.c_str());

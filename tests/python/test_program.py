@@ -95,3 +95,31 @@ def test_compile_many_compiles_each_file_and_mode_and_returns_errors(tmp_path, e
     done = kfuse.compile_many([examples / "snn_selu.kf", bad], modes=("eval",), workers=2)
     assert done[(examples / "snn_selu.kf", "eval")].plan.startswith("plan snn_selu (mode eval)")
     assert isinstance(done[(bad, "eval")], kfuse.Error) and "unknown op 'nope'" in str(done[(bad, "eval")])
+
+
+def test_batchnorm_over_a_view_counts_its_b_times_t_rows():
+    text = """pipeline bn {
+  dim B, T
+  input x: f32[B, T, 2]
+  state mean: f32[2]
+  state var: f32[2]
+  return batchnorm(reshape(x, shape=[B*T, 2]), mean, var, eps=1e-5, momentum=0.5)
+}
+"""
+    tensors = {"x": ([3, 1, 2], f64([1, 10, 2, 20, 3, 30])), "mean": ([2], f64([0, 0])), "var": ([2], f64([1, 1]))}
+    r = kfuse.interpret(text=text, file_name="bn.kf", mode="train", dims={"B": 3, "T": 1}, tensors=tensors)
+    assert r["outputs"][0][0] == [3, 2]
+    assert struct.unpack("<2d", r["state"]["var"][1]) == pytest.approx((1.0, 50.5))  # 3 rows, unbiased
+    # The lowered form carries the count as the .kf writes it.
+    lowered = kfuse.program(text="""pipeline p {
+  dim B, T
+  input x: f32[B, T, 2]
+  state mean: f32[2]
+  state var: f32[2]
+  rows = reshape(x, shape=[B*T, 2])
+  bn_update(mean, var, col_mean(rows), col_var(rows), momentum=0.5, count=B*T)
+  return x
+}
+""", file_name="p.kf")
+    update = next(v for v in lowered["values"] if v.get("op") == "bn_update")
+    assert update["attrs"] == {"momentum": 0.5, "count": "B*T"}

@@ -408,8 +408,8 @@ private:
     switch (cls) {
     case OpClass::Gemm:
       return gemm(op, h);
-    case OpClass::Norm: // over rows that are one dim: a product (N*T) is no batchnorm count
-      return rows_.size() == 1 ? norm(op, h) : h;
+    case OpClass::Norm: // batchnorm refuses rank 3/4: over the N*T rows of its matrix view
+      return norm(op, matrix(h));
     case OpClass::Binary: {
       Tensor o = operand(h);
       if (!total_for_positive_rhs(op)) // pow: a base >= 1 and an exponent in (-1, 1)

@@ -17,8 +17,8 @@
 // interpreter's roundings to each declared type are proved too. With `ranks`, the chain may
 // start from a rank-3/4 input: ops that run on rank 3/4 (GEMMs, pointwise, softmax, layernorm,
 // reductions along the last axis) take it as it is, the others its [rows, F] matrix, reached
-// through a reshape; views (reshape back and forth, unsqueeze / squeeze pairs, a vector
-// unsqueezed to [1, F] as a pointwise operand) come up as ops of their own.
+// through a reshape (batchnorm then counts N*T rows); views (reshape back and forth, unsqueeze /
+// squeeze pairs, a vector unsqueezed to [1, F] as a pointwise operand) come up as ops of their own.
 #pragma once
 
 #include <cstddef>

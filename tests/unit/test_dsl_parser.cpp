@@ -146,15 +146,14 @@ TEST_CASE("parser: internal ops are .kf too (a lowered train-mode batchnorm)") {
   const ir::Value &update = g[7];
   CHECK(update.op == ir::OpKind::BnUpdate);
   CHECK(update.is_effect());
-  CHECK(update.attrs.at("count").dim == "N");
+  CHECK(update.attrs.at("count").shape == std::vector{ir::Dim::symbol("N")});
   CHECK(update.origins == std::vector<std::string>{"bn_update@10"});
   CHECK(g[g.outputs[0]].op == ir::OpKind::ColAffine);
   CHECK(g[g.outputs[0]].type.str() == "f32[N, 16]");
 
   ir::Graph counted = parse(with_header("  bn_update(rm, rv, col_mean(x), col_var(x), "
                                         "momentum=0.5, count=64)\n  return x\n"));
-  CHECK(counted[7].attr("count") == 64);
-  CHECK(counted[7].attrs.at("count").dim.empty());
+  CHECK(counted[7].attrs.at("count").shape == std::vector{ir::Dim::constant(64)});
 }
 
 TEST_CASE("parser: layout is free: newlines inside calls, declarations after ops, comments") {
@@ -205,7 +204,13 @@ TEST_CASE("parser: errors and where they point") {
       {"  bn_update(rm, rv, col_mean(x), col_var(x), momentum=0.1, count=x)\n",
        "'x' is an input, not a dim", 8, 66},
       {"  bn_update(rm, rv, col_mean(x), col_var(x), momentum=0.1, count=-2)\n",
-       "attribute 'count' of bn_update must be a positive integer or a dim name, got -2", 8, 66},
+       "attribute 'count' of bn_update must be a positive integer, a dim name or a product of "
+       "them, got -2",
+       8, 66},
+      {"  bn_update(rm, rv, col_mean(x), col_var(x), momentum=0.1, count=2*M)\n",
+       "undeclared dim 'M'", 8, 68},
+      {"  bn_update(rm, rv, col_mean(x), col_var(x), momentum=0.1, count=N*0)\n",
+       "attribute 'count' of bn_update must be positive, got 0", 8, 68},
       {"  bn_update(rm, rm, col_mean(x), col_var(x), momentum=0.1, count=N)\n",
        "state 'rm' is updated twice; a run updates a state at most once", 8, 17},
       {"  bn_update(rm, rv, col_mean(x), col_var(x), count=N)\n",

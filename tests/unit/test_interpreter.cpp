@@ -514,7 +514,8 @@ TEST_CASE("interpreter: col_var and bn_update reproduce train-mode batchnorm") {
   ValueId eps = d.declare(ValueKind::Param, "eps", f32({c(1)}));
   ValueId mean = d.op(OpKind::ColMean, {x});
   ValueId var = d.op(OpKind::ColVar, {x});
-  d.op(OpKind::BnUpdate, {rm, rv, mean, var}, {{"momentum", num(0.1)}, {"count", {0, "N"}}});
+  d.op(OpKind::BnUpdate, {rm, rv, mean, var},
+       {{"momentum", num(0.1)}, {"count", AttrValue::extent(N)}});
   ValueId inv = d.op(OpKind::Rsqrt, {d.op(OpKind::Add, {var, eps})});
   d.add_output(d.op(OpKind::Mul, {d.op(OpKind::Sub, {x, mean}), inv}));
   Graph decomposed = d.finish();
@@ -531,35 +532,43 @@ TEST_CASE("interpreter: col_var and bn_update reproduce train-mode batchnorm") {
   CHECK(t2["rv"].data != entry1.at("rv").data);
   CHECK(relative_error(t2["rm"].data, t1["rm"].data) < 1e-15);
   CHECK(relative_error(t2["rv"].data, t1["rv"].data) < 1e-15);
-  // The count can be a number too; 3 instead of N=6 unbiases by 3/2 instead of 6/5.
-  GraphBuilder e("update", {"N"});
-  x = e.declare(ValueKind::Input, "x", f32({N, c(cols)}));
-  rm = e.declare(ValueKind::State, "rm", f32({c(cols)}));
-  rv = e.declare(ValueKind::State, "rv", f32({c(cols)}));
-  e.op(OpKind::BnUpdate, {rm, rv, e.op(OpKind::ColMean, {x}), e.op(OpKind::ColVar, {x})},
-       {{"momentum", num(0.25)}, {"count", num(3)}});
-  Graph counted = e.finish();
-  TensorMap t3 = random_tensors(counted, dims, 9);
-  const TensorMap entry = t3;
-  interpret(counted, Mode::Train, dims, t3);
-  std::vector<double> var3 = column_variance(entry.at("x").data, rows, cols);
-  for (int64_t j = 0; j < cols; ++j)
-    CHECK(t3["rv"].data[j] ==
-          doctest::Approx(0.75 * entry.at("rv").data[j] + 0.25 * var3[j] * 1.5).epsilon(1e-14));
+  // The count can be a number or a product of dims too (a [B*T, C] view's rows): 3 instead
+  // of N=6 unbiases by 3/2 instead of 6/5, B*T = 10 by 10/9.
+  const Dim bt = Dim::product({Dim::symbol("B"), Dim::symbol("T")});
+  for (auto [count, n] : std::vector<std::pair<Dim, double>>{{c(3), 3}, {bt, 10}}) {
+    CAPTURE(count.str());
+    GraphBuilder e("update", {"N", "B", "T"});
+    x = e.declare(ValueKind::Input, "x", f32({N, c(cols)}));
+    rm = e.declare(ValueKind::State, "rm", f32({c(cols)}));
+    rv = e.declare(ValueKind::State, "rv", f32({c(cols)}));
+    e.op(OpKind::BnUpdate, {rm, rv, e.op(OpKind::ColMean, {x}), e.op(OpKind::ColVar, {x})},
+         {{"momentum", num(0.25)}, {"count", AttrValue::extent(count)}});
+    Graph counted = e.finish();
+    DimBindings bound{{"N", rows}, {"B", 2}, {"T", 5}};
+    TensorMap t3 = random_tensors(counted, bound, 9);
+    const TensorMap entry = t3;
+    interpret(counted, Mode::Train, bound, t3);
+    std::vector<double> var3 = column_variance(entry.at("x").data, rows, cols);
+    for (int64_t j = 0; j < cols; ++j)
+      CHECK(t3["rv"].data[j] ==
+            doctest::Approx(0.75 * entry.at("rv").data[j] + 0.25 * var3[j] * n / (n - 1))
+                .epsilon(1e-14));
+  }
 }
 
 TEST_CASE("interpreter: bn_update rejects a count of 1 or an unbound dim") {
-  for (AttrValue count : {num(1), AttrValue{0, "N"}, AttrValue{0, "M"}}) {
+  for (Dim count : {c(1), Dim::symbol("N"), Dim::symbol("M")}) {
     GraphBuilder b("update", {"N"});
     ValueId rm = b.declare(ValueKind::State, "rm", f32({c(2)}));
     ValueId rv = b.declare(ValueKind::State, "rv", f32({c(2)}));
-    b.op(OpKind::BnUpdate, {rm, rv, rm, rv}, {{"momentum", num(0.1)}, {"count", count}});
+    b.op(OpKind::BnUpdate, {rm, rv, rm, rv},
+         {{"momentum", num(0.1)}, {"count", AttrValue::extent(count)}});
     Graph g = b.finish();
     TensorMap t{{"rm", tensor({2}, {0, 0})}, {"rv", tensor({2}, {1, 1})}};
     std::string msg = error_of([&] { interpret(g, Mode::Train, {{"N", 1}}, t); });
     CAPTURE(msg);
-    if (count.dim == "M")
-      CHECK(msg.find("count=M names an unbound dim") != std::string::npos);
+    if (count.sym == "M")
+      CHECK(msg.find("dim 'M' of %2 (bn_update): count=M is not bound") != std::string::npos);
     else
       CHECK(msg.find("count must be more than 1") != std::string::npos);
     check_values(t["rv"], {2}, {1, 1});
@@ -775,7 +784,7 @@ TEST_CASE("random_tensors: deterministic, normal, positive running variances") {
     }
     ValueId y = b.op(OpKind::BatchNorm, {ids[0], ids[1], ids[2]});
     b.op(OpKind::BnUpdate, {ids[1], ids[3], b.op(OpKind::ColMean, {y}), b.op(OpKind::ColVar, {y})},
-         {{"momentum", num(0.1)}, {"count", {0, "N"}}});
+         {{"momentum", num(0.1)}, {"count", AttrValue::extent(N)}});
     return b.finish();
   };
   Graph g = build(false);

@@ -137,14 +137,18 @@ ir::DimBindings bind_dims(const ir::Graph &g, int64_t n) {
 
 TEST_CASE("planner: random pipelines agree with the interpreter after every pass") {
   std::map<std::string, int> ops_seen;
+  int batchnorm_over_products = 0; // batchnorm of an [N*T, F] view: train mode counts N*T rows
   for (uint64_t seed = 1; seed <= 240; ++seed) {
     testing::SeededChoices choices(seed);
     std::string text = testing::random_pipeline(choices, {}, "random_" + std::to_string(seed));
     INFO(text);
     ir::Graph g = parse_text(text);
     for (const ir::Value &v : g.values)
-      if (v.is_op())
+      if (v.is_op()) {
         ++ops_seen[std::string(ir::op_info(v.op).name)];
+        batchnorm_over_products +=
+            v.op == ir::OpKind::BatchNorm && !v.type.shape[0].factors.empty();
+      }
     Mode mode = seed % 2 ? Mode::Train : Mode::Eval;
     int64_t n = seed % 17 == 0 ? 1 : std::vector<int64_t>{2, 3, 7, 16, 64}[seed % 5];
     auto worst = plan::first_failure(
@@ -153,6 +157,7 @@ TEST_CASE("planner: random pipelines agree with the interpreter after every pass
     CHECK(worst.error <= kTolerance);
     CHECK_NOTHROW(plan::make_plan(g, mode, {}, /*fuse=*/false)); // the bench baseline, validated
   }
+  CHECK(batchnorm_over_products > 0);
   // The generator reaches every op of the table.
   for (const ir::OpInfo &op : ir::all_ops()) {
     INFO(op.name);

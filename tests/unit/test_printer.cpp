@@ -203,7 +203,8 @@ TEST_CASE("printer: every attribute kind, effects as bare calls, declarations ho
   ir::ValueId y = b.declare(ValueKind::Input, "y", f32({Dim::symbol("N"), Dim::symbol("C")}));
   ir::ValueId m = b.op(OpKind::ColMean, {y}, {}, "m");
   ir::ValueId v = b.op(OpKind::ColVar, {y}, {}, "v");
-  b.op(OpKind::BnUpdate, {rm, rv, m, v}, {{"momentum", {0.25, {}}}, {"count", {0, "N"}}});
+  b.op(OpKind::BnUpdate, {rm, rv, m, v},
+       {{"momentum", {0.25, {}}}, {"count", ir::AttrValue::extent(Dim::symbol("N"))}});
   ir::ValueId s = b.op(OpKind::LogSoftmax, {y}, {{"dim", {-1, {}}}});
   ir::ValueId z = b.op(OpKind::ColAffine, {s, c, c}, {}, "z");
   b.add_output(z);
@@ -224,8 +225,12 @@ TEST_CASE("printer: every attribute kind, effects as bare calls, declarations ho
                            "}\n");
   check_round_trip(g);
 
-  g.values[6].attrs["count"] = {64, {}};
+  g.values[6].attrs["count"] = ir::AttrValue::extent(Dim::constant(64));
   CHECK(ir::print_kf(g).find("count=64)") != std::string::npos);
+  check_round_trip(g);
+  g.values[6].attrs["count"] =
+      ir::AttrValue::extent(Dim::product({Dim::constant(2), Dim::symbol("N"), Dim::symbol("C")}));
+  CHECK(ir::print_kf(g).find("count=2*C*N)") != std::string::npos);
   check_round_trip(g);
 }
 

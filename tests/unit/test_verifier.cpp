@@ -142,7 +142,8 @@ TEST_CASE("verifier: Extent and DType attributes") {
   ir::ValueId rv = b.declare(ValueKind::State, "rv", f32({Dim::constant(4)}));
   ir::ValueId m = b.op(OpKind::ColMean, {x});
   ir::ValueId v = b.op(OpKind::ColVar, {x});
-  b.op(OpKind::BnUpdate, {rm, rv, m, v}, {{"momentum", {0.1, {}}}, {"count", {0, "N"}}});
+  b.op(OpKind::BnUpdate, {rm, rv, m, v},
+       {{"momentum", {0.1, {}}}, {"count", ir::AttrValue::extent(Dim::symbol("N"))}});
   b.add_output(b.op(OpKind::Constant, {}, {{"value", {1, {}}}, {"dtype", {0, "bf16"}}}));
   const ir::Graph good = b.finish();
   REQUIRE_NOTHROW(ir::verify(good));
@@ -152,14 +153,21 @@ TEST_CASE("verifier: Extent and DType attributes") {
     g.values[static_cast<size_t>(id)].attrs[key] = a;
     return g;
   };
-  CHECK_NOTHROW(ir::verify(with(5, "count", {64, {}})));
-  check_fails(with(5, "count", {0, "M"}), 5,
-              "%5 (bn_update): attribute 'count' names 'M', which is not a declared dim");
-  check_fails(with(5, "count", {0, {}}), 5,
-              "%5 (bn_update): attribute 'count' must be a positive integer or a dim name, got 0");
-  check_fails(
-      with(5, "count", {2.5, {}}), 5,
-      "%5 (bn_update): attribute 'count' must be a positive integer or a dim name, got 2.5");
+  auto extent = [](Dim d) { return ir::AttrValue::extent(std::move(d)); };
+  CHECK_NOTHROW(ir::verify(with(5, "count", extent(Dim::constant(64)))));
+  CHECK_NOTHROW(
+      ir::verify(with(5, "count", extent(Dim::product({Dim::constant(4), Dim::symbol("N")})))));
+  check_fails(with(5, "count", extent(Dim::symbol("M"))), 5,
+              "%5 (bn_update): attribute 'count' has the extent M, which is not a declared dim, "
+              "an integer in [1, 2147483647] or a product of them");
+  check_fails(with(5, "count", extent(Dim::product({Dim::symbol("N"), Dim::symbol("M")}))), 5,
+              "%5 (bn_update): attribute 'count' has the extent M*N, which is not a declared "
+              "dim, an integer in [1, 2147483647] or a product of them");
+  check_fails(with(5, "count", extent(Dim::constant(0))), 5,
+              "%5 (bn_update): attribute 'count' must be in [1, 2147483647], got 0");
+  check_fails(with(5, "count", {64, {}}), 5,
+              "%5 (bn_update): attribute 'count' must be a positive integer, a dim name or a "
+              "product of them, got 64");
   check_fails(
       with(6, "dtype", {0, "f64"}), 6,
       "%6 (constant): attribute 'dtype' must be an element type (f32, f16 or bf16), got 'f64'");
@@ -217,7 +225,8 @@ TEST_CASE("verifier: outputs exist and are values") {
   ir::ValueId rm = b.declare(ValueKind::State, "rm", f32({Dim::constant(4)}));
   ir::ValueId rv = b.declare(ValueKind::State, "rv", f32({Dim::constant(4)}));
   ir::ValueId u =
-      b.op(OpKind::BnUpdate, {rm, rv, rm, rv}, {{"momentum", {0.1, {}}}, {"count", {8, {}}}});
+      b.op(OpKind::BnUpdate, {rm, rv, rm, rv},
+           {{"momentum", {0.1, {}}}, {"count", ir::AttrValue::extent(Dim::constant(8))}});
   b.add_output(u);
   check_fails(b.finish(), 2, "output %2 (bn_update) is an effect, which has no value");
 }
@@ -244,7 +253,8 @@ TEST_CASE("verifier: running statistics are states, each updated at most once") 
   ir::GraphBuilder b("p");
   ir::ValueId p = b.declare(ValueKind::Param, "p", f32({Dim::constant(4)}));
   ir::ValueId rv = b.declare(ValueKind::State, "rv", f32({Dim::constant(4)}));
-  b.op(OpKind::BnUpdate, {p, rv, p, rv}, {{"momentum", {0.1, {}}}, {"count", {8, {}}}});
+  b.op(OpKind::BnUpdate, {p, rv, p, rv},
+       {{"momentum", {0.1, {}}}, {"count", ir::AttrValue::extent(Dim::constant(8))}});
   b.add_output(p);
   check_fails(b.finish(), 2, "%2 (bn_update): its running_mean is param 'p' (%0), not a state");
 }
