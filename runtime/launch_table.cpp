@@ -142,7 +142,8 @@ size_t LaunchTable::value_bytes(ir::ValueId v, const Dims &dims) const {
 }
 
 size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multiprocessors) const {
-  const ir::TensorType &t = plan_.graph[k.value].type;
+  // Partials summarize the columns of the value as a matrix (a rank-3/4 input under a view).
+  const ir::TensorType t = plan_.graph[k.value].type.matrix_view();
   switch (k.kind) {
   case WorkspaceKey::Kind::Value:
     return value_bytes(k.value, dims);

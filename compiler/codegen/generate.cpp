@@ -601,7 +601,8 @@ private:
   }
 
   std::string col_partials(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
-    const TensorType &t = g_[k.stats_of].type;
+    // The matrix whose columns it summarizes: a rank-3/4 tensor a [B*T, C] view reads as rows.
+    const TensorType t = g_[k.stats_of].type.matrix_view();
     launch.rows = t.shape[0];
     launch.cols = t.shape[1];
     std::string m = KernelWriter::extent(launch.rows), n = KernelWriter::extent(launch.cols);
@@ -624,12 +625,12 @@ private:
   std::string column(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) const {
     Dim features = Dim::constant(1);
     if (k.stats_of >= 0)
-      features = g_[k.stats_of].type.shape[1];
+      features = g_[k.stats_of].type.matrix_view().shape[1];
     for (ValueId id : k.computes)
       for (ValueId v : g_[id].is_effect() ? g_[id].args : std::vector<ValueId>{id})
         if (g_[v].type.rank() == 1 && g_[v].type.shape[0] != Dim::constant(1))
           features = g_[v].type.shape[0];
-    launch.rows = k.stats_of >= 0 ? g_[k.stats_of].type.shape[0] : Dim::constant(1);
+    launch.rows = k.stats_of >= 0 ? g_[k.stats_of].type.matrix_view().shape[0] : Dim::constant(1);
     launch.cols = features;
     std::string n = KernelWriter::extent(features);
     LaunchGeometry &geo = launch.geometry;

@@ -131,6 +131,32 @@ TEST_CASE("batchnorm views: the column kernel's count is the product of the boun
     }
 }
 
+TEST_CASE("batchnorm views: statistics of an input's view summarize its B*T rows, not its B") {
+  // kDirect's partials are of x itself (the view has no buffer): a [2, T, 8] tensor whose matrix
+  // is [2*T, 8]; the column-partials and column kernels run over that matrix.
+  LowerOptions lo;
+  lo.arch = "sm_90a";
+  lo.mode = ir::Mode::Train;
+  Lowered l = lower(dsl::SourceFile("direct.kf", kDirect), lo);
+  bool partials = false, column = false;
+  for (const codegen::KernelLaunch &k : l.program.launches) {
+    if (k.kind == plan::KernelKind::ColPartials) {
+      partials = true;
+      CHECK(k.rows.str() == "2*T");
+      CHECK(k.cols == ir::Dim::constant(8));
+      CHECK(k.geometry.rows.str() == "2*T");
+    }
+    if (k.kind == plan::KernelKind::Column) {
+      column = true;
+      CHECK(k.rows.str() == "2*T");
+      CHECK(k.cols == ir::Dim::constant(8));
+    }
+  }
+  CHECK(partials);
+  CHECK(column);
+  CHECK(l.program.source.find("kf::col_partials((2 * d_T), 8,") != std::string::npos);
+}
+
 TEST_CASE("batchnorm views: a train-mode run over one row names the product it counts") {
   Options o;
   o.arch = "sm_90a";

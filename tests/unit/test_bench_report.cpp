@@ -57,6 +57,15 @@ TEST_CASE("bench figures: each GEMM's operand and product types, and the pipelin
   // A and B in bf16, C in bf16: what cuBLAS alone reads and writes.
   CHECK(gemms[0].bytes() == 2 * (1024 * 8192 + 8192 * 8192 + 1024 * 8192));
 
+  // A [B, T, F] operand multiplies as its B*T rows.
+  ir::Graph btf = parse_text("pipeline btf {\n  dim B, T\n  input x: f32[B, T, 64]\n"
+                             "  param w: f32[32, 64]\n  return linear(x, w)\n}\n");
+  const std::vector<GemmShape> tokens = gemm_shapes(btf, {{"B", 4}, {"T", 7}});
+  REQUIRE(tokens.size() == 1);
+  CHECK(tokens[0].m == 28);
+  CHECK(tokens[0].k == 64);
+  CHECK(tokens[0].n == 32);
+
   GemmArithmetic bf16 = arithmetic_of("gemm_bn_scale_softmax_bf16.kf");
   CHECK(bf16.half());
   CHECK(bf16.operands == ir::DType::BF16);

@@ -47,7 +47,8 @@ std::vector<GemmShape> gemm_shapes(const ir::Graph &g, const ir::DimBindings &di
     s.b = v.args.at(1);
     s.operands = g[s.a].type.dtype;
     s.result = v.type.dtype;
-    std::vector<int64_t> a = ir::concrete_shape(g[s.a].type, dims);
+    // A rank-3/4 operand ([B, T, K]) multiplies as its matrix view: B*T rows.
+    std::vector<int64_t> a = ir::concrete_shape(g[s.a].type.matrix_view(), dims);
     std::vector<int64_t> b = ir::concrete_shape(g[s.b].type, dims);
     s.m = a.at(0);
     s.k = a.at(1);
