@@ -32,7 +32,8 @@
 // Out: C's element type, float, kf::bf16 or kf::f16 (dtype.cuh); each value is rounded once to it.
 // Stores: VEC-wide vector stores where C is VEC-element aligned and ldc a multiple of VEC and
 // the VEC columns are inside n; guarded scalar stores otherwise. Rows past m are not written.
-// Addresses are computed in 64-bit. The stored values replace the accumulators they came from.
+// Addresses are computed in 64-bit. Where Statistics, the stored values replace the accumulators
+// they came from.
 //
 // Column statistics (partial_mean != nullptr; partial_mean and partial_m2 are both null or both
 // valid): for the tile at row tile tm, rows [tm * BM, min(tm * BM + BM, m)), and each valid
@@ -73,7 +74,11 @@ template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_stats_bytes() {
   return 2 * Fragment::ROW_GROUPS * Fragment::BN * 4;
 }
 
-template <class Functor, class Out = float> struct GemmEpilogue {
+// Statistics false: the epilogue never writes column statistics (partial_mean must be null), and
+// the stored values are not written back into the accumulators; writing them on the store's
+// divergent paths (rows past m, columns past n) makes ptxas serialize the sm90 mainloop's wgmma
+// (its C7520), so the code generator passes false for every kernel without statistics.
+template <class Functor, class Out = float, bool Statistics = true> struct GemmEpilogue {
   using Column = typename Functor::Column;
   static constexpr int COLUMN_FLOATS = Functor::COLUMN_FLOATS;
 
@@ -105,8 +110,9 @@ template <class Functor, class Out = float> struct GemmEpilogue {
                                         reinterpret_cast<int *>(scratch)))
       return;
     store<Cached>(f, s, u.tile, acc, cache);
-    if (partial_mean != nullptr)
-      statistics(f, s, u.tile, acc, scratch);
+    if constexpr (Statistics)
+      if (partial_mean != nullptr)
+        statistics(f, s, u.tile, acc, scratch);
   }
 
 private:
@@ -140,7 +146,8 @@ private:
           for (int e = 0; e < V; ++e) {
             float &a = Fragment::at(acc, i, V * v + e);
             y[e] = functor.apply(cols[e], row, c0 + e, a);
-            a = y[e];
+            if constexpr (Statistics)
+              a = y[e];
           }
           if (vec_c) {
             store_vector<V>(crow, y);
@@ -154,8 +161,10 @@ private:
           for (int e = 0; e < V; ++e) {
             if (c0 + e < s.n) {
               float &a = Fragment::at(acc, i, V * v + e);
-              a = functor.apply(cols[e], row, c0 + e, a);
-              kf::store(crow + e, a);
+              const float y = functor.apply(cols[e], row, c0 + e, a);
+              if constexpr (Statistics)
+                a = y;
+              kf::store(crow + e, y);
             }
           }
         }

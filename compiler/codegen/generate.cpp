@@ -160,17 +160,18 @@ private:
       stats = fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of));
     }
     std::string n = KernelWriter::extent(launch.cols);
-    return fmt::format("{}\n{}({}int splits, float *__restrict__ split_partials, "
-                       "unsigned *__restrict__ split_counters, {}) {{\n"
-                       "  const kf::GemmShape shape{{{}, {}, {}}};\n"
-                       "  const kf::TileScheduler<{}, {}, {}> scheduler(shape, splits);\n"
-                       "  const kf::GemmEpilogue<{}, {}> epilogue{{{}, {}, {}, {}, split_partials, "
-                       "split_counters}};\n"
-                       "  {};\n}}\n",
-                       head, launch.entry, first_params, w.param_list(),
-                       KernelWriter::extent(launch.rows), n, KernelWriter::extent(launch.inner),
-                       Tiles::BM, Tiles::BN, Tiles::GROUP_M, functor, w.element_type(out),
-                       w.member_initializer(), w.ptr(out), n, stats, mainloop);
+    return fmt::format(
+        "{}\n{}({}int splits, float *__restrict__ split_partials, "
+        "unsigned *__restrict__ split_counters, {}) {{\n"
+        "  const kf::GemmShape shape{{{}, {}, {}}};\n"
+        "  const kf::TileScheduler<{}, {}, {}> scheduler(shape, splits);\n"
+        "  const kf::GemmEpilogue<{}, {}, {}> epilogue{{{}, {}, {}, {}, split_partials, "
+        "split_counters}};\n"
+        "  {};\n}}\n",
+        head, launch.entry, first_params, w.param_list(), KernelWriter::extent(launch.rows), n,
+        KernelWriter::extent(launch.inner), Tiles::BM, Tiles::BN, Tiles::GROUP_M, functor,
+        w.element_type(out), k.stats_of >= 0 ? "true" : "false", w.member_initializer(), w.ptr(out),
+        n, stats, mainloop);
   }
 
   // The sm90 GEMM of `Config` (its name as in the source): a persistent grid, operands through
