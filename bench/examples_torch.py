@@ -15,7 +15,7 @@ last; --out writes every number as JSON ("kfuse-examples-torch/1"), --markdown t
     python3 bench/examples_torch.py --kfuse build/kfuse [--out F.json] [--markdown F.md]
                                     [--budget-s 330] [--quick] [--examples a,b] [--modes train,eval]
 
-Sizes: the `--dim N=...` an example's comment documents, else DEFAULT_DIMS below. --budget-s
+Sizes: the `--dim N=...` an example's comment documents (every example has one). --budget-s
 bounds the run: the timed runs per measurement are halved (down to 5) while the rows run
 behind the budget's pace, and torch.compile, measured after every other column, is skipped for
 the examples the budget leaves no room for (their rows say so). Exits 1 if a check fails.
@@ -41,23 +41,16 @@ import kfuse.torch
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("train", "eval")
-# Examples whose comment documents no size: the model's own batch x context.
-DEFAULT_DIMS = {
-    "gpt2_attn_out_residual_layernorm_btf": {"B": 8, "T": 1024},  # GPT-2 small, context 1024
-    "tinyllama_o_proj_residual_rmsnorm_btf_bf16": {"B": 4, "T": 2048},  # TinyLlama, context 2048
-}
 BOUNDS = {"f32": 1e-5, "half": 2e-2}
 TORCH_ERROR_FACTOR = 1.5
 
 
 def documented_dims(kf):
-    """The dims the example's comment gives as `--dim N=...`, else DEFAULT_DIMS's."""
+    """The dims the example's comment gives as `--dim N=...`."""
     found = re.search(r"`--dim ([^`]+)`", kf.read_text())
-    if found:
-        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", found.group(1))}
-    if kf.stem in DEFAULT_DIMS:
-        return dict(DEFAULT_DIMS[kf.stem])
-    sys.exit(f"{kf}: no `--dim NAME=VALUE` in its comment and no DEFAULT_DIMS entry: say its size")
+    if not found:
+        sys.exit(f"{kf}: no `--dim NAME=VALUE` in its comment: say its size")
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", found.group(1))}
 
 
 def as_tuple(y):

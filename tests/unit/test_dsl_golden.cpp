@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 using namespace kfuse;
 using testing::run_kfuse;
@@ -64,6 +65,22 @@ TEST_CASE("kfuse check: the examples pass and print every value's type") {
   ToolRun r = run_kfuse("check examples/gemm_bn_scale_softmax.kf");
   CHECK(r.out.rfind("pipeline gemm_bn_scale_softmax: 8 declarations, 4 ops, 1 output\n", 0) == 0);
   CHECK(r.out.find("\nx: f32[N, 8192]\n") != std::string::npos);
+}
+
+TEST_CASE("kfuse check: each example's comment documents the size its benchmark runs at") {
+  // bench/examples_torch.py reads the `--dim NAME=VALUE ...` an example's comment gives; every
+  // example has one, and it binds the example's dims.
+  const std::regex documented("`(--dim [^`]+)`");
+  for (const fs::path &kf : files(KFUSE_SOURCE_DIR "/examples", ".kf")) {
+    INFO(kf.string());
+    std::ifstream in(kf);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::smatch m;
+    REQUIRE(std::regex_search(text, m, documented));
+    ToolRun r = run_kfuse("check examples/" + kf.filename().string() + " " + m[1].str());
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.empty());
+  }
 }
 
 TEST_CASE("kfuse check: --dim binds dims in the printed types") {
