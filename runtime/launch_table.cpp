@@ -363,11 +363,9 @@ const codegen::KernelLaunch &LaunchTable::launched(size_t launch) const {
 
 std::vector<std::string> LaunchTable::entries() const {
   std::vector<std::string> names;
-  for (const KernelLaunch &l : program_.launches) {
-    names.push_back(l.entry);
-    for (const KernelLaunch &v : l.by_rows)
-      names.push_back(v.entry);
-  }
+  for (const KernelLaunch &l : program_.launches)
+    for (size_t v = 0; v <= l.by_rows.size(); ++v)
+      names.push_back(variant(l, v).entry);
   return names;
 }
 

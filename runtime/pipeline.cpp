@@ -11,6 +11,7 @@
 #include "runtime/disk_cache.h"
 #include "runtime/driver.h"
 #include "runtime/gemm_tuner.h"
+#include "runtime/launch_geometry.h"
 #include "runtime/pipeline_impl.h"
 #include "runtime/sass_disassembler.h"
 #include "runtime/tuning_store.h"
@@ -188,16 +189,14 @@ Pipeline rt::PipelineAccess::compile(Lowered lowered, const Options &options, bo
   r.cache_hit = impl->compiled.cache_hit;
   r.arch = req.arch;
   r.cache_key = impl->compiled.key;
-  for (const KernelLaunch &launch : impl->program.launches) { // in launch order, not ptxas's
-    std::vector<const KernelLaunch *> variants = {&launch};
-    for (const KernelLaunch &v : launch.by_rows)
-      variants.push_back(&v);
-    for (const KernelLaunch *l : variants)
+  for (const KernelLaunch &launch : impl->program.launches) // in launch order, not ptxas's
+    for (size_t v = 0; v <= launch.by_rows.size(); ++v) {
+      const KernelLaunch &l = rt::variant(launch, v);
       for (const rt::KernelResources &k : impl->compiled.kernels)
-        if (k.name == l->entry)
+        if (k.name == l.entry)
           r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores,
-                               k.spill_loads, l->config});
-  }
+                               k.spill_loads, l.config});
+    }
   return Pipeline(std::move(impl));
 }
 

@@ -152,6 +152,19 @@ template <int BlockN, int BlockM> struct Sm90Fragment {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
+// A role's place in the ring of pipeline stages: the stage it is at, and the phase that stage's
+// barriers are in this round (it flips each time the ring wraps).
+template <int STAGES> struct StageRing {
+  int stage = 0;
+  unsigned phase = 0;
+  __device__ void advance() {
+    if (++stage == STAGES) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
 template <class Config, class Scheduler, class Epilogue>
 __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &map_b, GemmShape s,
                           const Scheduler &scheduler, const Epilogue &epi) {
@@ -200,21 +213,17 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     // Producer warpgroup: one thread streams the stages.
     setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
     if (threadIdx.x == 0) {
-      int stage = 0;
-      unsigned phase = 0;
+      StageRing<STAGES> ring;
       for (int work = scheduler.first(); work < units; work += scheduler.stride()) {
         const WorkUnit u = scheduler.unit(work, kblocks);
         const TileCoord tc = u.tile;
         for (int kb = u.k_begin; kb < u.k_end; ++kb) {
-          mbar_wait(&empty[stage], phase ^ 1u);
-          unsigned char *dst = smem + stage * Config::STAGE_BYTES;
-          mbar_arrive_expect_tx(&full[stage], Config::STAGE_BYTES);
-          tma_load_2d(dst, map_a, &full[stage], kb * Config::BK, tc.m * BM);
-          tma_load_2d(dst + Config::A_BYTES, map_b, &full[stage], kb * Config::BK, tc.n * BN);
-          if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1u;
-          }
+          mbar_wait(&empty[ring.stage], ring.phase ^ 1u);
+          unsigned char *dst = smem + ring.stage * Config::STAGE_BYTES;
+          mbar_arrive_expect_tx(&full[ring.stage], Config::STAGE_BYTES);
+          tma_load_2d(dst, map_a, &full[ring.stage], kb * Config::BK, tc.m * BM);
+          tma_load_2d(dst + Config::A_BYTES, map_b, &full[ring.stage], kb * Config::BK, tc.n * BN);
+          ring.advance();
         }
       }
     }
@@ -225,15 +234,14 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     // stage's previous round, which completed before the consumers released the stage.
     setmaxnreg_dec<Config::SPLITTER_REGISTERS>();
     const int st = threadIdx.x - 128;
-    int stage = 0;
-    unsigned phase = 0;
+    StageRing<STAGES> ring;
     for (int work = scheduler.first(); work < units; work += scheduler.stride()) {
       const WorkUnit u = scheduler.unit(work, kblocks);
       for (int kb = u.k_begin; kb < u.k_end; ++kb) {
-        mbar_wait(&full[stage], phase);
+        mbar_wait(&full[ring.stage], ring.phase);
         float4 *tile =
-            reinterpret_cast<float4 *>(smem + stage * Config::STAGE_BYTES + Config::A_BYTES);
-        float4 *lo = reinterpret_cast<float4 *>(small + stage * Config::B_BYTES);
+            reinterpret_cast<float4 *>(smem + ring.stage * Config::STAGE_BYTES + Config::A_BYTES);
+        float4 *lo = reinterpret_cast<float4 *>(small + ring.stage * Config::B_BYTES);
 #pragma unroll 4
         for (int i = st; i < Config::B_BYTES / 16; i += Config::SPLITTER_THREADS) {
           const float4 x = tile[i];
@@ -246,11 +254,8 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           lo[i] = part;
         }
         fence_proxy_async();
-        mbar_arrive(&split_done[stage]);
-        if (++stage == STAGES) {
-          stage = 0;
-          phase ^= 1u;
-        }
+        mbar_arrive(&split_done[ring.stage]);
+        ring.advance();
       }
     }
   } else {
@@ -260,8 +265,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
     const int lane = ct & 31;
     const int half = warp >> 2; // consumer warpgroup: rows 64 * half ..
     const Fragment layout(ct);
-    int stage = 0;
-    unsigned phase = 0;
+    StageRing<STAGES> ring;
     float acc[Config::ACCUMULATORS];
     int turn = 0;
     for (int work = scheduler.first(); work < units; work += scheduler.stride(), ++turn) {
@@ -282,11 +286,11 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
         const int g = lane >> 2, q = lane & 3;
         const int a_row = (64 * half + 16 * (warp & 3) + g) * 128 + 4 * q;
         for (int kb = kb_begin; kb < kb_end; ++kb) {
-          mbar_wait(&full[stage], phase); // A's bytes (the splitter waited too)
-          mbar_wait(&split_done[stage], phase);
-          const unsigned char *tile = smem + stage * Config::STAGE_BYTES;
+          mbar_wait(&full[ring.stage], ring.phase); // A's bytes (the splitter waited too)
+          mbar_wait(&split_done[ring.stage], ring.phase);
+          const unsigned char *tile = smem + ring.stage * Config::STAGE_BYTES;
           const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
-          const unsigned long long lb = smem_descriptor(small + stage * Config::B_BYTES);
+          const unsigned long long lb = smem_descriptor(small + ring.stage * Config::B_BYTES);
           unsigned a_big[Config::K_STEPS][4], a_small[Config::K_STEPS][4];
 #pragma unroll
           for (int kk = 0; kk < Config::K_STEPS; ++kk)
@@ -319,17 +323,14 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           for (int i = 0; i < Config::ACCUMULATORS; ++i)
             acc[i] = kb > kb_begin ? acc[i] + part[i] : part[i];
           if (lane == 0)
-            mbar_arrive(&empty[stage]);
-          if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1u;
-          }
+            mbar_arrive(&empty[ring.stage]);
+          ring.advance();
         }
       } else {
         int previous = -1;
         for (int kb = kb_begin; kb < kb_end; ++kb) {
-          mbar_wait(&full[stage], phase);
-          unsigned char *tile = smem + stage * Config::STAGE_BYTES;
+          mbar_wait(&full[ring.stage], ring.phase);
+          unsigned char *tile = smem + ring.stage * Config::STAGE_BYTES;
           const unsigned long long da = smem_descriptor(tile + half * 64 * 128);
           const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
           wgmma_fence();
@@ -344,11 +345,8 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           fence_registers(acc);
           if (previous >= 0 && lane == 0)
             mbar_arrive(&empty[previous]);
-          previous = stage;
-          if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1u;
-          }
+          previous = ring.stage;
+          ring.advance();
         }
         wgmma_wait<0>();
         fence_registers(acc);

@@ -225,6 +225,7 @@ private:
     const Dim &features = launch.cols;
     launch.tiles.assign(std::begin(kSm90Tiles), std::end(kSm90Tiles));
     Sm90Tile tile = Sm90Tile::M128N256;
+    std::string wide_source; // the 128 x 128 variant's kernel, where there is one
     const GemmTuning *t = tuning(k);
     if (t && t->tile) {
       tile = *t->tile;
@@ -237,25 +238,29 @@ private:
       if (k.stats_of < 0) {
         KernelLaunch wide = launch;
         wide.entry = k.name + "_wide";
-        wide.tile = tile_name(Sm90Tile::M128N128);
         launch.config +=
             fmt::format("; {} where the rows give a 128 x 128 tile to every SM", wide.entry);
-        std::string source = sm90_gemm<kf::Sm90Gemm<Op, 128>>(k, w, wide, operand, column_floats, a,
-                                                              b, out, functor);
+        wide_source = sm90_tile<Op>(Sm90Tile::M128N128, k, w, wide, operand, column_floats, a, b,
+                                    out, functor);
         wide.config = fmt::format("{} 128 x 128 tile, 1 block per SM, instead of {}'s where the "
                                   "rows give one of these tiles to every SM (K not split then)",
                                   type, k.name);
-        launch.tile = tile_name(tile);
-        source += sm90_gemm<kf::Sm90Gemm<Op, 128, 64, 2>>(k, w, launch, operand, column_floats, a,
-                                                          b, out, functor);
         launch.by_rows.push_back(std::move(wide));
-        return source;
       }
     } else {
       launch.config = fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "
                                   "fill the SMs from about 1000 rows",
                                   type, features.str(), kWideLayer);
     }
+    return wide_source +
+           sm90_tile<Op>(tile, k, w, launch, operand, column_floats, a, b, out, functor);
+  }
+
+  // The source of `launch`, the sm90 GEMM of `Op` operands with tile `tile`.
+  template <kf::sm90::Operand Op>
+  std::string sm90_tile(Sm90Tile tile, const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
+                        const char *operand, int column_floats, ValueId a, ValueId b, ValueId out,
+                        const std::string &functor) {
     launch.tile = tile_name(tile);
     switch (tile) {
     case Sm90Tile::M128N256:
