@@ -10,6 +10,11 @@
 //
 // Vectors of four elements (row kernels) are loaded and stored with one 16-byte (float) or
 // 8-byte (bf16, f16) access where the address is aligned to that size: kf::vec4_aligned.
+//
+// kf::Staged is a source type, not a tensor type: a float the caller staged in shared memory (a
+// GEMM epilogue's tile), which a template instantiated with In = kf::Staged reads through the
+// same kf::ldg / kf::load4 calls. __ldg (ld.global.nc) is valid only for global memory, so its
+// overloads use plain loads.
 #pragma once
 
 namespace kf {
@@ -20,6 +25,10 @@ struct bf16 {
 struct f16 {
   unsigned short bits;
 };
+struct Staged {
+  float v;
+};
+static_assert(sizeof(Staged) == 4, "a Staged row is a float array: four of them make a float4");
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
@@ -56,6 +65,7 @@ __device__ __forceinline__ float ldg(const float *p) { return __ldg(p); }
 template <class T> __device__ __forceinline__ float ldg(const T *p) {
   return to_float(T{__ldg(reinterpret_cast<const unsigned short *>(p))});
 }
+__device__ __forceinline__ float ldg(const Staged *p) { return p->v; }
 
 template <class T> __device__ __forceinline__ void store(T *p, float v) { *p = from_float<T>(v); }
 
@@ -76,6 +86,11 @@ __device__ __forceinline__ float4 load4(const float *p, int i, bool vec) {
     return __ldg(reinterpret_cast<const float4 *>(p) + i);
   return make_float4(__ldg(p + 4 * i), __ldg(p + 4 * i + 1), __ldg(p + 4 * i + 2),
                      __ldg(p + 4 * i + 3));
+}
+__device__ __forceinline__ float4 load4(const Staged *p, int i, bool vec) {
+  if (vec)
+    return reinterpret_cast<const float4 *>(p)[i];
+  return make_float4(p[4 * i].v, p[4 * i + 1].v, p[4 * i + 2].v, p[4 * i + 3].v);
 }
 template <class T> __device__ __forceinline__ float4 load4(const T *p, int i, bool vec) {
   if (!vec)

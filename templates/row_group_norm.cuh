@@ -16,7 +16,9 @@
 // checks a bound dim). A warp owns a group at a time (groups w, w + warps, ...): it sums the
 // group, then its squared deviations from the mean (two exact passes, no cancellation), then
 // writes it; no statistics are shared between warps, so one barrier (after the row is loaded)
-// suffices.
+// suffices. A kernel running a row per warp passes Threads = 32, a last argument
+// kf::WarpTeam{lane}, and smem = nullptr, smem_floats = 0: the warp owns every group in turn,
+// streaming.
 // - resident (smem != nullptr and n <= smem_floats): the transformed row is loaded once into
 //   shared memory (float4 loads); one read and one write per element.
 // - streaming (longer rows): each warp re-reads its group from global memory for each pass.
@@ -30,47 +32,36 @@ namespace kf {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-namespace row_detail {
-
-// Every lane gets the sum of v over its warp (butterfly: the same bits in every lane).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-} // namespace row_detail
-
 // Pre concept: __device__ float operator()(int col, float x) const; Post likewise, given the
-// normalized value. In, Out: float, kf::bf16 or kf::f16 (dtype.cuh); the row is computed in
-// float.
-template <int Threads, class Pre, class Post, class In, class Out>
+// normalized value. In, Out: float, kf::bf16 or kf::f16 (dtype.cuh); the row is computed in float.
+// In may also be kf::Staged: a row the caller staged in shared memory.
+template <int Threads, class Pre, class Post, class In, class Out, class Team = BlockTeam<Threads>>
 __device__ void row_group_norm(int row, int n, int groups, const In *in, int ld_in, Out *out,
                                int ld_out, float eps, const Pre &pre, const Post &post, float *smem,
-                               int smem_floats) {
-  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+                               int smem_floats, Team team = Team{}) {
+  static_assert(Team::SIZE == Threads, "the team is Threads threads");
   using namespace row_detail;
   const In *src = in + static_cast<long long>(row) * ld_in;
   Out *dst = out + static_cast<long long>(row) * ld_out;
   const bool resident = smem != nullptr && n <= smem_floats;
   if (resident) {
-    for_each_loaded<Threads>(src, n, pre, [&](int c, float y) { smem[c] = y; });
-    __syncthreads();
+    for_each_loaded(team, src, n, pre, [&](int c, float y) { smem[c] = y; });
+    team.sync();
   }
   auto get = [&](int c) { return resident ? smem[c] : pre(c, ldg(src + c)); };
-  const int size = n / groups, lane = threadIdx.x & 31;
+  const int size = n / groups, lane = team.rank() & 31;
+  const WarpTeam warp{lane}; // the warp that owns the group
   const float count = static_cast<float>(size);
-  for (int g = threadIdx.x >> 5; g < groups; g += Threads / 32) {
+  for (int g = team.rank() >> 5; g < groups; g += Threads / 32) {
     const int first = g * size, end = first + size;
     float s = 0.0f;
     for (int c = first + lane; c < end; c += 32)
       s += get(c);
-    const float mean = warp_sum(s) / count;
+    const float mean = warp.sum(s) / count;
     float q = 0.0f;
     for (int c = first + lane; c < end; c += 32)
       q += (get(c) - mean) * (get(c) - mean);
-    const float rstd = 1.0f / sqrtf(warp_sum(q) / count + eps);
+    const float rstd = 1.0f / sqrtf(warp.sum(q) / count + eps);
     for (int c = first + lane; c < end; c += 32)
       store(dst + c, post(c, (get(c) - mean) * rstd));
   }

@@ -1,12 +1,13 @@
-// What every row kernel shares (row_softmax.cuh, row_norm.cuh, row_reduce.cuh): one block of
-// Threads threads per row of an [m, n] row-major matrix, the block size by row length, the
-// shared-memory budget of a resident row, deterministic block reductions, and vector loads of
-// the row (any element type of dtype.cuh, converted to float) with the per-column prologue
-// applied on load.
+// What every row kernel shares (row_softmax.cuh, row_norm.cuh, row_reduce.cuh): a team of
+// threads per row of an [m, n] row-major matrix (BlockTeam: the whole block, as generated row
+// kernels launch; WarpTeam: one warp, for a kernel that runs a row per warp), the block size by
+// row length, the shared-memory budget of a resident row, the team's deterministic reductions,
+// and vector loads of the row (any element type of dtype.cuh, converted to float; kf::Staged
+// for a row staged in shared memory) with the per-column prologue applied on load.
 //
 // Resident rows: a kernel that keeps its transformed row in dynamic shared memory (smem,
 // 16-byte aligned) gets round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES and none
-// otherwise (smem_floats = 0: it streams, reading the row twice).
+// otherwise (smem_floats = 0: it streams, reading the row twice). A warp team streams.
 //
 // Deterministic: each thread visits its elements in a fixed order, warps reduce with a fixed
 // shuffle pattern, and the per-warp results are combined in warp order by every thread.
@@ -36,38 +37,12 @@ namespace row_detail {
 // NVRTC has no <cmath> INFINITY.
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-// All threads of the block get combine() of v over the block, lanes first (butterfly: every
-// lane of a warp ends with the same value when combine is commutative bitwise), then warps in
-// order. Uses red[32] of shared memory and leaves it free for the next call (trailing barrier).
-template <int Threads, class Combine>
-__device__ __forceinline__ float block_combine(float v, float *red, Combine combine) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if ((threadIdx.x & 31) == 0)
-    red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = red[0];
-#pragma unroll
-  for (int w = 1; w < Threads / 32; ++w)
-    r = combine(r, red[w]);
-  __syncthreads();
-  return r;
-}
-
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 struct SumOp {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
-
-template <int Threads> __device__ __forceinline__ float block_max(float v, float *red) {
-  return block_combine<Threads>(v, red, MaxOp{});
-}
-template <int Threads> __device__ __forceinline__ float block_sum(float v, float *red) {
-  return block_combine<Threads>(v, red, SumOp{});
-}
 
 // Online softmax summary: the running max m and sum s of exp(y - m) over the values seen.
 struct MaxSum {
@@ -93,25 +68,6 @@ __device__ __forceinline__ MaxSum online_merge(MaxSum a, MaxSum b) {
   return MaxSum{m, sa + sb};
 }
 
-template <int Threads> __device__ __forceinline__ MaxSum block_max_sum(MaxSum v, float *red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
-    v = online_merge(v, other);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    red[threadIdx.x >> 5] = v.m;
-    red[32 + (threadIdx.x >> 5)] = v.s;
-  }
-  __syncthreads();
-  MaxSum r{red[0], red[32]};
-#pragma unroll
-  for (int w = 1; w < Threads / 32; ++w)
-    r = online_merge(r, MaxSum{red[w], red[32 + w]});
-  __syncthreads();
-  return r;
-}
-
 // Welford's running (count, mean, M2) of the values seen; merged with Chan's formula, so a
 // row's variance needs one read and no E[y^2] - E[y]^2 cancellation.
 struct Welford {
@@ -134,10 +90,27 @@ __device__ __forceinline__ Welford welford_merge(Welford a, Welford b) {
   return Welford{n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * (b.n / n))};
 }
 
-// The block's merged Welford, the same in every thread. Lanes merge down to lane 0 (the merge
-// is not commutative bitwise, so only lane 0's result is used), then warps in order. Uses
-// red[96] of shared memory and leaves it free (trailing barrier).
-template <int Threads> __device__ __forceinline__ Welford block_welford(Welford v, float *red) {
+// The warp stages both teams share. Butterfly: every lane ends with the same bits when combine
+// is commutative bitwise.
+template <class Combine> __device__ __forceinline__ float warp_combine(float v, Combine combine) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ MaxSum warp_max_sum(MaxSum v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
+    v = online_merge(v, other);
+  }
+  return v;
+}
+
+// The merge is not commutative bitwise, so lanes merge down to lane 0 in a fixed order and only
+// lane 0's result is the warp's.
+__device__ __forceinline__ Welford warp_welford_to_lane0(Welford v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const Welford other{__shfl_down_sync(0xffffffffu, v.n, o),
@@ -145,36 +118,131 @@ template <int Threads> __device__ __forceinline__ Welford block_welford(Welford 
                         __shfl_down_sync(0xffffffffu, v.m2, o)};
     v = welford_merge(v, other);
   }
-  const int w = threadIdx.x >> 5;
-  if ((threadIdx.x & 31) == 0) {
-    red[w] = v.n;
-    red[32 + w] = v.mean;
-    red[64 + w] = v.m2;
-  }
-  __syncthreads();
-  Welford r{red[0], red[32], red[64]};
-#pragma unroll
-  for (int i = 1; i < Threads / 32; ++i)
-    r = welford_merge(r, Welford{red[i], red[32 + i], red[64 + i]});
-  __syncthreads();
-  return r;
+  return v;
 }
 
-// Calls f(col, pre(col, src[col])) for this thread's elements of a row of n: groups of four
-// tid, tid + Threads, ... (one access each where src is aligned to four elements), then the
+} // namespace row_detail
+
+// A team is the threads that work on one row together; every row template takes one. Each
+// member i of a team of SIZE has rank() i; sync() is a barrier of the team; the reductions give
+// every member the same result, in a fixed order (deterministic).
+
+// The whole block of Threads threads (a multiple of 32) on a row: the warps' results are
+// combined in warp order through scratch(), static shared memory that a trailing barrier in
+// every reduction leaves free for the next one.
+template <int Threads> struct BlockTeam {
+  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+  static constexpr int SIZE = Threads;
+  static constexpr int WARPS = Threads / 32;
+
+  __device__ int rank() const { return threadIdx.x; }
+  __device__ void sync() const { __syncthreads(); }
+
+  // One array for every reduction of every row template in the kernel (3 * WARPS floats, the
+  // most any reduction uses): an array per reduction (one per member instantiation) raised the
+  // register pressure of a chain of row passes until it spilled.
+  __device__ static float *scratch() {
+    __shared__ float red[3 * WARPS];
+    return red;
+  }
+
+  template <class Combine> __device__ __forceinline__ float combine(float v, Combine op) const {
+    float *red = scratch();
+    v = row_detail::warp_combine(v, op);
+    if ((rank() & 31) == 0)
+      red[rank() >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w)
+      r = op(r, red[w]);
+    __syncthreads();
+    return r;
+  }
+  __device__ __forceinline__ float max(float v) const { return combine(v, row_detail::MaxOp{}); }
+  __device__ __forceinline__ float sum(float v) const { return combine(v, row_detail::SumOp{}); }
+
+  __device__ __forceinline__ row_detail::MaxSum max_sum(row_detail::MaxSum v) const {
+    float *red = scratch();
+    v = row_detail::warp_max_sum(v);
+    if ((rank() & 31) == 0) {
+      red[rank() >> 5] = v.m;
+      red[WARPS + (rank() >> 5)] = v.s;
+    }
+    __syncthreads();
+    row_detail::MaxSum r{red[0], red[WARPS]};
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w)
+      r = row_detail::online_merge(r, row_detail::MaxSum{red[w], red[WARPS + w]});
+    __syncthreads();
+    return r;
+  }
+
+  __device__ __forceinline__ row_detail::Welford welford(row_detail::Welford v) const {
+    float *red = scratch();
+    v = row_detail::warp_welford_to_lane0(v);
+    const int w = rank() >> 5;
+    if ((rank() & 31) == 0) {
+      red[w] = v.n;
+      red[WARPS + w] = v.mean;
+      red[2 * WARPS + w] = v.m2;
+    }
+    __syncthreads();
+    row_detail::Welford r{red[0], red[WARPS], red[2 * WARPS]};
+#pragma unroll
+    for (int i = 1; i < WARPS; ++i)
+      r = row_detail::welford_merge(
+          r, row_detail::Welford{red[i], red[WARPS + i], red[2 * WARPS + i]});
+    __syncthreads();
+    return r;
+  }
+};
+
+// One warp on a row (lane: the caller's threadIdx.x % 32; all 32 lanes take part): shuffles
+// only, no shared memory, so a kernel can run a row per warp, e.g. over a tile it staged.
+struct WarpTeam {
+  int lane;
+
+  static constexpr int SIZE = 32;
+
+  __device__ int rank() const { return lane; }
+  __device__ void sync() const { __syncwarp(); }
+
+  template <class Combine> __device__ __forceinline__ float combine(float v, Combine op) const {
+    return row_detail::warp_combine(v, op);
+  }
+  __device__ __forceinline__ float max(float v) const { return combine(v, row_detail::MaxOp{}); }
+  __device__ __forceinline__ float sum(float v) const { return combine(v, row_detail::SumOp{}); }
+  __device__ __forceinline__ row_detail::MaxSum max_sum(row_detail::MaxSum v) const {
+    return row_detail::warp_max_sum(v);
+  }
+  // Lane 0's merge, broadcast: the same order as BlockTeam's warp stage.
+  __device__ __forceinline__ row_detail::Welford welford(row_detail::Welford v) const {
+    v = row_detail::warp_welford_to_lane0(v);
+    return row_detail::Welford{__shfl_sync(0xffffffffu, v.n, 0),
+                               __shfl_sync(0xffffffffu, v.mean, 0),
+                               __shfl_sync(0xffffffffu, v.m2, 0)};
+  }
+};
+
+namespace row_detail {
+
+// Calls f(col, pre(col, src[col])) for this member's elements of a row of n: groups of four
+// rank, rank + SIZE, ... (one access each where src is aligned to four elements), then the
 // scalar tail.
-template <int Threads, class T, class Pre, class F>
-__device__ __forceinline__ void for_each_loaded(const T *src, int n, const Pre &pre, F &&f) {
+template <class Team, class T, class Pre, class F>
+__device__ __forceinline__ void for_each_loaded(const Team &team, const T *src, int n,
+                                                const Pre &pre, F &&f) {
   const bool vec = vec4_aligned(src);
   const int n4 = n / 4;
-  for (int i = threadIdx.x; i < n4; i += Threads) {
+  for (int i = team.rank(); i < n4; i += Team::SIZE) {
     const float4 v = load4(src, i, vec);
     f(4 * i, pre(4 * i, v.x));
     f(4 * i + 1, pre(4 * i + 1, v.y));
     f(4 * i + 2, pre(4 * i + 2, v.z));
     f(4 * i + 3, pre(4 * i + 3, v.w));
   }
-  for (int c = 4 * n4 + threadIdx.x; c < n; c += Threads)
+  for (int c = 4 * n4 + team.rank(); c < n; c += Team::SIZE)
     f(c, pre(c, ldg(src + c)));
 }
 

@@ -7,6 +7,7 @@
 // kernel, e.g. exp(h - max(h)) / sum(...) after the passes that reduced the row. One block of
 // Threads threads per row calls
 //   row_map<Threads>(row, n, in, ld_in, out, ld_out, f)
+// (a kernel running a row per warp: Threads = 32 and a last argument kf::WarpTeam{lane})
 // with the elements of each thread those of row_kernel.cuh's for_each_loaded, four elements per
 // access where the row's pointers are aligned to four elements. In, Out: float, kf::bf16 or
 // kf::f16 (dtype.cuh); f computes in float and the store rounds once to Out.
@@ -18,16 +19,17 @@ namespace kf {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-// F concept: __device__ float operator()(int col, float x) const.
-template <int Threads, class F, class In, class Out>
+// F concept: __device__ float operator()(int col, float x) const. In may also be kf::Staged: a row
+// the caller staged in shared memory.
+template <int Threads, class F, class In, class Out, class Team = BlockTeam<Threads>>
 __device__ __forceinline__ void row_map(int row, int n, const In *in, int ld_in, Out *out,
-                                        int ld_out, const F &f) {
-  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+                                        int ld_out, const F &f, Team team = Team{}) {
+  static_assert(Team::SIZE == Threads, "the team is Threads threads");
   const In *src = in + static_cast<long long>(row) * ld_in;
   Out *dst = out + static_cast<long long>(row) * ld_out;
   const bool vin = vec4_aligned(src), vout = vec4_aligned(dst);
   const int n4 = n / 4;
-  for (int i = threadIdx.x; i < n4; i += Threads) {
+  for (int i = team.rank(); i < n4; i += Threads) {
     float4 v = load4(src, i, vin);
     v.x = f(4 * i, v.x);
     v.y = f(4 * i + 1, v.y);
@@ -35,7 +37,7 @@ __device__ __forceinline__ void row_map(int row, int n, const In *in, int ld_in,
     v.w = f(4 * i + 3, v.w);
     store4(dst, i, v, vout);
   }
-  for (int c = 4 * n4 + threadIdx.x; c < n; c += Threads)
+  for (int c = 4 * n4 + team.rank(); c < n; c += Threads)
     store(dst + c, f(c, ldg(src + c)));
 }
 

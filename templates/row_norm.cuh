@@ -13,7 +13,9 @@
 //   row_norm<Threads, Rms>(blockIdx.x, n, in, ld_in, out, ld_out, eps, pre, post, smem,
 //                          smem_floats)
 // with grid = dim3(m), block = dim3(Threads) and the resident-row shared memory of
-// row_kernel.cuh. Two paths, chosen per call:
+// row_kernel.cuh. A kernel running a row per warp passes Threads = 32, a last argument
+// kf::WarpTeam{lane}, and smem = nullptr, smem_floats = 0 (it streams). Two paths, chosen per
+// call:
 // - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared
 //   memory; the mean, then the squared deviations from it, are summed over it (two exact
 //   passes, no cancellation). One read and one write per element.
@@ -30,15 +32,16 @@ namespace kf {
 
 namespace row_detail {
 
-// Writes dst[col] = post(col, (y - shift) * scale) for this thread's elements of a row of n, y
-// from get4(i) (the float4 group i) and get1(c) (a tail element): the same elements per thread
+// Writes dst[col] = post(col, (y - shift) * scale) for this member's elements of a row of n, y
+// from get4(i) (the float4 group i) and get1(c) (a tail element): the same elements per member
 // as for_each_loaded, four elements per store where dst is aligned to four elements.
-template <int Threads, class Out, class Post, class Get4, class Get1>
-__device__ __forceinline__ void write_normalized(Out *dst, int n, float shift, float scale,
-                                                 const Post &post, Get4 get4, Get1 get1) {
+template <class Team, class Out, class Post, class Get4, class Get1>
+__device__ __forceinline__ void write_normalized(const Team &team, Out *dst, int n, float shift,
+                                                 float scale, const Post &post, Get4 get4,
+                                                 Get1 get1) {
   const bool vec = vec4_aligned(dst);
   const int n4 = n / 4;
-  for (int i = threadIdx.x; i < n4; i += Threads) {
+  for (int i = team.rank(); i < n4; i += Team::SIZE) {
     float4 v = get4(i);
     v.x = post(4 * i, (v.x - shift) * scale);
     v.y = post(4 * i + 1, (v.y - shift) * scale);
@@ -46,36 +49,37 @@ __device__ __forceinline__ void write_normalized(Out *dst, int n, float shift, f
     v.w = post(4 * i + 3, (v.w - shift) * scale);
     store4(dst, i, v, vec);
   }
-  for (int c = 4 * n4 + threadIdx.x; c < n; c += Threads)
+  for (int c = 4 * n4 + team.rank(); c < n; c += Team::SIZE)
     store(dst + c, post(c, (get1(c) - shift) * scale));
 }
 
 } // namespace row_detail
 
 // Pre concept: __device__ float operator()(int col, float x) const; Post likewise, given the
-// normalized value. In, Out: float, kf::bf16 or kf::f16 (dtype.cuh); the row is computed in
-// float.
-template <int Threads, bool Rms, class Pre, class Post, class In, class Out>
+// normalized value. In, Out: float, kf::bf16 or kf::f16 (dtype.cuh); the row is computed in float.
+// In may also be kf::Staged: a row the caller staged in shared memory.
+template <int Threads, bool Rms, class Pre, class Post, class In, class Out,
+          class Team = BlockTeam<Threads>>
 __device__ void row_norm(int row, int n, const In *in, int ld_in, Out *out, int ld_out, float eps,
-                         const Pre &pre, const Post &post, float *smem, int smem_floats) {
-  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+                         const Pre &pre, const Post &post, float *smem, int smem_floats,
+                         Team team = Team{}) {
+  static_assert(Team::SIZE == Threads, "the team is Threads threads");
   using namespace row_detail;
-  __shared__ float red[96];
   const In *src = in + static_cast<long long>(row) * ld_in;
   Out *dst = out + static_cast<long long>(row) * ld_out;
   const bool vin = vec4_aligned(src);
   const int n4 = n / 4;
-  const int tid = threadIdx.x;
+  const int tid = team.rank();
   const float count = static_cast<float>(n);
 
   if (smem != nullptr && n <= smem_floats) {
     // Resident: each thread revisits exactly the elements it stored, so no barrier is needed.
     float lsum = 0.0f;
-    for_each_loaded<Threads>(src, n, pre, [&](int c, float y) {
+    for_each_loaded(team, src, n, pre, [&](int c, float y) {
       smem[c] = y;
       lsum += Rms ? y * y : y;
     });
-    const float mean = Rms ? 0.0f : block_sum<Threads>(lsum, red) / count;
+    const float mean = Rms ? 0.0f : team.sum(lsum) / count;
     float lsq = lsum;
     if constexpr (!Rms) {
       lsq = 0.0f;
@@ -85,9 +89,9 @@ __device__ void row_norm(int row, int n, const In *in, int ld_in, Out *out, int 
       for (int c = 4 * n4 + tid; c < n; c += Threads)
         lsq += (smem[c] - mean) * (smem[c] - mean);
     }
-    const float var = block_sum<Threads>(lsq, red) / count;
-    write_normalized<Threads>(
-        dst, n, mean, 1.0f / sqrtf(var + eps), post,
+    const float var = team.sum(lsq) / count;
+    write_normalized(
+        team, dst, n, mean, 1.0f / sqrtf(var + eps), post,
         [&](int i) { return reinterpret_cast<const float4 *>(smem)[i]; },
         [&](int c) { return smem[c]; });
     return;
@@ -97,17 +101,17 @@ __device__ void row_norm(int row, int n, const In *in, int ld_in, Out *out, int 
   float mean = 0.0f, var;
   if constexpr (Rms) {
     float lsq = 0.0f;
-    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { lsq += y * y; });
-    var = block_sum<Threads>(lsq, red) / count;
+    for_each_loaded(team, src, n, pre, [&](int, float y) { lsq += y * y; });
+    var = team.sum(lsq) / count;
   } else {
     Welford acc{0.0f, 0.0f, 0.0f};
-    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { welford_add(acc, y); });
-    const Welford tot = block_welford<Threads>(acc, red);
+    for_each_loaded(team, src, n, pre, [&](int, float y) { welford_add(acc, y); });
+    const Welford tot = team.welford(acc);
     mean = tot.mean;
     var = tot.m2 / count;
   }
-  write_normalized<Threads>(
-      dst, n, mean, 1.0f / sqrtf(var + eps), post,
+  write_normalized(
+      team, dst, n, mean, 1.0f / sqrtf(var + eps), post,
       [&](int i) {
         float4 v = load4(src, i, vin);
         return make_float4(pre(4 * i, v.x), pre(4 * i + 1, v.y), pre(4 * i + 2, v.z),

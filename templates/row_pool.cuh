@@ -9,9 +9,11 @@
 //
 // One block of Threads threads per row: the generated entry point calls
 //   row_pool<Threads, R>(blockIdx.x, in, ld_in, out, width, kernel, stride, pre)
-// with grid = dim3(m), block = dim3(Threads), R = Reduce::Max or Reduce::Mean. Thread t computes
-// windows t, t + Threads, ...: neighbouring threads read neighbouring windows, so loads coalesce
-// and overlapping windows (stride < kernel) hit L1. The window is summed in order, in fp32.
+// with grid = dim3(m), block = dim3(Threads), R = Reduce::Max or Reduce::Mean (a kernel running a
+// row per warp passes Threads = 32 and a last argument kf::WarpTeam{lane}). Member t of the team
+// computes windows t, t + Threads, ...: neighbouring threads read neighbouring windows, so loads
+// coalesce and overlapping windows (stride < kernel) hit L1. The window is summed in order, in
+// fp32.
 #pragma once
 
 #include "math.cuh"
@@ -21,15 +23,17 @@ namespace kf {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-// Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16
-// or kf::f16 (dtype.cuh); windows are computed in float.
-template <int Threads, Reduce R, class Pre, class In, class Out>
+// Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16 or
+// kf::f16 (dtype.cuh); windows are computed in float. In may also be kf::Staged: a row the caller
+// staged in shared memory.
+template <int Threads, Reduce R, class Pre, class In, class Out, class Team = BlockTeam<Threads>>
 __device__ void row_pool(int row, const In *in, int ld_in, Out *out, int width, int kernel,
-                         int stride, const Pre &pre) {
+                         int stride, const Pre &pre, Team team = Team{}) {
+  static_assert(Team::SIZE == Threads, "the team is Threads threads");
   static_assert(R == Reduce::Max || R == Reduce::Mean, "max_pool1d or avg_pool1d");
   const In *src = in + static_cast<long long>(row) * ld_in;
   Out *dst = out + static_cast<long long>(row) * width;
-  for (int j = threadIdx.x; j < width; j += Threads) {
+  for (int j = team.rank(); j < width; j += Threads) {
     const int first = j * stride;
     float acc = R == Reduce::Max ? row_detail::neg_inf() : 0.0f;
     for (int c = first; c < first + kernel; ++c) {

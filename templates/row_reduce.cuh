@@ -7,10 +7,11 @@
 // keepdim or not (the [m, 1] and [m] results are the same m floats). One read of the row, no
 // shared memory beyond the block reduction: one block of Threads threads per row calls
 //   float r = row_reduce<Threads, R>(row, n, in, ld_in, correction, pre)
-// with grid = dim3(m), block = dim3(Threads) (row_kernel.cuh: row_threads(n)); every thread
-// gets the result, so later passes over the same row (a pre reading r) follow without a
-// barrier, and the entry point writes r where the plan stores it. `correction` is var / std's
-// (the divisor is max(0, n - correction)), unused by the others.
+// with grid = dim3(m), block = dim3(Threads) (row_kernel.cuh: row_threads(n)); a kernel running
+// a row per warp passes Threads = 32 and a last argument kf::WarpTeam{lane} (shuffles only, no
+// shared memory). Every thread of the team gets the result, so later passes over the same row (a
+// pre reading r) follow without a barrier, and the entry point writes r where the plan stores it.
+// `correction` is var / std's (the divisor is max(0, n - correction)), unused by the others.
 //
 // Accumulation in fp32, deterministic (row_kernel.cuh). Special values follow PyTorch: max / min
 // are NaN when the row holds a NaN; logsumexp is NaN with a NaN, +inf with a +inf, -inf for a
@@ -39,38 +40,38 @@ __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff)
 
 } // namespace row_detail
 
-// Pre concept: __device__ float operator()(int col, float x) const. In: float, kf::bf16 or
-// kf::f16 (dtype.cuh); the reduction is computed in float.
-template <int Threads, Reduce R, class Pre, class In>
+// Pre concept: __device__ float operator()(int col, float x) const. In: float, kf::bf16 or kf::f16
+// (dtype.cuh); the reduction is computed in float. In may also be kf::Staged: a row the caller
+// staged in shared memory.
+template <int Threads, Reduce R, class Pre, class In, class Team = BlockTeam<Threads>>
 __device__ __forceinline__ float row_reduce(int row, int n, const In *in, int ld_in,
-                                            float correction, const Pre &pre) {
-  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+                                            float correction, const Pre &pre, Team team = Team{}) {
+  static_assert(Team::SIZE == Threads, "the team is Threads threads");
   using namespace row_detail;
-  __shared__ float red[96];
   const In *src = in + static_cast<long long>(row) * ld_in;
   float result;
   if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
     float s = 0.0f;
-    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { s += y; });
-    s = block_sum<Threads>(s, red);
+    for_each_loaded(team, src, n, pre, [&](int, float y) { s += y; });
+    s = team.sum(s);
     result = R == Reduce::Mean ? s / static_cast<float>(n) : s;
   } else if constexpr (R == Reduce::Max) {
     float m = neg_inf();
-    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { m = maximum(m, y); });
-    result = block_combine<Threads>(m, red, MaximumOp{});
+    for_each_loaded(team, src, n, pre, [&](int, float y) { m = maximum(m, y); });
+    result = team.combine(m, MaximumOp{});
   } else if constexpr (R == Reduce::Min) {
     float m = inf();
-    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { m = minimum(m, y); });
-    result = block_combine<Threads>(m, red, MinimumOp{});
+    for_each_loaded(team, src, n, pre, [&](int, float y) { m = minimum(m, y); });
+    result = team.combine(m, MinimumOp{});
   } else if constexpr (R == Reduce::LogSumExp) {
     MaxSum acc{neg_inf(), 0.0f};
     float any_nan = 0.0f;
-    for_each_loaded<Threads>(src, n, pre, [&](int, float y) {
+    for_each_loaded(team, src, n, pre, [&](int, float y) {
       any_nan = y != y ? 1.0f : any_nan;
       online_add(acc, y);
     });
-    any_nan = block_max<Threads>(any_nan, red);
-    const MaxSum tot = block_max_sum<Threads>(acc, red);
+    any_nan = team.max(any_nan);
+    const MaxSum tot = team.max_sum(acc);
     // An infinite max is the result itself (torch.logsumexp shifts by 0 there).
     result = any_nan != 0.0f                        ? quiet_nan()
              : tot.m == inf() || tot.m == neg_inf() ? tot.m
@@ -78,8 +79,8 @@ __device__ __forceinline__ float row_reduce(int row, int n, const In *in, int ld
   } else {
     static_assert(R == Reduce::Var || R == Reduce::Std, "a Reduce");
     Welford acc{0.0f, 0.0f, 0.0f};
-    for_each_loaded<Threads>(src, n, pre, [&](int, float y) { welford_add(acc, y); });
-    const Welford tot = block_welford<Threads>(acc, red);
+    for_each_loaded(team, src, n, pre, [&](int, float y) { welford_add(acc, y); });
+    const Welford tot = team.welford(acc);
     const float var = tot.m2 / fmaxf(0.0f, static_cast<float>(n) - correction);
     result = R == Reduce::Std ? sqrtf(var) : var;
   }

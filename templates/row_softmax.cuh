@@ -10,7 +10,9 @@
 // with grid = dim3(m), block = dim3(Threads), and smem / smem_floats its dynamic shared memory
 // (16-byte aligned): round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES, none otherwise
 // (smem_floats = 0: the kernel streams). Threads: a multiple of 32, at most 1024; row_threads(n)
-// is a reasonable choice. The shared machinery is in row_kernel.cuh.
+// is a reasonable choice. A kernel running a row per warp passes Threads = 32, a last argument
+// kf::WarpTeam{lane}, and smem = nullptr, smem_floats = 0 (it streams). The shared machinery is
+// in row_kernel.cuh.
 //
 // Two paths, chosen per call:
 // - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared
@@ -35,20 +37,20 @@ namespace kf {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-// Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16
-// or kf::f16 (dtype.cuh); the row is computed in float.
-template <int Threads, bool Log, class Pre, class In, class Out>
+// Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16 or
+// kf::f16 (dtype.cuh); the row is computed in float. In may also be kf::Staged: a row the caller
+// staged in shared memory.
+template <int Threads, bool Log, class Pre, class In, class Out, class Team = BlockTeam<Threads>>
 __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, int ld_out,
-                            const Pre &pre, float *smem, int smem_floats) {
-  static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
+                            const Pre &pre, float *smem, int smem_floats, Team team = Team{}) {
+  static_assert(Team::SIZE == Threads, "the team is Threads threads");
   using namespace row_detail;
-  __shared__ float red[64];
 
   const In *src = in + static_cast<long long>(row) * ld_in;
   Out *dst = out + static_cast<long long>(row) * ld_out;
   const bool vin = vec4_aligned(src), vout = vec4_aligned(dst);
   const int n4 = n / 4; // float4 body; elements [4 * n4, n) are the scalar tail
-  const int tid = threadIdx.x;
+  const int tid = team.rank();
 
   if (smem != nullptr && n <= smem_floats) {
     // Resident: load + transform once, into shared memory.
@@ -67,7 +69,7 @@ __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, i
       smem[c] = y;
       lmax = fmaxf(lmax, y);
     }
-    const float mx = block_max<Threads>(lmax, red);
+    const float mx = team.max(lmax);
 
     // Sum of exp(y - max). Each thread revisits exactly the elements it wrote, so no barrier is
     // needed before; softmax keeps the exponentials for the write pass.
@@ -88,7 +90,7 @@ __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, i
       if constexpr (!Log)
         smem[c] = e;
     }
-    const float sum = block_sum<Threads>(lsum, red);
+    const float sum = team.sum(lsum);
 
     const float lse = logf(sum);
     for (int i = tid; i < n4; i += Threads) {
@@ -122,7 +124,7 @@ __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, i
   }
   for (int c = 4 * n4 + tid; c < n; c += Threads)
     online_add(acc, pre(c, ldg(src + c)));
-  const MaxSum tot = block_max_sum<Threads>(acc, red);
+  const MaxSum tot = team.max_sum(acc);
   const float mx = tot.m, sum = tot.s, lse = logf(tot.s);
 
   for (int i = tid; i < n4; i += Threads) {
