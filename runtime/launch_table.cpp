@@ -91,7 +91,7 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
     // A GEMM's operands and product, for the unfused baseline's override (whose GEMMs are bare
     // products: they store their result).
     const plan::Kernel &kernel = plan.kernels[k];
-    if (l.kind == plan::KernelKind::Gemm && !kernel.stores.empty()) {
+    if (l.kind == plan::KernelKind::Gemm && kernel.row_stages.empty()) {
       const ir::Value &mm = g[kernel.anchor];
       launch.gemm = true;
       launch.trans_b = mm.op == ir::OpKind::Linear;

@@ -48,6 +48,16 @@
 // synchronises itself (the scratch may alias the mainloop's stages or the previous tile's
 // statistics).
 //
+// Rows (gemm_row_epilogue: the tile holds whole rows, n <= BN): the generated row passes of a
+// row kernel over C's values, run by the epilogue itself. Concept:
+//   static constexpr bool ENABLED = true;
+//   __device__ void operator()(int row, const Staged *x, WarpTeam team) const;
+//       runs the passes over row `row` of the product, whose n values are x[0 .. n - 1]
+// The epilogue stages the tile's values (as stored: rounded to Out where C is written; C may be
+// null, the values then being needed by the rows only) in shared scratch, [BM][rows_stage_ld]
+// fp32 (epilogue_rows_bytes<Fragment>() bytes, which the mainloop provides), then warp w of
+// the epilogue runs rows w, w + THREADS / 32, ... of the tile. NoRows: none.
+//
 // Split-K (the scheduler's work unit u with u.splits > 1): run() first hands the unit's partial
 // accumulators to split_k_reduce (split_k.cuh) with split_partials and split_counters, and only
 // the tile's last split, holding the sum of all of them in split order, goes on to the store and
@@ -59,6 +69,7 @@
 #pragma once
 
 #include "gemm_primitives.cuh"
+#include "row_kernel.cuh"
 #include "split_k.cuh"
 #include "tile_scheduler.cuh"
 
@@ -74,13 +85,28 @@ template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_stats_bytes() {
   return 2 * Fragment::ROW_GROUPS * Fragment::BN * 4;
 }
 
+// A staged row's stride in floats: 16-byte aligned rows for the passes' vector reads.
+template <class Fragment> KF_HOST_DEVICE constexpr int rows_stage_ld() { return Fragment::BN + 4; }
+
+// Shared scratch of a tile staged for its rows' passes.
+template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_rows_bytes() {
+  return Fragment::BM * rows_stage_ld<Fragment>() * 4;
+}
+
+struct NoRows {
+  static constexpr bool ENABLED = false;
+};
+
 // Statistics false: the epilogue never writes column statistics (partial_mean must be null), and
 // the stored values are not written back into the accumulators; writing them on the store's
 // divergent paths (rows past m, columns past n) makes ptxas serialize the sm90 mainloop's wgmma
 // (its C7520), so the code generator passes false for every kernel without statistics.
-template <class Functor, class Out = float, bool Statistics = true> struct GemmEpilogue {
+template <class Functor, class Out = float, bool Statistics = true, class Rows = NoRows>
+struct GemmEpilogue {
+  static_assert(!(Statistics && Rows::ENABLED), "a row epilogue writes no column statistics");
   using Column = typename Functor::Column;
   static constexpr int COLUMN_FLOATS = Functor::COLUMN_FLOATS;
+  static constexpr bool STAGES_ROWS = Rows::ENABLED;
 
   Functor functor;
   Out *C;
@@ -89,6 +115,7 @@ template <class Functor, class Out = float, bool Statistics = true> struct GemmE
   float *partial_m2;
   float *split_partials = nullptr; // split-K's workspace (split_k.cuh)
   unsigned *split_counters = nullptr;
+  Rows rows = {};
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
   // Column cache of a tile whose first column is n0: epilogue thread t evaluates columns
@@ -109,6 +136,12 @@ template <class Functor, class Out = float, bool Statistics = true> struct GemmE
     if (u.splits > 1 && !split_k_reduce(f, u, split_partials, split_counters, acc,
                                         reinterpret_cast<int *>(scratch)))
       return;
+    if constexpr (Rows::ENABLED) {
+      if (C != nullptr)
+        store<Cached>(f, s, u.tile, acc, cache);
+      run_rows<Cached>(f, s, u.tile, acc, cache, scratch);
+      return;
+    }
     store<Cached>(f, s, u.tile, acc, cache);
     if constexpr (Statistics)
       if (partial_mean != nullptr)
@@ -170,6 +203,41 @@ private:
         }
       }
     }
+  }
+
+  // Stages the tile's values in scratch, then runs the row passes, a warp per row.
+  template <bool Cached, class Fragment, class Acc>
+  __device__ void run_rows(const Fragment &f, GemmShape s, TileCoord tc, const Acc &acc,
+                           const Column *cache, float *scratch) const {
+    constexpr int LD = rows_stage_ld<Fragment>();
+    const int m0 = tc.m * Fragment::BM, n0 = tc.n * Fragment::BN;
+    const int tile_rows = min(Fragment::BM, s.m - m0);
+    Fragment::sync(); // split-K's flag and the mainloop's stages may alias the scratch
+#pragma unroll
+    for (int j = 0; j < Fragment::COLS; ++j) {
+      const int col = n0 + f.col(j);
+      if (col >= s.n)
+        continue;
+      const Column c = Cached ? cache[col - n0] : functor.column(col);
+#pragma unroll
+      for (int i = 0; i < Fragment::ROWS; ++i)
+        if (f.row(i) < tile_rows) {
+          const float y = functor.apply(c, m0 + f.row(i), col, Fragment::at(acc, i, j));
+          scratch[f.row(i) * LD + (col - n0)] = C != nullptr ? to_float(from_float<Out>(y)) : y;
+        }
+    }
+    Fragment::sync();
+    rows_of_tile<Fragment::THREADS / 32, LD>(f.thread, m0, tile_rows, scratch);
+    Fragment::sync(); // the next tile's staging waits for these reads
+  }
+
+  // Warp w of the epilogue runs the passes of rows w, w + WARPS, ... of the staged tile. Not
+  // inlined: the row passes' registers then do not add to the mainloop's (which would spill).
+  template <int WARPS, int LD>
+  __device__ __noinline__ void rows_of_tile(int thread, int m0, int tile_rows,
+                                            const float *scratch) const {
+    for (int r = thread >> 5; r < tile_rows; r += WARPS)
+      rows(m0 + r, reinterpret_cast<const Staged *>(scratch + r * LD), WarpTeam{thread & 31});
   }
 
   template <class Fragment, class Acc>

@@ -12,7 +12,8 @@
 //   block = dim3(GEMM_THREADS), grid = one block per work unit (tile and K split) of the
 //   scheduler TileScheduler<GEMM_BM, GEMM_BN, GEMM_GROUP_M> (its K is split in k-blocks of
 //   GEMM_BK), dynamic shared memory = gemm_smem_bytes
-//   (above 48 KiB: the launcher raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry
+//   (gemm_rows_smem_bytes where the epilogue runs row passes; above 48 KiB the launcher raises
+//   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry
 //   point declared __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS) so that the register cap
 //   keeps two blocks per SM.
 // Blocks write disjoint tiles of C and of the partial statistics (split-K: the tile's last split).
@@ -26,7 +27,7 @@
 // is already n-major and goes in with 16-byte cp.async.cg where allowed (see Sizes).
 //
 // Epilogue: gemm_epilogue.cuh's, with SimtFragment's layout (float4 stores of C); its
-// statistics scratch reuses the pipeline's shared memory.
+// statistics scratch and staged rows reuse the pipeline's shared memory.
 //
 // Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Out-of-range elements of a K-slice
 // are zero-filled by the copies (src-size 0, nothing read; the source address is then the
@@ -100,12 +101,18 @@ inline constexpr int gemm_smem_bytes = gemm_mainloop_bytes > epilogue_stats_byte
                                            ? gemm_mainloop_bytes
                                            : epilogue_stats_bytes<SimtFragment>();
 
+// A kernel whose epilogue runs row passes (gemm_epilogue.cuh's Rows) stages its tile in the same
+// shared memory, which then needs this much.
+inline constexpr int gemm_rows_smem_bytes = gemm_smem_bytes > epilogue_rows_bytes<SimtFragment>()
+                                                ? gemm_smem_bytes
+                                                : epilogue_rows_bytes<SimtFragment>();
+
 static_assert(GEMM_BM == 128 && GEMM_BN == 128 && GEMM_BK == 16 && GEMM_THREADS == 256,
               "the copy and fragment mappings below are written for this configuration");
 static_assert(GEMM_STAGES >= 2, "the pipeline needs at least two stages");
 static_assert(GEMM_LDS % 4 == 0 && GEMM_LDS % 32 == 4,
               "fragment reads are 16 bytes; the transposing copies need stride = 4 mod 32");
-static_assert(GEMM_MIN_BLOCKS * gemm_smem_bytes <= 227 * 1024, "two blocks must fit an SM");
+static_assert(GEMM_MIN_BLOCKS * gemm_rows_smem_bytes <= 227 * 1024, "two blocks must fit an SM");
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 

@@ -43,7 +43,8 @@
 // (split_k.cuh) never waits on another block, so several units per block cannot deadlock.
 //
 // Epilogue: gemm_epilogue.cuh's, run by the consumers from registers with Sm90Fragment's
-// layout, statistics scratch of its own. Where caches_columns(COLUMN_FLOATS), consumer thread t
+// layout, a scratch of its own (statistics, or the tile staged for row passes where StagedRows).
+// Where caches_columns(COLUMN_FLOATS), consumer thread t
 // evaluates column(n0 + t) once per tile, while the tile's first wgmma runs, into shared memory
 // (fill_columns), and the epilogue reads Columns from there.
 #pragma once
@@ -54,11 +55,14 @@
 
 namespace kf {
 
-template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> struct Sm90Gemm {
+template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1,
+          bool StagedRows = false>
+struct Sm90Gemm {
   static constexpr sm90::Operand OPERAND = Op;
   static constexpr int BM = BlockM;            // 64 rows per consumer warpgroup
   static constexpr int BN = BlockN;            // 128 or 256 (wgmma n)
   static constexpr int MIN_BLOCKS = MinBlocks; // blocks resident per SM (__launch_bounds__)
+  static constexpr bool STAGED_ROWS = StagedRows;
   static constexpr bool SPLIT = Op == sm90::Operand::Tf32x3;
   // The wgmma operand type: 3xTF32 multiplies tf32 parts.
   static constexpr sm90::Operand MMA = SPLIT ? sm90::Operand::Tf32 : Op;
@@ -76,20 +80,26 @@ template <sm90::Operand Op, int BlockN, int BlockM = 128, int MinBlocks = 1> str
   static constexpr int B_BYTES = BN * 128;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int STATS_BYTES = 2 * CONSUMER_WARPS * BN * 4;
+  // The epilogue's scratch: its column statistics, or, where StagedRows, the tile staged for the
+  // row passes (gemm_epilogue.cuh's Rows: a [BM][BN + 4] fp32 tile, never both).
+  static constexpr int STAGED_BYTES = BM * (BN + 4) * 4;
+  static constexpr int SCRATCH_BYTES =
+      StagedRows && STAGED_BYTES > STATS_BYTES ? STAGED_BYTES : STATS_BYTES;
   // Shared memory one block may use where MIN_BLOCKS share an SM's 228 KiB (1 KiB of each
   // block is the system's), less the largest column cache (below).
   static constexpr int BUDGET = (228 * 1024) / MIN_BLOCKS - 1024 - 2 * BN * 4 * 6;
-  // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, the statistics scratch and
-  // the barriers; then as many stages as fit, at most 6 (3xTF32: 4, with their small parts of B).
-  static constexpr int FIXED_BYTES = 1024 + STATS_BYTES + 3 * 8 * 8;
-  static constexpr int STAGES = SPLIT ? 4
+  // 1 KiB of slack to align the tiles to the 1024-byte swizzle atom, the epilogue's scratch and
+  // the barriers; then as many stages as fit, at most 6 (3xTF32: 4, with their small parts of B;
+  // 3 beside a staged tile).
+  static constexpr int FIXED_BYTES = 1024 + SCRATCH_BYTES + 3 * 8 * 8;
+  static constexpr int STAGES = SPLIT ? (StagedRows ? 3 : 4)
                                 : (BUDGET - FIXED_BYTES) / STAGE_BYTES > 6
                                     ? 6
                                     : (BUDGET - FIXED_BYTES) / STAGE_BYTES;
   static constexpr int SMALL_BYTES = SPLIT ? STAGES * B_BYTES : 0; // a stage's small parts of B
   static constexpr int BARRIERS = SPLIT ? 3 : 2; // full, empty (and split) per stage
   static constexpr int SMEM_BYTES =
-      1024 + STAGES * STAGE_BYTES + SMALL_BYTES + STATS_BYTES + BARRIERS * STAGES * 8;
+      1024 + STAGES * STAGE_BYTES + SMALL_BYTES + SCRATCH_BYTES + BARRIERS * STAGES * 8;
   static constexpr int ACCUMULATORS = BN / 2; // fp32 registers per consumer thread
   // Registers: the producer and the splitter give back down to 40 per thread, the
   // consumers take what the MIN_BLOCKS blocks of an SM leave (a multiple of 8, at most 232).
@@ -173,14 +183,16 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   using Fragment = Sm90Fragment<BN, BM>;
   static_assert(Scheduler::BM == BM && Scheduler::BN == BN && Fragment::BM == BM,
                 "the scheduler hands out this mainloop's tiles");
-  static_assert(epilogue_stats_bytes<Fragment>() <= Config::STATS_BYTES, "the scratch fits");
+  static_assert(epilogue_stats_bytes<Fragment>() <= Config::SCRATCH_BYTES, "the scratch fits");
+  static_assert(!Epilogue::STAGES_ROWS || epilogue_rows_bytes<Fragment>() <= Config::SCRATCH_BYTES,
+                "the staged tile fits the scratch (Sm90Gemm's StagedRows)");
   extern __shared__ unsigned char kf_sm90_smem[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
   unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [STAGES][B_BYTES] (3xTF32)
   float *stats = reinterpret_cast<float *>(small + Config::SMALL_BYTES);
   unsigned long long *full =
-      reinterpret_cast<unsigned long long *>(small + Config::SMALL_BYTES + Config::STATS_BYTES);
+      reinterpret_cast<unsigned long long *>(small + Config::SMALL_BYTES + Config::SCRATCH_BYTES);
   unsigned long long *empty = full + STAGES;
   unsigned long long *split_done = empty + STAGES; // 3xTF32: the stage's parts are written
   using Column = typename Epilogue::Column;

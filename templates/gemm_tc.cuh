@@ -26,7 +26,7 @@
 // write disjoint tiles of C and of the partial statistics (split-K: the tile's last split).
 //
 // Epilogue: gemm_epilogue.cuh's, with TcFragment's layout (float2 stores of C); its statistics
-// scratch reuses the pipeline's shared memory.
+// scratch and staged rows reuse the pipeline's shared memory.
 //
 // Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Tiles are fetched with 16-byte
 // cp.async only where the matrix base is 16-byte aligned and its leading dimension a multiple
@@ -97,13 +97,16 @@ template <int BlockN> struct TcFragment {
 };
 
 // Dynamic shared memory of one block: 221184 bytes for TF32, 147456 for 3xTF32. The epilogue's
-// statistics scratch reuses the stages.
+// statistics scratch and staged rows reuse the stages.
 KF_HOST_DEVICE constexpr int gemm_tc_smem_bytes(int precision) {
   return GEMM_TC_STAGES * gemm_tc_stage_floats(precision) * 4;
 }
 static_assert(epilogue_stats_bytes<TcFragment<gemm_tc_bn(0)>>() <= gemm_tc_smem_bytes(0) &&
                   epilogue_stats_bytes<TcFragment<gemm_tc_bn(1)>>() <= gemm_tc_smem_bytes(1),
               "the statistics scratch fits in the stages");
+static_assert(epilogue_rows_bytes<TcFragment<gemm_tc_bn(0)>>() <= gemm_tc_smem_bytes(0) &&
+                  epilogue_rows_bytes<TcFragment<gemm_tc_bn(1)>>() <= gemm_tc_smem_bytes(1),
+              "a tile staged for its rows' passes fits in the stages");
 
 static_assert(GEMM_TC_BM == 128 && GEMM_TC_BK == 32 && GEMM_TC_THREADS == 256,
               "the load and fragment mappings below are written for this configuration");

@@ -160,18 +160,30 @@ private:
       stats = fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of));
     }
     std::string n = KernelWriter::extent(launch.cols);
-    return fmt::format(
-        "{}\n{}({}int splits, float *__restrict__ split_partials, "
-        "unsigned *__restrict__ split_counters, {}) {{\n"
-        "  const kf::GemmShape shape{{{}, {}, {}}};\n"
-        "  const kf::TileScheduler<{}, {}, {}> scheduler(shape, splits);\n"
-        "  const kf::GemmEpilogue<{}, {}, {}> epilogue{{{}, {}, {}, {}, split_partials, "
-        "split_counters}};\n"
-        "  {};\n}}\n",
-        head, launch.entry, first_params, w.param_list(), KernelWriter::extent(launch.rows), n,
-        KernelWriter::extent(launch.inner), Tiles::BM, Tiles::BN, Tiles::GROUP_M, functor,
-        w.element_type(out), k.stats_of >= 0 ? "true" : "false", w.member_initializer(), w.ptr(out),
-        n, stats, mainloop);
+    // A row epilogue's value is stored only where another kernel reads it or it is returned.
+    const bool stored = std::count(k.stores.begin(), k.stores.end(), out) != 0;
+    std::string type = fmt::format("{}, {}, {}", functor, stored ? w.element_type(out) : "float",
+                                   k.stats_of >= 0 ? "true" : "false"),
+                init =
+                    fmt::format("{}, {}, {}, {}, split_partials, split_counters",
+                                w.member_initializer(), stored ? w.ptr(out) : "nullptr", n, stats);
+    if (!k.row_stages.empty()) {
+      if (launch.cols.is_symbolic() || launch.cols.value > Tiles::BN)
+        throw CodegenError(fmt::format("internal error: {} runs row passes over {} columns, its "
+                                       "tiles have {}",
+                                       k.name, launch.cols.str(), Tiles::BN));
+      type += fmt::format(", {}_rows", k.name);
+      init += fmt::format(", {}_rows{}", k.name, w.member_initializer());
+    }
+    return fmt::format("{}\n{}({}int splits, float *__restrict__ split_partials, "
+                       "unsigned *__restrict__ split_counters, {}) {{\n"
+                       "  const kf::GemmShape shape{{{}, {}, {}}};\n"
+                       "  const kf::TileScheduler<{}, {}, {}> scheduler(shape, splits);\n"
+                       "  const kf::GemmEpilogue<{}> epilogue{{{}}};\n"
+                       "  {};\n}}\n",
+                       head, launch.entry, first_params, w.param_list(),
+                       KernelWriter::extent(launch.rows), n, KernelWriter::extent(launch.inner),
+                       Tiles::BM, Tiles::BN, Tiles::GROUP_M, type, init, mainloop);
   }
 
   // The sm90 GEMM of `Config` (its name as in the source): a persistent grid, operands through
@@ -181,8 +193,10 @@ private:
                         const std::string &operand, int column_floats, ValueId a, ValueId b,
                         ValueId out, const std::string &functor) {
     std::string config = fmt::format("kf::Sm90Gemm<kf::sm90::Operand::{}, {}", operand, Config::BN);
-    if (Config::BM != 128 || Config::MIN_BLOCKS != 1)
+    if (Config::BM != 128 || Config::MIN_BLOCKS != 1 || Config::STAGED_ROWS)
       config += fmt::format(", {}, {}", Config::BM, Config::MIN_BLOCKS);
+    if (Config::STAGED_ROWS)
+      config += ", true";
     config += ">";
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Persistent;
@@ -209,17 +223,20 @@ private:
   }
 
   // An sm90 GEMM of `Op` operands (named `operand` in the source), its tile tuned (kfuse tune)
-  // or by the layer's width: the batch (rows) is bound at run time. 128 x 256 tiles reach
-  // cuBLAS's speed once there are enough of them for every SM; below 4096 features that takes
-  // thousands of rows, so narrower layers take 64 x 128 tiles, two blocks per SM (one's epilogue
-  // overlaps the other's mainloop), and, where the kernel writes no column statistics (whose
-  // partials' tile height the column kernel is compiled for), the same kernel with the 128 x 128
-  // tile beside it, which runs whose rows give it a full wave take instead (128 x 256 would be
-  // faster still, but its 128 accumulators per thread make heavier epilogues spill).
+  // or by the layer's width (one whose epilogue runs row passes: sm90_staged): the batch (rows) is
+  // bound at run time. 128 x 256 tiles reach cuBLAS's speed once there are enough of them for every
+  // SM; below 4096 features that takes thousands of rows, so narrower layers take 64 x 128 tiles,
+  // two blocks per SM (one's epilogue overlaps the other's mainloop), and, where the kernel writes
+  // no column statistics (whose partials' tile height the column kernel is compiled for), the same
+  // kernel with the 128 x 128 tile beside it, which runs whose rows give it a full wave take
+  // instead (128 x 256 would be faster still, but its 128 accumulators per thread make heavier
+  // epilogues spill).
   template <kf::sm90::Operand Op>
   std::string sm90_by_width(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                             const char *operand, int column_floats, ValueId a, ValueId b,
                             ValueId out, const std::string &functor) {
+    if (!k.row_stages.empty())
+      return sm90_staged<Op>(k, w, launch, operand, column_floats, a, b, out, functor);
     const std::string type =
         g_[a].type.dtype == DType::F32 ? "tf32" : std::string(dtype_name(g_[a].type.dtype));
     const Dim &features = launch.cols;
@@ -256,6 +273,24 @@ private:
            sm90_tile<Op>(tile, k, w, launch, operand, column_floats, a, b, out, functor);
   }
 
+  // An sm90 GEMM whose epilogue runs row passes (gemm_row_epilogue): 128 x 128 tiles, one block
+  // per SM, the epilogue's scratch holding a staged tile (3xTF32 keeps three stages then).
+  template <kf::sm90::Operand Op>
+  std::string sm90_staged(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
+                          const char *operand, int column_floats, ValueId a, ValueId b, ValueId out,
+                          const std::string &functor) {
+    const std::string type = Op == kf::sm90::Operand::Tf32x3 ? "3xtf32"
+                             : g_[a].type.dtype == DType::F32
+                                 ? "tf32"
+                                 : std::string(dtype_name(g_[a].type.dtype));
+    launch.config = fmt::format("{} 128 x 128 tile, 1 block per SM, each tile staged in shared "
+                                "memory for the row passes its epilogue runs ({} features)",
+                                type, launch.cols.str());
+    launch.tile = tile_name(Sm90Tile::M128N128);
+    return sm90_gemm<kf::Sm90Gemm<Op, 128, 128, 1, true>>(k, w, launch, operand, column_floats, a,
+                                                          b, out, functor);
+  }
+
   // The source of `launch`, the sm90 GEMM of `Op` operands with tile `tile`.
   template <kf::sm90::Operand Op>
   std::string sm90_tile(Sm90Tile tile, const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
@@ -282,14 +317,16 @@ private:
   std::string gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
     const Value &mm = g_[k.anchor];
     bool trans_b = mm.op == OpKind::Linear;
-    ValueId a = mm.args[0], b = mm.args[1], out = k.stores.at(0);
+    // The epilogue's value: the one it stores, or the rows it stages for its row passes.
+    const bool rows = !k.row_stages.empty();
+    ValueId a = mm.args[0], b = mm.args[1], out = rows ? k.rows_of : k.stores.at(0);
     launch.rows = mm.type.shape[0];
     launch.cols = mm.type.shape[1];
     launch.inner = g_[a].type.shape[1];
     std::string functor = k.name + "_functor";
     // A Column carries the column values apply() reads, computed once per column.
     std::set<ValueId> read_per_element;
-    for (ValueId id : k.computes)
+    for (ValueId id : epilogue_values(k, out))
       if (g_[id].type.rank() == 2)
         read_per_element.insert(g_[id].args.begin(), g_[id].args.end());
     std::vector<ValueId> cols;
@@ -313,22 +350,29 @@ private:
       given.insert(s);
     }
     std::string fields, copy_in, copy_out;
+    given.insert(cols.begin(), cols.end());
     for (ValueId c : cols) {
       fields += fmt::format("    float {};\n", w.var(c));
       copy_out += (copy_out.empty() ? "" : ", ") + w.var(c);
       copy_in += fmt::format("{}const float {} = c.{};\n", kIndent, w.var(c), w.var(c));
     }
+    // The column values those read (a row epilogue's per-row results are rank 1 as well).
+    std::set<ValueId> column_tree;
+    for (ValueId c : cols)
+      collect_tree(k, c, {}, column_tree);
     std::string s = functor_head(functor, w);
     s += fmt::format("  static constexpr int COLUMN_FLOATS = {};\n", cols.size());
     s += fmt::format("  struct Column {{\n{}  }};\n", fields);
     s += fmt::format(
         "  __device__ Column column(int col) const {{\n{}{}{}return Column{{{}}};\n  }}\n",
-        w.column_statements(kIndent), loads, kIndent, copy_out);
+        w.column_statements(kIndent, &column_tree), loads, kIndent, copy_out);
     s += fmt::format(
         "  __device__ float apply(const Column &c, int row, int col, float acc) const {{\n"
         "{}{}const float {} = acc;\n{}{}return {};\n  }}\n}};\n",
-        copy_in, kIndent, w.var(k.anchor), w.element_statements(kIndent, given), kIndent,
+        copy_in, kIndent, w.var(k.anchor), w.tree_statements(kIndent, out, given), kIndent,
         w.var(out));
+    if (rows)
+      s += gemm_rows(k, w, k.name + "_rows");
     LaunchGeometry &geo = launch.geometry;
     geo.rows = launch.rows;
     geo.cols = launch.cols;
@@ -338,12 +382,14 @@ private:
                                    launch.inner.str(), launch.cols.str(), s);
     const bool sm90 = use_sm90(mm);
     const bool tiles_tunable =
-        sm90 && !(math_ == GemmMath::Tf32x3 && g_[a].type.dtype == DType::F32);
+        sm90 && !rows && !(math_ == GemmMath::Tf32x3 && g_[a].type.dtype == DType::F32);
     if (const GemmTuning *t = tuning(k); t && t->tile && !tiles_tunable)
       throw CodegenError(fmt::format("pipeline '{}': {}: tile {} was asked for, but this GEMM has "
                                      "one tile ({})",
                                      g_.name, k.name, tile_name(*t->tile),
-                                     sm90 ? "3xtf32's 128x128x1" : "its cp.async mainloop's"));
+                                     !sm90  ? "its cp.async mainloop's"
+                                     : rows ? "128x128x1, staged for its row passes"
+                                            : "3xtf32's 128x128x1"));
     if (sm90) {
       const int floats = static_cast<int>(cols.size());
       using kf::sm90::Operand;
@@ -351,6 +397,9 @@ private:
         launch.config = "3xtf32 128 x 128 tile, 1 block per SM: its small parts take the shared "
                         "memory of a second block";
         launch.tile = "128x128x1";
+        if (rows)
+          return s +
+                 sm90_staged<Operand::Tf32x3>(k, w, launch, "Tf32x3", floats, a, b, out, functor);
         return s + sm90_gemm<kf::Sm90Gemm<Operand::Tf32x3, 128>>(k, w, launch, "Tf32x3", floats, a,
                                                                  b, out, functor);
       }
@@ -372,7 +421,7 @@ private:
     const char *tb = trans_b ? "true" : "false";
     if (math_ == GemmMath::Fp32) {
       geo.block_threads = kf::GEMM_THREADS;
-      geo.smem_bytes = kf::gemm_smem_bytes;
+      geo.smem_bytes = rows ? kf::gemm_rows_smem_bytes : kf::gemm_smem_bytes;
       includes_.insert("gemm_simt.cuh");
       launch.config = fmt::format("fp32 SIMT {} x {} tile, the SIMT GEMM's one configuration",
                                   kf::GEMM_BM, kf::GEMM_BN);
@@ -406,27 +455,12 @@ private:
                k, w, launch, functor, out, head, "", kf::GEMM_TC_BK, call);
   }
 
-  // A row kernel: a block per row of the stored matrix rows_of, one pass over the row per row
-  // stage, in plan order. Each pass that reads the row gets a generated functor (col, x) ->
-  // value computing the stage's input from the loaded element (the prologue), the row index and
-  // the per-row results of earlier passes (members); the stage's class picks the template.
-  // Per-row values computed from those results alone (row_result) are computed in the entry
-  // point and written by thread 0.
+  // A row kernel: a block per row of the stored matrix rows_of, its passes (row_passes).
   std::string row(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
     const TensorType &t = g_[k.rows_of].type;
     bool resident = false;
-    for (ValueId st : k.row_stages) {
-      const Value &op = g_[st];
-      resident = resident || keeps_resident_row(op.op);
-      if (!op.attrs.count("dim"))
-        continue;
-      int rank = g_[op.args[0]].type.rank();
-      double d = op.attr("dim");
-      if (!(d == -1 || d == rank - 1))
-        throw CodegenError(fmt::format("pipeline '{}': {} over dim={} of {} is not supported on "
-                                       "the GPU (only the last axis)",
-                                       g_.name, op_info(op.op).name, d, g_[op.args[0]].type.str()));
-    }
+    for (ValueId st : k.row_stages)
+      resident = resident || keeps_resident_row(g_[st].op);
     launch.rows = t.rank() == 2 ? t.shape[0] : Dim::constant(1);
     launch.cols = t.shape.back();
     const int threads =
@@ -439,12 +473,65 @@ private:
       geo.row_length = launch.cols;
       geo.row_bytes_cap = kf::ROW_SMEM_CAP_BYTES;
     }
-    std::string n = KernelWriter::extent(launch.cols), src = w.ptr(k.rows_of);
-    std::string defs,
-        body = resident ? "  extern __shared__ __align__(16) float smem[];\n" : std::string();
+    std::string defs, body = resident ? "  extern __shared__ __align__(16) float smem[];\n" : "";
     body += "  const int row = blockIdx.x;\n";
+    body += row_passes(k, w, threads, false, defs);
+    return defs +
+           fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n{}}}\n",
+                       threads, k.name, w.param_list(), body);
+  }
+
+  // The row passes of a GEMM kernel's epilogue (gemm_row_epilogue): a functor the epilogue calls
+  // with a row of the staged tile and the warp that runs it (gemm_epilogue.cuh's Rows).
+  std::string gemm_rows(const Kernel &k, const KernelWriter &w, const std::string &type) {
+    std::string defs;
+    std::istringstream passes(row_passes(k, w, 32, true, defs));
+    std::string body, line;
+    while (std::getline(passes, line))
+      body += "  " + line + "\n";
+    return defs + fmt::format("struct {} {{\n{}  static constexpr bool ENABLED = true;\n"
+                              "  __device__ void operator()(int row, const kf::Staged *x, "
+                              "kf::WarpTeam team) const {{\n{}  }}\n}};\n",
+                              type, w.member_declarations("  "), body);
+  }
+
+  // The passes over a row of rows_of, one per row stage, in plan order: by a block of `threads`
+  // threads per row reading the stored matrix (a row kernel: `row` = blockIdx.x, `smem` its
+  // resident row), or by a warp (`team`) reading the row `x` the GEMM epilogue staged (staged).
+  // Each pass that reads the row gets a generated functor (col, x) -> value, appended to
+  // `defs`, computing the stage's input from the loaded element (the prologue), the row index
+  // and the per-row results of earlier passes (members); the stage's class picks the template.
+  // Per-row values computed from those results alone (row_result) are computed in the body and
+  // written by the team's first thread.
+  std::string row_passes(const Kernel &k, const KernelWriter &w, int threads, bool staged,
+                         std::string &defs) {
+    const TensorType &t = g_[k.rows_of].type;
+    for (ValueId st : k.row_stages) {
+      const Value &op = g_[st];
+      if (!op.attrs.count("dim"))
+        continue;
+      int rank = g_[op.args[0]].type.rank();
+      double d = op.attr("dim");
+      if (!(d == -1 || d == rank - 1))
+        throw CodegenError(fmt::format("pipeline '{}': {} over dim={} of {} is not supported on "
+                                       "the GPU (only the last axis)",
+                                       g_.name, op_info(op.op).name, d, g_[op.args[0]].type.str()));
+    }
+    const std::string n = KernelWriter::extent(t.shape.back());
+    // A staged row is read at x and written at the row's own address: the templates' row
+    // argument is then 0 and their strides unused.
+    const std::string src = staged ? "x" : w.ptr(k.rows_of), ld = staged ? "0" : n,
+                      row_arg = staged ? "0" : "row", team = staged ? ", team" : "",
+                      smem = staged ? "nullptr, 0" : "smem, smem_floats",
+                      first = staged ? "team.rank() == 0" : "threadIdx.x == 0";
+    auto dst = [&](ValueId st) {
+      return staged ? fmt::format("{} + static_cast<long long>(row) * {}", w.ptr(st),
+                                  KernelWriter::extent(g_[st].type.shape.back()))
+                    : w.ptr(st);
+    };
+    std::string body;
     std::vector<ValueId> row_values; // per-row results so far, in registers
-    std::set<ValueId> in_entry;      // values the entry point has computed
+    std::set<ValueId> in_entry;      // values the body has computed
     bool smem_filled = false;        // an earlier pass left its row in shared memory
     for (size_t i = 0; i < k.row_stages.size(); ++i) {
       const ValueId st = k.row_stages[i];
@@ -457,14 +544,14 @@ private:
         std::set<ValueId> given(row_values.begin(), row_values.end());
         given.insert(in_entry.begin(), in_entry.end());
         body += w.tree_statements("  ", st, given);
-        body += fmt::format("  if (threadIdx.x == 0)\n    {};\n", w.store(st, "row", w.var(st)));
+        body += fmt::format("  if ({})\n    {};\n", first, w.store(st, "row", w.var(st)));
         collect_tree(k, st, given, in_entry);
         row_values.push_back(st);
         continue;
       }
       // A second pass that fills shared memory waits for every thread to be done with the
       // first one's row: row_group_norm reads elements other threads loaded.
-      if (keeps_resident_row(op.op)) {
+      if (!staged && keeps_resident_row(op.op)) {
         if (smem_filled)
           body += "  __syncthreads();\n";
         smem_filled = true;
@@ -485,14 +572,13 @@ private:
                           "{{\n{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
                           type, members, kIndent, w.var(k.rows_of),
                           w.tree_statements(kIndent, input, given), kIndent, w.var(input));
-      const std::string pre = type + w.member_initializer(init), dst = w.ptr(st);
+      const std::string pre = type + w.member_initializer(init);
       switch (cls) {
       case OpClass::Row:
         includes_.insert("row_softmax.cuh");
-        body += fmt::format("  kf::row_softmax<{}, {}>(row, {}, {}, {}, {}, {}, {}, smem, "
-                            "smem_floats);\n",
-                            threads, op.op == OpKind::LogSoftmax ? "true" : "false", n, src, n, dst,
-                            n, pre);
+        body += fmt::format("  kf::row_softmax<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}{});\n",
+                            threads, op.op == OpKind::LogSoftmax ? "true" : "false", row_arg, n,
+                            src, ld, dst(st), ld, pre, smem, team);
         break;
       case OpClass::RowNorm: {
         std::string affine = "y";
@@ -507,37 +593,37 @@ private:
                           eps = float_literal(op.attr("eps"));
         if (op.op == OpKind::GroupNorm) {
           includes_.insert("row_group_norm.cuh");
-          body += fmt::format("  kf::row_group_norm<{}>(row, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
-                              "smem, smem_floats);\n",
-                              threads, n, static_cast<int64_t>(op.attr("groups")), src, n, dst, n,
-                              eps, pre, post);
+          body += fmt::format("  kf::row_group_norm<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+                              "{}{});\n",
+                              threads, row_arg, n, static_cast<int64_t>(op.attr("groups")), src, ld,
+                              dst(st), ld, eps, pre, post, smem, team);
           break;
         }
         includes_.insert("row_norm.cuh");
-        body += fmt::format("  kf::row_norm<{}, {}>(row, {}, {}, {}, {}, {}, {}, {}, {}, smem, "
-                            "smem_floats);\n",
-                            threads, op.op == OpKind::RmsNorm ? "true" : "false", n, src, n, dst, n,
-                            eps, pre, post);
+        body += fmt::format("  kf::row_norm<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
+                            threads, op.op == OpKind::RmsNorm ? "true" : "false", row_arg, n, src,
+                            ld, dst(st), ld, eps, pre, post, smem, team);
         break;
       }
       case OpClass::Reduce: {
         includes_.insert("row_reduce.cuh");
         double correction = op.attrs.count("correction") ? op.attr("correction") : 0.0;
-        body += fmt::format("  const float {} = kf::row_reduce<{}, kf::Reduce::{}>(row, {}, {}, "
-                            "{}, {}, {});\n",
-                            w.var(st), threads, op_info(op.op).reducer, n, src, n,
-                            float_literal(correction), pre);
+        body += fmt::format("  const float {} = kf::row_reduce<{}, kf::Reduce::{}>({}, {}, {}, "
+                            "{}, {}, {}{});\n",
+                            w.var(st), threads, op_info(op.op).reducer, row_arg, n, src, ld,
+                            float_literal(correction), pre, team);
         if (stored)
-          body += fmt::format("  if (threadIdx.x == 0)\n    {};\n", w.store(st, "row", w.var(st)));
+          body += fmt::format("  if ({})\n    {};\n", first, w.store(st, "row", w.var(st)));
         row_values.push_back(st);
         break;
       }
       case OpClass::Pool:
         includes_.insert("row_pool.cuh");
         body += fmt::format(
-            "  kf::row_pool<{}, kf::Reduce::{}>(row, {}, {}, {}, {}, {}, {}, {});\n", threads,
-            op_info(op.op).reducer, src, n, dst, KernelWriter::extent(op.type.shape.back()),
-            static_cast<int64_t>(op.attr("kernel_size")), pool_stride(op.attrs), pre);
+            "  kf::row_pool<{}, kf::Reduce::{}>({}, {}, {}, {}, {}, {}, {}, {}{});\n", threads,
+            op_info(op.op).reducer, row_arg, src, n, dst(st),
+            KernelWriter::extent(op.type.shape.back()),
+            static_cast<int64_t>(op.attr("kernel_size")), pool_stride(op.attrs), pre, team);
         break;
       case OpClass::Gemm:
       case OpClass::Norm:
@@ -548,8 +634,8 @@ private:
       case OpClass::ColAffine:
       case OpClass::Constant:
         includes_.insert("row_map.cuh");
-        body += fmt::format("  kf::row_map<{}>(row, {}, {}, {}, {}, {}, {});\n", threads, n, src, n,
-                            dst, n, pre);
+        body += fmt::format("  kf::row_map<{}>({}, {}, {}, {}, {}, {}, {}{});\n", threads, row_arg,
+                            n, src, ld, dst(st), ld, pre, team);
         break;
       case OpClass::Effect:
       case OpClass::View: // the matrix view reads through views (ir::matrix_view)
@@ -557,9 +643,7 @@ private:
                                        op_class_name(cls)));
       }
     }
-    return defs +
-           fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n{}}}\n",
-                       threads, k.name, w.param_list(), body);
+    return body;
   }
 
   // Adds to `done` the inline values of kernel `k` that `root`'s tree computes (as
@@ -575,6 +659,14 @@ private:
         continue;
       todo.insert(todo.end(), g_[cur].args.begin(), g_[cur].args.end());
     }
+  }
+
+  // The values of GEMM kernel `k` its epilogue computes: `out` and what it reads back to the
+  // product, not the row passes over it.
+  std::set<ValueId> epilogue_values(const Kernel &k, ValueId out) const {
+    std::set<ValueId> done;
+    collect_tree(k, out, {k.anchor}, done);
+    return done;
   }
 
   std::string elementwise(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) const {

@@ -190,10 +190,12 @@ std::vector<ValueId> KernelWriter::column_values() const {
   return out;
 }
 
-std::string KernelWriter::column_statements(const std::string &indent) const {
+std::string KernelWriter::column_statements(const std::string &indent,
+                                            const std::set<ValueId> *only) const {
   std::string s;
   for (ValueId id : column_values())
-    s += indent + statement(id, false, {});
+    if (only == nullptr || only->count(id))
+      s += indent + statement(id, false, {});
   return s;
 }
 

@@ -26,9 +26,10 @@ public:
   // A dim as a C++ expression (its parameter, or the constant).
   static std::string extent(const ir::Dim &d);
 
-  // Statements computing the kernel's rank < 2 values for feature `col` (C++ int).
-  // Column statistics must already be in their registers.
-  std::string column_statements(const std::string &indent) const;
+  // Statements computing the kernel's rank < 2 values for feature `col` (C++ int), or only
+  // those in `only`. Column statistics must already be in their registers.
+  std::string column_statements(const std::string &indent,
+                                const std::set<ir::ValueId> *only = nullptr) const;
   // Statements computing the kernel's matrix values at (row, col), skipping `given`
   // (values already in registers: the GEMM accumulator, the row kernel's loaded value).
   std::string element_statements(const std::string &indent,

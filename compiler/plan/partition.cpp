@@ -617,6 +617,72 @@ private:
     ks = std::move(ordered);
   }
 
+  // gemm_row_epilogue: a row kernel over the matrix a GEMM kernel stores, where one tile holds
+  // whole rows (at most kRowEpilogueCols features), runs in that GEMM's epilogue: the tile is
+  // staged in shared memory and a warp per row runs the row kernel's passes over it, so the
+  // matrix is stored only where it is returned or another kernel reads it. Not where the GEMM
+  // writes column statistics, nor where the row kernel reads a value a kernel between the two
+  // stores (train-mode batchnorm's normalization needs the whole batch's statistics first).
+  void rows_into_gemm_epilogues() {
+    if (!fuse_)
+      return;
+    std::vector<Kernel> &ks = plan_.kernels;
+    std::map<ValueId, size_t> storer;
+    for (size_t r = 0; r < ks.size(); ++r) {
+      storer.clear();
+      for (size_t k = 0; k < ks.size(); ++k)
+        for (ValueId s : ks[k].stores)
+          storer[s] = k;
+      if (ks[r].kind != KernelKind::Row)
+        continue;
+      const ValueId rows = ks[r].rows_of;
+      auto it = storer.find(rows);
+      const TensorType &t = val(rows).type;
+      if (it == storer.end() || t.rank() != 2 || t.shape[1].is_symbolic() ||
+          t.shape[1].value > kRowEpilogueCols)
+        continue;
+      const size_t g = it->second;
+      Kernel &gemm = ks[g];
+      if (gemm.kind != KernelKind::Gemm || gemm.stats_of >= 0 || !gemm.row_stages.empty() ||
+          gemm.stores != std::vector<ValueId>{rows})
+        continue;
+      bool ready = true; // everything the row kernel reads is there when the GEMM runs
+      for (ValueId v : ks[r].reads)
+        if (auto s = storer.find(v); v != rows && s != storer.end() && s->second > g)
+          ready = false;
+      if (!ready)
+        continue;
+      Kernel row = std::move(ks[r]);
+      ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(r));
+      --r;
+      bool read_elsewhere = is_output_.count(rows) != 0;
+      for (const Kernel &k : ks)
+        read_elsewhere = read_elsewhere || std::count(k.reads.begin(), k.reads.end(), rows) != 0;
+      if (!read_elsewhere)
+        gemm.stores.clear();
+      gemm.rows_of = rows;
+      gemm.row_stages = row.row_stages;
+      gemm.computes.insert(gemm.computes.end(), row.computes.begin(), row.computes.end());
+      std::sort(gemm.computes.begin(), gemm.computes.end());
+      gemm.stores.insert(gemm.stores.end(), row.stores.begin(), row.stores.end());
+      std::set<ValueId> reads(gemm.reads.begin(), gemm.reads.end());
+      for (ValueId v : row.reads)
+        if (v != rows)
+          reads.insert(v);
+      gemm.reads.assign(reads.begin(), reads.end());
+      gemm.covers.insert(gemm.covers.end(), row.covers.begin(), row.covers.end());
+      std::stable_sort(gemm.covers.begin(), gemm.covers.end(), by_line);
+      std::set<std::string> rules(gemm.rules.begin(), gemm.rules.end());
+      rules.insert(row.rules.begin(), row.rules.end());
+      rules.insert("gemm_row_epilogue");
+      gemm.rules.assign(rules.begin(), rules.end());
+    }
+  }
+
+  static bool by_line(const std::string &a, const std::string &b) {
+    return std::stoi(a.substr(a.find('@') + 1)) < std::stoi(b.substr(b.find('@') + 1));
+  }
+
   // A reduction whose result only later passes of its own row kernel read, and that is not
   // returned, stays in registers: it writes nothing.
   void keep_row_results_in_registers() {
@@ -712,10 +778,7 @@ private:
         reads.insert(kr.stats_of);
       kr.reads.assign(reads.begin(), reads.end());
       kr.covers.assign(covers.begin(), covers.end());
-      std::stable_sort(
-          kr.covers.begin(), kr.covers.end(), [](const std::string &a, const std::string &b) {
-            return std::stoi(a.substr(a.find('@') + 1)) < std::stoi(b.substr(b.find('@') + 1));
-          });
+      std::stable_sort(kr.covers.begin(), kr.covers.end(), by_line);
       if (computes_shared_value(kr))
         rules.insert("shared_value");
       kr.rules.assign(rules.begin(), rules.end());
@@ -727,9 +790,10 @@ private:
     for (Kernel &kr : plan_.kernels)
       std::stable_partition(kr.row_stages.begin(), kr.row_stages.end(),
                             [&](ValueId st) { return row_values_.count(st) != 0; });
+    order_kernels();
+    rows_into_gemm_epilogues();
     for (const Kernel &kr : plan_.kernels)
       stored_anywhere.insert(kr.stores.begin(), kr.stores.end());
-    order_kernels();
     mark_per_bind();
     for (size_t k = 0; k < plan_.kernels.size(); ++k)
       plan_.kernels[k].name =

@@ -30,6 +30,10 @@ namespace kfuse::plan {
 //                      more pass (exp(h - m) / s)
 //   row_result         a per-row value of the row results alone ([N, 1], [N]) is computed
 //                      and written once per row by the row kernel (-logsumexp(h))
+//   gemm_row_epilogue  a row kernel over the matrix a GEMM kernel stores, where one tile holds
+//                      whole rows (at most kRowEpilogueCols features), runs in the GEMM's
+//                      epilogue over the tile staged in shared memory, unless the GEMM writes
+//                      column statistics or a kernel between them stores a value it reads
 //   elementwise        any other elementwise chain is one kernel, stored once
 //   state_update_after_readers
 //                      a running-statistics update whose states another kernel reads is a

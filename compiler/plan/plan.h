@@ -26,6 +26,10 @@ enum class KernelKind : uint8_t {
 };
 std::string_view kernel_kind_name(KernelKind k);
 
+// Output features up to which one GEMM tile holds whole rows (every mainloop's tiles are at
+// least this wide), so that a row kernel over a GEMM's product can run in its epilogue.
+inline constexpr int64_t kRowEpilogueCols = 128;
+
 struct Kernel {
   std::string name; // stable: "k<index>_<kind>"
   KernelKind kind;
@@ -40,6 +44,9 @@ struct Kernel {
   ir::ValueId stats_of = -1;
   // Row: the stored matrix whose rows it reads, and what it evaluates over each row, in order:
   // row ops, then stored elementwise values computed from the row and the results before them.
+  // Gemm: the same where its epilogue runs a row kernel's passes (gemm_row_epilogue): rows_of
+  // is then the value the epilogue computes, staged in shared memory (and stored only where
+  // another kernel reads it or it is returned).
   ir::ValueId rows_of = -1;
   std::vector<ir::ValueId> row_stages;
   // Reads only params (precision bf16's rounding of a weight): computes the same until a param

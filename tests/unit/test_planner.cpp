@@ -10,9 +10,11 @@
 #include "tests/support/random_pipelines.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 using namespace kfuse;
 using ir::Mode;
@@ -399,7 +401,7 @@ TEST_CASE("planner: a value used several times fuses where its uses are") {
                         Case{"swiglu_style_gate.kf", {"gemm", "gemm"}, "gemm_epilogue"},
                         Case{"vit_head_stable_softmax.kf", {"gemm", "row"}, "row_epilogue"},
                         Case{"distill_log_softmax_by_hand.kf", {"gemm", "row"}, "row_chain"},
-                        Case{"simclr_projection_standardize.kf", {"gemm", "row"}, "row_epilogue"},
+                        Case{"simclr_projection_standardize.kf", {"gemm"}, "row_epilogue"},
                         Case{"resnet50_energy_logsumexp.kf", {"gemm", "row"}, "row_result"}})
     for (Mode mode : {Mode::Train, Mode::Eval}) {
       INFO(std::string(c.file), " ", ir::mode_name(mode));
@@ -412,20 +414,69 @@ TEST_CASE("planner: a value used several times fuses where its uses are") {
   CHECK(shared.intermediates.empty());
 }
 
+TEST_CASE("planner: a narrow layer's row kernel runs in its GEMM's epilogue, unless it needs the "
+          "batch's statistics or the rows are wider than a tile") {
+  auto text = [](int out, const char *norm) {
+    return fmt::format("pipeline narrow {{\n  dim N\n  input x: f32[N, 64]\n  param w: f32[{0}, "
+                       "64]\n  param g: f32[{0}]\n  param b: f32[{0}]\n  state rm: f32[{0}]\n"
+                       "  state rv: f32[{0}]\n  h = {1}\n  return softmax(h, dim=1), "
+                       "logsumexp(h, dim=1)\n}}\n",
+                       out, norm);
+  };
+  const std::string bn = "batchnorm(linear(x, w), g, b, rm, rv, eps=1e-5)";
+  for (int out : {1, 100, 128}) {
+    CAPTURE(out);
+    plan::Plan eval = plan::make_plan(parse_text(text(out, bn.c_str())), Mode::Eval);
+    CHECK(kinds(eval) == Kinds{"gemm"});
+    CHECK(has_rule(eval, "gemm_row_epilogue"));
+    CHECK(eval.intermediates.empty()); // the product is staged, never stored
+    CHECK(eval.kernels[0].rows_of >= 0);
+    // Train mode normalizes with the whole batch's statistics: a row kernel after them.
+    plan::Plan train = plan::make_plan(parse_text(text(out, bn.c_str())), Mode::Train);
+    CHECK_FALSE(has_rule(train, "gemm_row_epilogue"));
+    CHECK(kinds(train).back() == "row");
+    for (Mode mode : {Mode::Train, Mode::Eval})
+      for (int64_t n : {2, 5})
+        expect_agreement(parse_text(text(out, bn.c_str())), mode, n, 31);
+  }
+  // Returned as well: the GEMM stores it and its row passes read the staged tile.
+  plan::Plan both = plan::make_plan(
+      parse_text("pipeline both {\n  dim N\n  input x: f32[N, 8]\n  param w: f32[16, 8]\n"
+                 "  h = linear(x, w)\n  return h, layernorm(h, eps=1e-5)\n}\n"),
+      Mode::Eval);
+  CHECK(kinds(both) == Kinds{"gemm"});
+  CHECK(both.kernels[0].stores.size() == 2);
+  plan::Plan wide = plan::make_plan(parse_text(text(129, "linear(x, w)")), Mode::Eval);
+  CHECK(kinds(wide) == Kinds{"gemm", "row"});
+  CHECK_FALSE(has_rule(wide, "gemm_row_epilogue"));
+}
+
 TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and stores only "
           "what is returned or read elsewhere") {
+  // Seven features: the row kernel runs in the GEMM's epilogue (gemm_row_epilogue), which then
+  // stores nothing of the product. 200 features: a row kernel of its own over the stored product.
   plan::Plan p = plan::make_plan(issue_case("row_chain.kf"), Mode::Eval);
-  CHECK(kinds(p) == Kinds{"gemm", "row"});
-  const plan::Kernel &row = p.kernels[1];
-  CHECK(row.row_stages.size() == 9); // max, sum, mean, std, logsumexp and four results
-  CHECK(row.stores.size() == 4);     // the four outputs; m, s, mu, sd stay in registers
-  CHECK(intermediate_names(p) == std::vector<std::string>{"h"});
+  CHECK(kinds(p) == Kinds{"gemm"});
+  CHECK(p.kernels[0].row_stages.size() == 9); // max, sum, mean, std, logsumexp, four results
+  CHECK(p.kernels[0].stores.size() == 4);     // the four outputs; m, s, mu, sd stay in registers
+  CHECK(p.intermediates.empty());
+  std::ifstream in(std::string(KFUSE_SOURCE_DIR) + "/tests/support/pipelines/row_chain.kf");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("w: f32[7, 6]"), 12, "w: f32[200, 6]");
+  plan::Plan wide = plan::make_plan(parse_text(text), Mode::Eval);
+  CHECK(kinds(wide) == Kinds{"gemm", "row"});
+  const plan::Kernel &row = wide.kernels[1];
+  CHECK(row.row_stages.size() == 9);
+  CHECK(row.stores.size() == 4);
+  CHECK(intermediate_names(wide) == std::vector<std::string>{"h"});
   // The GEMM product crosses the reductions: stored, and the plan says why.
-  ir::ValueId h = p.kernels[0].stores.at(0);
-  CHECK(p.stored_because.at(h).find("crosses a reduction") != std::string::npos);
+  ir::ValueId h = wide.kernels[0].stores.at(0);
+  CHECK(wide.stored_because.at(h).find("crosses a reduction") != std::string::npos);
   for (Mode mode : {Mode::Train, Mode::Eval})
-    for (int64_t n : {1, 2, 5})
+    for (int64_t n : {1, 2, 5}) {
       expect_agreement(issue_case("row_chain.kf"), mode, n, 21);
+      expect_agreement(parse_text(text), mode, n, 22);
+    }
 }
 
 TEST_CASE("planner: a column value read by a row pass joins no column kernel built before the "
