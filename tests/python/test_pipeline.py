@@ -140,11 +140,11 @@ HALF = """pipeline half {
 def test_bf16_and_f16_pipelines_compile_and_declare_their_output_dtypes():
     p = kfuse.Pipeline(text=HALF, file_name="half.kf", mode="eval", arch="sm_90a")
     assert [p._core.output_dtype(i) for i in range(p.output_count)] == ["bf16", "bf16"]
-    # 8 output features: the narrow-layer tile.
-    assert "kf::Sm90Gemm<kf::sm90::Operand::Bf16, 128, 64, 2>" in p.cuda_source
+    # 8 output features: the layernorm runs in the GEMM's epilogue, over the staged 128 x 128 tile.
+    assert "kf::Sm90Gemm<kf::sm90::Operand::Bf16, 128, 128, 1, true>" in p.cuda_source
     f16 = kfuse.Pipeline(text=HALF.replace("bf16", "f16"), file_name="half16.kf", mode="eval", arch="sm_90a")
     assert f16._core.output_dtype(1) == "f16"
-    assert "kf::Sm90Gemm<kf::sm90::Operand::F16, 128, 64, 2>" in f16.cuda_source
+    assert "kf::Sm90Gemm<kf::sm90::Operand::F16, 128, 128, 1, true>" in f16.cuda_source
     # A numpy float16 array is an f16 tensor (DLPack kDLFloat, 16 bits): refused only for its device.
     with pytest.raises(kfuse.Error, match=r"tensor 'x' f16\[3, 16\] is on cpu"):
         f16(np.ones((3, 16), np.float16))
