@@ -56,7 +56,8 @@
 // The epilogue stages the tile's values (as stored: rounded to Out where C is written; C may be
 // null, the values then being needed by the rows only) in shared scratch, [BM][rows_stage_ld]
 // fp32 (epilogue_rows_bytes<Fragment>() bytes, which the mainloop provides), then warp w of
-// the epilogue runs rows w, w + THREADS / 32, ... of the tile. NoRows: none.
+// the epilogue stores rows w, w + THREADS / 32, ... of the tile to C (where written) and runs
+// their passes. NoRows: none.
 //
 // Split-K (the scheduler's work unit u with u.splits > 1): run() first hands the unit's partial
 // accumulators to split_k_reduce (split_k.cuh) with split_partials and split_counters, and only
@@ -137,8 +138,6 @@ struct GemmEpilogue {
                                         reinterpret_cast<int *>(scratch)))
       return;
     if constexpr (Rows::ENABLED) {
-      if (C != nullptr)
-        store<Cached>(f, s, u.tile, acc, cache);
       run_rows<Cached>(f, s, u.tile, acc, cache, scratch);
       return;
     }
@@ -205,7 +204,8 @@ private:
     }
   }
 
-  // Stages the tile's values in scratch, then runs the row passes, a warp per row.
+  // Stages the tile's values in scratch, then a warp per row stores it to C (where C is
+  // written) and runs the row passes: each value is computed once.
   template <bool Cached, class Fragment, class Acc>
   __device__ void run_rows(const Fragment &f, GemmShape s, TileCoord tc, const Acc &acc,
                            const Column *cache, float *scratch) const {
@@ -227,17 +227,27 @@ private:
         }
     }
     Fragment::sync();
-    rows_of_tile<Fragment::THREADS / 32, LD>(f.thread, m0, tile_rows, scratch);
+    rows_of_tile<Fragment::THREADS / 32, LD>(f.thread, m0, tile_rows, s.n, scratch);
     Fragment::sync(); // the next tile's staging waits for these reads
   }
 
-  // Warp w of the epilogue runs the passes of rows w, w + WARPS, ... of the staged tile. Not
-  // inlined: the row passes' registers then do not add to the mainloop's (which would spill).
+  // Warp w of the epilogue stores (where C is written) and runs the passes of rows w,
+  // w + WARPS, ... of the staged tile, whose values are already rounded to Out where stored.
+  // Not inlined: the row passes' registers then do not add to the mainloop's (which would
+  // spill).
   template <int WARPS, int LD>
-  __device__ __noinline__ void rows_of_tile(int thread, int m0, int tile_rows,
+  __device__ __noinline__ void rows_of_tile(int thread, int m0, int tile_rows, int n,
                                             const float *scratch) const {
-    for (int r = thread >> 5; r < tile_rows; r += WARPS)
-      rows(m0 + r, reinterpret_cast<const Staged *>(scratch + r * LD), WarpTeam{thread & 31});
+    const int lane = thread & 31;
+    for (int r = thread >> 5; r < tile_rows; r += WARPS) {
+      const float *staged = scratch + r * LD;
+      if (C != nullptr) {
+        Out *crow = C + static_cast<long long>(m0 + r) * ldc;
+        for (int c = lane; c < n; c += 32)
+          kf::store(crow + c, staged[c]);
+      }
+      rows(m0 + r, reinterpret_cast<const Staged *>(staged), WarpTeam{lane});
+    }
   }
 
   template <class Fragment, class Acc>

@@ -237,8 +237,7 @@ private:
                             ValueId out, const std::string &functor) {
     if (!k.row_stages.empty())
       return sm90_staged<Op>(k, w, launch, operand, column_floats, a, b, out, functor);
-    const std::string type =
-        g_[a].type.dtype == DType::F32 ? "tf32" : std::string(dtype_name(g_[a].type.dtype));
+    const std::string type = sm90_math(Op, a);
     const Dim &features = launch.cols;
     launch.tiles.assign(std::begin(kSm90Tiles), std::end(kSm90Tiles));
     Sm90Tile tile = Sm90Tile::M128N256;
@@ -273,16 +272,20 @@ private:
            sm90_tile<Op>(tile, k, w, launch, operand, column_floats, a, b, out, functor);
   }
 
+  // An sm90 GEMM's math as its config names it: 3xtf32, tf32, bf16 or f16 (of operand `a`).
+  std::string sm90_math(kf::sm90::Operand op, ValueId a) const {
+    if (op == kf::sm90::Operand::Tf32x3)
+      return "3xtf32";
+    return g_[a].type.dtype == DType::F32 ? "tf32" : std::string(dtype_name(g_[a].type.dtype));
+  }
+
   // An sm90 GEMM whose epilogue runs row passes (gemm_row_epilogue): 128 x 128 tiles, one block
   // per SM, the epilogue's scratch holding a staged tile (3xTF32 keeps three stages then).
   template <kf::sm90::Operand Op>
   std::string sm90_staged(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                           const char *operand, int column_floats, ValueId a, ValueId b, ValueId out,
                           const std::string &functor) {
-    const std::string type = Op == kf::sm90::Operand::Tf32x3 ? "3xtf32"
-                             : g_[a].type.dtype == DType::F32
-                                 ? "tf32"
-                                 : std::string(dtype_name(g_[a].type.dtype));
+    const std::string type = sm90_math(Op, a);
     launch.config = fmt::format("{} 128 x 128 tile, 1 block per SM, each tile staged in shared "
                                 "memory for the row passes its epilogue runs ({} features)",
                                 type, launch.cols.str());
