@@ -86,6 +86,27 @@ template <class T> void fill(T *d, size_t n, std::mt19937 &rng, float scale) {
   CHECK_CUDA(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
 }
 
+// A timed problem's operands: A [m, k] and B [n, k] of T, random in (-1, 1) and (-0.01, 0.01)
+// from rng, and C [m, n] fp32; freed with the object.
+template <class T> struct TimedOperands {
+  T *a = nullptr, *b = nullptr;
+  float *c = nullptr;
+  TimedOperands(int m, int n, int k, std::mt19937 &rng) {
+    CHECK_CUDA(cudaMalloc(&a, sizeof(T) * m * k));
+    CHECK_CUDA(cudaMalloc(&b, sizeof(T) * n * k));
+    CHECK_CUDA(cudaMalloc(&c, sizeof(float) * m * n));
+    fill(a, static_cast<size_t>(m) * k, rng, 1.0f);
+    fill(b, static_cast<size_t>(n) * k, rng, 0.01f);
+  }
+  TimedOperands(const TimedOperands &) = delete;
+  TimedOperands &operator=(const TimedOperands &) = delete;
+  ~TimedOperands() {
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+  }
+};
+
 // Norm-wise relative error of c against the fp64 reference; `bad` counts non-finite outputs.
 inline double relative_error(const std::vector<float> &c, const std::vector<double> &ref,
                              size_t &bad) {

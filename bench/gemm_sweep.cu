@@ -171,14 +171,10 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int spli
 template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) {
   using T = typename Types<Cfg::OPERAND>::T;
   CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
-  T *a, *b;
-  float *c;
-  CHECK_CUDA(cudaMalloc(&a, sizeof(T) * m * k));
-  CHECK_CUDA(cudaMalloc(&b, sizeof(T) * n * k));
-  CHECK_CUDA(cudaMalloc(&c, sizeof(float) * m * n));
   std::mt19937 rng(7);
-  fill(a, static_cast<size_t>(m) * k, rng, 1.0f);
-  fill(b, static_cast<size_t>(n) * k, rng, 0.01f);
+  const TimedOperands<T> ops(m, n, k, rng);
+  T *a = ops.a, *b = ops.b;
+  float *c = ops.c;
   auto ma = encode<Cfg>(a, m, k, Cfg::BM), mb = encode<Cfg>(b, n, k, Cfg::BN);
   double ours = timer.median_ms([&] { launch<Cfg>(ma, mb, m, n, k, c, nullptr, nullptr, splits); });
   CHECK_CUDA(cudaGetLastError());
@@ -207,7 +203,6 @@ template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &ti
   std::printf("sweep %-4s %3dx%3dx%d %5d x %5d x %5d S=%d: kfuse %.3f ms (%.0f TFLOP/s)  cuBLAS %.3f ms (%.0f TFLOP/s)  ratio %.2f\n",
               Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, ours, flop / ours * 1e-9, blas, flop / blas * 1e-9,
               blas / ours);
-  cudaFree(a); cudaFree(b); cudaFree(c);
 }
 
 int main(int argc, char **argv) {

@@ -77,13 +77,9 @@ bool check(int m, int n, int k, std::mt19937 &rng, int offset = 0, int splits = 
 template <bool TransB> void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer) {
   CHECK_CUDA(cudaFuncSetAttribute(simt_entry<TransB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kf::gemm_smem_bytes));
-  float *a, *b, *c;
-  CHECK_CUDA(cudaMalloc(&a, sizeof(float) * m * k));
-  CHECK_CUDA(cudaMalloc(&b, sizeof(float) * n * k));
-  CHECK_CUDA(cudaMalloc(&c, sizeof(float) * m * n));
   std::mt19937 rng(7);
-  fill(a, static_cast<size_t>(m) * k, rng, 1.0f);
-  fill(b, static_cast<size_t>(n) * k, rng, 0.01f);
+  const TimedOperands<float> ops(m, n, k, rng);
+  float *a = ops.a, *b = ops.b, *c = ops.c;
   const double ours = timer.median_ms([&] { launch<TransB>(m, n, k, a, b, c, nullptr, nullptr); });
   CHECK_CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
@@ -98,9 +94,6 @@ template <bool TransB> void sweep(int m, int n, int k, cublasHandle_t h, Timer &
               "TFLOP/s)  kfuse/cuBLAS %.2f\n",
               TransB ? "A B^T" : "A B  ", m, n, k, ours, flop / ours * 1e-9, blas,
               flop / blas * 1e-9, ours / blas);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
 }
 
 int main(int argc, char **argv) {
