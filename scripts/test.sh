@@ -27,8 +27,13 @@ build/venv/bin/python -m pytest -q tests/python
 # fuzzers have their own sanitized build below, and the install test, which builds a program
 # against the installed libraries as a user would, runs on the plain build above: sanitized
 # static libraries need the sanitizer runtime at link time). Leaks are reported too.
+# "nvrtc: every example compiles" runs on the plain build only: its subject is the registers
+# ptxas gives every example's kernels, and inside a sanitized process ptxas now and then
+# allocates a kernel at its register cap differently (a 4-20 byte spill in about 1 of 100
+# compiles of gemm_bn_scale_softmax's eval SIMT GEMM; none in 560 compiles outside one).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFUSE_SANITIZE=ON
 cmake --build build-asan --target kfuse kfuse_tests kfuse_gpu_tests
-ctest --test-dir build-asan --output-on-failure -j2 -LE 'gpu|fuzz|install'
+ctest --test-dir build-asan --output-on-failure -j2 -LE 'gpu|fuzz|install' \
+  -E 'nvrtc: every example compiles'
 
 bash tests/fuzz/run.sh "${KFUSE_PLAN_FUZZ_SECONDS:-120}" plan
