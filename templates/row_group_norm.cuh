@@ -13,16 +13,16 @@
 //                           smem, smem_floats)
 // with grid = dim3(m), block = dim3(Threads) and the resident-row shared memory of
 // row_kernel.cuh. The caller guarantees groups divides n (the compiler checks it, the runtime
-// checks a bound dim). A warp owns a group at a time (groups w, w + warps, ...): it sums the
-// group, then its squared deviations from the mean (two exact passes, no cancellation), then
-// writes it; no statistics are shared between warps, so one barrier (after the row is loaded)
-// suffices. A kernel running a row per warp passes Threads = 32, a last argument
-// kf::WarpTeam{lane}, and smem = nullptr, smem_floats = 0: the warp owns every group in turn,
-// streaming.
+// checks a bound dim). A unit of the team (a warp of a kf::BlockTeam) owns a group at a time
+// (groups u, u + units, ...): it sums the group, then its squared deviations from the mean (two
+// exact passes, no cancellation), then writes it; no statistics are shared between units, so
+// one barrier (after the row is loaded) suffices. A kernel running rows per warp passes Threads =
+// Lanes, a last argument kf::LaneTeam<Lanes>{lane}, and smem = nullptr, smem_floats = 0: the team
+// owns every group in turn, streaming.
 // - resident (smem != nullptr and n <= smem_floats): the transformed row is loaded once into
 //   shared memory (float4 loads); one read and one write per element.
-// - streaming (longer rows): each warp re-reads its group from global memory for each pass.
-// Deterministic (a fixed butterfly per warp). in == out is allowed: a warp writes only the group
+// - streaming (longer rows): each unit re-reads its group from global memory for each pass.
+// Deterministic (a fixed butterfly per unit). in == out is allowed: a unit writes only the group
 // it has finished reading.
 #pragma once
 
@@ -49,20 +49,21 @@ __device__ void row_group_norm(int row, int n, int groups, const In *in, int ld_
     team.sync();
   }
   auto get = [&](int c) { return resident ? smem[c] : pre(c, ldg(src + c)); };
-  const int size = n / groups, lane = team.rank() & 31;
-  const WarpTeam warp{lane}; // the warp that owns the group
+  const int size = n / groups;
+  const auto unit = team.unit(); // the member's warp (or its whole team), which owns the group
+  const int lane = unit.rank();
   const float count = static_cast<float>(size);
-  for (int g = team.rank() >> 5; g < groups; g += Threads / 32) {
+  for (int g = team.unit_index(); g < groups; g += Threads / Team::UNIT) {
     const int first = g * size, end = first + size;
     float s = 0.0f;
-    for (int c = first + lane; c < end; c += 32)
+    for (int c = first + lane; c < end; c += Team::UNIT)
       s += get(c);
-    const float mean = warp.sum(s) / count;
+    const float mean = unit.sum(s) / count;
     float q = 0.0f;
-    for (int c = first + lane; c < end; c += 32)
+    for (int c = first + lane; c < end; c += Team::UNIT)
       q += (get(c) - mean) * (get(c) - mean);
-    const float rstd = 1.0f / sqrtf(warp.sum(q) / count + eps);
-    for (int c = first + lane; c < end; c += 32)
+    const float rstd = 1.0f / sqrtf(unit.sum(q) / count + eps);
+    for (int c = first + lane; c < end; c += Team::UNIT)
       store(dst + c, post(c, (get(c) - mean) * rstd));
   }
 }

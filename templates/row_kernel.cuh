@@ -1,13 +1,14 @@
 // What every row kernel shares (row_softmax.cuh, row_norm.cuh, row_reduce.cuh): a team of
 // threads per row of an [m, n] row-major matrix (BlockTeam: the whole block, as generated row
-// kernels launch; WarpTeam: one warp, for a kernel that runs a row per warp), the block size by
-// row length, the shared-memory budget of a resident row, the team's deterministic reductions,
-// and vector loads of the row (any element type of dtype.cuh, converted to float; kf::Staged
-// for a row staged in shared memory) with the per-column prologue applied on load.
+// kernels launch; LaneTeam: lanes of one warp, for a kernel that runs rows per warp, WarpTeam
+// the whole warp), the block size and the lanes of a team by row length, the shared-memory budget
+// of a resident row, the team's deterministic reductions, and vector loads of the row (any element
+// type of dtype.cuh, converted to float; kf::Staged for a row staged in shared memory) with the
+// per-column prologue applied on load.
 //
 // Resident rows: a kernel that keeps its transformed row in dynamic shared memory (smem,
 // 16-byte aligned) gets round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES and none
-// otherwise (smem_floats = 0: it streams, reading the row twice). A warp team streams.
+// otherwise (smem_floats = 0: it streams, reading the row twice). A lane team streams.
 //
 // Deterministic: each thread visits its elements in a fixed order, warps reduce with a fixed
 // shuffle pattern, and the per-warp results are combined in warp order by every thread.
@@ -28,6 +29,16 @@ inline constexpr int ROW_SMEM_CAP_BYTES = 200 * 1024;
 // Block size by row length: about 8 to 32 elements per thread.
 KF_HOST_DEVICE constexpr int row_threads(int n) {
   return n <= 1024 ? 128 : n <= 4096 ? 256 : n <= 16384 ? 512 : 1024;
+}
+
+// Lanes of a LaneTeam by row length where a warp runs many rows (the GEMM's row epilogue): at
+// most 16 elements per lane, so a warp runs up to 32 short rows at once, each reduction taking
+// log2(lanes) shuffles, where a warp per row would run them one after another with five each.
+KF_HOST_DEVICE constexpr int row_team_lanes(int n) {
+  int lanes = 1;
+  while (lanes < 32 && lanes * 16 < n)
+    lanes *= 2;
+  return lanes;
 }
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -90,32 +101,39 @@ __device__ __forceinline__ Welford welford_merge(Welford a, Welford b) {
   return Welford{n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * (b.n / n))};
 }
 
-// The warp stages both teams share. Butterfly: every lane ends with the same bits when combine
-// is commutative bitwise.
-template <class Combine> __device__ __forceinline__ float warp_combine(float v, Combine combine) {
+// The stages of Lanes lanes of one warp (a power of two; the lanes aligned to it, `mask` the
+// lanes): Lanes = 32 is a warp, the stage of both teams. Butterfly: every lane ends with the
+// same bits when combine is commutative bitwise.
+template <int Lanes> __device__ __forceinline__ unsigned lanes_mask(int lane) {
+  return Lanes == 32 ? 0xffffffffu : ((1u << Lanes) - 1u) << (lane & (32 - Lanes));
+}
+
+template <int Lanes, class Combine>
+__device__ __forceinline__ float lanes_combine(float v, Combine combine, unsigned mask) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = Lanes / 2; o > 0; o >>= 1)
+    v = combine(v, __shfl_xor_sync(mask, v, o, Lanes));
   return v;
 }
 
-__device__ __forceinline__ MaxSum warp_max_sum(MaxSum v) {
+template <int Lanes> __device__ __forceinline__ MaxSum lanes_max_sum(MaxSum v, unsigned mask) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
+  for (int o = Lanes / 2; o > 0; o >>= 1) {
+    const MaxSum other{__shfl_xor_sync(mask, v.m, o, Lanes), __shfl_xor_sync(mask, v.s, o, Lanes)};
     v = online_merge(v, other);
   }
   return v;
 }
 
-// The merge is not commutative bitwise, so lanes merge down to lane 0 in a fixed order and only
-// lane 0's result is the warp's.
-__device__ __forceinline__ Welford warp_welford_to_lane0(Welford v) {
+// The merge is not commutative bitwise, so lanes merge down to the first in a fixed order and
+// only the first lane's result is the lanes'.
+template <int Lanes>
+__device__ __forceinline__ Welford lanes_welford_to_first(Welford v, unsigned mask) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const Welford other{__shfl_down_sync(0xffffffffu, v.n, o),
-                        __shfl_down_sync(0xffffffffu, v.mean, o),
-                        __shfl_down_sync(0xffffffffu, v.m2, o)};
+  for (int o = Lanes / 2; o > 0; o >>= 1) {
+    const Welford other{__shfl_down_sync(mask, v.n, o, Lanes),
+                        __shfl_down_sync(mask, v.mean, o, Lanes),
+                        __shfl_down_sync(mask, v.m2, o, Lanes)};
     v = welford_merge(v, other);
   }
   return v;
@@ -125,7 +143,46 @@ __device__ __forceinline__ Welford warp_welford_to_lane0(Welford v) {
 
 // A team is the threads that work on one row together; every row template takes one. Each
 // member i of a team of SIZE has rank() i; sync() is a barrier of the team; the reductions give
-// every member the same result, in a fixed order (deterministic).
+// every member the same result, in a fixed order (deterministic). unit() is the member's part of
+// the team of UNIT members (at most a warp) that works alone, unit_index() which one it is.
+
+// Lanes lanes of one warp on a row (lane: the caller's threadIdx.x % 32; the team is the Lanes
+// lanes aligned to Lanes that hold it, and all of them take part): shuffles only, no shared
+// memory, so a warp can run 32 / Lanes rows at once, e.g. over a tile it staged. The teams of a
+// warp are independent: one may end its rows before another.
+template <int Lanes> struct LaneTeam {
+  static_assert(Lanes >= 1 && Lanes <= 32 && (Lanes & (Lanes - 1)) == 0,
+                "Lanes: a power of two, at most 32");
+  int lane;
+
+  static constexpr int SIZE = Lanes;
+  static constexpr int UNIT = Lanes; // a team of at most a warp is its own unit
+
+  __device__ int rank() const { return lane & (Lanes - 1); }
+  __device__ unsigned mask() const { return row_detail::lanes_mask<Lanes>(lane); }
+  __device__ void sync() const { __syncwarp(mask()); }
+  __device__ LaneTeam unit() const { return *this; }
+  __device__ int unit_index() const { return 0; }
+
+  template <class Combine> __device__ __forceinline__ float combine(float v, Combine op) const {
+    return row_detail::lanes_combine<Lanes>(v, op, mask());
+  }
+  __device__ __forceinline__ float max(float v) const { return combine(v, row_detail::MaxOp{}); }
+  __device__ __forceinline__ float sum(float v) const { return combine(v, row_detail::SumOp{}); }
+  __device__ __forceinline__ row_detail::MaxSum max_sum(row_detail::MaxSum v) const {
+    return row_detail::lanes_max_sum<Lanes>(v, mask());
+  }
+  // The first member's merge, broadcast: the same order as BlockTeam's warp stage.
+  __device__ __forceinline__ row_detail::Welford welford(row_detail::Welford v) const {
+    v = row_detail::lanes_welford_to_first<Lanes>(v, mask());
+    return row_detail::Welford{__shfl_sync(mask(), v.n, 0, Lanes),
+                               __shfl_sync(mask(), v.mean, 0, Lanes),
+                               __shfl_sync(mask(), v.m2, 0, Lanes)};
+  }
+};
+
+// One warp on a row.
+using WarpTeam = LaneTeam<32>;
 
 // The whole block of Threads threads (a multiple of 32) on a row: the warps' results are
 // combined in warp order through scratch(), static shared memory that a trailing barrier in
@@ -134,9 +191,13 @@ template <int Threads> struct BlockTeam {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "Threads: warps, <= 1024");
   static constexpr int SIZE = Threads;
   static constexpr int WARPS = Threads / 32;
+  static constexpr int UNIT = 32;
 
   __device__ int rank() const { return threadIdx.x; }
   __device__ void sync() const { __syncthreads(); }
+  // This thread's warp: the unit that owns part of the row alone (row_group_norm's groups).
+  __device__ WarpTeam unit() const { return WarpTeam{static_cast<int>(threadIdx.x & 31)}; }
+  __device__ int unit_index() const { return threadIdx.x >> 5; }
 
   // One array for every reduction of every row template in the kernel (3 * WARPS floats, the
   // most any reduction uses): an array per reduction (one per member instantiation) raised the
@@ -148,7 +209,7 @@ template <int Threads> struct BlockTeam {
 
   template <class Combine> __device__ __forceinline__ float combine(float v, Combine op) const {
     float *red = scratch();
-    v = row_detail::warp_combine(v, op);
+    v = row_detail::lanes_combine<32>(v, op, 0xffffffffu);
     if ((rank() & 31) == 0)
       red[rank() >> 5] = v;
     __syncthreads();
@@ -164,7 +225,7 @@ template <int Threads> struct BlockTeam {
 
   __device__ __forceinline__ row_detail::MaxSum max_sum(row_detail::MaxSum v) const {
     float *red = scratch();
-    v = row_detail::warp_max_sum(v);
+    v = row_detail::lanes_max_sum<32>(v, 0xffffffffu);
     if ((rank() & 31) == 0) {
       red[rank() >> 5] = v.m;
       red[WARPS + (rank() >> 5)] = v.s;
@@ -180,7 +241,7 @@ template <int Threads> struct BlockTeam {
 
   __device__ __forceinline__ row_detail::Welford welford(row_detail::Welford v) const {
     float *red = scratch();
-    v = row_detail::warp_welford_to_lane0(v);
+    v = row_detail::lanes_welford_to_first<32>(v, 0xffffffffu);
     const int w = rank() >> 5;
     if ((rank() & 31) == 0) {
       red[w] = v.n;
@@ -195,33 +256,6 @@ template <int Threads> struct BlockTeam {
           r, row_detail::Welford{red[i], red[WARPS + i], red[2 * WARPS + i]});
     __syncthreads();
     return r;
-  }
-};
-
-// One warp on a row (lane: the caller's threadIdx.x % 32; all 32 lanes take part): shuffles
-// only, no shared memory, so a kernel can run a row per warp, e.g. over a tile it staged.
-struct WarpTeam {
-  int lane;
-
-  static constexpr int SIZE = 32;
-
-  __device__ int rank() const { return lane; }
-  __device__ void sync() const { __syncwarp(); }
-
-  template <class Combine> __device__ __forceinline__ float combine(float v, Combine op) const {
-    return row_detail::warp_combine(v, op);
-  }
-  __device__ __forceinline__ float max(float v) const { return combine(v, row_detail::MaxOp{}); }
-  __device__ __forceinline__ float sum(float v) const { return combine(v, row_detail::SumOp{}); }
-  __device__ __forceinline__ row_detail::MaxSum max_sum(row_detail::MaxSum v) const {
-    return row_detail::warp_max_sum(v);
-  }
-  // Lane 0's merge, broadcast: the same order as BlockTeam's warp stage.
-  __device__ __forceinline__ row_detail::Welford welford(row_detail::Welford v) const {
-    v = row_detail::warp_welford_to_lane0(v);
-    return row_detail::Welford{__shfl_sync(0xffffffffu, v.n, 0),
-                               __shfl_sync(0xffffffffu, v.mean, 0),
-                               __shfl_sync(0xffffffffu, v.m2, 0)};
   }
 };
 

@@ -7,7 +7,8 @@
 // kernel, e.g. exp(h - max(h)) / sum(...) after the passes that reduced the row. One block of
 // Threads threads per row calls
 //   row_map<Threads>(row, n, in, ld_in, out, ld_out, f)
-// (a kernel running a row per warp: Threads = 32 and a last argument kf::WarpTeam{lane})
+// (a kernel running rows per warp: Threads = Lanes and a last argument
+// kf::LaneTeam<Lanes>{lane})
 // with the elements of each thread those of row_kernel.cuh's for_each_loaded, four elements per
 // access where the row's pointers are aligned to four elements. In, Out: float, kf::bf16 or
 // kf::f16 (dtype.cuh); f computes in float and the store rounds once to Out.

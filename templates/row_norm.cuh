@@ -13,9 +13,9 @@
 //   row_norm<Threads, Rms>(blockIdx.x, n, in, ld_in, out, ld_out, eps, pre, post, smem,
 //                          smem_floats)
 // with grid = dim3(m), block = dim3(Threads) and the resident-row shared memory of
-// row_kernel.cuh. A kernel running a row per warp passes Threads = 32, a last argument
-// kf::WarpTeam{lane}, and smem = nullptr, smem_floats = 0 (it streams). Two paths, chosen per
-// call:
+// row_kernel.cuh. A kernel running rows per warp passes Threads = Lanes, a last argument
+// kf::LaneTeam<Lanes>{lane}, and smem = nullptr, smem_floats = 0 (it streams). Two paths, chosen
+// per call:
 // - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared
 //   memory; the mean, then the squared deviations from it, are summed over it (two exact
 //   passes, no cancellation). One read and one write per element.

@@ -9,11 +9,11 @@
 //
 // One block of Threads threads per row: the generated entry point calls
 //   row_pool<Threads, R>(blockIdx.x, in, ld_in, out, width, kernel, stride, pre)
-// with grid = dim3(m), block = dim3(Threads), R = Reduce::Max or Reduce::Mean (a kernel running a
-// row per warp passes Threads = 32 and a last argument kf::WarpTeam{lane}). Member t of the team
-// computes windows t, t + Threads, ...: neighbouring threads read neighbouring windows, so loads
-// coalesce and overlapping windows (stride < kernel) hit L1. The window is summed in order, in
-// fp32.
+// with grid = dim3(m), block = dim3(Threads), R = Reduce::Max or Reduce::Mean (a kernel running
+// rows per warp passes Threads = Lanes and a last argument kf::LaneTeam<Lanes>{lane}). Member t of
+// the team computes windows t, t + Threads, ...: neighbouring threads read neighbouring windows, so
+// loads coalesce and overlapping windows (stride < kernel) hit L1. The window is summed in order,
+// in fp32.
 #pragma once
 
 #include "math.cuh"

@@ -8,10 +8,11 @@
 // shared memory beyond the block reduction: one block of Threads threads per row calls
 //   float r = row_reduce<Threads, R>(row, n, in, ld_in, correction, pre)
 // with grid = dim3(m), block = dim3(Threads) (row_kernel.cuh: row_threads(n)); a kernel running
-// a row per warp passes Threads = 32 and a last argument kf::WarpTeam{lane} (shuffles only, no
-// shared memory). Every thread of the team gets the result, so later passes over the same row (a
-// pre reading r) follow without a barrier, and the entry point writes r where the plan stores it.
-// `correction` is var / std's (the divisor is max(0, n - correction)), unused by the others.
+// rows per warp passes Threads = Lanes and a last argument kf::LaneTeam<Lanes>{lane} (shuffles
+// only, no shared memory). Every thread of the team gets the result, so later passes over the same
+// row (a pre reading r) follow without a barrier, and the entry point writes r where the plan
+// stores it. `correction` is var / std's (the divisor is max(0, n - correction)), unused by the
+// others.
 //
 // Accumulation in fp32, deterministic (row_kernel.cuh). Special values follow PyTorch: max / min
 // are NaN when the row holds a NaN; logsumexp is NaN with a NaN, +inf with a +inf, -inf for a

@@ -10,9 +10,9 @@
 // with grid = dim3(m), block = dim3(Threads), and smem / smem_floats its dynamic shared memory
 // (16-byte aligned): round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES, none otherwise
 // (smem_floats = 0: the kernel streams). Threads: a multiple of 32, at most 1024; row_threads(n)
-// is a reasonable choice. A kernel running a row per warp passes Threads = 32, a last argument
-// kf::WarpTeam{lane}, and smem = nullptr, smem_floats = 0 (it streams). The shared machinery is
-// in row_kernel.cuh.
+// is a reasonable choice. A kernel running rows per warp passes Threads = Lanes, a last argument
+// kf::LaneTeam<Lanes>{lane}, and smem = nullptr, smem_floats = 0 (it streams). The shared machinery
+// is in row_kernel.cuh.
 //
 // Two paths, chosen per call:
 // - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared

@@ -1,8 +1,8 @@
-// The row templates run by one warp per row over rows staged in shared memory (kf::WarpTeam,
-// In = kf::Staged: tests/support/row_team_kernels.h), against fp64 CPU references, at row
-// lengths around the warp size and the float4 groups (1, 3, 31, 32, 100, 128, 257), within
-// DESIGN.md's fp32 bound (||gpu - ref|| / ||ref|| <= 1e-5, NaN where the reference is NaN).
-// The reductions give every lane the same bits.
+// The row templates run by lane teams over rows staged in shared memory (kf::LaneTeam of 1, 2, 8
+// and 32 lanes, several teams per warp; In = kf::Staged: tests/support/row_team_kernels.h),
+// against fp64 CPU references, at row lengths around the warp size and the float4 groups (1, 3,
+// 31, 32, 100, 128, 257), within DESIGN.md's fp32 bound (||gpu - ref|| / ||ref|| <= 1e-5, NaN
+// where the reference is NaN). The reductions give every member of a team the same bits.
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/module.h"
@@ -26,8 +26,10 @@ using namespace kfuse;
 
 namespace {
 
-// Three blocks, the last with one row: its other warps return before the template runs.
-constexpr int kRows = 2 * testing::kRowTeamWarps + 1;
+// Blocks of four warps; 137 rows leave the last block of every width partly idle, with teams of a
+// warp returning before the template runs while the warp's others run it.
+constexpr int kThreads = 128;
+constexpr int kRows = 137;
 constexpr int kSizes[] = {1, 3, 31, 32, 100, 128, 257};
 constexpr float kEps = 1e-5f;
 
@@ -53,21 +55,22 @@ Row row_of(const std::vector<float> &x, int n, int r) {
   return Row(x.begin() + static_cast<long>(r) * n, x.begin() + static_cast<long>(r + 1) * n);
 }
 
-// Runs `kernel` (arguments x, y, rows, n, extra...) and returns y's y_floats floats (poisoned
-// with NaN before the launch).
+// Runs `kernel` (arguments x, y, rows, n, lanes, extra...) with teams of `lanes` and returns
+// y's y_floats floats (poisoned with NaN before the launch).
 template <class... Extra>
-std::vector<float> launch_rows(const std::string &kernel, const std::vector<float> &x, int n,
-                               size_t y_floats, Extra... extra) {
+std::vector<float> launch_rows(const std::string &kernel, int lanes, const std::vector<float> &x,
+                               int n, size_t y_floats, Extra... extra) {
   rt::DeviceBuffer dx(x.size() * sizeof(float)), dy(std::max<size_t>(y_floats, 1) * 4);
   dx.upload(x.data(), x.size() * sizeof(float));
   dy.fill_bytes(0xff);
   CUdeviceptr px = dx.ptr(), py = dy.ptr();
   int rows = kRows;
-  void *args[] = {&px, &py, &rows, &n, static_cast<void *>(&extra)...};
-  const unsigned blocks = (kRows + testing::kRowTeamWarps - 1) / testing::kRowTeamWarps;
+  void *args[] = {&px, &py, &rows, &n, &lanes, static_cast<void *>(&extra)...};
+  const int rows_per_block = kThreads / lanes;
+  const unsigned blocks = (kRows + rows_per_block - 1) / rows_per_block;
   const rt::Module module(cubin());
-  rt::launch(module.function(kernel), rt::Dim3{blocks}, rt::Dim3{32 * testing::kRowTeamWarps}, 0,
-             nullptr, args);
+  rt::launch(module.function(kernel), rt::Dim3{blocks}, rt::Dim3{kThreads},
+             testing::row_team_smem_bytes(kThreads, lanes), nullptr, args);
   std::vector<float> y(y_floats);
   dy.download(y.data(), y_floats * sizeof(float));
   return y;
@@ -144,68 +147,77 @@ Row group_norm(const Row &v, int groups) {
   return out;
 }
 
-// The result of reduction `kind` (kf::Reduce's index) of every row, after checking that every
-// lane got the same bits.
-std::vector<float> lane_results(int kind, const std::vector<float> &x, int n, float correction) {
-  const std::vector<float> y = launch_rows("warp_reduce", x, n, kRows * 32, correction, kind);
+// The result of reduction `kind` (kf::Reduce's index) of every row by teams of `lanes`, after
+// checking that every member got the same bits.
+std::vector<float> member_results(int kind, int lanes, const std::vector<float> &x, int n,
+                                  float correction) {
+  const std::vector<float> y =
+      launch_rows("team_reduce", lanes, x, n, kRows * 32, correction, kind);
   std::vector<float> first;
   for (int r = 0; r < kRows; ++r) {
-    for (int lane = 1; lane < 32; ++lane)
-      CHECK_MESSAGE(std::memcmp(&y[r * 32], &y[r * 32 + lane], sizeof(float)) == 0, "row ", r,
-                    " lane ", lane);
+    for (int member = 1; member < lanes; ++member)
+      CHECK_MESSAGE(std::memcmp(&y[r * 32], &y[r * 32 + member], sizeof(float)) == 0, "row ", r,
+                    " member ", member);
     first.push_back(y[r * 32]);
   }
   return first;
 }
 
+// Calls f(lanes, n, x) for every team width and row length, x the random rows of length n.
+void for_each_width_and_length(const std::function<void(int, int, const std::vector<float> &)> &f) {
+  for (int lanes : testing::kRowTeamLanes)
+    for (int n : kSizes) {
+      CAPTURE(lanes);
+      CAPTURE(n);
+      f(lanes, n, random_rows(n));
+    }
+}
+
 } // namespace
 
-TEST_CASE("gpu row teams: softmax, log_softmax and a map, a warp per staged row") {
+TEST_CASE("gpu row teams: softmax, log_softmax and a map, a lane team per staged row") {
   rt::Driver::get().make_current();
-  for (int n : kSizes) {
-    CAPTURE(n);
-    const std::vector<float> x = random_rows(n);
+  for_each_width_and_length([](int lanes, int n, const std::vector<float> &x) {
     const size_t all = static_cast<size_t>(kRows) * n;
     for (int log : {0, 1}) {
       CAPTURE(log);
-      expect_close(launch_rows("warp_softmax", x, n, all, log),
+      expect_close(launch_rows("team_softmax", lanes, x, n, all, log),
                    per_row(x, n, [&](const Row &v) { return softmax(v, log != 0); }));
     }
-    expect_close(launch_rows("warp_map", x, n, all), per_row(x, n, [](const Row &v) {
+    expect_close(launch_rows("team_map", lanes, x, n, all), per_row(x, n, [](const Row &v) {
                    Row out;
                    for (double e : v)
                      out.push_back(2 * e + 1);
                    return out;
                  }));
-  }
+  });
 }
 
-TEST_CASE("gpu row teams: layernorm, rmsnorm and group norm, a warp per staged row") {
+TEST_CASE("gpu row teams: layernorm, rmsnorm and group norm, a lane team per staged row") {
   rt::Driver::get().make_current();
   const int layernorm = 0, rmsnorm = 1;
-  for (int n : kSizes) {
-    CAPTURE(n);
-    const std::vector<float> x = random_rows(n);
+  for_each_width_and_length([&](int lanes, int n, const std::vector<float> &x) {
     const size_t all = static_cast<size_t>(kRows) * n;
-    expect_close(launch_rows("warp_norm", x, n, all, kEps, layernorm),
+    expect_close(launch_rows("team_norm", lanes, x, n, all, kEps, layernorm),
                  per_row(x, n, [](const Row &v) {
                    return normalized(v, mean(v), m2(v) / static_cast<double>(v.size()));
                  }));
-    expect_close(launch_rows("warp_norm", x, n, all, kEps, rmsnorm),
+    expect_close(launch_rows("team_norm", lanes, x, n, all, kEps, rmsnorm),
                  per_row(x, n, [](const Row &v) {
                    double sq = 0;
                    for (double e : v)
                      sq += e * e;
                    return normalized(v, 0.0, sq / static_cast<double>(v.size()));
                  }));
-    // Four groups where n allows (the warp owns each in turn), else one.
+    // Four groups where n allows (the team owns each in turn), else one.
     const int groups = n % 4 == 0 ? 4 : 1;
-    expect_close(launch_rows("warp_group_norm", x, n, all, groups, kEps),
+    expect_close(launch_rows("team_group_norm", lanes, x, n, all, groups, kEps),
                  per_row(x, n, [&](const Row &v) { return group_norm(v, groups); }));
-  }
+  });
 }
 
-TEST_CASE("gpu row teams: every reduction, a warp per staged row, the same in every lane") {
+TEST_CASE("gpu row teams: every reduction, a lane team per staged row, the same in every "
+          "member") {
   rt::Driver::get().make_current();
   const float correction = 1.0f; // n = 1: var and std divide by 0 and are NaN, as torch's
   const auto var = [](const Row &v) { return m2(v) / std::max(0.0, v.size() - 1.0); };
@@ -224,40 +236,43 @@ TEST_CASE("gpu row teams: every reduction, a warp per staged row, the same in ev
       var,
       [&](const Row &v) { return std::sqrt(var(v)); },
   };
-  for (int kind = 0; kind < static_cast<int>(std::size(refs)); ++kind) {
-    for (int n : kSizes) {
-      CAPTURE(kind);
-      CAPTURE(n);
-      const std::vector<float> x = random_rows(n);
-      Row ref;
-      for (int r = 0; r < kRows; ++r)
-        ref.push_back(refs[kind](row_of(x, n, r)));
-      expect_close(lane_results(kind, x, n, correction), ref);
-    }
-  }
+  for (int lanes : testing::kRowTeamLanes)
+    for (int kind = 0; kind < static_cast<int>(std::size(refs)); ++kind)
+      for (int n : kSizes) {
+        CAPTURE(lanes);
+        CAPTURE(kind);
+        CAPTURE(n);
+        const std::vector<float> x = random_rows(n);
+        Row ref;
+        for (int r = 0; r < kRows; ++r)
+          ref.push_back(refs[kind](row_of(x, n, r)));
+        expect_close(member_results(kind, lanes, x, n, correction), ref);
+      }
 }
 
-TEST_CASE("gpu row teams: max and average pooling, a warp per staged row") {
+TEST_CASE("gpu row teams: max and average pooling, a lane team per staged row") {
   rt::Driver::get().make_current();
   const int kernel = 3, stride = 2;
-  for (int n : kSizes) {
-    if (n < kernel)
-      continue;
-    CAPTURE(n);
-    const int width = (n - kernel) / stride + 1;
-    const std::vector<float> x = random_rows(n);
-    const size_t all = static_cast<size_t>(kRows) * width;
-    for (int max : {0, 1}) {
-      CAPTURE(max);
-      const Row ref = per_row(x, n, [&](const Row &v) {
-        Row out;
-        for (int j = 0; j < width; ++j) {
-          const Row window(v.begin() + j * stride, v.begin() + j * stride + kernel);
-          out.push_back(max != 0 ? max_of(window) : mean(window));
-        }
-        return out;
-      });
-      expect_close(launch_rows("warp_pool", x, n, all, width, kernel, stride, max), ref);
+  for (int lanes : testing::kRowTeamLanes)
+    for (int n : kSizes) {
+      if (n < kernel)
+        continue;
+      CAPTURE(lanes);
+      CAPTURE(n);
+      const int width = (n - kernel) / stride + 1;
+      const std::vector<float> x = random_rows(n);
+      const size_t all = static_cast<size_t>(kRows) * width;
+      for (int max : {0, 1}) {
+        CAPTURE(max);
+        const Row ref = per_row(x, n, [&](const Row &v) {
+          Row out;
+          for (int j = 0; j < width; ++j) {
+            const Row window(v.begin() + j * stride, v.begin() + j * stride + kernel);
+            out.push_back(max != 0 ? max_of(window) : mean(window));
+          }
+          return out;
+        });
+        expect_close(launch_rows("team_pool", lanes, x, n, all, width, kernel, stride, max), ref);
+      }
     }
-  }
 }

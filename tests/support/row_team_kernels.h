@@ -1,6 +1,7 @@
-// Test kernels that run every row template with a warp team (kf::WarpTeam) over rows staged in
-// shared memory (In = kf::Staged), as a GEMM epilogue runs a row operation over its tile: the
-// unit tests compile them with NVRTC, the GPU tests launch them.
+// Test kernels that run every row template with a lane team (kf::LaneTeam<Lanes>: Lanes lanes of a
+// warp per row, 32 / Lanes rows per warp) over rows staged in shared memory (In = kf::Staged), as
+// a GEMM epilogue runs a row operation over its tile: the unit tests compile them with NVRTC, the
+// GPU tests launch them.
 #pragma once
 
 #include "runtime/nvrtc_compiler.h"
@@ -10,27 +11,31 @@
 
 namespace kfuse::testing {
 
-// A block of kRowTeamWarps warps handles kRowTeamWarps consecutive rows (blockDim.x =
-// 32 * kRowTeamWarps); a row holds at most kRowTeamMaxN elements.
-inline constexpr int kRowTeamWarps = 4;
+// The team widths the kernels take: no shuffle, one, three and five shuffle stages.
+inline constexpr int kRowTeamLanes[] = {1, 2, 8, 32};
+// A row holds at most kRowTeamMaxN elements.
 inline constexpr int kRowTeamMaxN = 257;
-// A warp's staged row starts kRowTeamStage floats after the previous warp's: not a multiple of
-// four, so warps 1 to 3 read rows that are not 16-byte aligned and both the float4 and the
+// A team's staged row starts kRowTeamStage floats after the previous team's: not a multiple of
+// four, so every other team reads a row that is not 16-byte aligned and both the float4 and the
 // scalar kf::Staged loads run.
 inline constexpr int kRowTeamStage = 261;
-// The floats of static shared memory each kernel declares (the staged rows): the warp team
-// itself needs none.
-inline constexpr int kRowTeamTileFloats = kRowTeamWarps * kRowTeamStage;
+
+// The dynamic shared memory of a block of `threads` threads in teams of `lanes`: each team's
+// staged row (the lane team itself needs none). A block runs threads / lanes consecutive rows.
+inline unsigned row_team_smem_bytes(int threads, int lanes) {
+  return static_cast<unsigned>(threads / lanes * kRowTeamStage * 4);
+}
 
 // Every kernel of the program, extern "C". Arguments (x [rows, n] fp32 in global memory, y the
-// output; a flag is an int, 0 or 1):
-//   warp_softmax (x, y, rows, n, log)
-//   warp_norm (x, y, rows, n, eps, rms): layernorm, or rmsnorm when rms
-//   warp_group_norm (x, y, rows, n, groups, eps)
-//   warp_map (x, y, rows, n): y = 2x + 1
-//   warp_reduce (x, y, rows, n, correction, kind): kind the index of kf::Reduce (Sum, Mean, Max,
-//     Min, LogSumExp, Var, Std); y [rows, 32], every lane's result
-//   warp_pool (x, y, rows, n, width, kernel, stride, max): max or average pooling, y [rows, width]
+// output; lanes one of kRowTeamLanes; a flag is an int, 0 or 1):
+//   team_softmax (x, y, rows, n, lanes, log)
+//   team_norm (x, y, rows, n, lanes, eps, rms): layernorm, or rmsnorm when rms
+//   team_group_norm (x, y, rows, n, lanes, groups, eps)
+//   team_map (x, y, rows, n, lanes): y = 2x + 1
+//   team_reduce (x, y, rows, n, lanes, correction, kind): kind the index of kf::Reduce (Sum,
+//     Mean, Max, Min, LogSumExp, Var, Std); y [rows, 32], member i's result at column i
+//   team_pool (x, y, rows, n, lanes, width, kernel, stride, max): max or average pooling,
+//     y [rows, width]
 std::vector<std::string> row_team_kernel_names();
 
 // The program, for `arch`, its headers the embedded templates.
