@@ -51,13 +51,15 @@
 // Rows (gemm_row_epilogue: the tile holds whole rows, n <= BN): the generated row passes of a
 // row kernel over C's values, run by the epilogue itself. Concept:
 //   static constexpr bool ENABLED = true;
-//   __device__ void operator()(int row, const Staged *x, WarpTeam team) const;
+//   static constexpr int LANES;   the lanes of a row's team (row_kernel.cuh's row_team_lanes(n))
+//   __device__ void operator()(int row, const Staged *x, LaneTeam<LANES> team) const;
 //       runs the passes over row `row` of the product, whose n values are x[0 .. n - 1]
 // The epilogue stages the tile's values (as stored: rounded to Out where C is written; C may be
 // null, the values then being needed by the rows only) in shared scratch, [BM][rows_stage_ld]
-// fp32 (epilogue_rows_bytes<Fragment>() bytes, which the mainloop provides), then warp w of
-// the epilogue stores rows w, w + THREADS / 32, ... of the tile to C (where written) and runs
-// their passes. NoRows: none.
+// fp32 (epilogue_rows_bytes<Fragment>() bytes, which the mainloop provides), then team t of
+// LANES lanes (lanes t * LANES .. of warp t * LANES / 32 of the epilogue) stores rows t,
+// t + THREADS / LANES, ... of the tile to C (where written) and runs their passes: a warp runs
+// 32 / LANES rows at once. NoRows: none.
 //
 // Split-K (the scheduler's work unit u with u.splits > 1): run() first hands the unit's partial
 // accumulators to split_k_reduce (split_k.cuh) with split_partials and split_counters, and only
@@ -227,26 +229,27 @@ private:
         }
     }
     Fragment::sync();
-    rows_of_tile<Fragment::THREADS / 32, LD>(f.thread, m0, tile_rows, s.n, scratch);
+    rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, tile_rows, s.n, scratch);
     Fragment::sync(); // the next tile's staging waits for these reads
   }
 
-  // Warp w of the epilogue stores (where C is written) and runs the passes of rows w,
-  // w + WARPS, ... of the staged tile, whose values are already rounded to Out where stored.
-  // Not inlined: the row passes' registers then do not add to the mainloop's (which would
-  // spill).
-  template <int WARPS, int LD>
+  // Team t of the epilogue's THREADS / LANES stores (where C is written) and runs the passes of
+  // rows t, t + TEAMS, ... of the staged tile, whose values are already rounded to Out where
+  // stored. Not inlined: the row passes' registers then do not add to the mainloop's (which
+  // would spill).
+  template <int THREADS, int LD>
   __device__ __noinline__ void rows_of_tile(int thread, int m0, int tile_rows, int n,
                                             const float *scratch) const {
-    const int lane = thread & 31;
-    for (int r = thread >> 5; r < tile_rows; r += WARPS) {
+    constexpr int LANES = Rows::LANES, TEAMS = THREADS / LANES;
+    const LaneTeam<LANES> team{thread & 31};
+    for (int r = thread / LANES; r < tile_rows; r += TEAMS) {
       const float *staged = scratch + r * LD;
       if (C != nullptr) {
         Out *crow = C + static_cast<long long>(m0 + r) * ldc;
-        for (int c = lane; c < n; c += 32)
+        for (int c = team.rank(); c < n; c += LANES)
           kf::store(crow + c, staged[c]);
       }
-      rows(m0 + r, reinterpret_cast<const Staged *>(staged), WarpTeam{lane});
+      rows(m0 + r, reinterpret_cast<const Staged *>(staged), team);
     }
   }
 

@@ -485,22 +485,31 @@ private:
   }
 
   // The row passes of a GEMM kernel's epilogue (gemm_row_epilogue): a functor the epilogue calls
-  // with a row of the staged tile and the warp that runs it (gemm_epilogue.cuh's Rows).
+  // with a row of the staged tile and the lanes that run it (gemm_epilogue.cuh's Rows), as many
+  // as the row's constant length asks for (row_team_lanes).
   std::string gemm_rows(const Kernel &k, const KernelWriter &w, const std::string &type) {
+    const Dim &cols = g_[k.rows_of].type.shape.back();
+    if (cols.is_symbolic())
+      throw CodegenError(fmt::format("pipeline '{}': {}: a row epilogue needs a constant row "
+                                     "length, got {}",
+                                     g_.name, k.name, cols.str()));
+    const int lanes = kf::row_team_lanes(static_cast<int>(cols.value));
     std::string defs;
-    std::istringstream passes(row_passes(k, w, 32, true, defs));
+    std::istringstream passes(row_passes(k, w, lanes, true, defs));
     std::string body, line;
     while (std::getline(passes, line))
       body += "  " + line + "\n";
     return defs + fmt::format("struct {} {{\n{}  static constexpr bool ENABLED = true;\n"
+                              "  static constexpr int LANES = {};\n"
                               "  __device__ void operator()(int row, const kf::Staged *x, "
-                              "kf::WarpTeam team) const {{\n{}  }}\n}};\n",
-                              type, w.member_declarations("  "), body);
+                              "kf::LaneTeam<LANES> team) const {{\n{}  }}\n}};\n",
+                              type, w.member_declarations("  "), lanes, body);
   }
 
   // The passes over a row of rows_of, one per row stage, in plan order: by a block of `threads`
   // threads per row reading the stored matrix (a row kernel: `row` = blockIdx.x, `smem` its
-  // resident row), or by a warp (`team`) reading the row `x` the GEMM epilogue staged (staged).
+  // resident row), or by `threads` lanes of a warp (`team`) reading the row `x` the GEMM
+  // epilogue staged (staged).
   // Each pass that reads the row gets a generated functor (col, x) -> value, appended to
   // `defs`, computing the stage's input from the loaded element (the prologue), the row index
   // and the per-row results of earlier passes (members); the stage's class picks the template.
