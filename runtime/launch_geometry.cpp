@@ -22,15 +22,24 @@ unsigned grid_extent(int64_t blocks, const char *axis) {
   return static_cast<unsigned>(std::max<int64_t>(blocks, 1));
 }
 
-// Split-K's rule. The batch (a GEMM's rows) is bound only now, and at small batches a GEMM has
-// fewer output tiles than the GPU has SMs: 8 tiles of 128 x 128 at 128 x 1024 leave 124 of
-// 132 SMs idle. Splitting each tile's K S ways makes tiles * S work units, so
-//   S = 1 where the tiles alone reach the SM count; otherwise the largest S with
-//   tiles * S <= blocks_per_sm * SMs (one wave: a second, partial wave would cost as much as
-//   the first), at most kMaxSplits (the last split of a tile reads all S partial tiles alone,
-//   so the reduction grows with S) and at most kblocks / kMinSplitKBlocks (each split keeps
-//   a few k-blocks to stream through its pipeline), and at most max_splits when set, else at
-//   most the cap tuned for the rows' class.
+// Split-K's rule. The batch (a GEMM's rows) is bound only now, and a GEMM's output tiles rarely
+// fill whole waves of the GPU's block slots (blocks_per_sm * SMs). Splitting each tile's K S
+// ways makes tiles * S work units:
+// - fewer tiles than SMs (few rows: 8 tiles of 128 x 128 at 128 x 1024 leave 124 of 132 SMs
+//   idle): the largest S with tiles * S <= slots (one wave: a second, partial wave would cost
+//   as much as the first);
+// - a tile per SM or more (192 tiles on 132 SMs leave 72 of them idle in the second wave):
+//   a unit is kblocks / S of the tile's k-blocks plus the split's partial tile
+//   (split_cost_kblocks), and the units take ceil(tiles * S / slots) waves, so S is the count
+//   with the fewest k-block times
+//     ceil(tiles * S / slots) * (ceil(kblocks / S) + (S > 1 ? split_cost_kblocks : 0))
+//   (the smallest such S), where that saves at least a tenth of S = 1's: the estimate's margin
+//   (on the H100, 384 SIMT tiles of 48 k-blocks on 264 slots, estimated 12% faster split in 2,
+//   ran 5% slower).
+// S is at most kMaxSplits (the last split of a tile reads all S partial tiles alone, so the
+// reduction grows with S) and at most kblocks / kMinSplitKBlocks (each split keeps a few
+// k-blocks to stream through its pipeline), and at most max_splits when set, else at most the
+// cap tuned for the rows' class.
 constexpr int64_t kMaxSplits = 8;
 constexpr int64_t kMinSplitKBlocks = 2;
 
@@ -57,10 +66,20 @@ int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, in
   const int64_t bound = split_bound_by_k(g, dims, max_splits);
   const int64_t tiles =
       ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
-  if (bound == 1 || tiles == 0 || tiles >= multiprocessors)
+  if (bound == 1 || tiles == 0 || multiprocessors <= 0)
     return 1;
   const int64_t slots = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;
-  return static_cast<int>(std::max<int64_t>(1, std::min(bound, slots / tiles)));
+  if (tiles < multiprocessors)
+    return static_cast<int>(std::max<int64_t>(1, std::min(bound, slots / tiles)));
+  const int64_t kblocks = ceil_div(extent(g.inner, dims), g.tile_k);
+  auto time = [&](int64_t s) {
+    return ceil_div(tiles * s, slots) * (ceil_div(kblocks, s) + (s > 1 ? g.split_cost_kblocks : 0));
+  };
+  int64_t best = 1;
+  for (int64_t s = 2; s <= bound; ++s)
+    if (time(s) < time(best))
+      best = s;
+  return 10 * time(best) <= 9 * time(1) ? static_cast<int>(best) : 1;
 }
 
 bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,

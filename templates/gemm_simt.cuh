@@ -54,6 +54,11 @@ inline constexpr int GEMM_TN = 8;     // accumulator cols per thread: two groups
 inline constexpr int GEMM_THREADS = 256;  // (BM / TM) * (BN / TN)
 inline constexpr int GEMM_MIN_BLOCKS = 2; // __launch_bounds__' second argument: 128 registers
 inline constexpr int GEMM_GROUP_M = 8;    // row tiles per rasterization group (tile_scheduler)
+// What a split-K partial tile costs, in k-blocks (the launch's split rule): written and read
+// back, 8 bytes per element against a k-block's 2 * BK FLOP per element, so 0.25 B per FLOP;
+// at the FMA rate one SM reaches here (about 0.35 TFLOP/s) against its share of DRAM bandwidth
+// with every SM streaming (about 23 GB/s), about 4 k-blocks.
+inline constexpr int GEMM_SPLIT_COST_KBLOCKS = 4;
 // Shared tiles are K-major ([BK][BM] for A, [BK][BN] for B). The row stride is padded by 4
 // floats so that the transposing 4-byte copies (a warp: 8 k x 4 rows) hit 32 distinct banks
 // (132 = 4 mod 32), and stays a multiple of 4 floats for 16-byte fragment reads and copies.

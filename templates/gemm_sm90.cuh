@@ -68,8 +68,12 @@ struct Sm90Gemm {
   static constexpr sm90::Operand MMA = SPLIT ? sm90::Operand::Tf32 : Op;
   static constexpr int ELEMENT_BYTES = MMA == sm90::Operand::Tf32 ? 4 : 2;
   static constexpr int BK = 128 / ELEMENT_BYTES; // one 128-byte swizzled row of K per stage
-  static constexpr int K_STEPS = 4;              // wgmma k-steps of 32 bytes per stage
-  static constexpr int CONSUMERS = BM / 64;      // consumer warpgroups
+  // A split-K partial tile's cost in k-blocks (gemm_simt.cuh's reasoning): 4 / BK B per FLOP
+  // at about 3 TFLOP/s per SM for tf32 (5 for 16-bit operands, 1 for 3xTF32) against about
+  // 23 GB/s per SM.
+  static constexpr int SPLIT_COST_KBLOCKS = SPLIT ? 4 : 16;
+  static constexpr int K_STEPS = 4;         // wgmma k-steps of 32 bytes per stage
+  static constexpr int CONSUMERS = BM / 64; // consumer warpgroups
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
   static constexpr int SPLITTER_THREADS = SPLIT ? 128 : 0;         // 3xTF32's splitter warpgroup

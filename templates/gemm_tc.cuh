@@ -50,6 +50,9 @@ inline constexpr int GEMM_TC_STAGES = 4;     // cp.async pipeline depth
 inline constexpr int GEMM_TC_THREADS = 256;  // 8 warps, 2 (rows) x 4 (cols), each 64 x BN/4
 inline constexpr int GEMM_TC_MIN_BLOCKS = 1; // smem (216 / 144 KiB) allows one block per SM anyway
 inline constexpr int GEMM_TC_GROUP_M = 8;    // row tiles per rasterization group (L2 reuse)
+// A split-K partial tile's cost in k-blocks (gemm_simt.cuh's reasoning): 0.125 B per FLOP at
+// about 0.9 TFLOP/s per SM (tf32; 3xTF32 a third of it) against about 23 GB/s per SM.
+inline constexpr int GEMM_TC_SPLIT_COST_KBLOCKS = 4;
 // k-contiguous tiles (A, and B when TransB) are stored [rows][BK] with the row stride padded by
 // 4 floats: 16-byte fragment reads by a quarter warp (rows r, r+1 x 4 column chunks 8 floats
 // apart) then cover all 32 banks once, and rows stay 16-byte aligned for cp.async.

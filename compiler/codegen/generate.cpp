@@ -143,8 +143,8 @@ private:
     geo.inner = launch.inner;
     geo.tile_k = tile_k;
     launch.config += fmt::format("; K split S ways in {}-deep k-blocks where the tiles leave SMs "
-                                 "idle (few rows), S chosen from the tiles, SMs and K when the "
-                                 "dims are bound",
+                                 "idle (few rows, or a last wave partly empty), S chosen from the "
+                                 "tiles, SMs and K when the dims are bound",
                                  tile_k);
     if (const GemmTuning *t = tuning(k)) {
       geo.max_splits_by_class = t->max_splits;
@@ -201,6 +201,7 @@ private:
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Persistent;
     geo.blocks_per_sm = Config::MIN_BLOCKS;
+    geo.split_cost_kblocks = Config::SPLIT_COST_KBLOCKS;
     geo.block_threads = Config::THREADS;
     geo.smem_bytes = Config::smem_bytes(column_floats);
     auto map = [&](ValueId v, int box_rows) {
@@ -424,6 +425,11 @@ private:
     const char *tb = trans_b ? "true" : "false";
     if (math_ == GemmMath::Fp32) {
       geo.block_threads = kf::GEMM_THREADS;
+      // Two blocks fit an SM (GEMM_MIN_BLOCKS), but split-K counts one: the second adds little
+      // throughput, and doubling S to fill it made each of six small-batch examples slower
+      // (docs/PERF.md, 2026-11-24).
+      geo.blocks_per_sm = 1;
+      geo.split_cost_kblocks = kf::GEMM_SPLIT_COST_KBLOCKS;
       geo.smem_bytes = rows ? kf::gemm_rows_smem_bytes : kf::gemm_smem_bytes;
       includes_.insert("gemm_simt.cuh");
       launch.config = fmt::format("fp32 SIMT {} x {} tile, the SIMT GEMM's one configuration",
@@ -437,6 +443,8 @@ private:
     }
     const int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
     geo.block_threads = kf::GEMM_TC_THREADS;
+    geo.blocks_per_sm = kf::GEMM_TC_MIN_BLOCKS;
+    geo.split_cost_kblocks = kf::GEMM_TC_SPLIT_COST_KBLOCKS;
     geo.smem_bytes = kf::gemm_tc_smem_bytes(precision);
     includes_.insert("gemm_tc.cuh");
     launch.config = fmt::format(

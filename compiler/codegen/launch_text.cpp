@@ -72,8 +72,8 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
     s += fmt::format("; cluster {}\n", g.cluster);
     if (g.tile_k > 0)
       s += fmt::format("  split-K: K = {} in {}-deep k-blocks split S ways, S from the tiles, the "
-                       "SMs and K at the bound dims (1 once the tiles fill the SMs), a work "
-                       "unit per tile and split\n",
+                       "SMs and K at the bound dims (1 where the tiles fill whole waves), a "
+                       "work unit per tile and split\n",
                        g.inner.str(), g.tile_k);
     if (!l.config.empty())
       s += "  config: " + l.config + "\n";

@@ -89,6 +89,10 @@ struct LaunchGeometry {
   int cluster = 1;                      // blocks per cluster along x
   ir::Dim inner = ir::Dim::constant(0); // GEMMs: K
   int tile_k = 0; // GEMMs: the mainloop's k-block depth; 0: the kernel never splits K
+  // GEMMs: what one split's partial tile costs (written by the split, read back by the tile's
+  // last), in the mainloop's k-blocks of one tile: split-K's rule weighs it against the waves
+  // that splitting fills.
+  int split_cost_kblocks = 0;
   // GEMMs: tuned caps on S by the class of the bound rows (rows_class); a class not listed
   // takes the rule's own S. Options::max_split_k, where set, overrides them.
   std::map<int, int> max_splits_by_class;

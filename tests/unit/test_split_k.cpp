@@ -41,11 +41,12 @@ TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT 128 x 128 tiles, 16-de
   const codegen::Program fp32 = codegen::generate(linear_plan(512, 1024), codegen::GemmMath::Fp32);
   const codegen::LaunchGeometry &g = gemm_geometry(fp32);
   CHECK(g.tile_k == 16);
+  CHECK(g.blocks_per_sm == 1);        // split-K counts an SM once (generate.cpp says why)
   CHECK(splits(g, 128, 132) == 8);    // 8 tiles: capped at 8 splits (64 blocks)
   CHECK(splits(g, 1, 132) == 8);      // 8 tiles as well
   CHECK(splits(g, 1024, 132) == 2);   // 64 tiles: two splits fill one wave of 132
-  CHECK(splits(g, 2048, 132) == 1);   // 128 tiles: a third split would start a second wave
-  CHECK(splits(g, 4096, 132) == 1);   // 256 tiles: more than the SMs
+  CHECK(splits(g, 2048, 132) == 1);   // 128 tiles: a second split would start a second wave
+  CHECK(splits(g, 4096, 132) == 1);   // 256 tiles of 32 k-blocks: two waves nearly full
   CHECK(splits(g, 128, 16) == 2);     // a 16-SM device: 8 tiles x 2
   CHECK(splits(g, 128, 8) == 1);      // as many tiles as SMs
   CHECK(splits(g, 128, 132, 1) == 1); // Options::max_split_k = 1: never
@@ -138,4 +139,33 @@ TEST_CASE("split-K: a negative Options::max_split_k is refused") {
                                              "  param w: f32[5, 4]\n  return linear(x, w)\n}\n",
                                              "t.kf", o),
                        doctest::Contains("Options::max_split_k is -1"), Error);
+}
+
+TEST_CASE("split-K: a last wave partly empty is filled where that saves more than the partial "
+          "tiles cost") {
+  // BERT's FFN output, 3072 -> 768 features, at 4096 rows: 32 x 6 = 192 SIMT tiles on 132 SMs
+  // leave 72 idle in the second wave; each tile is 192 k-blocks, a partial tile costs 4.
+  const codegen::LaunchGeometry &simt =
+      gemm_geometry(codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Fp32));
+  CHECK(simt.split_cost_kblocks == 4);
+  CHECK(splits(simt, 4096, 132) == 2);     // 3 waves of 96 + 4: 300 k-block times against 384
+  CHECK(splits(simt, 4096, 132, 1) == 1);  // Options::max_split_k = 1
+  CHECK(splits(simt, 22 * 128, 132) == 1); // 132 tiles: one whole wave
+  CHECK(splits(simt, 16384, 132) == 1);    // 768 tiles: 5.8 waves
+  // K = 512 (32 k-blocks): S = 2 would save 6% (3 waves of 16 + 4 against 2 of 32), less than
+  // the rule's margin.
+  const codegen::LaunchGeometry &shallow =
+      gemm_geometry(codegen::generate(linear_plan(512, 768), codegen::GemmMath::Fp32));
+  CHECK(splits(shallow, 4096, 132) == 1);
+  // The sm90 tf32 GEMM's partial tile costs 16 of its k-blocks: its 384 tiles of 64 x 128 on 264
+  // slots keep K whole; 3xTF32's 192 tiles of 128 x 128 on 132 SMs (a partial tile is 4 of its
+  // slower k-blocks) split in 2: 3 waves of 48 + 4 against 2 of 96.
+  const codegen::LaunchGeometry &tf32 =
+      gemm_geometry(codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32, "sm_90a"));
+  CHECK(tf32.split_cost_kblocks == 16);
+  CHECK(splits(tf32, 4096, 132) == 1);
+  const codegen::LaunchGeometry &x3 =
+      gemm_geometry(codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32x3, "sm_90a"));
+  CHECK(x3.split_cost_kblocks == 4);
+  CHECK(splits(x3, 4096, 132) == 2);
 }
