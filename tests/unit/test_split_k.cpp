@@ -145,8 +145,8 @@ TEST_CASE("split-K: a last wave partly empty is filled where that saves more tha
           "tiles cost") {
   // BERT's FFN output, 3072 -> 768 features, at 4096 rows: 32 x 6 = 192 SIMT tiles on 132 SMs
   // leave 72 idle in the second wave; each tile is 192 k-blocks, a partial tile costs 4.
-  const codegen::LaunchGeometry &simt =
-      gemm_geometry(codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Fp32));
+  const codegen::Program fp32 = codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Fp32);
+  const codegen::LaunchGeometry &simt = gemm_geometry(fp32);
   CHECK(simt.split_cost_kblocks == 4);
   CHECK(splits(simt, 4096, 132) == 2);     // 3 waves of 96 + 4: 300 k-block times against 384
   CHECK(splits(simt, 4096, 132, 1) == 1);  // Options::max_split_k = 1
@@ -154,18 +154,20 @@ TEST_CASE("split-K: a last wave partly empty is filled where that saves more tha
   CHECK(splits(simt, 16384, 132) == 1);    // 768 tiles: 5.8 waves
   // K = 512 (32 k-blocks): S = 2 would save 6% (3 waves of 16 + 4 against 2 of 32), less than
   // the rule's margin.
-  const codegen::LaunchGeometry &shallow =
-      gemm_geometry(codegen::generate(linear_plan(512, 768), codegen::GemmMath::Fp32));
+  const codegen::Program k512 = codegen::generate(linear_plan(512, 768), codegen::GemmMath::Fp32);
+  const codegen::LaunchGeometry &shallow = gemm_geometry(k512);
   CHECK(splits(shallow, 4096, 132) == 1);
   // The sm90 tf32 GEMM's partial tile costs 16 of its k-blocks: its 384 tiles of 64 x 128 on 264
   // slots keep K whole; 3xTF32's 192 tiles of 128 x 128 on 132 SMs (a partial tile is 4 of its
   // slower k-blocks) split in 2: 3 waves of 48 + 4 against 2 of 96.
-  const codegen::LaunchGeometry &tf32 =
-      gemm_geometry(codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32, "sm_90a"));
+  const codegen::Program hopper =
+      codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32, "sm_90a");
+  const codegen::LaunchGeometry &tf32 = gemm_geometry(hopper);
   CHECK(tf32.split_cost_kblocks == 16);
   CHECK(splits(tf32, 4096, 132) == 1);
-  const codegen::LaunchGeometry &x3 =
-      gemm_geometry(codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32x3, "sm_90a"));
+  const codegen::Program split3 =
+      codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32x3, "sm_90a");
+  const codegen::LaunchGeometry &x3 = gemm_geometry(split3);
   CHECK(x3.split_cost_kblocks == 4);
   CHECK(splits(x3, 4096, 132) == 2);
 }
