@@ -42,9 +42,19 @@ namespace {
 // larger than about 1e-3 still is.
 constexpr double kNormFloor = 1e-3;
 
+// Over the elements both runs computed as the same value, infinities and NaN included (an f16
+// chain that overflows does so in both), the error is 0; a non-finite value on one side only is
+// a disagreement (infinity).
 double error_over_floor(const std::vector<double> &a, const std::vector<double> &b) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) {
+      if (std::isfinite(b[i]))
+        norm += b[i] * b[i];
+      continue;
+    }
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i]))
+      return std::numeric_limits<double>::infinity();
     diff += (a[i] - b[i]) * (a[i] - b[i]);
     norm += b[i] * b[i];
   }

@@ -24,7 +24,9 @@ RunResult run_plan(const Plan &p, const ir::DimBindings &dims, ir::TensorMap ten
 
 // Largest norm-wise relative error over outputs and updated tensors, with norms below 1e-3
 // per element counted as 1e-3 (rounding noise on values that are exactly zero is not a
-// disagreement); infinity when one run was rejected and the other was not, or shapes differ.
+// disagreement); elements equal in both runs (the same infinity, both NaN) agree, and a
+// non-finite element on one side only disagrees. Infinity when one run was rejected and the
+// other was not, when shapes differ, or when non-finite elements differ.
 double disagreement(const RunResult &a, const RunResult &b);
 
 struct StageError {

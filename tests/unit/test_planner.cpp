@@ -12,9 +12,11 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 using namespace kfuse;
 using ir::Mode;
@@ -370,6 +372,47 @@ TEST_CASE("planner: the harness rejects a wrong rewrite") {
   // The real pass on the same inputs agrees.
   CHECK(plan::first_failure(plan::check_planner(g, Mode::Train, {{"N", 4}}, 21, passes::pipeline()),
                             kTolerance)
+            .error <= kTolerance);
+}
+
+TEST_CASE("planner: the harness compares infinities and NaN as values") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  auto run = [](std::vector<double> data) {
+    plan::RunResult r;
+    r.outputs.push_back({{static_cast<int64_t>(data.size())}, std::move(data)});
+    return r;
+  };
+  CHECK(plan::disagreement(run({inf, -inf, nan, 1.0}), run({inf, -inf, nan, 1.0})) == 0);
+  CHECK(plan::disagreement(run({inf, 1.0}), run({1e300, 1.0})) == inf);
+  CHECK(plan::disagreement(run({inf, 1.0}), run({-inf, 1.0})) == inf);
+  CHECK(plan::disagreement(run({nan, 1.0}), run({1.0, 1.0})) == inf);
+  CHECK(plan::disagreement(run({2.0, 1.0}), run({nan, 1.0})) == inf);
+  CHECK(plan::disagreement(run({inf, 1.0}), run({inf, 2.0})) == doctest::Approx(0.5));
+
+  // An f16 chain that overflows computes the same infinities before and after every pass (the
+  // planner fuzzer's finding: the harness called that a disagreement).
+  ir::Graph g = parse_text(R"(pipeline overflow {
+  dim N
+  input x: f16[N, 6]
+  v1 = softplus(x, beta=3, threshold=60)
+  v2 = mul(x, v1)
+  v3 = softplus(v2, beta=3, threshold=60)
+  v4 = mul(v2, v3)
+  v5 = softplus(v4, beta=3, threshold=60)
+  v6 = mul(v4, v5)
+  v7 = softplus(v6, beta=3, threshold=60)
+  return mul(v6, v7)
+}
+)");
+  const ir::DimBindings dims{{"N", 64}};
+  const plan::RunResult ref =
+      plan::run_graph(g, Mode::Train, dims, ir::random_tensors(g, dims, 132));
+  REQUIRE(ref.outputs.size() == 1);
+  CHECK(std::count_if(ref.outputs[0].data.begin(), ref.outputs[0].data.end(),
+                      [](double v) { return std::isinf(v); }) > 0);
+  for (Mode mode : {Mode::Train, Mode::Eval})
+    CHECK(
+        plan::first_failure(plan::check_planner(g, mode, dims, 132, passes::pipeline()), kTolerance)
             .error <= kTolerance);
 }
 
