@@ -206,8 +206,8 @@ private:
     }
   }
 
-  // Stages the tile's values in scratch, then a warp per row stores it to C (where C is
-  // written) and runs the row passes: each value is computed once.
+  // Stages the tile's values in scratch, then a team of lanes per row stores it to C (where C
+  // is written) and runs the row passes: each value is computed once.
   template <bool Cached, class Fragment, class Acc>
   __device__ void run_rows(const Fragment &f, GemmShape s, TileCoord tc, const Acc &acc,
                            const Column *cache, float *scratch) const {

@@ -494,14 +494,10 @@ private:
 
   // The row passes of a GEMM kernel's epilogue (gemm_row_epilogue): a functor the epilogue calls
   // with a row of the staged tile and the lanes that run it (gemm_epilogue.cuh's Rows), as many
-  // as the row's constant length asks for (row_team_lanes).
+  // as the row's constant length asks for (row_team_lanes; gemm_entry refuses a length that is
+  // not a constant its tile holds).
   std::string gemm_rows(const Kernel &k, const KernelWriter &w, const std::string &type) {
-    const Dim &cols = g_[k.rows_of].type.shape.back();
-    if (cols.is_symbolic())
-      throw CodegenError(fmt::format("pipeline '{}': {}: a row epilogue needs a constant row "
-                                     "length, got {}",
-                                     g_.name, k.name, cols.str()));
-    const int lanes = kf::row_team_lanes(static_cast<int>(cols.value));
+    const int lanes = kf::row_team_lanes(static_cast<int>(g_[k.rows_of].type.shape.back().value));
     std::string defs;
     std::istringstream passes(row_passes(k, w, lanes, true, defs));
     std::string body, line;

@@ -619,8 +619,8 @@ private:
 
   // gemm_row_epilogue: a row kernel over the matrix a GEMM kernel stores, where one tile holds
   // whole rows (at most kRowEpilogueCols features), runs in that GEMM's epilogue: the tile is
-  // staged in shared memory and a warp per row runs the row kernel's passes over it, so the
-  // matrix is stored only where it is returned or another kernel reads it. Not where the GEMM
+  // staged in shared memory and lanes of a warp per row run the row kernel's passes over it, so
+  // the matrix is stored only where it is returned or another kernel reads it. Not where the GEMM
   // writes column statistics, nor where the row kernel reads a value a kernel between the two
   // stores (train-mode batchnorm's normalization needs the whole batch's statistics first).
   void rows_into_gemm_epilogues() {
