@@ -15,33 +15,33 @@
 #include "gemm_harness.cuh"
 #include "gemm_simt.cuh"
 
-template <bool TransB>
-__global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
+template <class Config, bool TransB>
+__global__ void __launch_bounds__(Config::THREADS, Config::MIN_BLOCKS)
     simt_entry(kf::GemmShape s, int splits, const float *a, int lda, const float *b, int ldb,
                float *c, float *pmean, float *pm2, float *partials, unsigned *counters) {
-  using Tiles = kf::TileScheduler<kf::GEMM_BM, kf::GEMM_BN, kf::GEMM_GROUP_M>;
-  kf::gemm_simt<TransB>(
+  using Tiles = kf::TileScheduler<Config::BM, Config::BN, Config::GROUP_M>;
+  kf::gemm_simt<Config, TransB>(
       s, Tiles(s, splits), a, lda, b, ldb,
       kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2, partials, counters});
 }
 
-template <bool TransB>
+template <class Config, bool TransB>
 void launch(int m, int n, int k, const float *a, const float *b, float *c, float *pmean, float *pm2,
             int splits = 1) {
-  const int tiles = kf::ceil_div(m, kf::GEMM_BM) * kf::ceil_div(n, kf::GEMM_BN);
+  const int tiles = kf::ceil_div(m, Config::BM) * kf::ceil_div(n, Config::BN);
   if (splits > 1)
-    g_split.reserve(static_cast<size_t>(tiles) * splits * kf::GEMM_BM * kf::GEMM_BN, tiles);
-  simt_entry<TransB><<<tiles * splits, kf::GEMM_THREADS, kf::gemm_smem_bytes>>>(
+    g_split.reserve(static_cast<size_t>(tiles) * splits * Config::BM * Config::BN, tiles);
+  simt_entry<Config, TransB><<<tiles * splits, Config::THREADS, Config::SMEM_BYTES>>>(
       kf::GemmShape{m, n, k}, splits, a, k, b, TransB ? k : n, c, pmean, pm2, g_split.partials,
       g_split.counters);
 }
 
 // offset: elements A and B start past their allocations' (16-byte aligned) base.
-template <bool TransB>
+template <class Config, bool TransB>
 bool check(int m, int n, int k, std::mt19937 &rng, int offset = 0, int splits = 1) {
-  CHECK_CUDA(cudaFuncSetAttribute(simt_entry<TransB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kf::gemm_smem_bytes));
-  const int tm = kf::ceil_div(m, kf::GEMM_BM);
+  CHECK_CUDA(cudaFuncSetAttribute(simt_entry<Config, TransB>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, Config::SMEM_BYTES));
+  const int tm = kf::ceil_div(m, Config::BM);
   float *a, *b, *c, *pmean, *pm2;
   double *ref;
   CHECK_CUDA(cudaMalloc(&a, sizeof(float) * (static_cast<size_t>(m) * k + offset) + 16));
@@ -55,16 +55,16 @@ bool check(int m, int n, int k, std::mt19937 &rng, int offset = 0, int splits = 
   fill(pb, static_cast<size_t>(n) * k, rng, 1.0f / std::sqrt(static_cast<float>(std::max(k, 1))));
   CHECK_CUDA(cudaMemset(c, 0xff, sizeof(float) * m * n)); // NaN
   CHECK_CUDA(cudaMemset(pmean, 0xff, sizeof(float) * tm * n));
-  launch<TransB>(m, n, k, pa, pb, c, pmean, pm2, splits);
+  launch<Config, TransB>(m, n, k, pa, pb, c, pmean, pm2, splits);
   CHECK_CUDA(cudaGetLastError());
   reference<<<dim3((n + 127) / 128, m), 128>>>(m, n, k, pa, pb, ref, TransB);
   CHECK_CUDA(cudaDeviceSynchronize());
-  const OutputCheck r = check_output(c, ref, pmean, pm2, m, n, kf::GEMM_BM);
+  const OutputCheck r = check_output(c, ref, pmean, pm2, m, n, Config::BM);
   const bool ok = r.bad == 0 && r.rel <= 2e-6 && r.stats <= 1e-5;
-  std::printf(
-      "check simt %s %5d x %5d x %5d offset %d S=%d: rel %.3e, unwritten %zu, stats %.3e  %s\n",
-      TransB ? "A B^T" : "A B  ", m, n, k, offset, splits, r.rel, r.bad, r.stats,
-      ok ? "PASS" : "FAIL");
+  std::printf("check simt %3dx%-3d %s %5d x %5d x %5d offset %d S=%d: rel %.3e, unwritten %zu, "
+              "stats %.3e  %s\n",
+              Config::BM, Config::BN, TransB ? "A B^T" : "A B  ", m, n, k, offset, splits, r.rel,
+              r.bad, r.stats, ok ? "PASS" : "FAIL");
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);
@@ -74,13 +74,15 @@ bool check(int m, int n, int k, std::mt19937 &rng, int offset = 0, int splits = 
   return ok;
 }
 
-template <bool TransB> void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer) {
-  CHECK_CUDA(cudaFuncSetAttribute(simt_entry<TransB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kf::gemm_smem_bytes));
+template <class Config, bool TransB>
+void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) {
+  CHECK_CUDA(cudaFuncSetAttribute(simt_entry<Config, TransB>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, Config::SMEM_BYTES));
   std::mt19937 rng(7);
   const TimedOperands<float> ops(m, n, k, rng);
   float *a = ops.a, *b = ops.b, *c = ops.c;
-  const double ours = timer.median_ms([&] { launch<TransB>(m, n, k, a, b, c, nullptr, nullptr); });
+  const double ours =
+      timer.median_ms([&] { launch<Config, TransB>(m, n, k, a, b, c, nullptr, nullptr, splits); });
   CHECK_CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
   // Row-major C [m, n] is column-major C^T [n, m] = op(B) A^T.
@@ -90,38 +92,52 @@ template <bool TransB> void sweep(int m, int n, int k, cublasHandle_t h, Timer &
                  CUBLAS_GEMM_DEFAULT);
   });
   const double flop = 2.0 * m * n * k;
-  std::printf("sweep simt %s %5d x %5d x %5d: kfuse %.3f ms (%.1f TFLOP/s)  cuBLAS %.3f ms (%.1f "
-              "TFLOP/s)  kfuse/cuBLAS %.2f\n",
-              TransB ? "A B^T" : "A B  ", m, n, k, ours, flop / ours * 1e-9, blas,
-              flop / blas * 1e-9, ours / blas);
+  std::printf("sweep simt %3dx%-3d %s %5d x %5d x %5d S=%d: kfuse %.4f ms (%.1f TFLOP/s)  cuBLAS "
+              "%.4f ms (%.1f TFLOP/s)  kfuse/cuBLAS %.2f\n",
+              Config::BM, Config::BN, TransB ? "A B^T" : "A B  ", m, n, k, splits, ours,
+              flop / ours * 1e-9, blas, flop / blas * 1e-9, ours / blas);
+}
+
+template <class Config> bool check_config() {
+  std::mt19937 rng(1);
+  bool ok = true;
+  const int shapes[][3] = {{1, 1, 1},        {5, 7, 0},         {128, 128, 32},    {300, 520, 200},
+                           {129, 257, 1001}, {1000, 300, 1028}, {2048, 2048, 2048}};
+  for (auto &s : shapes) {
+    ok &= check<Config, true>(s[0], s[1], s[2], rng);
+    ok &= check<Config, false>(s[0], s[1], s[2], rng);
+  }
+  ok &= check<Config, true>(300, 260, 516, rng, 1); // 4-byte copies: base off 16-byte alignment
+  ok &= check<Config, false>(300, 260, 516, rng, 2);
+  ok &= check<Config, true>(200, 300, 4096, rng, 0, 3); // split-K over several tiles
+  ok &= check<Config, false>(200, 300, 4096, rng, 0, 3);
+  return ok;
 }
 
 int main(int argc, char **argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   bool ok = true;
   if (mode == "check" || mode == "all") {
-    std::mt19937 rng(1);
-    const int shapes[][3] = {{1, 1, 1},         {5, 7, 0},        {128, 128, 32},
-                             {300, 520, 200},   {129, 257, 1001}, {1000, 300, 1028},
-                             {2048, 2048, 2048}};
-    for (auto &s : shapes) {
-      ok &= check<true>(s[0], s[1], s[2], rng);
-      ok &= check<false>(s[0], s[1], s[2], rng);
-    }
-    ok &= check<true>(300, 260, 516, rng, 1); // 4-byte copies: base off 16-byte alignment
-    ok &= check<false>(300, 260, 516, rng, 2);
-    ok &= check<true>(200, 300, 4096, rng, 0, 3); // split-K over 6 tiles
-    ok &= check<false>(200, 300, 4096, rng, 0, 3);
+    ok &= check_config<kf::SimtWide>();
+    ok &= check_config<kf::SimtNarrow>();
   }
   if (mode == "sweep" || mode == "all") {
     cublasHandle_t h;
     cublasCreate(&h);
     Timer timer;
-    sweep<true>(1024, 8192, 8192, h, timer);
-    sweep<true>(16384, 4096, 4096, h, timer);
-    sweep<true>(4096, 4096, 4096, h, timer);
-    sweep<true>(128, 1024, 512, h, timer);
-    sweep<false>(1024, 8192, 8192, h, timer);
+    using kf::SimtNarrow, kf::SimtWide;
+    sweep<SimtWide, true>(1024, 8192, 8192, h, timer);
+    sweep<SimtWide, true>(16384, 4096, 4096, h, timer);
+    sweep<SimtWide, true>(4096, 4096, 4096, h, timer);
+    sweep<SimtWide, false>(1024, 8192, 8192, h, timer);
+    sweep<SimtNarrow, true>(1024, 8192, 8192, h, timer);
+    // A batch of 128: the split counts kfuse's rule picks for each tile, and their neighbours.
+    for (int splits : {1, 4, 8})
+      sweep<SimtWide, true>(128, 1024, 512, h, timer, splits);
+    for (int splits : {1, 2, 4, 8})
+      sweep<SimtNarrow, true>(128, 1024, 512, h, timer, splits);
+    for (int splits : {2, 4})
+      sweep<SimtNarrow, false>(128, 1024, 512, h, timer, splits);
   }
   std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
   return ok ? 0 : 1;

@@ -87,10 +87,43 @@ bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int
   return split_bound_by_k(g, dims, max_splits) > 1;
 }
 
+namespace {
+
+// The time of a GEMM launch at `dims`, in kblock_time units: its waves of work units (tiles
+// times the split-K S the rule picks), each a split's k-blocks plus its partial tile (the
+// same k-block model as split_count's).
+int64_t estimated_time(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+                       int multiprocessors, int max_splits) {
+  const int64_t s = split_count(g, dims, multiprocessors, max_splits);
+  const int64_t tiles =
+      ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
+  const int64_t kblocks = ceil_div(extent(g.inner, dims), g.tile_k);
+  const int64_t slots = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;
+  return ceil_div(tiles * s, slots) * (ceil_div(kblocks, s) + (s > 1 ? g.split_cost_kblocks : 0)) *
+         g.kblock_time;
+}
+
+} // namespace
+
 size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, int64_t> &dims,
-                  int multiprocessors) {
+                  int multiprocessors, int max_splits) {
   if (multiprocessors <= 0) // no device: the launch itself
     return 0;
+  bool timed = l.geometry.kblock_time > 0 && l.geometry.tile_k > 0;
+  for (const codegen::KernelLaunch &v : l.by_rows)
+    timed = timed && v.geometry.kblock_time > 0 && v.geometry.tile_k > 0;
+  if (timed) { // the lowest estimate; the earliest of equal ones
+    size_t best = 0;
+    int64_t best_time = estimated_time(l.geometry, dims, multiprocessors, max_splits);
+    for (size_t i = 0; i < l.by_rows.size(); ++i) {
+      const int64_t t = estimated_time(l.by_rows[i].geometry, dims, multiprocessors, max_splits);
+      if (t < best_time) {
+        best = i + 1;
+        best_time = t;
+      }
+    }
+    return best;
+  }
   for (size_t i = l.by_rows.size(); i-- > 0;) {
     const codegen::LaunchGeometry &g = l.by_rows[i].geometry;
     const int64_t tiles =

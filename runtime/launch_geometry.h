@@ -29,12 +29,15 @@ LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string
 int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
                 int multiprocessors, int max_splits);
 
-// Which of a launch's compiled variants runs at `dims` on a device of `multiprocessors` SMs: 0
-// the launch itself, i > 0 its by_rows[i - 1], the last one whose tiles at `dims` give every SM
-// at least one (blocks_per_sm x multiprocessors of them: a full wave of the wider tile, which
-// then needs no split of K). variant() is the launch of that index.
+// Which of a launch's compiled variants runs at `dims` on a device of `multiprocessors` SMs
+// with split-K capped at `max_splits` (as split_count): 0 the launch itself, i > 0 its
+// by_rows[i - 1]. Where every one knows its kblock_time, the one of lowest estimated time
+// (waves of work units x (k-blocks per split + the partial tile's cost) x kblock_time);
+// otherwise the last one whose tiles at `dims` give every SM one (blocks_per_sm x
+// multiprocessors of them: a full wave of the wider tile, which then needs no split of K).
+// variant() is the launch of that index.
 size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, int64_t> &dims,
-                  int multiprocessors);
+                  int multiprocessors, int max_splits);
 const codegen::KernelLaunch &variant(const codegen::KernelLaunch &l, size_t index);
 
 // Whether some device could split this launch's K at `dims` (K is deep enough): where not,

@@ -157,7 +157,7 @@ size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multi
     // nothing where the launch does not split.
     const codegen::LaunchGeometry &geo =
         variant(program_.launches[k.launch],
-                variant_of(program_.launches[k.launch], dims, multiprocessors))
+                variant_of(program_.launches[k.launch], dims, multiprocessors, max_splits_))
             .geometry;
     const int splits = split_count(geo, dims, multiprocessors, max_splits_);
     if (splits == 1)
@@ -209,7 +209,7 @@ size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
         k.kind == WorkspaceKey::Kind::SplitCounters ? key_bytes(k, dims, multiprocessors) : 0);
   for (size_t k = 0; k < launches_.size(); ++k) {
     Launch &launch = launches_[k];
-    launch.variant = variant_of(program_.launches[k], dims, multiprocessors);
+    launch.variant = variant_of(program_.launches[k], dims, multiprocessors, max_splits_);
     const KernelLaunch &l = variant(program_.launches[k], launch.variant);
     launch.shape = resolve(l.geometry, dims, multiprocessors, max_splits_);
     for (size_t i = 0; i < launch.args.size(); ++i) {

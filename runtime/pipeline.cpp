@@ -195,7 +195,7 @@ Pipeline rt::PipelineAccess::compile(Lowered lowered, const Options &options, bo
       for (const rt::KernelResources &k : impl->compiled.kernels)
         if (k.name == l.entry)
           r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores,
-                               k.spill_loads, l.config});
+                               k.spill_loads, l.config, v > 0});
     }
   return Pipeline(std::move(impl));
 }

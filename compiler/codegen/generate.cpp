@@ -84,9 +84,14 @@ public:
       launch.params.insert(launch.params.end(), w.params().begin(), w.params().end());
       for (KernelLaunch &v : launch.by_rows)
         v.params.insert(v.params.end(), w.params().begin(), w.params().end());
-      for (LaunchParam &lp : launch.params)
-        if (lp.kind == LaunchParam::Kind::PartialMean || lp.kind == LaunchParam::Kind::PartialM2)
-          lp.tile_rows = partial_rows_.at(lp.value);
+      auto tile_rows = [&](KernelLaunch &l) {
+        for (LaunchParam &lp : l.params)
+          if (lp.kind == LaunchParam::Kind::PartialMean || lp.kind == LaunchParam::Kind::PartialM2)
+            lp.tile_rows = partial_rows_.at(lp.value);
+      };
+      tile_rows(launch);
+      for (KernelLaunch &v : launch.by_rows)
+        tile_rows(v);
       prog.launches.push_back(std::move(launch));
     }
     std::string head = fmt::format(
@@ -318,6 +323,30 @@ private:
     throw CodegenError(fmt::format("pipeline '{}': {}: no such sm90 tile", g_.name, k.name));
   }
 
+  // The SIMT fp32 GEMM of `Config` (its name as in the source): a grid of one block per work
+  // unit. Split-K counts one block per SM: a second adds little throughput, and counting it
+  // (splitting twice as often) made each of six small-batch examples slower (docs/PERF.md,
+  // 2026-11-24).
+  template <class Config>
+  std::string simt_gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
+                        const char *config, const std::string &functor, ValueId out,
+                        const std::string &operands, const char *trans_b, bool rows) {
+    LaunchGeometry &geo = launch.geometry;
+    geo.grid = LaunchGeometry::Grid::Tiles;
+    geo.block_threads = Config::THREADS;
+    geo.blocks_per_sm = 1;
+    geo.split_cost_kblocks = Config::SPLIT_COST_KBLOCKS;
+    geo.kblock_time = Config::KBLOCK_TIME;
+    geo.smem_bytes = rows ? Config::ROWS_SMEM_BYTES : Config::SMEM_BYTES;
+    launch.tile = fmt::format("{}x{}x1", Config::BM, Config::BN);
+    return gemm_entry<kf::TileScheduler<Config::BM, Config::BN, Config::GROUP_M>>(
+        k, w, launch, functor, out,
+        fmt::format("extern \"C\" __global__ void __launch_bounds__({0}::THREADS, "
+                    "{0}::MIN_BLOCKS)",
+                    config),
+        "", Config::BK, fmt::format("kf::gemm_simt<{}, {}>{}", config, trans_b, operands));
+  }
+
   std::string gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) {
     const Value &mm = g_[k.anchor];
     bool trans_b = mm.op == OpKind::Linear;
@@ -388,12 +417,14 @@ private:
     const bool tiles_tunable =
         sm90 && !rows && !(math_ == GemmMath::Tf32x3 && g_[a].type.dtype == DType::F32);
     if (const GemmTuning *t = tuning(k); t && t->tile && !tiles_tunable)
-      throw CodegenError(fmt::format("pipeline '{}': {}: tile {} was asked for, but this GEMM has "
-                                     "one tile ({})",
-                                     g_.name, k.name, tile_name(*t->tile),
-                                     !sm90  ? "its cp.async mainloop's"
-                                     : rows ? "128x128x1, staged for its row passes"
-                                            : "3xtf32's 128x128x1"));
+      throw CodegenError(
+          fmt::format("pipeline '{}': {}: tile {} was asked for, but this GEMM's "
+                      "tiles are not tuned ({})",
+                      g_.name, k.name, tile_name(*t->tile),
+                      !sm90  ? (math_ == GemmMath::Fp32 ? "the SIMT GEMM's are chosen by the batch"
+                                                        : "the mma.sync GEMM has one")
+                      : rows ? "it has one, 128x128x1, staged for its row passes"
+                             : "3xtf32 has one, 128x128x1"));
     if (sm90) {
       const int floats = static_cast<int>(cols.size());
       using kf::sm90::Operand;
@@ -424,22 +455,35 @@ private:
                                              KernelWriter::extent(g_[b].type.shape[1]));
     const char *tb = trans_b ? "true" : "false";
     if (math_ == GemmMath::Fp32) {
-      geo.block_threads = kf::GEMM_THREADS;
-      // Two blocks fit an SM (GEMM_MIN_BLOCKS), but split-K counts one: the second adds little
-      // throughput, and doubling S to fill it made each of six small-batch examples slower
-      // (docs/PERF.md, 2026-11-24).
-      geo.blocks_per_sm = 1;
-      geo.split_cost_kblocks = kf::GEMM_SPLIT_COST_KBLOCKS;
-      geo.smem_bytes = rows ? kf::gemm_rows_smem_bytes : kf::gemm_smem_bytes;
       includes_.insert("gemm_simt.cuh");
-      launch.config = fmt::format("fp32 SIMT {} x {} tile, the SIMT GEMM's one configuration",
-                                  kf::GEMM_BM, kf::GEMM_BN);
-      launch.tile = fmt::format("{}x{}x1", kf::GEMM_BM, kf::GEMM_BN);
-      return s + gemm_entry<kf::TileScheduler<kf::GEMM_BM, kf::GEMM_BN, kf::GEMM_GROUP_M>>(
-                     k, w, launch, functor, out,
-                     "extern \"C\" __global__ void __launch_bounds__(kf::GEMM_THREADS, "
-                     "kf::GEMM_MIN_BLOCKS)",
-                     "", kf::GEMM_BK, fmt::format("kf::gemm_simt<{}>{}", tb, operands));
+      if (rows) {
+        launch.config = fmt::format("fp32 SIMT 128 x 128 tile, its rows ({} features) staged in "
+                                    "shared memory for the row passes its epilogue runs",
+                                    launch.cols.str());
+        return s + simt_gemm<kf::SimtWide>(k, w, launch, "kf::SimtWide", functor, out, operands, tb,
+                                           rows);
+      }
+      // Both tiles are compiled; a run takes the one of lower estimated time at its dims
+      // (rt::variant_of): the narrow one where the wide tiles are few and would split K into
+      // short units (at 128 x 1024 x 512 on the H100: 15.0 us against 22.6 with 8 wide tiles
+      // split 8 ways), the wide one where they fill the SMs or split K into long units (snn_selu
+      // at 512 x 1024 x 1024: 0.044 ms against the narrow tile's 0.052; docs/PERF.md).
+      KernelLaunch wide = launch;
+      wide.entry = k.name + "_wide";
+      wide.config = fmt::format("fp32 SIMT 128 x 128 tile, instead of {}'s where its estimated "
+                                "time at the bound dims is lower",
+                                k.name);
+      launch.config = fmt::format("fp32 SIMT 128 x 32 tile, 4 warps: four times the tiles of the "
+                                  "128 x 128 tile, for batches whose 128 x 128 tiles would leave "
+                                  "SMs idle or split K into short units; {} where its estimated "
+                                  "time is lower",
+                                  wide.entry);
+      std::string wide_source =
+          simt_gemm<kf::SimtWide>(k, w, wide, "kf::SimtWide", functor, out, operands, tb, rows);
+      launch.by_rows.push_back(std::move(wide));
+      return s + wide_source +
+             simt_gemm<kf::SimtNarrow>(k, w, launch, "kf::SimtNarrow", functor, out, operands, tb,
+                                       rows);
     }
     const int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
     geo.block_threads = kf::GEMM_TC_THREADS;

@@ -25,6 +25,16 @@ std::string grid_text(const LaunchGeometry &g) {
   return {};
 }
 
+// The grid, block, shared memory and cluster of a launch.
+std::string shape_text(const LaunchGeometry &g) {
+  std::string s =
+      fmt::format("{}; block {}; dynamic smem {} B", grid_text(g), g.block_threads, g.smem_bytes);
+  if (g.row_bytes_cap > 0)
+    s += fmt::format(" + a resident row of {} floats when it fits in {} B", g.row_length.str(),
+                     g.row_bytes_cap);
+  return s + fmt::format("; cluster {}", g.cluster);
+}
+
 std::string param_text(const LaunchParam &p, const std::vector<std::string> &names) {
   auto name = [&](ir::ValueId v) { return names.at(static_cast<size_t>(v)); };
   switch (p.kind) {
@@ -64,12 +74,7 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
   std::string s;
   for (const KernelLaunch &l : program.launches) {
     const LaunchGeometry &g = l.geometry;
-    s += fmt::format("{}: {}; block {}; dynamic smem {} B", l.entry, grid_text(g), g.block_threads,
-                     g.smem_bytes);
-    if (g.row_bytes_cap > 0)
-      s += fmt::format(" + a resident row of {} floats when it fits in {} B", g.row_length.str(),
-                       g.row_bytes_cap);
-    s += fmt::format("; cluster {}\n", g.cluster);
+    s += fmt::format("{}: {}\n", l.entry, shape_text(g));
     if (g.tile_k > 0)
       s += fmt::format("  split-K: K = {} in {}-deep k-blocks split S ways, S from the tiles, the "
                        "SMs and K at the bound dims (1 where the tiles fill whole waves), a "
@@ -79,6 +84,15 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
       s += "  config: " + l.config + "\n";
     for (const LaunchParam &p : l.params)
       s += "  " + param_text(p, names) + "\n";
+    for (const KernelLaunch &v : l.by_rows)
+      s += fmt::format(
+          "  variant {}, run {}: {}\n  variant config: {}\n", v.entry,
+          v.geometry.kblock_time > 0 && g.kblock_time > 0
+              ? fmt::format("where its estimated time at the bound dims is the lowest (k-block "
+                            "time {} against {}'s {})",
+                            v.geometry.kblock_time, l.entry, g.kblock_time)
+              : std::string("where the bound dims give every SM one of its tiles"),
+          shape_text(v.geometry), v.config);
   }
   return s;
 }

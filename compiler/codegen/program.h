@@ -96,6 +96,10 @@ struct LaunchGeometry {
   // GEMMs: tuned caps on S by the class of the bound rows (rows_class); a class not listed
   // takes the rule's own S. Options::max_split_k, where set, overrides them.
   std::map<int, int> max_splits_by_class;
+  // GEMMs: the time one k-block of a tile takes on an SM, relative to the other tiles of its
+  // mainloop (0: not known). Where a launch and its by_rows variants all know it, a run takes
+  // the one whose estimated time at the bound dims is lowest (runtime/launch_geometry.cpp).
+  int kblock_time = 0;
 };
 
 struct KernelLaunch {
@@ -112,11 +116,11 @@ struct KernelLaunch {
   std::vector<Sm90Tile> tiles;
   std::string signature;
   std::vector<LaunchParam> params;
-  // GEMM kernels whose tile the layer's width chose (not tuned) and that write no column
-  // statistics: the same kernel with a wider tile, compiled beside it under its own entry,
-  // which a run takes instead where the bound dims give that tile at least a full wave
-  // (runtime/launch_geometry.cpp, variant_of). Their params are this launch's, in the same
-  // order (only the tensor maps' boxes differ).
+  // GEMM kernels whose tile the layer's width chose (not tuned) and whose variants keep the
+  // column statistics' tile height, or write none: the same kernel with a wider tile, compiled
+  // beside it under its own entry, which a run takes instead where the bound dims give that
+  // tile enough of a wave (runtime/launch_geometry.cpp, variant_of). Their params are this
+  // launch's, in the same order (only the tensor maps' boxes differ).
   std::vector<KernelLaunch> by_rows;
 };
 

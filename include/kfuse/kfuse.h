@@ -85,6 +85,9 @@ struct KernelReport {
   std::string name;
   int registers = 0, shared_bytes = 0, stack_bytes = 0, spill_stores = 0, spill_loads = 0;
   std::string config; // GEMM kernels: the tile configuration the code generator chose, and why
+  // A variant of the planned kernel listed before it (the same GEMM with another tile, which
+  // runs take by the bound dims), not a kernel of the plan.
+  bool variant = false;
 };
 
 struct CompileReport {

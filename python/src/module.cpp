@@ -59,6 +59,7 @@ nb::dict report(const Pipeline &p) {
     d["stack_bytes"] = k.stack_bytes;
     d["spill_stores"] = k.spill_stores;
     d["spill_loads"] = k.spill_loads;
+    d["variant"] = k.variant; // a GEMM's variant with another tile, not a kernel of the plan
     kernels.append(d);
   }
   nb::dict d;

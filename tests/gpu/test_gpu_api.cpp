@@ -65,8 +65,10 @@ TEST_CASE("gpu api: a pipeline compiled again with its disk cache empty reports 
     setenv("KFUSE_CACHE_DIR", dir, 1);
     Pipeline p = Pipeline::from_string(kTiny, "tiny.kf", {});
     CHECK_FALSE(p.report().cache_hit);
-    REQUIRE(p.report().kernels.size() == 1);
+    REQUIRE(p.report().kernels.size() == 2); // the SIMT GEMM and its 128 x 128 variant
     CHECK(p.report().kernels[0].registers > 0);
+    CHECK(p.report().kernels[1].registers > 0);
+    CHECK(p.report().kernels[1].variant);
     std::filesystem::remove_all(dir);
   }
   if (saved)

@@ -141,3 +141,42 @@ TEST_CASE("gpu gemm launches: a narrow layer runs its wide tile from a full wave
     }
   }
 }
+
+TEST_CASE("gpu gemm launches: the SIMT GEMM runs its 128 x 32 tile for small batches and its "
+          "128 x 128 twin for large ones, with the reference's results") {
+  rt::Driver::get().make_current();
+  // K = 512, 1024 features: at 100 rows 8 wide tiles split 8 ways against 32 narrow ones split
+  // 4 ways (launch_geometry.cpp's estimate: 40 against 24); at 1997 rows 128 wide tiles unsplit
+  // against 512 narrow ones (on the H100's 132 SMs: 32 x 5 against 4 x 32 x 2).
+  const int64_t many = 1997, few = 100;
+  rt::Stream stream;
+  Options fp32;
+  fp32.mode = Mode::Eval;
+  fp32.use_tuned = false;
+  Pipeline p = Pipeline::from_string(kLinear, "linear.kf", fp32);
+  run_at(p, few, stream);
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).kernel == "k0_gemm");
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).tile == "128x32x1");
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).splits > 1);
+  run_at(p, many, stream);
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).kernel == "k0_gemm_wide");
+  CHECK(rt::PipelineAccess::gemm_launches(p).at(0).tile == "128x128x1");
+
+  // Both tiles against the reference, as a Linear (B k-contiguous) and a matmul (B n-major, its
+  // 16-byte copies), with batchnorm's statistics from the epilogue in train mode over two steps
+  // (both tiles write partials of 128 rows) and folded into it in eval mode.
+  for (const char *product : {"linear(x, w)", "matmul(x, v)"}) {
+    CAPTURE(product);
+    const std::string text =
+        fmt::format("pipeline simt {{\n  dim N\n  input x: f32[N, 200]\n  param w: f32[1024, 200]\n"
+                    "  param v: f32[200, 1024]\n  param g: f32[1024]\n  param b: f32[1024]\n"
+                    "  state rm: f32[1024]\n  state rv: f32[1024]\n  h = {}\n"
+                    "  return batchnorm(relu(h), g, b, rm, rv, eps=1e-5, momentum=0.1)\n}}\n",
+                    product);
+    for (int64_t n : {int64_t{2}, few, many}) {
+      CAPTURE(n);
+      testing::expect_match(text, "simt.kf", Mode::Train, n, 11, 2);
+      testing::expect_match(text, "simt.kf", Mode::Eval, n, 12, 1);
+    }
+  }
+}

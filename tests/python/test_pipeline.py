@@ -35,6 +35,13 @@ def test_compile_plan_source_and_report_need_no_gpu(examples):
     assert all(k["registers"] > 0 and k["spill_stores"] == 0 for k in r["kernels"])
     again = kfuse.Pipeline(examples / "gemm_bn_scale_softmax.kf", mode="train", precision="tf32", arch="sm_90a")
     assert again.report["cache_hit"] and again.report["cache_key"] == r["cache_key"]
+    assert not any(k["variant"] for k in r["kernels"])
+
+
+def test_report_lists_a_gemm_variant_after_its_kernel(examples):
+    # The fp32 SIMT GEMM carries a 128 x 128 variant of its 128 x 32 tile for larger batches.
+    p = kfuse.Pipeline(examples / "gemm_scale_bn.kf", mode="eval", precision="fp32", arch="sm_90a")
+    assert [(k["name"], k["variant"]) for k in p.report["kernels"]] == [("k0_gemm", False), ("k0_gemm_wide", True)]
 
 
 def test_eval_mode_folds_batchnorm_into_fewer_kernels(examples):

@@ -1,6 +1,6 @@
 // A narrow layer's GEMM compiled with a second, wider tile, which runs take where the bound rows
-// fill every SM with it (codegen::KernelLaunch::by_rows, rt::variant_of): which kernels get one,
-// what it launches with, and which one the rule picks, without a GPU.
+// give it enough of a wave (codegen::KernelLaunch::by_rows, rt::variant_of): which kernels get
+// one, what it launches with, and which one the rule picks, without a GPU.
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/plan/planner.h"
@@ -69,9 +69,8 @@ TEST_CASE("gemm variants: none where the tile is not the width's guess or a seco
   // The same batchnorm in eval mode folds into the epilogue: no statistics, a variant.
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval), codegen::GemmMath::Tf32,
                  "sm_90a") == 1);
-  // Wide layers take 128 x 256 already; the SIMT, mma.sync and 3xtf32 mainloops have one tile.
+  // Wide layers take 128 x 256 already; the mma.sync and 3xtf32 mainloops have one tile.
   CHECK(variants(layer(4096, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_90a") == 0);
-  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Fp32, "sm_90a") == 0);
   CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_80") == 0);
   CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32x3, "sm_90a") == 0);
   // A tuned tile is the tile.
@@ -86,11 +85,11 @@ TEST_CASE("gemm variants: runs take the wide tile from a full wave of it, and it
   const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a");
   const codegen::KernelLaunch &gemm = prog.launches.at(0);
   // 1024 features: 8 columns of 128 x 128 tiles, so 132 SMs need 17 row tiles.
-  CHECK(rt::variant_of(gemm, {{"N", 128}}, 132) == 0);
-  CHECK(rt::variant_of(gemm, {{"N", 16 * 128}}, 132) == 0);
-  CHECK(rt::variant_of(gemm, {{"N", 16 * 128 + 1}}, 132) == 1);
-  CHECK(rt::variant_of(gemm, {{"N", 16384}}, 132) == 1);
-  CHECK(rt::variant_of(gemm, {{"N", 16384}}, 0) == 0); // no device: the launch itself
+  CHECK(rt::variant_of(gemm, {{"N", 128}}, 132, 0) == 0);
+  CHECK(rt::variant_of(gemm, {{"N", 16 * 128}}, 132, 0) == 0);
+  CHECK(rt::variant_of(gemm, {{"N", 16 * 128 + 1}}, 132, 0) == 1);
+  CHECK(rt::variant_of(gemm, {{"N", 16384}}, 132, 0) == 1);
+  CHECK(rt::variant_of(gemm, {{"N", 16384}}, 0, 0) == 0); // no device: the launch itself
   CHECK(&rt::variant(gemm, 1) == &gemm.by_rows[0]);
   CHECK(rt::split_count(rt::variant(gemm, 1).geometry, {{"N", 16 * 128 + 1}}, 132, 0) == 1);
 
@@ -108,4 +107,53 @@ TEST_CASE("gemm variants: runs take the wide tile from a full wave of it, and it
   // The wide tile's full wave splits nothing: no split-K workspace; at 128 rows K is split.
   CHECK(table.workspace_bytes({{"N", 16384}}, 132) == 0);
   CHECK(table.workspace_bytes({{"N", 128}}, 132) > 0);
+}
+
+TEST_CASE("gemm variants: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 twin, statistics "
+          "included, which runs take where its estimated time is lower") {
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
+    for (const char *arch : {"sm_90a", "sm_80"}) {
+      CAPTURE(arch);
+      const plan::Plan p = layer(1024, "batchnorm(h, g, b, rm, rv)", mode);
+      const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Fp32, arch);
+      const codegen::KernelLaunch &gemm = prog.launches.at(0);
+      CHECK(gemm.tile == "128x32x1");
+      CHECK(gemm.geometry.block_threads == 128);
+      REQUIRE(gemm.by_rows.size() == 1);
+      const codegen::KernelLaunch &wide = gemm.by_rows[0];
+      CHECK(wide.entry == "k0_gemm_wide");
+      CHECK(wide.tile == "128x128x1");
+      CHECK(wide.geometry.block_threads == 256);
+      CHECK(wide.geometry.kblock_time == 5);
+      CHECK(gemm.geometry.kblock_time == 2);
+      // One column kernel merges either tile's statistics: both are 128 rows high.
+      CHECK(gemm.geometry.tile_rows == 128);
+      CHECK(wide.geometry.tile_rows == 128);
+      REQUIRE(wide.params.size() == gemm.params.size());
+      for (size_t i = 0; i < gemm.params.size(); ++i) {
+        CHECK(wide.params[i].kind == gemm.params[i].kind);
+        CHECK(wide.params[i].tile_rows == gemm.params[i].tile_rows);
+      }
+      CHECK(prog.source.find("kf::gemm_simt<kf::SimtNarrow, true>") != std::string::npos);
+      CHECK(prog.source.find("kf::gemm_simt<kf::SimtWide, true>") != std::string::npos);
+      // K = 512: 32 k-blocks; 1024 features: 8 columns of 128 x 128 tiles, 32 of 128 x 32. In
+      // k-block times: at 256 rows 16 wide tiles split 8 ways take (4 + 4) x 5 = 40 and 64
+      // narrow ones split 2 ways (16 + 4) x 2 = 40 (a tie: the launch itself); at 257 rows 24
+      // wide tiles split 5 ways take (7 + 4) x 5 = 55, 96 narrow ones unsplit 32 x 2 = 64.
+      CHECK(rt::variant_of(gemm, {{"N", 1}}, 132, 0) == 0);
+      CHECK(rt::variant_of(gemm, {{"N", 256}}, 132, 0) == 0);
+      CHECK(rt::variant_of(gemm, {{"N", 257}}, 132, 0) == 1);
+      CHECK(rt::variant_of(gemm, {{"N", 16384}}, 132, 0) == 1); // 8 waves x 32 x 5 < 32 x 32 x 2
+      // Without split-K, 8 wide tiles take 32 x 5 and 32 narrow ones 32 x 2.
+      CHECK(rt::variant_of(gemm, {{"N", 128}}, 132, 1) == 0);
+      CHECK(rt::variant_of(gemm, {{"N", 128}}, 0, 0) == 0); // no device: the launch itself
+      // At 128 rows the narrow tile's 32 tiles split K four ways, filling 128 of 132 SMs.
+      CHECK(rt::split_count(gemm.geometry, {{"N", 128}}, 132, 0) == 4);
+    }
+  }
+  // A row epilogue stages whole rows in its tile: the 128 x 128 tile alone.
+  const codegen::Program rows = codegen::generate(layer(128, "softmax(h, dim=1)", ir::Mode::Eval),
+                                                  codegen::GemmMath::Fp32, "sm_90a");
+  CHECK(rows.launches.at(0).tile == "128x128x1");
+  CHECK(rows.launches.at(0).by_rows.empty());
 }

@@ -71,7 +71,12 @@ TEST_CASE("lower: KFUSE_DUMP=ir,plan,cuda,launch writes every step to KFUSE_DUMP
     // Each kernel's launch description, as the runtime will evaluate it.
     const std::string launch = read(dir / "chain.train.launch.txt");
     CHECK(launch.rfind("k0_gemm: a block per tile of N x ", 0) == 0);
-    CHECK(launch.find("block 256") != std::string::npos);
+    CHECK(launch.find("block 128") != std::string::npos);
+    // The SIMT GEMM's 128 x 128 variant, with the share of a wave from which runs take it.
+    CHECK(launch.find("\n  variant k0_gemm_wide, run where its estimated time at the bound dims "
+                      "is the lowest (k-block time 5 against k0_gemm's 2): a block per tile of "
+                      "N x ") != std::string::npos);
+    CHECK(launch.find("in 128 x 128 tiles; block 256") != std::string::npos);
   }
   std::filesystem::remove_all(dir);
   Env bad("KFUSE_DUMP", "plan,asm");

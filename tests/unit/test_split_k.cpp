@@ -31,15 +31,23 @@ const codegen::LaunchGeometry &gemm_geometry(const codegen::Program &p) {
   return p.launches[0].geometry;
 }
 
+// The SIMT GEMM's 128 x 128 variant (the launch itself has the 128 x 32 tile).
+const codegen::LaunchGeometry &simt_wide(const codegen::Program &p) {
+  gemm_geometry(p);
+  REQUIRE(p.launches[0].by_rows.size() == 1);
+  REQUIRE(p.launches[0].by_rows[0].tile == "128x128x1");
+  return p.launches[0].by_rows[0].geometry;
+}
+
 int splits(const codegen::LaunchGeometry &g, int64_t rows, int sms, int max_splits = 0) {
   return rt::split_count(g, {{"N", rows}}, sms, max_splits);
 }
 
 } // namespace
 
-TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT 128 x 128 tiles, 16-deep k-blocks)") {
+TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT tiles, 16-deep k-blocks)") {
   const codegen::Program fp32 = codegen::generate(linear_plan(512, 1024), codegen::GemmMath::Fp32);
-  const codegen::LaunchGeometry &g = gemm_geometry(fp32);
+  const codegen::LaunchGeometry &g = simt_wide(fp32);
   CHECK(g.tile_k == 16);
   CHECK(g.blocks_per_sm == 1);        // split-K counts an SM once (generate.cpp says why)
   CHECK(splits(g, 128, 132) == 8);    // 8 tiles: capped at 8 splits (64 blocks)
@@ -51,6 +59,15 @@ TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT 128 x 128 tiles, 16-de
   CHECK(splits(g, 128, 8) == 1);      // as many tiles as SMs
   CHECK(splits(g, 128, 132, 1) == 1); // Options::max_split_k = 1: never
   CHECK(splits(g, 128, 132, 3) == 3);
+  // The 128 x 32 tile: 32 tiles at 128 rows split 4 ways (128 blocks); 256 at 1024 rows fill
+  // two waves of 132 nearly (S = 2 would take 4 waves of 16 + 4 k-block times against 2 of 32).
+  const codegen::LaunchGeometry &narrow = gemm_geometry(fp32);
+  CHECK(narrow.tile_k == 16);
+  CHECK(narrow.blocks_per_sm == 1);
+  CHECK(splits(narrow, 128, 132) == 4);
+  CHECK(splits(narrow, 1, 132) == 4);
+  CHECK(splits(narrow, 1024, 132) == 1);
+  CHECK(splits(narrow, 128, 16) == 1); // 32 tiles on 16 SMs
 
   // K bounds S: each split keeps at least 2 k-blocks.
   auto s_at_k = [](int k) {
@@ -60,7 +77,7 @@ TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT 128 x 128 tiles, 16-de
   CHECK(s_at_k(19) == 1);   // 2 k-blocks
   CHECK(s_at_k(64) == 2);   // 4 k-blocks
   CHECK(s_at_k(100) == 3);  // 7 k-blocks
-  CHECK(s_at_k(4100) == 8); // 257 k-blocks: the cap
+  CHECK(s_at_k(4100) == 4); // 257 k-blocks: the 32 tiles x 4 splits fill 132 SMs
   CHECK(rt::may_split(
             gemm_geometry(codegen::generate(linear_plan(19, 1024), codegen::GemmMath::Fp32)),
             {{"N", 128}}, 0) == false);
@@ -118,8 +135,9 @@ TEST_CASE("split-K: the workspace holds the partial tiles and counters of a spli
   const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Fp32);
   const std::vector<std::string> names = ir::printed_names(p.graph);
   rt::LaunchTable split(prog, p, names, 0), whole(prog, p, names, 1);
-  // 8 tiles x 8 splits of 128 x 128 floats, and 8 counters in 256 bytes.
-  CHECK(split.workspace_bytes({{"N", 128}}, 132) == 8 * 8 * 128 * 128 * 4 + 256);
+  // The 128 x 32 tile at 128 rows: 32 tiles x 4 splits of 128 x 32 floats, and 32 counters in
+  // 256 bytes; from 1024 rows the 128 x 128 tile (64 tiles, split in 2).
+  CHECK(split.workspace_bytes({{"N", 128}}, 132) == 32 * 4 * 128 * 32 * 4 + 256);
   CHECK(whole.workspace_bytes({{"N", 128}}, 132) == 0);  // the GEMM writes the output itself
   CHECK(split.workspace_bytes({{"N", 4096}}, 132) == 0); // 256 tiles: no split
   CHECK(split.workspace_bytes({{"N", 1024}}, 132) == 64 * 2 * 128 * 128 * 4 + 256);
@@ -127,8 +145,8 @@ TEST_CASE("split-K: the workspace holds the partial tiles and counters of a spli
   CHECK_FALSE(whole.may_split({{"N", 128}}));
   CHECK(split.prepare({{"N", 128}}, 132) == split.workspace_bytes({{"N", 128}}, 132));
   const std::string resolved = split.resolved_text();
-  CHECK(resolved.find("k0_gemm: grid 64 x 1 x 1") != std::string::npos);
-  CHECK(resolved.find("split-K S = 8") != std::string::npos);
+  CHECK(resolved.find("k0_gemm: grid 128 x 1 x 1") != std::string::npos);
+  CHECK(resolved.find("split-K S = 4") != std::string::npos);
 }
 
 TEST_CASE("split-K: a negative Options::max_split_k is refused") {
@@ -143,10 +161,11 @@ TEST_CASE("split-K: a negative Options::max_split_k is refused") {
 
 TEST_CASE("split-K: a last wave partly empty is filled where that saves more than the partial "
           "tiles cost") {
-  // BERT's FFN output, 3072 -> 768 features, at 4096 rows: 32 x 6 = 192 SIMT tiles on 132 SMs
-  // leave 72 idle in the second wave; each tile is 192 k-blocks, a partial tile costs 4.
+  // BERT's FFN output, 3072 -> 768 features, at 4096 rows: 32 x 6 = 192 SIMT tiles of 128 x 128
+  // on 132 SMs leave 72 idle in the second wave; each tile is 192 k-blocks, a partial tile
+  // costs 4.
   const codegen::Program fp32 = codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Fp32);
-  const codegen::LaunchGeometry &simt = gemm_geometry(fp32);
+  const codegen::LaunchGeometry &simt = simt_wide(fp32);
   CHECK(simt.split_cost_kblocks == 4);
   CHECK(splits(simt, 4096, 132) == 2);     // 3 waves of 96 + 4: 300 k-block times against 384
   CHECK(splits(simt, 4096, 132, 1) == 1);  // Options::max_split_k = 1
@@ -155,7 +174,7 @@ TEST_CASE("split-K: a last wave partly empty is filled where that saves more tha
   // K = 512 (32 k-blocks): S = 2 would save 6% (3 waves of 16 + 4 against 2 of 32), less than
   // the rule's margin.
   const codegen::Program k512 = codegen::generate(linear_plan(512, 768), codegen::GemmMath::Fp32);
-  const codegen::LaunchGeometry &shallow = gemm_geometry(k512);
+  const codegen::LaunchGeometry &shallow = simt_wide(k512);
   CHECK(splits(shallow, 4096, 132) == 1);
   // The sm90 tf32 GEMM's partial tile costs 16 of its k-blocks: its 384 tiles of 64 x 128 on 264
   // slots keep K whole; 3xTF32's 192 tiles of 128 x 128 on 132 SMs (a partial tile is 4 of its

@@ -165,8 +165,8 @@ TEST_CASE("codegen: a tile override a GEMM cannot take is an error naming the ke
   LowerOptions x3 = tf32_options(t);
   x3.math = codegen::GemmMath::Tf32x3;
   CHECK_THROWS_WITH(lowered("gemm_bn_scale_softmax", x3),
-                    doctest::Contains("k0_gemm: tile 64x256x1 was asked for, but this GEMM has "
-                                      "one tile (3xtf32's 128x128x1)"));
+                    doctest::Contains("k0_gemm: tile 64x256x1 was asked for, but this GEMM's "
+                                      "tiles are not tuned (3xtf32 has one, 128x128x1)"));
   codegen::GemmTunings other;
   other["k9_gemm"].tile = codegen::Sm90Tile::M64N256;
   CHECK_THROWS_WITH(lowered("gemm_bn_scale_softmax", tf32_options(other)),

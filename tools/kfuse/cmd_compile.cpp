@@ -1,11 +1,13 @@
 // kfuse compile F.kf [--mode] [--precision] [--arch] [--no-tuned]: NVRTC through the disk cache;
-// no GPU needed. Prints the compile time, whether it was a cache hit, each kernel's resources
-// and each GEMM's config and why (the heuristic's reason, or "tuned on <device> at N=...": on a
-// GPU the configs `kfuse tune` stored for it are used unless --no-tuned).
+// no GPU needed. Prints the compile time, whether it was a cache hit, each kernel's (and each
+// GEMM variant's) resources and each GEMM's config and why (the heuristic's reason, or "tuned on
+// <device> at N=...": on a GPU the configs `kfuse tune` stored for it are used unless
+// --no-tuned).
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
 #include <cstdio>
+#include <fmt/format.h>
 
 namespace kfuse::tool {
 
@@ -13,8 +15,14 @@ int cmd_compile(int argc, char **argv) {
   CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch"}, {"no-tuned"});
   Pipeline p = Pipeline::from_file(cl.file(), pipeline_options(cl));
   const CompileReport &r = p.report();
-  std::printf("%s: %zu kernel%s for %s, %.1f ms (%s)\n", p.name().c_str(), r.kernels.size(),
-              r.kernels.size() == 1 ? "" : "s", r.arch.c_str(), r.milliseconds,
+  size_t variants = 0;
+  for (const KernelReport &k : r.kernels)
+    variants += k.variant;
+  const size_t kernels = r.kernels.size() - variants;
+  const std::string with =
+      variants == 0 ? "" : fmt::format(" and {} variant{}", variants, variants == 1 ? "" : "s");
+  std::printf("%s: %zu kernel%s%s for %s, %.1f ms (%s)\n", p.name().c_str(), kernels,
+              kernels == 1 ? "" : "s", with.c_str(), r.arch.c_str(), r.milliseconds,
               r.cache_hit ? "cache hit" : "compiled with NVRTC");
   std::printf("  %-20s %9s %12s %11s %13s %12s\n", "kernel", "registers", "static smem",
               "stack bytes", "spill stores", "spill loads");

@@ -23,12 +23,19 @@ struct k0_gemm_functor {
     return v_t1;
   }
 };
-extern "C" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
-k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, float *__restrict__ p_t1, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+extern "C" __global__ void __launch_bounds__(kf::SimtWide::THREADS, kf::SimtWide::MIN_BLOCKS)
+k0_gemm_wide(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, float *__restrict__ p_t1, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, true> epilogue{{p_x, p_weight, p_t1, d_N}, p_t1, 8192, p_t1_pmean, p_t1_pm2, split_partials, split_counters};
-  kf::gemm_simt<true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
+  kf::gemm_simt<kf::SimtWide, true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
+}
+extern "C" __global__ void __launch_bounds__(kf::SimtNarrow::THREADS, kf::SimtNarrow::MIN_BLOCKS)
+k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, float *__restrict__ p_t1, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+  const kf::GemmShape shape{d_N, 8192, 8192};
+  const kf::TileScheduler<128, 32, 8> scheduler(shape, splits);
+  const kf::GemmEpilogue<k0_gemm_functor, float, true> epilogue{{p_x, p_weight, p_t1, d_N}, p_t1, 8192, p_t1_pmean, p_t1_pm2, split_partials, split_counters};
+  kf::gemm_simt<kf::SimtNarrow, true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
 }
 
 // k1_column: batchnorm@14, mul@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm

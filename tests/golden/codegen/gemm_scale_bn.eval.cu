@@ -41,10 +41,17 @@ struct k0_gemm_functor {
     return v_t11;
   }
 };
-extern "C" __global__ void __launch_bounds__(kf::GEMM_THREADS, kf::GEMM_MIN_BLOCKS)
-k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, float *__restrict__ p_t11, int d_N) {
+extern "C" __global__ void __launch_bounds__(kf::SimtWide::THREADS, kf::SimtWide::MIN_BLOCKS)
+k0_gemm_wide(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, float *__restrict__ p_t11, int d_N) {
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, false> epilogue{{p_x, p_weight, p_bias, p_scale, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_t11, d_N}, p_t11, 8192, nullptr, nullptr, split_partials, split_counters};
-  kf::gemm_simt<true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
+  kf::gemm_simt<kf::SimtWide, true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
+}
+extern "C" __global__ void __launch_bounds__(kf::SimtNarrow::THREADS, kf::SimtNarrow::MIN_BLOCKS)
+k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, float *__restrict__ p_t11, int d_N) {
+  const kf::GemmShape shape{d_N, 8192, 8192};
+  const kf::TileScheduler<128, 32, 8> scheduler(shape, splits);
+  const kf::GemmEpilogue<k0_gemm_functor, float, false> epilogue{{p_x, p_weight, p_bias, p_scale, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_t11, d_N}, p_t11, 8192, nullptr, nullptr, split_partials, split_counters};
+  kf::gemm_simt<kf::SimtNarrow, true>(shape, scheduler, p_x, 8192, p_weight, 8192, epilogue);
 }
