@@ -22,6 +22,19 @@ unsigned grid_extent(int64_t blocks, const char *axis) {
   return static_cast<unsigned>(std::max<int64_t>(blocks, 1));
 }
 
+// A GEMM launch's output tiles at `dims`.
+int64_t tile_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims) {
+  return ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
+}
+
+// Split-K's cost model, in k-block times of one tile: `tiles` tiles split S ways take
+// ceil(tiles * S / slots) waves of units, each ceil(kblocks / S) k-blocks plus, where split, the
+// unit's partial tile (split_cost_kblocks).
+int64_t kblock_times(const codegen::LaunchGeometry &g, int64_t tiles, int64_t kblocks,
+                     int64_t slots, int64_t s) {
+  return ceil_div(tiles * s, slots) * (ceil_div(kblocks, s) + (s > 1 ? g.split_cost_kblocks : 0));
+}
+
 // Split-K's rule. The batch (a GEMM's rows) is bound only now, and a GEMM's output tiles rarely
 // fill whole waves of the GPU's block slots (blocks_per_sm * SMs). Splitting each tile's K S
 // ways makes tiles * S work units:
@@ -31,11 +44,9 @@ unsigned grid_extent(int64_t blocks, const char *axis) {
 // - a tile per SM or more (192 tiles on 132 SMs leave 72 of them idle in the second wave):
 //   a unit is kblocks / S of the tile's k-blocks plus the split's partial tile
 //   (split_cost_kblocks), and the units take ceil(tiles * S / slots) waves, so S is the count
-//   with the fewest k-block times
-//     ceil(tiles * S / slots) * (ceil(kblocks / S) + (S > 1 ? split_cost_kblocks : 0))
-//   (the smallest such S), where that saves at least a tenth of S = 1's: the estimate's margin
-//   (on the H100, 384 SIMT tiles of 48 k-blocks on 264 slots, estimated 12% faster split in 2,
-//   ran 5% slower).
+//   with the fewest k-block times (kblock_times; the smallest such S), where that saves at least a
+//   tenth of S = 1's: the estimate's margin (on the H100, 384 SIMT tiles of 48 k-blocks on 264
+//   slots, estimated 12% faster split in 2, ran 5% slower).
 // S is at most kMaxSplits (the last split of a tile reads all S partial tiles alone, so the
 // reduction grows with S) and at most kblocks / kMinSplitKBlocks (each split keeps a few
 // k-blocks to stream through its pipeline), and at most max_splits when set, else at most the
@@ -64,17 +75,14 @@ int64_t split_bound_by_k(const codegen::LaunchGeometry &g,
 int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
                 int multiprocessors, int max_splits) {
   const int64_t bound = split_bound_by_k(g, dims, max_splits);
-  const int64_t tiles =
-      ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
+  const int64_t tiles = tile_count(g, dims);
   if (bound == 1 || tiles == 0 || multiprocessors <= 0)
     return 1;
   const int64_t slots = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;
   if (tiles < multiprocessors)
     return static_cast<int>(std::max<int64_t>(1, std::min(bound, slots / tiles)));
   const int64_t kblocks = ceil_div(extent(g.inner, dims), g.tile_k);
-  auto time = [&](int64_t s) {
-    return ceil_div(tiles * s, slots) * (ceil_div(kblocks, s) + (s > 1 ? g.split_cost_kblocks : 0));
-  };
+  auto time = [&](int64_t s) { return kblock_times(g, tiles, kblocks, slots, s); };
   int64_t best = 1;
   for (int64_t s = 2; s <= bound; ++s)
     if (time(s) < time(best))
@@ -89,17 +97,13 @@ bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int
 
 namespace {
 
-// The time of a GEMM launch at `dims`, in kblock_time units: its waves of work units (tiles
-// times the split-K S the rule picks), each a split's k-blocks plus its partial tile (the
-// same k-block model as split_count's).
+// The time of a GEMM launch at `dims`, in kblock_time units: split-K's k-block times at the
+// S its rule picks.
 int64_t estimated_time(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
                        int multiprocessors, int max_splits) {
-  const int64_t s = split_count(g, dims, multiprocessors, max_splits);
-  const int64_t tiles =
-      ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
-  const int64_t kblocks = ceil_div(extent(g.inner, dims), g.tile_k);
-  const int64_t slots = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;
-  return ceil_div(tiles * s, slots) * (ceil_div(kblocks, s) + (s > 1 ? g.split_cost_kblocks : 0)) *
+  return kblock_times(g, tile_count(g, dims), ceil_div(extent(g.inner, dims), g.tile_k),
+                      static_cast<int64_t>(g.blocks_per_sm) * multiprocessors,
+                      split_count(g, dims, multiprocessors, max_splits)) *
          g.kblock_time;
 }
 
@@ -126,9 +130,7 @@ size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, in
   }
   for (size_t i = l.by_rows.size(); i-- > 0;) {
     const codegen::LaunchGeometry &g = l.by_rows[i].geometry;
-    const int64_t tiles =
-        ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
-    if (tiles >= static_cast<int64_t>(g.blocks_per_sm) * multiprocessors)
+    if (tile_count(g, dims) >= static_cast<int64_t>(g.blocks_per_sm) * multiprocessors)
       return i + 1;
   }
   return 0;
