@@ -28,19 +28,23 @@
 // ([BK][BM] for A, [BK][BN] for B), so that a thread reads its 4-wide row and column fragments
 // as float4 (LDS.128) and does 16 FFMAs per group pair (64 per 4 fragment loads at 8 x 8);
 // fragments of slice k + 1 are loaded while slice k is multiplied (double-buffered registers).
-// A k-contiguous operand (A, and B when TransB) is transposed by the copies themselves: 4-byte
-// cp.async, a warp covering 4 rows x 8 k (32-byte global segments, 32 distinct banks in shared
-// memory). B when !TransB is already n-major and goes in with 16-byte cp.async.cg where allowed
-// (see Sizes).
+// A k-contiguous operand (A, and B when TransB) is transposed by the copies themselves
+// (KMajorCopy): 4-byte cp.async, a warp covering 4 rows x 8 k (32-byte global segments, 32
+// distinct banks in shared memory), whose addresses cost one multiply-add per copied row, so
+// that a slice's copies cost little more than their own issue. B when !TransB is already
+// n-major and goes in with 16-byte cp.async.cg where allowed (NMajorCopy; see Sizes).
 //
 // Epilogue: gemm_epilogue.cuh's, with SimtFragment's layout (float4 stores of C); its
 // statistics scratch and staged rows reuse the pipeline's shared memory.
 //
-// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Out-of-range elements of a K-slice
-// are zero-filled by the copies (src-size 0, nothing read; the source address is then the
-// matrix base). 16-byte copies (of B when !TransB) are used only where the base pointer is
-// 16-byte aligned and the leading dimension is a multiple of 4 (checked at run time, uniformly
-// per matrix); a 16-byte copy reads only its in-bounds bytes. Addresses are computed in 64-bit.
+// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Elements of a K-slice past k are
+// zero-filled by the copies (src-size 0, nothing read; the source address is then the matrix
+// base); so are B's columns past n when !TransB. A k-contiguous operand's rows past m (n)
+// repeat its last row: they reach only accumulators of rows (columns) past m (n), which the
+// epilogue neither stores nor counts in the statistics. 16-byte copies (of B when !TransB) are used
+// only where the base pointer is 16-byte aligned and the leading dimension is a multiple of 4
+// (checked at run time, uniformly per matrix); a 16-byte copy reads only its in-bounds bytes.
+// Addresses are computed in 64-bit.
 //
 // This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
 // code generator can take the geometry constants from the same source.
@@ -123,12 +127,8 @@ struct SimtGemm {
                                              : epilogue_rows_bytes<Fragment>();
   // The transposing copies: THREADS / 8 rows per round (a thread: k offsets t % 8 and + 8).
   static constexpr int COPY_ROWS = THREADS / 8;
-  // B when !TransB: a k row is BN / 4 float4s, THREADS / (BN / 4) k rows per round.
-  static constexpr int B_VECS = BN / 4;
-  static constexpr int B_KROWS = THREADS / B_VECS;
 
   static_assert(BM % COPY_ROWS == 0 && BN % COPY_ROWS == 0, "whole rounds of transposing copies");
-  static_assert(THREADS % B_VECS == 0 && BK % B_KROWS == 0, "whole rounds of 16-byte copies of B");
   static_assert(BK == 16, "a thread's transposing copies cover k offsets t % 8 and t % 8 + 8");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
   static_assert(LDA % 4 == 0 && LDA % 32 == 4 && LDB % 4 == 0 && LDB % 32 == 4,
@@ -148,26 +148,118 @@ using SimtNarrow = SimtGemm<128, 32, 4, 1, 4, 2>;
 
 namespace gemm_detail {
 
-// Copies one K-slice of a k-contiguous operand P ([rows, k] row-major) into the K-major tile at
-// shared address dst (tile[kk * LD + r] = P[r0 + r, k0 + kk]), TILE_ROWS rows. Thread t copies
-// rows t / 8 + COPY_ROWS * i at k offsets t % 8 + 8 * h (h < 2): a warp covers 4 rows x 8 k, so
-// each global segment is 32 contiguous bytes and the 32 shared words land in bank
-// 4 * (t % 8) + (t / 8) % 4 (+ a warp constant): all distinct. p is &P[r0 + t / 8, t % 8],
-// row_step = COPY_ROWS * ld, rows_left = rows - (r0 + t / 8), k_left = k - (k0 + t % 8).
-template <int TILE_ROWS, int COPY_ROWS, int LD>
-__device__ __forceinline__ void copy_kmajor(unsigned dst, const float *__restrict__ P,
-                                            const float *p, long long row_step, int k0,
-                                            int rows_left, int k_left) {
-#pragma unroll
-  for (int i = 0; i < TILE_ROWS / COPY_ROWS; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const bool ok = COPY_ROWS * i < rows_left && 8 * h < k_left;
-      const float *src = p + (i * row_step + (k0 + 8 * h));
-      cp_async4(dst + ((8 * h) * LD + COPY_ROWS * i) * 4, ok ? src : P, ok ? 4 : 0);
-    }
+// The transposing copies of a k-contiguous operand P ([rows, k] row-major, leading dimension
+// ld) into K-major tiles of TILE_ROWS rows (tile[kk * LD + r] = P[r0 + r, k0 + kk]), one K-slice
+// of BK = 16 per issue(), slices in order. Thread t copies rows t / 8 + COPY_ROWS * i at k
+// offsets t % 8 and t % 8 + 8: a warp covers 4 rows x 8 k, so each global segment is 32
+// contiguous bytes and the 32 shared words land in bank 4 * (t % 8) + (t / 8) % 4 (+ a warp
+// constant): all distinct. A slice costs its copies and one multiply-add per row (the slice's
+// base pointer plus row * ld, one IMAD.WIDE); a row past the matrix reads its last row instead
+// (see Sizes). Only a slice reaching past k tests k, zero-filling (nothing read, the source
+// address then P itself).
+template <int TILE_ROWS, int COPY_ROWS, int LD> struct KMajorCopy {
+  static constexpr int ROUNDS = TILE_ROWS / COPY_ROWS;
+  const float *base; // &P[0, k0 + t % 8] of the next slice's k0
+  int ld;
+  int row0; // the first row this thread copies: r0 + t / 8
+  int last; // the matrix's last row
+
+  // r0: the tile's first row in P; k: the first slice's k0.
+  __device__ __forceinline__ KMajorCopy(const float *P, int ld_, int rows, int r0, int k, int t)
+      : base(P + (k + (t & 7))), ld(ld_), row0(r0 + (t >> 3)), last(max(rows - 1, 0)) {}
+
+  // Byte offset of thread t's first word in a tile.
+  __device__ __forceinline__ static unsigned first_word(int t) {
+    return static_cast<unsigned>((t & 7) * LD + (t >> 3)) * 4;
   }
+
+  // dst: the stage's tile plus first_word(t); k_rem: k - k0 of this slice.
+  __device__ __forceinline__ void issue(unsigned dst, const float *P, int k_rem) {
+    if (k_rem >= 16) { // uniform: only a last slice reaches past k
+#pragma unroll
+      for (int i = 0; i < ROUNDS; ++i) {
+        const float *src = base + static_cast<long long>(min(row0 + COPY_ROWS * i, last)) * ld;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          cp_async4(dst + ((8 * h) * LD + COPY_ROWS * i) * 4, src + 8 * h, 4);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < ROUNDS; ++i) {
+        const float *src = base + static_cast<long long>(min(row0 + COPY_ROWS * i, last)) * ld;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bool ok = 8 * h + static_cast<int>(threadIdx.x & 7) < k_rem;
+          cp_async4(dst + ((8 * h) * LD + COPY_ROWS * i) * 4, ok ? src + 8 * h : P, ok ? 4 : 0);
+        }
+      }
+    }
+    base += 16;
+  }
+};
+
+// The copies of B when !TransB ([k, n] row-major, already n-major) into its [BK][LD] tile, one
+// K-slice per issue(), slices in order: thread t copies the 4 columns n0 + (t % VECS) * 4 of k
+// rows t / VECS + KROWS * h, as one 16-byte copy where vec (B 16-byte aligned, ld a multiple of
+// 4), as four 4-byte copies otherwise. Columns past n and k rows past k are zero-filled (nothing
+// read; a copy reading nothing takes P itself as its source).
+template <int BN, int THREADS, int LD> struct NMajorCopy {
+  static constexpr int VECS = BN / 4, KROWS = THREADS / VECS, ROUNDS = 16 / KROWS;
+  static_assert(THREADS % VECS == 0 && 16 % KROWS == 0, "whole rounds of 16-byte copies of B");
+  const float *src; // &B[k0 + t / VECS, n0 + (t % VECS) * 4] of the next slice's k0
+  long long step;   // KROWS * ld: a round's k rows
+  int krow;         // t / VECS
+  int cols;         // of the thread's 4 columns, those inside n
+  bool vec;
+
+  // k: the first slice's k0.
+  __device__ __forceinline__ NMajorCopy(const float *P, int ld, int n, int n0, int k, int t)
+      : step(static_cast<long long>(KROWS) * ld),
+        krow(static_cast<int>(static_cast<unsigned>(t) / VECS)), vec(vector_ok<4>(P, ld)) {
+    const int col = n0 + static_cast<int>(static_cast<unsigned>(t) % VECS) * 4;
+    cols = max(min(n - col, 4), 0);
+    src = P + (static_cast<long long>(k + krow) * ld + col);
+  }
+
+  // Byte offset of thread t's first word in a tile.
+  __device__ __forceinline__ static unsigned first_word(int t) {
+    const unsigned u = static_cast<unsigned>(t);
+    return (u / VECS * LD + u % VECS * 4) * 4;
+  }
+
+  // dst: the stage's tile plus first_word(t); k_rem: k - k0 of this slice.
+  __device__ __forceinline__ void issue(unsigned dst, const float *P, int k_rem) {
+#pragma unroll
+    for (int h = 0; h < ROUNDS; ++h) {
+      const bool k_ok = krow + KROWS * h < k_rem;
+      const unsigned d = dst + (KROWS * h * LD) * 4;
+      const float *p = src + h * step;
+      if (vec) {
+        const int bytes = k_ok ? cols * 4 : 0;
+        cp_async16(d, bytes > 0 ? p : P, bytes);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool ok = k_ok && e < cols;
+          cp_async4(d + e * 4, ok ? p + e : P, ok ? 4 : 0);
+        }
+      }
+    }
+    src += ROUNDS * step;
+  }
+};
+
+// blockIdx.x, read anew: a work unit derived from it after the mainloop is not the one derived
+// before it to the compiler, whose registers (index, split) are then free during the loop
+// instead of kept live through it (NVRTC's build spilled them at the 128-register cap).
+__device__ __forceinline__ int block_index_again() {
+  unsigned x;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+  return static_cast<int>(x);
 }
+
+template <bool C, class T, class F> struct If { using type = T; };
+template <class T, class F> struct If<false, T, F> { using type = F; };
 
 // x[0..3] = lo, and x[4..7] = hi where N is 8.
 template <int N>
@@ -194,7 +286,7 @@ __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__re
   using namespace gemm_detail;
   constexpr int BM = Config::BM, BN = Config::BN, BK = Config::BK, STAGES = Config::STAGES;
   constexpr int TM = Config::TM, TN = Config::TN, LDA = Config::LDA, LDB = Config::LDB;
-  constexpr int COPY_ROWS = Config::COPY_ROWS, B_VECS = Config::B_VECS;
+  constexpr int COPY_ROWS = Config::COPY_ROWS;
   extern __shared__ __align__(16) float kf_gemm_smem[];
 
   const int t = threadIdx.x;
@@ -202,7 +294,6 @@ __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__re
   const WorkUnit unit = tiles.unit(tiles.first(), ktiles); // one block per unit
   const int m0 = unit.tile.m * BM;
   const int n0 = unit.tile.n * BN;
-  const bool vec_b = vector_ok<4>(B, ldb);
 
   const typename Config::Fragment layout(t);
   const int ty = layout.ty, tx = layout.tx;
@@ -214,61 +305,22 @@ __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__re
     for (int j = 0; j < TN; ++j)
       acc[i][j] = 0.0f;
 
-  // Per-thread copy state (see copy_kmajor): the k-contiguous operands start at row t / 8 and
-  // k offset t % 8 of the tile; B when !TransB at k row t / B_VECS (+ B_KROWS per round) and
-  // columns (t % B_VECS) * 4.
+  // The copies (KMajorCopy, NMajorCopy), each at the unit's first slice.
+  const int k_first = unit.k_begin * BK;
+  KMajorCopy<BM, COPY_ROWS, LDA> copy_a(A, lda, s.m, m0, k_first, t);
+  using CopyB = typename If<TransB, KMajorCopy<BN, COPY_ROWS, LDB>,
+                            NMajorCopy<BN, Config::THREADS, LDB>>::type;
+  CopyB copy_b(B, ldb, s.n, n0, k_first, t);
   const unsigned smem0 = smem_addr(kf_gemm_smem);
-  const int cr = t >> 3, ck = t & 7;
-  const unsigned a_kmajor = (ck * LDA + cr) * 4, b_kmajor = (ck * LDB + cr) * 4;
-  const float *pa = A + (static_cast<long long>(m0 + cr) * lda + ck);
-  const long long a_step = static_cast<long long>(COPY_ROWS) * lda;
-  const int a_rows_left = s.m - (m0 + cr);
-  // TransB: B's rows (= columns of C) as for A. !TransB: pb = &B[t / B_VECS, n0 + (t % B_VECS)
-  // * 4], b_step = B_KROWS * ldb (a round's k rows), b_left = n - (n0 + (t % B_VECS) * 4).
-  const int b_krow = static_cast<int>(static_cast<unsigned>(t) / B_VECS); // unsigned: a shift
-  const int b_col = static_cast<int>(static_cast<unsigned>(t) % B_VECS) * 4;
-  const float *pb;
-  long long b_step;
-  int b_left;
-  if constexpr (TransB) {
-    pb = B + (static_cast<long long>(n0 + cr) * ldb + ck);
-    b_step = static_cast<long long>(COPY_ROWS) * ldb;
-    b_left = s.n - (n0 + cr);
-  } else {
-    pb = B + (static_cast<long long>(b_krow) * ldb + (n0 + b_col));
-    b_step = static_cast<long long>(Config::B_KROWS) * ldb;
-    b_left = s.n - (n0 + b_col);
-  }
+  const unsigned a_first = decltype(copy_a)::first_word(t), b_first = CopyB::first_word(t);
 
-  // Issues the copies of K-slice kt into stage st (the caller makes one commit group).
+  // Issues the copies of K-slice kt into stage st (the caller makes one commit group); slices
+  // come in order.
   auto load_stage = [&](int st, int kt) {
-    const int k0 = kt * BK;
+    const int k_rem = s.k - kt * BK;
     const unsigned a_dst = smem0 + st * (Config::STAGE_FLOATS * 4);
-    const unsigned b_dst = a_dst + Config::A_FLOATS * 4;
-    copy_kmajor<BM, COPY_ROWS, LDA>(a_dst + a_kmajor, A, pa, a_step, k0, a_rows_left,
-                                    s.k - (k0 + ck));
-    if constexpr (TransB) {
-      copy_kmajor<BN, COPY_ROWS, LDB>(b_dst + b_kmajor, B, pb, b_step, k0, b_left, s.k - (k0 + ck));
-    } else {
-#pragma unroll
-      for (int h = 0; h < BK / Config::B_KROWS; ++h) {
-        const int krow = b_krow + Config::B_KROWS * h;
-        const bool k_ok = k0 + krow < s.k;
-        const unsigned dst = b_dst + (krow * LDB + b_col) * 4;
-        const float *src = pb + (static_cast<long long>(k0) * ldb + h * b_step);
-        if (vec_b) {
-          int bytes = k_ok ? b_left * 4 : 0;
-          bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
-          cp_async16(dst, bytes > 0 ? src : B, bytes);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const bool ok = k_ok && e < b_left;
-            cp_async4(dst + e * 4, ok ? src + e : B, ok ? 4 : 0);
-          }
-        }
-      }
-    }
+    copy_a.issue(a_dst + a_first, A, k_rem);
+    copy_b.issue(a_dst + Config::A_FLOATS * 4 + b_first, B, k_rem);
   };
 
   // The fragments of slice kk of a stage: rows ty*4 + {0..3} (and BM / 2 + ty*4 + {0..3}) of
@@ -330,7 +382,8 @@ __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__re
   // Only empty commit groups can be pending; the epilogue's statistics may reuse the stages
   // after a barrier of their own.
   cp_async_wait<0>();
-  epi.template run<false>(layout, s, unit, acc, nullptr, kf_gemm_smem);
+  epi.template run<false>(layout, s, tiles.unit(block_index_again(), ktiles), acc, nullptr,
+                          kf_gemm_smem);
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__
