@@ -11,27 +11,36 @@
 // not a multiple of 4 and a base pointer off 16-byte alignment take the 4-byte copies; split-K
 // (S = 3) on a shape of 6 tiles.
 // sweep: median time over 50 runs (L2 flushed before each, CUDA events) against
-// cublasGemmEx(CUBLAS_COMPUTE_32F, default math: no TF32) on the founding shapes.
+// cublasGemmEx(CUBLAS_COMPUTE_32F, default math: no TF32) on the founding shapes, with the
+// leading dimensions compile-time constants as in kfuse's generated code (and once at run time,
+// as a matmul whose K is a dim has them).
 #include "gemm_harness.cuh"
 #include "gemm_simt.cuh"
 
-template <class Config, bool TransB>
+// LDA, LDB: the leading dimensions as constants, as kfuse's generated code has them where the
+// weights fix K (0: the run-time arguments).
+template <class Config, bool TransB, int LDA = 0, int LDB = 0>
 __global__ void __launch_bounds__(Config::THREADS, Config::MIN_BLOCKS)
     simt_entry(kf::GemmShape s, int splits, const float *a, int lda, const float *b, int ldb,
                float *c, float *pmean, float *pm2, float *partials, unsigned *counters) {
   using Tiles = kf::TileScheduler<Config::BM, Config::BN, Config::GROUP_M>;
   kf::gemm_simt<Config, TransB>(
-      s, Tiles(s, splits), a, lda, b, ldb,
+      s, Tiles(s, splits), a, LDA ? LDA : lda, b, LDB ? LDB : ldb,
       kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2, partials, counters});
 }
 
-template <class Config, bool TransB>
+template <class Config, bool TransB, int LDA = 0, int LDB = 0>
 void launch(int m, int n, int k, const float *a, const float *b, float *c, float *pmean, float *pm2,
             int splits = 1) {
+  if ((LDA && LDA != k) || (LDB && LDB != (TransB ? k : n))) {
+    std::fprintf(stderr, "constant leading dimensions %d, %d do not fit %d x %d x %d\n", LDA, LDB,
+                 m, n, k);
+    std::exit(1);
+  }
   const int tiles = kf::ceil_div(m, Config::BM) * kf::ceil_div(n, Config::BN);
   if (splits > 1)
     g_split.reserve(static_cast<size_t>(tiles) * splits * Config::BM * Config::BN, tiles);
-  simt_entry<Config, TransB><<<tiles * splits, Config::THREADS, Config::SMEM_BYTES>>>(
+  simt_entry<Config, TransB, LDA, LDB><<<tiles * splits, Config::THREADS, Config::SMEM_BYTES>>>(
       kf::GemmShape{m, n, k}, splits, a, k, b, TransB ? k : n, c, pmean, pm2, g_split.partials,
       g_split.counters);
 }
@@ -74,15 +83,15 @@ bool check(int m, int n, int k, std::mt19937 &rng, int offset = 0, int splits = 
   return ok;
 }
 
-template <class Config, bool TransB>
+template <class Config, bool TransB, int LDA = 0, int LDB = 0>
 void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) {
-  CHECK_CUDA(cudaFuncSetAttribute(simt_entry<Config, TransB>,
+  CHECK_CUDA(cudaFuncSetAttribute(simt_entry<Config, TransB, LDA, LDB>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, Config::SMEM_BYTES));
   std::mt19937 rng(7);
   const TimedOperands<float> ops(m, n, k, rng);
   float *a = ops.a, *b = ops.b, *c = ops.c;
-  const double ours =
-      timer.median_ms([&] { launch<Config, TransB>(m, n, k, a, b, c, nullptr, nullptr, splits); });
+  const double ours = timer.median_ms(
+      [&] { launch<Config, TransB, LDA, LDB>(m, n, k, a, b, c, nullptr, nullptr, splits); });
   CHECK_CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
   // Row-major C [m, n] is column-major C^T [n, m] = op(B) A^T.
@@ -92,10 +101,11 @@ void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) 
                  CUBLAS_GEMM_DEFAULT);
   });
   const double flop = 2.0 * m * n * k;
-  std::printf("sweep simt %3dx%-3d %s %5d x %5d x %5d S=%d: kfuse %.4f ms (%.1f TFLOP/s)  cuBLAS "
+  std::printf("sweep simt %3dx%-3d %s %5d x %5d x %5d S=%d%s: kfuse %.4f ms (%.1f TFLOP/s)  cuBLAS "
               "%.4f ms (%.1f TFLOP/s)  kfuse/cuBLAS %.2f\n",
-              Config::BM, Config::BN, TransB ? "A B^T" : "A B  ", m, n, k, splits, ours,
-              flop / ours * 1e-9, blas, flop / blas * 1e-9, ours / blas);
+              Config::BM, Config::BN, TransB ? "A B^T" : "A B  ", m, n, k, splits,
+              LDA ? "" : " (ld at run time)", ours, flop / ours * 1e-9, blas, flop / blas * 1e-9,
+              ours / blas);
 }
 
 template <class Config> bool check_config() {
@@ -126,18 +136,19 @@ int main(int argc, char **argv) {
     cublasCreate(&h);
     Timer timer;
     using kf::SimtNarrow, kf::SimtWide;
+    sweep<SimtWide, true, 8192, 8192>(1024, 8192, 8192, h, timer);
     sweep<SimtWide, true>(1024, 8192, 8192, h, timer);
-    sweep<SimtWide, true>(16384, 4096, 4096, h, timer);
-    sweep<SimtWide, true>(4096, 4096, 4096, h, timer);
-    sweep<SimtWide, false>(1024, 8192, 8192, h, timer);
-    sweep<SimtNarrow, true>(1024, 8192, 8192, h, timer);
+    sweep<SimtWide, true, 4096, 4096>(16384, 4096, 4096, h, timer);
+    sweep<SimtWide, true, 4096, 4096>(4096, 4096, 4096, h, timer);
+    sweep<SimtWide, false, 8192, 8192>(1024, 8192, 8192, h, timer);
+    sweep<SimtNarrow, true, 8192, 8192>(1024, 8192, 8192, h, timer);
     // A batch of 128: the split counts kfuse's rule picks for each tile, and their neighbours.
     for (int splits : {1, 4, 8})
-      sweep<SimtWide, true>(128, 1024, 512, h, timer, splits);
+      sweep<SimtWide, true, 512, 512>(128, 1024, 512, h, timer, splits);
     for (int splits : {1, 2, 4, 8})
-      sweep<SimtNarrow, true>(128, 1024, 512, h, timer, splits);
+      sweep<SimtNarrow, true, 512, 512>(128, 1024, 512, h, timer, splits);
     for (int splits : {2, 4})
-      sweep<SimtNarrow, false>(128, 1024, 512, h, timer, splits);
+      sweep<SimtNarrow, false, 512, 1024>(128, 1024, 512, h, timer, splits);
   }
   std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
   return ok ? 0 : 1;
