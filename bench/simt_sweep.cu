@@ -142,6 +142,9 @@ int main(int argc, char **argv) {
     sweep<SimtWide, true, 4096, 4096>(4096, 4096, 4096, h, timer);
     sweep<SimtWide, false, 8192, 8192>(1024, 8192, 8192, h, timer);
     sweep<SimtNarrow, true, 8192, 8192>(1024, 8192, 8192, h, timer);
+    // BERT-base's 768 features over 4096 rows, K split as kfuse's rule picks (S = 2) and not.
+    for (int splits : {1, 2})
+      sweep<SimtWide, true, 768, 768>(4096, 768, 768, h, timer, splits);
     // A batch of 128: the split counts kfuse's rule picks for each tile, and their neighbours.
     for (int splits : {1, 4, 8})
       sweep<SimtWide, true, 512, 512>(128, 1024, 512, h, timer, splits);
