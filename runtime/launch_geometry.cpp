@@ -148,6 +148,7 @@ LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string
   const int64_t cap = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;
   LaunchShape s;
   s.splits = split_count(g, dims, multiprocessors, max_splits);
+  s.split_major = s.splits > 1 && row_tiles * col_tiles * s.splits > cap;
   switch (g.grid) {
   case Grid::Tiles2D:
     s.grid = {grid_extent(col_tiles, "x"), grid_extent(row_tiles, "y"), 1};

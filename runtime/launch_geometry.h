@@ -17,7 +17,12 @@ struct LaunchShape {
   unsigned shared_bytes = 0;
   int row_floats = 0; // the value of SmemFloats parameters
   unsigned cluster = 1;
-  int splits = 1; // GEMMs: K split this many ways (the value of Splits parameters)
+  int splits = 1; // GEMMs: K split this many ways
+  // GEMMs: the work units (tiles x splits) take more than one wave of block slots, so they are
+  // numbered split-major (templates/tile_scheduler.cuh)
+  bool split_major = false;
+  // The value of Splits parameters: S, or -S for split-major order.
+  int split_param() const { return split_major ? -splits : splits; }
 };
 
 // `max_splits` caps split-K's count (Options::max_split_k; 0: no cap but the rule's own).

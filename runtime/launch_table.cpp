@@ -221,7 +221,7 @@ size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
       else if (p.kind == LaunchParam::Kind::SmemFloats)
         a.value = launch.shape.row_floats;
       else if (p.kind == LaunchParam::Kind::Splits)
-        a.value = launch.shape.splits;
+        a.value = launch.shape.split_param();
       else if (p.kind == LaunchParam::Kind::TensorMap) {
         a.map_rows = extent(p.map.rows, dims);
         a.map_inner = extent(p.map.inner, dims);
@@ -350,7 +350,8 @@ std::string LaunchTable::resolved_text() const {
     s += fmt::format("{}: grid {} x {} x {}, block {}, dynamic smem {} B", launched(k).entry,
                      shape.grid.x, shape.grid.y, shape.grid.z, shape.block.x, shape.shared_bytes);
     if (launched(k).geometry.tile_k > 0)
-      s += shape.splits > 1 ? fmt::format(", split-K S = {}", shape.splits)
+      s += shape.splits > 1 ? fmt::format(", split-K S = {}{}", shape.splits,
+                                          shape.split_major ? " (units split-major)" : "")
                             : std::string(", K not split (S = 1)");
     s += "\n";
   }

@@ -4,8 +4,16 @@
 // A GEMM's output is cut into BM x BN tiles. Split-K cuts each tile's K range into `splits`
 // contiguous runs of k-blocks (as even as integers allow), so that a problem with fewer tiles
 // than SMs still fills the GPU; the epilogue then adds the partial tiles in a fixed order
-// (gemm_epilogue.cuh). A work unit is one split of one tile, numbered by a linear work index
-// (the splits of a tile are consecutive). A block starts at work index first() = blockIdx.x
+// (gemm_epilogue.cuh). A work unit is one split of one tile, numbered by a linear work index in
+// one of two orders, which the launch picks (the kernel's split parameter: S, or -S for the
+// second):
+// - tile-major, a tile's splits consecutive: where all units run at once (one wave), a tile's
+//   splits then start together and its last one is not held back;
+// - split-major, every tile's first split, then every tile's second, and so on: where the units
+//   take more than one wave. (Tile-major there, the fp32 SIMT GEMM of bert_head_gelu_layernorm,
+//   384 units on 264 block slots, ran 0.172 ms where split-major runs 0.134, its last SMs
+//   finishing long after the others; docs/PERF.md, 2026-11-24.)
+// A block starts at work index first() = blockIdx.x
 // and, on a persistent grid (fewer blocks than units), steps by stride() = gridDim.x; on a grid
 // of one block per unit it computes unit(first()) only. No mainloop derives tile coordinates
 // or k ranges from blockIdx itself. splits = 1 is the plain GEMM; a mainloop must be given
@@ -51,14 +59,19 @@ template <int BlockM, int BlockN, int GroupM> struct TileScheduler {
   static constexpr int BN = BlockN;
   static constexpr int GROUP_M = GroupM;
   int tiles_m, tiles_n, splits;
+  bool split_major; // the work index's order (above)
 
-  KF_HOST_DEVICE explicit TileScheduler(GemmShape s, int split_count = 1)
-      : tiles_m(ceil_div(s.m, BM)), tiles_n(ceil_div(s.n, BN)), splits(split_count) {}
+  // split_param: S for tile-major order, -S for split-major.
+  KF_HOST_DEVICE explicit TileScheduler(GemmShape s, int split_param = 1)
+      : tiles_m(ceil_div(s.m, BM)), tiles_n(ceil_div(s.n, BN)),
+        splits(split_param < 0 ? -split_param : split_param), split_major(split_param < 0) {}
+  KF_HOST_DEVICE int split_param() const { return split_major ? -splits : splits; }
   KF_HOST_DEVICE int tiles() const { return tiles_m * tiles_n; }
   KF_HOST_DEVICE int units() const { return tiles() * splits; }
   // Unit `work` of a GEMM whose K is `kblocks` k-blocks deep.
   KF_HOST_DEVICE WorkUnit unit(int work, int kblocks) const {
-    const int index = work / splits, split = work % splits;
+    const int index = split_major ? work % tiles() : work / splits;
+    const int split = split_major ? work / tiles() : work % splits;
     return WorkUnit{grouped_tile(index, tiles_m, tiles_n, GROUP_M),
                     index,
                     split,

@@ -7,9 +7,12 @@
 #include "kfuse/kfuse.h"
 #include "runtime/launch_geometry.h"
 #include "runtime/launch_table.h"
+#include "templates/tile_scheduler.cuh"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+
+#include <set>
 
 using namespace kfuse;
 
@@ -147,6 +150,38 @@ TEST_CASE("split-K: the workspace holds the partial tiles and counters of a spli
   const std::string resolved = split.resolved_text();
   CHECK(resolved.find("k0_gemm: grid 128 x 1 x 1") != std::string::npos);
   CHECK(resolved.find("split-K S = 4") != std::string::npos);
+}
+
+TEST_CASE("split-K: units are numbered tile-major within one wave, split-major beyond it") {
+  // The scheduler: S = 3 splits of 5 tiles (2 x 3 tiles of 128 x 128, one of them past n), in
+  // either order a bijection onto (tile, split); the split parameter -S asks for split-major.
+  const kf::GemmShape shape{256, 300, 4096};
+  for (int param : {3, -3}) {
+    const kf::TileScheduler<128, 128, 8> tiles(shape, param);
+    CHECK(tiles.splits == 3);
+    CHECK(tiles.split_param() == param);
+    std::set<std::pair<int, int>> seen;
+    for (int w = 0; w < tiles.units(); ++w) {
+      const kf::WorkUnit u = tiles.unit(w, 256);
+      CHECK(u.index == (param < 0 ? w % 6 : w / 3));
+      CHECK(u.split == (param < 0 ? w / 6 : w % 3));
+      seen.insert({u.index, u.split});
+    }
+    CHECK(seen.size() == 18);
+  }
+  // The launch: 32 narrow tiles split 4 ways fit the 132 SMs at once (tile-major); BERT-base's
+  // 4096 x 768 x 768 splits its 192 wide tiles 2 ways, 384 units: split-major.
+  const plan::Plan small = linear_plan(512, 1024), bert = linear_plan(768, 768);
+  const std::vector<std::string> small_names = ir::printed_names(small.graph),
+                                 bert_names = ir::printed_names(bert.graph);
+  const codegen::Program small_prog = codegen::generate(small, codegen::GemmMath::Fp32),
+                         bert_prog = codegen::generate(bert, codegen::GemmMath::Fp32);
+  rt::LaunchTable one_wave(small_prog, small, small_names, 0),
+      waves(bert_prog, bert, bert_names, 0);
+  one_wave.prepare({{"N", 128}}, 132);
+  waves.prepare({{"N", 4096}}, 132);
+  CHECK(one_wave.resolved_text().find("split-K S = 4\n") != std::string::npos);
+  CHECK(waves.resolved_text().find("split-K S = 2 (units split-major)") != std::string::npos);
 }
 
 TEST_CASE("split-K: a negative Options::max_split_k is refused") {
