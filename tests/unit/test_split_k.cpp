@@ -153,8 +153,8 @@ TEST_CASE("split-K: the workspace holds the partial tiles and counters of a spli
 }
 
 TEST_CASE("split-K: units are numbered tile-major within one wave, split-major beyond it") {
-  // The scheduler: S = 3 splits of 5 tiles (2 x 3 tiles of 128 x 128, one of them past n), in
-  // either order a bijection onto (tile, split); the split parameter -S asks for split-major.
+  // The scheduler: S = 3 splits of 6 tiles (2 x 3 of 128 x 128, the last column partly past n),
+  // in either order a bijection onto (tile, split); the split parameter -S asks for split-major.
   const kf::GemmShape shape{256, 300, 4096};
   for (int param : {3, -3}) {
     const kf::TileScheduler<128, 128, 8> tiles(shape, param);
