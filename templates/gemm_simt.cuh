@@ -173,31 +173,26 @@ template <int TILE_ROWS, int COPY_ROWS, int LD> struct KMajorCopy {
     return static_cast<unsigned>((t & 7) * LD + (t >> 3)) * 4;
   }
 
-  // Round i's row of this slice (a row past the matrix reads its last one), and where its k
-  // offset t % 8 + 8 h lands in the tile, in bytes past first_word(t).
-  __device__ __forceinline__ const float *row(int i) const {
-    return base + static_cast<long long>(min(row0 + COPY_ROWS * i, last)) * ld;
-  }
-  __device__ static constexpr unsigned at(int i, int h) {
-    return ((8 * h) * LD + COPY_ROWS * i) * 4;
-  }
-
   // dst: the stage's tile plus first_word(t); k_rem: k - k0 of this slice.
   __device__ __forceinline__ void issue(unsigned dst, const float *P, int k_rem) {
     if (k_rem >= 16) { // uniform: only a last slice reaches past k
 #pragma unroll
-      for (int i = 0; i < ROUNDS; ++i)
+      for (int i = 0; i < ROUNDS; ++i) {
+        const float *src = base + static_cast<long long>(min(row0 + COPY_ROWS * i, last)) * ld;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          cp_async4(dst + at(i, h), row(i) + 8 * h, 4);
+          cp_async4(dst + ((8 * h) * LD + COPY_ROWS * i) * 4, src + 8 * h, 4);
+      }
     } else {
 #pragma unroll
-      for (int i = 0; i < ROUNDS; ++i)
+      for (int i = 0; i < ROUNDS; ++i) {
+        const float *src = base + static_cast<long long>(min(row0 + COPY_ROWS * i, last)) * ld;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const bool ok = 8 * h + static_cast<int>(threadIdx.x & 7) < k_rem;
-          cp_async4(dst + at(i, h), ok ? row(i) + 8 * h : P, ok ? 4 : 0);
+          cp_async4(dst + ((8 * h) * LD + COPY_ROWS * i) * 4, ok ? src + 8 * h : P, ok ? 4 : 0);
         }
+      }
     }
     base += 16;
   }
