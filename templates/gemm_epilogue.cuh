@@ -28,12 +28,26 @@
 //   static int group_rows(int group, int tile_rows)   rows of that set below tile_rows
 //   static float &at(Acc &acc, int i, int j)   the register of accumulator (i, j)
 //   static void sync()                         barrier over the epilogue's threads
+//   STAGED_STORE         true: the store passes each warp's values through shared memory (see
+//                        Stores); such a fragment also has
+//   WARP_ROWS, int warp_row0()   a warp's accumulators lie on its rows warp_row0() ..
+//                        warp_row0() + WARP_ROWS - 1 (a multiple of 4) and all BN columns; col(j)
+//                        increases with j, a thread holds as many columns in every 128 bytes of
+//                        a row, and no VEC of them straddle 16 bytes
 //
 // Out: C's element type, float, kf::bf16 or kf::f16 (dtype.cuh); each value is rounded once to it.
 // Stores: VEC-wide vector stores where C is VEC-element aligned and ldc a multiple of VEC and
 // the VEC columns are inside n; guarded scalar stores otherwise. Rows past m are not written.
 // Addresses are computed in 64-bit. Where Statistics, the stored values replace the accumulators
-// they came from.
+// they came from. Where Fragment::STAGED_STORE, the tile goes out in chunks of CHUNK = 128 /
+// sizeof(Out) columns: a warp first writes its values of a chunk, rounded to Out, to its own
+// WARP_ROWS x 128-byte slice of the scratch (epilogue_store_bytes<Fragment>(); 16-byte units
+// swizzled by row % 8, so neither side conflicts on banks), then stores the slice's rows to C as
+// 16-byte vectors, eight lanes to a row (guarded scalars where C or ldc is not 16-byte aligned
+// or the vector crosses n). Between two chunks' stores to C the epilogue writes only shared
+// memory, so the loads of the functor's inputs (a residual, say) of a whole chunk can be in
+// flight at once: a store to C, which the compiler cannot tell from them, holds back every
+// later load.
 //
 // Column statistics (partial_mean != nullptr; partial_mean and partial_m2 are both null or both
 // valid): for the tile at row tile tm, rows [tm * BM, min(tm * BM + BM, m)), and each valid
@@ -91,6 +105,11 @@ template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_stats_bytes() {
 // A staged row's stride in floats: 16-byte aligned rows for the passes' vector reads.
 template <class Fragment> KF_HOST_DEVICE constexpr int rows_stage_ld() { return Fragment::BN + 4; }
 
+// Shared scratch of the staged store: a warp's rows, 128 bytes of each.
+template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_store_bytes() {
+  return Fragment::STAGED_STORE ? Fragment::THREADS / 32 * Fragment::WARP_ROWS * 128 : 0;
+}
+
 // Shared scratch of a tile staged for its rows' passes.
 template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_rows_bytes() {
   return Fragment::BM * rows_stage_ld<Fragment>() * 4;
@@ -143,13 +162,29 @@ struct GemmEpilogue {
       run_rows<Cached>(f, s, u.tile, acc, cache, scratch);
       return;
     }
-    store<Cached>(f, s, u.tile, acc, cache);
+    if constexpr (Fragment::STAGED_STORE)
+      store_staged<Cached>(f, s, u.tile, acc, cache, scratch);
+    else
+      store<Cached>(f, s, u.tile, acc, cache);
     if constexpr (Statistics)
       if (partial_mean != nullptr)
         statistics(f, s, u.tile, acc, scratch);
   }
 
 private:
+  // The Columns of columns c0 .. c0 + V - 1 of the tile at column n0 (past n: the last one's).
+  template <bool Cached, int V>
+  __device__ void columns(GemmShape s, int n0, int c0, const Column *cache,
+                          Column (&cols)[V]) const {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      if constexpr (Cached)
+        cols[e] = cache[c0 - n0 + e];
+      else
+        cols[e] = functor.column(min(c0 + e, s.n - 1));
+    }
+  }
+
   template <bool Cached, class Fragment, class Acc>
   __device__ void store(const Fragment &f, GemmShape s, TileCoord tc, Acc &acc,
                         const Column *cache) const {
@@ -161,13 +196,7 @@ private:
     for (int v = 0; v < Fragment::COLS / V; ++v) {
       const int c0 = n0 + f.col(V * v); // this thread's columns c0 .. c0 + V - 1
       Column cols[V];
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        if constexpr (Cached)
-          cols[e] = cache[c0 - n0 + e];
-        else
-          cols[e] = functor.column(min(c0 + e, s.n - 1));
-      }
+      columns<Cached>(s, n0, c0, cache, cols);
 #pragma unroll
       for (int i = 0; i < Fragment::ROWS; ++i) {
         const int row = m0 + f.row(i);
@@ -202,6 +231,92 @@ private:
             }
           }
         }
+      }
+    }
+  }
+
+  // The store through each warp's slice of the scratch (Stores, above). A tile inside m and n
+  // takes the unguarded path: its chunk's loads and applies are then one straight run of code
+  // that the compiler can issue together.
+  template <bool Cached, class Fragment, class Acc>
+  __device__ void store_staged(const Fragment &f, GemmShape s, TileCoord tc, Acc &acc,
+                               const Column *cache, float *scratch) const {
+    constexpr int SIZE = sizeof(Out), CHUNK = 128 / SIZE, UNIT = 16 / SIZE;
+    constexpr int ROWS = Fragment::WARP_ROWS;
+    static_assert(ROWS * 8 % 32 == 0, "a warp stores whole rounds of its slice");
+    const int m0 = tc.m * Fragment::BM, n0 = tc.n * Fragment::BN;
+    const int lane = f.thread & 31, first = f.warp_row0();
+    unsigned char *slice =
+        reinterpret_cast<unsigned char *>(scratch) + (f.thread >> 5) * ROWS * 128;
+    const bool whole = m0 + Fragment::BM <= s.m && n0 + Fragment::BN <= s.n;
+    const bool vec_c = gemm_detail::vector_ok<UNIT>(C, ldc);
+    Fragment::sync(); // split-K's flag or the previous tile's statistics may alias the scratch
+#pragma unroll
+    for (int chunk = 0; chunk < Fragment::BN / CHUNK; ++chunk) {
+      if (whole)
+        stage_chunk<true, Cached>(f, s, m0, n0, chunk, acc, cache, slice);
+      else
+        stage_chunk<false, Cached>(f, s, m0, n0, chunk, acc, cache, slice);
+      __syncwarp();
+#pragma unroll
+      for (int round = 0; round < ROWS * 8 / 32; ++round) {
+        const int r = round * 4 + (lane >> 3), unit = lane & 7;
+        const int row = m0 + first + r, col = n0 + chunk * CHUNK + unit * UNIT;
+        if (row >= s.m)
+          continue;
+        const unsigned char *from = slice + r * 128 + ((unit ^ (r & 7)) << 4);
+        Out *to = C + (static_cast<long long>(row) * ldc + col);
+        if (vec_c && col + UNIT <= s.n) {
+          *reinterpret_cast<uint4 *>(to) = *reinterpret_cast<const uint4 *>(from);
+        } else {
+#pragma unroll
+          for (int e = 0; e < UNIT; ++e)
+            if (col + e < s.n)
+              to[e] = reinterpret_cast<const Out *>(from)[e];
+        }
+      }
+      __syncwarp(); // the slice is read before the next chunk overwrites it
+    }
+  }
+
+  // This thread's values of columns n0 + chunk * CHUNK .. + CHUNK - 1, applied and rounded to
+  // Out, written to the warp's slice (Whole: the tile lies inside m and n, nothing to test).
+  template <bool Whole, bool Cached, class Fragment, class Acc>
+  __device__ void stage_chunk(const Fragment &f, GemmShape s, int m0, int n0, int chunk, Acc &acc,
+                              const Column *cache, unsigned char *slice) const {
+    constexpr int V = Fragment::VEC, SIZE = sizeof(Out), CHUNK = 128 / SIZE;
+    constexpr int PER_CHUNK = Fragment::COLS / V / (Fragment::BN / CHUNK); // vectors per chunk
+    static_assert(V * SIZE <= 16 && PER_CHUNK * (Fragment::BN / CHUNK) * V == Fragment::COLS,
+                  "a thread's vectors spread evenly over the chunks, none across 16 bytes");
+    const int first = f.warp_row0();
+#pragma unroll
+    for (int p = 0; p < PER_CHUNK; ++p) {
+      const int v = chunk * PER_CHUNK + p;
+      const int c0 = n0 + f.col(V * v); // this thread's columns c0 .. c0 + V - 1
+      Column cols[V];
+      columns<Cached>(s, n0, c0, cache, cols);
+      const int byte = (c0 - n0 - chunk * CHUNK) * SIZE;
+#pragma unroll
+      for (int i = 0; i < Fragment::ROWS; ++i) {
+        const int row = m0 + f.row(i), r = f.row(i) - first;
+        if (!Whole && row >= s.m)
+          continue;
+        Out y[V] = {}; // columns past n are staged but never stored
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          if (Whole || c0 + e < s.n) {
+            float &a = Fragment::at(acc, i, V * v + e);
+            const float x = functor.apply(cols[e], row, c0 + e, a);
+            if constexpr (Statistics)
+              a = x;
+            y[e] = from_float<Out>(x);
+          }
+        }
+        Out *to =
+            reinterpret_cast<Out *>(slice + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15));
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          to[e] = y[e];
       }
     }
   }

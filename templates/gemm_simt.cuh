@@ -67,6 +67,7 @@ template <int BlockM, int BlockN, int WarpsM, int WarpsN, int Threads> struct Si
   static constexpr int VEC = 4;             // columns tx*4 + {0..3} (and BN / 2 + tx*4 + ...)
   static constexpr int ROW_LANE_SHIFT = 3;  // lane / 8 picks the row group inside a warp
   static constexpr int ROW_GROUPS = WarpsM; // warp row w: rows 16w.. (and BM / 2 + 16w..)
+  static constexpr bool STAGED_STORE = false;
   static constexpr int THREADS = Threads;
   static_assert((ROWS == 4 || ROWS == 8) && (COLS == 4 || COLS == 8),
                 "a thread holds one or two groups of 4 rows and of 4 columns");

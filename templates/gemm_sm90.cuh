@@ -84,11 +84,14 @@ struct Sm90Gemm {
   static constexpr int B_BYTES = BN * 128;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int STATS_BYTES = 2 * CONSUMER_WARPS * BN * 4;
-  // The epilogue's scratch: its column statistics, or, where StagedRows, the tile staged for the
-  // row passes (gemm_epilogue.cuh's Rows: a [BM][BN + 4] fp32 tile, never both).
+  static constexpr int STORE_BYTES = CONSUMER_WARPS * 16 * 128; // the staged store's slices
+  // The epilogue's scratch, shared by its uses in turn: the staged store's slices, its column
+  // statistics, or, where StagedRows, the tile staged for the row passes (gemm_epilogue.cuh's
+  // Rows: a [BM][BN + 4] fp32 tile).
   static constexpr int STAGED_BYTES = BM * (BN + 4) * 4;
-  static constexpr int SCRATCH_BYTES =
-      StagedRows && STAGED_BYTES > STATS_BYTES ? STAGED_BYTES : STATS_BYTES;
+  static constexpr int SCRATCH_BYTES = StagedRows && STAGED_BYTES > STATS_BYTES ? STAGED_BYTES
+                                       : STORE_BYTES > STATS_BYTES              ? STORE_BYTES
+                                                                                : STATS_BYTES;
   // Shared memory one block may use where MIN_BLOCKS share an SM's 228 KiB (1 KiB of each
   // block is the system's), less the largest column cache (below).
   static constexpr int BUDGET = (228 * 1024) / MIN_BLOCKS - 1024 - 2 * BN * 4 * 6;
@@ -147,12 +150,15 @@ template <int BlockN, int BlockM> struct Sm90Fragment {
   static constexpr int ROW_LANE_SHIFT = 2;   // g = lane / 4
   static constexpr int ROW_GROUPS = BM / 16; // the consumer warps
   static constexpr int THREADS = 2 * BM;     // the consumer warpgroups
+  static constexpr bool STAGED_STORE = true;
+  static constexpr int WARP_ROWS = 16;
   int thread, warp, g, q;
   KF_HOST_DEVICE explicit Sm90Fragment(int t)
       : thread(t), warp(t >> 5), g((t & 31) >> 2), q(t & 3) {}
   KF_HOST_DEVICE int row(int i) const { return 16 * warp + 8 * i + g; }
   KF_HOST_DEVICE int col(int j) const { return 8 * (j >> 1) + 2 * q + (j & 1); }
   KF_HOST_DEVICE int row_group() const { return warp; }
+  KF_HOST_DEVICE int warp_row0() const { return 16 * warp; }
   KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
     return rows_below(tile_rows, 16 * group, 16);
   }
@@ -187,12 +193,15 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   using Fragment = Sm90Fragment<BN, BM>;
   static_assert(Scheduler::BM == BM && Scheduler::BN == BN && Fragment::BM == BM,
                 "the scheduler hands out this mainloop's tiles");
-  static_assert(epilogue_stats_bytes<Fragment>() <= Config::SCRATCH_BYTES, "the scratch fits");
+  static_assert(epilogue_stats_bytes<Fragment>() <= Config::SCRATCH_BYTES &&
+                    epilogue_store_bytes<Fragment>() <= Config::SCRATCH_BYTES,
+                "the scratch fits");
   static_assert(!Epilogue::STAGES_ROWS || epilogue_rows_bytes<Fragment>() <= Config::SCRATCH_BYTES,
                 "the staged tile fits the scratch (Sm90Gemm's StagedRows)");
   extern __shared__ unsigned char kf_sm90_smem[];
-  unsigned char *smem = reinterpret_cast<unsigned char *>(
-      (reinterpret_cast<unsigned long long>(kf_sm90_smem) + 1023ull) & ~1023ull);
+  // Aligned by pointer arithmetic, not through an integer: the compiler then knows every
+  // pointer below addresses shared memory (ld/st.shared, never aliasing a global access).
+  unsigned char *smem = kf_sm90_smem + ((1024u - (sm90::smem_u32(kf_sm90_smem) & 1023u)) & 1023u);
   unsigned char *small = smem + STAGES * Config::STAGE_BYTES; // [STAGES][B_BYTES] (3xTF32)
   float *stats = reinterpret_cast<float *>(small + Config::SMALL_BYTES);
   unsigned long long *full =

@@ -81,6 +81,7 @@ template <int BlockN> struct TcFragment {
   static constexpr int VEC = 2;
   static constexpr int ROW_LANE_SHIFT = 2; // g = lane / 4
   static constexpr int ROW_GROUPS = 2;     // wm: rows 0..63 and 64..127
+  static constexpr bool STAGED_STORE = false;
   static constexpr int THREADS = GEMM_TC_THREADS;
   int thread, wm, wn, g, q;
   KF_HOST_DEVICE explicit TcFragment(int t)
