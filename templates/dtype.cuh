@@ -5,8 +5,9 @@
 // loaded with kf::load or kf::ldg (to float) and stored with kf::store (from float, rounded to
 // nearest, ties to even, as PyTorch's casts round). bf16 and f16 are two-byte structs of their bits
 // rather than cuda_bf16.h's types: these few conversions are all kernels need, and the
-// headers' thousands of lines would dominate NVRTC's compile time. The bf16 conversions are
-// bit operations (valid on every arch); f16 uses PTX cvt, which every arch has.
+// headers' thousands of lines would dominate NVRTC's compile time. Rounding to bf16 is PTX's
+// cvt from sm_80 on and bit operations before (the same values, NaN aside: any NaN stays a
+// NaN); f16 uses PTX cvt, which every arch has.
 //
 // Vectors of four elements (row kernels) are loaded and stored with one 16-byte (float) or
 // 8-byte (bf16, f16) access where the address is aligned to that size: kf::vec4_aligned.
@@ -45,11 +46,17 @@ __device__ __forceinline__ float to_float(f16 x) {
 template <class T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) {
+#if __CUDA_ARCH__ >= 800
+  unsigned short h; // one instruction; NaN becomes the canonical NaN, as PyTorch's cast gives
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return bf16{h};
+#else
   const unsigned u = __float_as_uint(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it a (quiet) NaN, truncation could make inf
     return bf16{static_cast<unsigned short>((u >> 16) | 0x40u)};
   // Round to nearest even: add half an ulp of bf16, plus one when the kept part is odd.
   return bf16{static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+#endif
 }
 template <> __device__ __forceinline__ f16 from_float<f16>(float x) {
   unsigned short h;

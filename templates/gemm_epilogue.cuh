@@ -314,9 +314,13 @@ private:
         }
         Out *to =
             reinterpret_cast<Out *>(slice + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15));
+        if constexpr (SIZE == 2 && V == 2) { // one 4-byte shared store for the pair
+          *reinterpret_cast<unsigned *>(to) = y[0].bits | static_cast<unsigned>(y[1].bits) << 16;
+        } else {
 #pragma unroll
-        for (int e = 0; e < V; ++e)
-          to[e] = y[e];
+          for (int e = 0; e < V; ++e)
+            to[e] = y[e];
+        }
       }
     }
   }
