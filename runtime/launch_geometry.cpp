@@ -130,7 +130,8 @@ size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, in
   }
   for (size_t i = l.by_rows.size(); i-- > 0;) {
     const codegen::LaunchGeometry &g = l.by_rows[i].geometry;
-    if (tile_count(g, dims) >= static_cast<int64_t>(g.blocks_per_sm) * multiprocessors)
+    if (tile_count(g, dims) >=
+        static_cast<int64_t>(g.min_waves) * g.blocks_per_sm * multiprocessors)
       return i + 1;
   }
   return 0;

@@ -38,8 +38,8 @@ int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, in
 // with split-K capped at `max_splits` (as split_count): 0 the launch itself, i > 0 its
 // by_rows[i - 1]. Where every one knows its kblock_time, the one of lowest estimated time
 // (waves of work units x (k-blocks per split + the partial tile's cost) x kblock_time);
-// otherwise the last one whose tiles at `dims` give every SM one (blocks_per_sm x
-// multiprocessors of them: a full wave of the wider tile, which then needs no split of K).
+// otherwise the last one whose tiles at `dims` fill its min_waves full waves (blocks_per_sm x
+// multiprocessors tiles each: the wider tile then needs no split of K).
 // variant() is the launch of that index.
 size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, int64_t> &dims,
                   int multiprocessors, int max_splits);

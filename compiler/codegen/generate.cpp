@@ -235,8 +235,9 @@ private:
   // two blocks per SM (one's epilogue overlaps the other's mainloop), and, where the kernel writes
   // no column statistics (whose partials' tile height the column kernel is compiled for), the same
   // kernel with the 128 x 128 tile beside it, which runs whose rows give it a full wave take
-  // instead (128 x 256 would be faster still, but its 128 accumulators per thread make heavier
-  // epilogues spill).
+  // instead, and with the 128 x 256 tile, which runs whose rows give it two full waves take (with
+  // fewer, a partial last wave of the larger tile can cost more than the 128 x 128 tile's:
+  // docs/PERF.md, TinyLlama's o_proj, 8192 x 2048 x 2048 bf16: 0.148 ms against 0.174).
   template <kf::sm90::Operand Op>
   std::string sm90_by_width(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                             const char *operand, int column_floats, ValueId a, ValueId b,
@@ -267,7 +268,18 @@ private:
         wide.config = fmt::format("{} 128 x 128 tile, 1 block per SM, instead of {}'s where the "
                                   "rows give one of these tiles to every SM (K not split then)",
                                   type, k.name);
+        KernelLaunch wider = launch;
+        wider.entry = k.name + "_wider";
+        launch.config +=
+            fmt::format("; {} where they give two 128 x 256 tiles to every SM", wider.entry);
+        wide_source += sm90_tile<Op>(Sm90Tile::M128N256, k, w, wider, operand, column_floats, a, b,
+                                     out, functor);
+        wider.geometry.min_waves = 2;
+        wider.config = fmt::format("{} 128 x 256 tile, 1 block per SM, instead of {}'s where the "
+                                   "rows give two of these tiles to every SM",
+                                   type, wide.entry);
         launch.by_rows.push_back(std::move(wide));
+        launch.by_rows.push_back(std::move(wider));
       }
     } else {
       launch.config = fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "

@@ -91,6 +91,9 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
               ? fmt::format("where its estimated time at the bound dims is the lowest (k-block "
                             "time {} against {}'s {})",
                             v.geometry.kblock_time, l.entry, g.kblock_time)
+          : v.geometry.min_waves > 1
+              ? fmt::format("where the bound dims give every SM {} of its tiles",
+                            v.geometry.min_waves)
               : std::string("where the bound dims give every SM one of its tiles"),
           shape_text(v.geometry), v.config);
   }

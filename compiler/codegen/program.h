@@ -100,6 +100,9 @@ struct LaunchGeometry {
   // mainloop (0: not known). Where a launch and its by_rows variants all know it, a run takes
   // the one whose estimated time at the bound dims is lowest (runtime/launch_geometry.cpp).
   int kblock_time = 0;
+  // GEMM variants (KernelLaunch::by_rows) chosen without kblock_time: taken where the bound dims
+  // give this many full waves of its tiles (blocks_per_sm x SMs tiles a wave).
+  int min_waves = 1;
 };
 
 struct KernelLaunch {

@@ -28,21 +28,30 @@ plan::Plan layer(int out, const char *after, ir::Mode mode, const char *dtype = 
 
 } // namespace
 
-TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 twin") {
+TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 and 128 x 256 "
+          "twins") {
   for (const char *dtype : {"f32", "bf16"}) {
     CAPTURE(dtype);
     const codegen::Program p = codegen::generate(layer(1024, "gelu(h)", ir::Mode::Train, dtype),
                                                  codegen::GemmMath::Tf32, "sm_90a");
     const codegen::KernelLaunch &gemm = p.launches.at(0);
     CHECK(gemm.tile == "64x128x2");
-    REQUIRE(gemm.by_rows.size() == 1);
+    REQUIRE(gemm.by_rows.size() == 2);
     const codegen::KernelLaunch &wide = gemm.by_rows[0];
     CHECK(wide.entry == "k0_gemm_wide");
     CHECK(wide.tile == "128x128x1");
     CHECK(wide.geometry.tile_rows == 128);
     CHECK(wide.geometry.tile_cols == 128);
     CHECK(wide.geometry.blocks_per_sm == 1);
+    CHECK(wide.geometry.min_waves == 1);
     CHECK(gemm.geometry.blocks_per_sm == 2);
+    const codegen::KernelLaunch &wider = gemm.by_rows[1];
+    CHECK(wider.entry == "k0_gemm_wider");
+    CHECK(wider.tile == "128x256x1");
+    CHECK(wider.geometry.tile_cols == 256);
+    CHECK(wider.geometry.min_waves == 2);
+    REQUIRE(wider.params.size() == gemm.params.size());
+    CHECK(wider.params.at(1).map.box_rows == 256);
     // The same parameters in the same order; the tensor maps' boxes follow the tile.
     REQUIRE(wide.params.size() == gemm.params.size());
     for (size_t i = 0; i < gemm.params.size(); ++i)
@@ -53,7 +62,9 @@ TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 
     CHECK(p.source.find("void __launch_bounds__") != std::string::npos);
     CHECK(p.source.find("\nk0_gemm_wide(") != std::string::npos);
     CHECK(p.source.find("\nk0_gemm(") != std::string::npos);
+    CHECK(p.source.find("\nk0_gemm_wider(") != std::string::npos);
     CHECK(gemm.config.find("k0_gemm_wide where the rows") != std::string::npos);
+    CHECK(gemm.config.find("k0_gemm_wider where they give two") != std::string::npos);
   }
 }
 
@@ -66,9 +77,9 @@ TEST_CASE("gemm variants: none where the tile is not the width's guess or a seco
   // Column statistics in the epilogue: the column kernel is compiled for one partial tile height.
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Train),
                  codegen::GemmMath::Tf32, "sm_90a") == 0);
-  // The same batchnorm in eval mode folds into the epilogue: no statistics, a variant.
+  // The same batchnorm in eval mode folds into the epilogue: no statistics, two variants.
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval), codegen::GemmMath::Tf32,
-                 "sm_90a") == 1);
+                 "sm_90a") == 2);
   // Wide layers take 128 x 256 already; the mma.sync and 3xtf32 mainloops have one tile.
   CHECK(variants(layer(4096, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_90a") == 0);
   CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_80") == 0);
@@ -80,7 +91,8 @@ TEST_CASE("gemm variants: none where the tile is not the width's guess or a seco
                  tuned) == 0);
 }
 
-TEST_CASE("gemm variants: runs take the wide tile from a full wave of it, and it needs no split") {
+TEST_CASE("gemm variants: runs take the 128 x 128 tile from a full wave of it, the 128 x 256 one "
+          "from two, and neither needs a split") {
   const plan::Plan p = layer(1024, "gelu(h)", ir::Mode::Eval);
   const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a");
   const codegen::KernelLaunch &gemm = prog.launches.at(0);
@@ -88,18 +100,25 @@ TEST_CASE("gemm variants: runs take the wide tile from a full wave of it, and it
   CHECK(rt::variant_of(gemm, {{"N", 128}}, 132, 0) == 0);
   CHECK(rt::variant_of(gemm, {{"N", 16 * 128}}, 132, 0) == 0);
   CHECK(rt::variant_of(gemm, {{"N", 16 * 128 + 1}}, 132, 0) == 1);
-  CHECK(rt::variant_of(gemm, {{"N", 16384}}, 132, 0) == 1);
+  // 4 columns of 128 x 256 tiles: two waves of 132 take 66 row tiles.
+  CHECK(rt::variant_of(gemm, {{"N", 65 * 128}}, 132, 0) == 1);
+  CHECK(rt::variant_of(gemm, {{"N", 65 * 128 + 1}}, 132, 0) == 2);
+  CHECK(rt::variant_of(gemm, {{"N", 16384}}, 132, 0) == 2);
   CHECK(rt::variant_of(gemm, {{"N", 16384}}, 0, 0) == 0); // no device: the launch itself
   CHECK(&rt::variant(gemm, 1) == &gemm.by_rows[0]);
+  CHECK(&rt::variant(gemm, 2) == &gemm.by_rows[1]);
   CHECK(rt::split_count(rt::variant(gemm, 1).geometry, {{"N", 16 * 128 + 1}}, 132, 0) == 1);
+  CHECK(rt::split_count(rt::variant(gemm, 2).geometry, {{"N", 65 * 128 + 1}}, 132, 0) == 1);
 
   std::vector<std::string> names(p.graph.values.size());
   for (size_t i = 0; i < names.size(); ++i)
     names[i] = fmt::format("v{}", i);
   rt::LaunchTable table(prog, p, names, 0);
-  CHECK(table.entries() == std::vector<std::string>{"k0_gemm", "k0_gemm_wide"});
-  table.prepare({{"N", 16384}}, 132);
+  CHECK(table.entries() == std::vector<std::string>{"k0_gemm", "k0_gemm_wide", "k0_gemm_wider"});
+  table.prepare({{"N", 4096}}, 132);
   CHECK(table.launched(0).entry == "k0_gemm_wide");
+  table.prepare({{"N", 16384}}, 132);
+  CHECK(table.launched(0).entry == "k0_gemm_wider");
   CHECK(table.splits(0) == 1);
   table.prepare({{"N", 128}}, 132);
   CHECK(table.launched(0).entry == "k0_gemm");
