@@ -30,6 +30,8 @@ const char *kIndent = "    ";
 
 // Output features from which a tf32 GEMM takes the Hopper mainloop's widest tile (128 x 256).
 constexpr int64_t kWideLayer = 4096;
+// The least K at which a narrow layer's GEMM carries the 128 x 256 variant (sm90_by_width).
+constexpr int64_t kDeepInner = 2048;
 
 std::string comment(const Kernel &k) {
   std::string covers, rules;
@@ -235,9 +237,12 @@ private:
   // two blocks per SM (one's epilogue overlaps the other's mainloop), and, where the kernel writes
   // no column statistics (whose partials' tile height the column kernel is compiled for), the same
   // kernel with the 128 x 128 tile beside it, which runs whose rows give it a full wave take
-  // instead, and with the 128 x 256 tile, which runs whose rows give it two full waves take (with
-  // fewer, a partial last wave of the larger tile can cost more than the 128 x 128 tile's:
-  // docs/PERF.md, TinyLlama's o_proj, 8192 x 2048 x 2048 bf16: 0.148 ms against 0.174).
+  // instead, and, where K is at least kDeepInner, with the 128 x 256 tile, which runs whose rows
+  // give it two full waves take (with fewer, a partial last wave of the larger tile can cost
+  // more than the 128 x 128 tile's). On the H100 (docs/PERF.md) it ran TinyLlama's o_proj,
+  // 8192 x 2048 x 2048 bf16, in 0.148 ms against 0.174, but three tf32 layers of K = 768 (BERT's
+  // and GPT-2's, 3 and 12 columns of tiles) 2-13% slower: there the larger tile's epilogue and
+  // pipeline fill weigh on 24 k-blocks.
   template <kf::sm90::Operand Op>
   std::string sm90_by_width(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                             const char *operand, int column_floats, ValueId a, ValueId b,
@@ -268,18 +273,23 @@ private:
         wide.config = fmt::format("{} 128 x 128 tile, 1 block per SM, instead of {}'s where the "
                                   "rows give one of these tiles to every SM (K not split then)",
                                   type, k.name);
-        KernelLaunch wider = launch;
-        wider.entry = k.name + "_wider";
-        launch.config +=
-            fmt::format("; {} where they give two 128 x 256 tiles to every SM", wider.entry);
-        wide_source += sm90_tile<Op>(Sm90Tile::M128N256, k, w, wider, operand, column_floats, a, b,
-                                     out, functor);
-        wider.geometry.min_waves = 2;
-        wider.config = fmt::format("{} 128 x 256 tile, 1 block per SM, instead of {}'s where the "
-                                   "rows give two of these tiles to every SM",
-                                   type, wide.entry);
+        const std::string wide_entry = wide.entry;
         launch.by_rows.push_back(std::move(wide));
-        launch.by_rows.push_back(std::move(wider));
+        if (!launch.inner.is_symbolic() && launch.inner.value >= kDeepInner) {
+          KernelLaunch wider = launch;
+          wider.by_rows.clear();
+          wider.entry = k.name + "_wider";
+          launch.config += fmt::format("; {} where they give two 128 x 256 tiles to every SM "
+                                       "(K = {} >= {})",
+                                       wider.entry, launch.inner.value, kDeepInner);
+          wide_source += sm90_tile<Op>(Sm90Tile::M128N256, k, w, wider, operand, column_floats, a,
+                                       b, out, functor);
+          wider.geometry.min_waves = 2;
+          wider.config = fmt::format("{} 128 x 256 tile, 1 block per SM, instead of {}'s where "
+                                     "the rows give two of these tiles to every SM",
+                                     type, wide_entry);
+          launch.by_rows.push_back(std::move(wider));
+        }
       }
     } else {
       launch.config = fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "

@@ -2,8 +2,9 @@
 // run resolved (rt::PipelineAccess::gemm_launches), and `kfuse bench --json`'s "gemm_launches",
 // which the shape sweep (bench/shape_sweep.py) puts beside every point. At 128 x 1024 x 512 the
 // tiles leave most SMs idle, so K is split; at 16384 rows, or with split-K capped at 1, it is not.
-// A narrow layer's GEMM runs its 128 x 128 twin where the rows give every SM one of its tiles
-// (rt::variant_of), with the results the reference gives.
+// A narrow layer's GEMM runs its 128 x 128 twin where the rows give every SM one of its tiles,
+// and, where K is deep, its 128 x 256 twin from two of those (rt::variant_of), with the results
+// the reference gives.
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline.h"
@@ -44,6 +45,17 @@ int json_splits(const std::string &json) {
   const std::string key = "\"splits\": ";
   const size_t at = json.find(key);
   return at == std::string::npos ? -1 : std::stoi(json.substr(at + key.size()));
+}
+
+// The current device's SM count.
+int multiprocessors() {
+  rt::Driver &driver = rt::Driver::get();
+  driver.make_current();
+  int sms = 0;
+  driver.check(driver.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                           driver.current_device()),
+               "cuDeviceGetAttribute");
+  return sms;
 }
 
 } // namespace
@@ -100,12 +112,7 @@ TEST_CASE("gpu gemm launches: kfuse bench --json reports the fused GEMM's tile a
 
 TEST_CASE("gpu gemm launches: a narrow layer runs its wide tile from a full wave of it, with the "
           "reference's results") {
-  rt::Driver &driver = rt::Driver::get();
-  driver.make_current();
-  int sms = 0;
-  driver.check(driver.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                                           driver.current_device()),
-               "cuDeviceGetAttribute");
+  const int sms = multiprocessors();
   // 1024 features are 8 columns of 128 x 128 tiles: a full wave from sms / 8 row tiles.
   const int64_t wave = 128 * ((sms + 7) / 8) + 17, few = 129;
   rt::Stream stream;
@@ -140,6 +147,41 @@ TEST_CASE("gpu gemm launches: a narrow layer runs its wide tile from a full wave
       testing::expect_match(text, "narrow.kf", Mode::Eval, n, 8, 1, precision);
     }
   }
+}
+
+TEST_CASE("gpu gemm launches: a narrow layer of deep K runs its 128 x 256 tile from two full "
+          "waves of it, with the reference's results") {
+  const int sms = multiprocessors();
+  // K = 2048, 512 features: 2 columns of 128 x 256 tiles, two waves from sms row tiles (the
+  // 128 x 128 tile's wave from sms / 4); the last row tile partial (17 rows).
+  const int64_t two_waves = 128 * (sms - 1) + 17, one_wave = 128 * ((sms + 3) / 4) + 17;
+  const std::string text = "pipeline deep {\n  dim N\n  input x: bf16[N, 2048]\n"
+                           "  input r: bf16[N, 512]\n  param w: bf16[512, 2048]\n"
+                           "  return add(linear(x, w), r)\n}\n";
+  Options eval;
+  eval.mode = Mode::Eval;
+  eval.use_tuned = false;
+  Pipeline p = Pipeline::from_string(text, "deep.kf", eval);
+  auto kernel_at = [&](int64_t rows) {
+    rt::DeviceBuffer x(static_cast<size_t>(rows * 2048 * 2)), w(512 * 2048 * 2),
+        r(static_cast<size_t>(rows * 512 * 2)), out(static_cast<size_t>(rows * 512 * 2));
+    x.fill_bytes(0);
+    w.fill_bytes(0);
+    r.fill_bytes(0);
+    p.bind("w", {reinterpret_cast<void *>(w.ptr()), {512, 2048}, DType::BF16});
+    const Tensor in[] = {{reinterpret_cast<void *>(x.ptr()), {rows, 2048}, DType::BF16},
+                         {reinterpret_cast<void *>(r.ptr()), {rows, 512}, DType::BF16}};
+    const Tensor result{reinterpret_cast<void *>(out.ptr()), {rows, 512}, DType::BF16};
+    rt::Stream stream;
+    p.run(in, 2, &result, 1, stream.handle());
+    stream.synchronize();
+    return rt::PipelineAccess::gemm_launches(p).at(0);
+  };
+  CHECK(kernel_at(two_waves).kernel == "k0_gemm_wider");
+  CHECK(kernel_at(two_waves).tile == "128x256x1");
+  CHECK(kernel_at(two_waves - 17).kernel == "k0_gemm_wide");
+  CHECK(kernel_at(one_wave).kernel == "k0_gemm_wide");
+  testing::expect_match(text, "deep.kf", Mode::Eval, two_waves, 9, 1, Precision::FP32);
 }
 
 TEST_CASE("gpu gemm launches: the SIMT GEMM runs its 128 x 32 tile for small batches and its "
