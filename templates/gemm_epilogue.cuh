@@ -163,7 +163,7 @@ struct GemmEpilogue {
       return;
     }
     if constexpr (Fragment::STAGED_STORE)
-      store_staged<Cached>(f, s, u.tile, acc, cache, scratch);
+      store_staged<Cached>(f, s, u, acc, cache, scratch);
     else
       store<Cached>(f, s, u.tile, acc, cache);
     if constexpr (Statistics)
@@ -239,8 +239,9 @@ private:
   // takes the unguarded path: its chunk's loads and applies are then one straight run of code
   // that the compiler can issue together.
   template <bool Cached, class Fragment, class Acc>
-  __device__ void store_staged(const Fragment &f, GemmShape s, TileCoord tc, Acc &acc,
+  __device__ void store_staged(const Fragment &f, GemmShape s, const WorkUnit &u, Acc &acc,
                                const Column *cache, float *scratch) const {
+    const TileCoord tc = u.tile;
     constexpr int SIZE = sizeof(Out), CHUNK = 128 / SIZE, UNIT = 16 / SIZE;
     constexpr int ROWS = Fragment::WARP_ROWS;
     static_assert(ROWS * 8 % 32 == 0, "a warp stores whole rounds of its slice");
@@ -250,7 +251,10 @@ private:
         reinterpret_cast<unsigned char *>(scratch) + (f.thread >> 5) * ROWS * 128;
     const bool whole = m0 + Fragment::BM <= s.m && n0 + Fragment::BN <= s.n;
     const bool vec_c = gemm_detail::vector_ok<UNIT>(C, ldc);
-    Fragment::sync(); // split-K's flag or the previous tile's statistics may alias the scratch
+    // Split-K's flag and the previous tile's statistics alias the slices; nothing else does (a
+    // warp alone writes and reads its slice), so only those wait for every warp.
+    if (Statistics || u.splits > 1)
+      Fragment::sync();
 #pragma unroll
     for (int chunk = 0; chunk < Fragment::BN / CHUNK; ++chunk) {
       if (whole)
