@@ -10,7 +10,8 @@
 //   __device__ Column column(int col) const;   may be called with n - 1 for columns past n (its
 //       result is then never used), so it may read per-column arrays unguarded.
 //   __device__ float apply(const Column &c, int row, int col, float acc) const;
-//       called only for valid (row, col).
+//       called only with row < m and col < n, a pure function of its arguments (the staged
+//       store applies rows past m and columns past n at m - 1 and n - 1 and drops the result).
 //
 // Fragment concept (a small traits struct per mainloop: which tile element each accumulator
 // register holds; SimtFragment, TcFragment, Sm90Fragment):
@@ -235,9 +236,7 @@ private:
     }
   }
 
-  // The store through each warp's slice of the scratch (Stores, above). A tile inside m and n
-  // takes the unguarded path: its chunk's loads and applies are then one straight run of code
-  // that the compiler can issue together.
+  // The store through each warp's slice of the scratch (Stores, above).
   template <bool Cached, class Fragment, class Acc>
   __device__ void store_staged(const Fragment &f, GemmShape s, const WorkUnit &u, Acc &acc,
                                const Column *cache, float *scratch) const {
@@ -249,7 +248,6 @@ private:
     const int lane = f.thread & 31, first = f.warp_row0();
     unsigned char *slice =
         reinterpret_cast<unsigned char *>(scratch) + (f.thread >> 5) * ROWS * 128;
-    const bool whole = m0 + Fragment::BM <= s.m && n0 + Fragment::BN <= s.n;
     const bool vec_c = gemm_detail::vector_ok<UNIT>(C, ldc);
     // Split-K's flag and the previous tile's statistics alias the slices; nothing else does (a
     // warp alone writes and reads its slice), so only those wait for every warp.
@@ -257,12 +255,11 @@ private:
       Fragment::sync();
 #pragma unroll
     for (int chunk = 0; chunk < Fragment::BN / CHUNK; ++chunk) {
-      if (whole)
-        stage_chunk<true, Cached>(f, s, m0, n0, chunk, acc, cache, slice);
-      else
-        stage_chunk<false, Cached>(f, s, m0, n0, chunk, acc, cache, slice);
+      stage_chunk<Cached>(f, s, m0, n0, chunk, acc, cache, slice);
       __syncwarp();
-#pragma unroll
+      // Not unrolled: the rounds read the slice, not the accumulators, and one copy of them
+      // keeps NVRTC's compile of the kernel short.
+#pragma unroll 1
       for (int round = 0; round < ROWS * 8 / 32; ++round) {
         const int r = round * 4 + (lane >> 3), unit = lane & 7;
         const int row = m0 + first + r, col = n0 + chunk * CHUNK + unit * UNIT;
@@ -273,10 +270,9 @@ private:
         if (vec_c && col + UNIT <= s.n) {
           *reinterpret_cast<uint4 *>(to) = *reinterpret_cast<const uint4 *>(from);
         } else {
-#pragma unroll
-          for (int e = 0; e < UNIT; ++e)
-            if (col + e < s.n)
-              to[e] = reinterpret_cast<const Out *>(from)[e];
+#pragma unroll 1
+          for (int e = 0; e < UNIT && col + e < s.n; ++e)
+            to[e] = reinterpret_cast<const Out *>(from)[e];
         }
       }
       __syncwarp(); // the slice is read before the next chunk overwrites it
@@ -284,8 +280,10 @@ private:
   }
 
   // This thread's values of columns n0 + chunk * CHUNK .. + CHUNK - 1, applied and rounded to
-  // Out, written to the warp's slice (Whole: the tile lies inside m and n, nothing to test).
-  template <bool Whole, bool Cached, class Fragment, class Acc>
+  // Out, written to the warp's slice. Rows past m and columns past n are applied at m - 1 and
+  // n - 1 (their values are staged and never stored): no branch, so the chunk's loads and
+  // applies are one straight run of code that the compiler issues together.
+  template <bool Cached, class Fragment, class Acc>
   __device__ void stage_chunk(const Fragment &f, GemmShape s, int m0, int n0, int chunk, Acc &acc,
                               const Column *cache, unsigned char *slice) const {
     constexpr int V = Fragment::VEC, SIZE = sizeof(Out), CHUNK = 128 / SIZE;
@@ -302,19 +300,15 @@ private:
       const int byte = (c0 - n0 - chunk * CHUNK) * SIZE;
 #pragma unroll
       for (int i = 0; i < Fragment::ROWS; ++i) {
-        const int row = m0 + f.row(i), r = f.row(i) - first;
-        if (!Whole && row >= s.m)
-          continue;
-        Out y[V] = {}; // columns past n are staged but never stored
+        const int row = min(m0 + f.row(i), s.m - 1), r = f.row(i) - first;
+        Out y[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          if (Whole || c0 + e < s.n) {
-            float &a = Fragment::at(acc, i, V * v + e);
-            const float x = functor.apply(cols[e], row, c0 + e, a);
-            if constexpr (Statistics)
-              a = x;
-            y[e] = from_float<Out>(x);
-          }
+          float &a = Fragment::at(acc, i, V * v + e);
+          const float x = functor.apply(cols[e], row, min(c0 + e, s.n - 1), a);
+          if constexpr (Statistics)
+            a = x;
+          y[e] = from_float<Out>(x);
         }
         Out *to =
             reinterpret_cast<Out *>(slice + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15));
