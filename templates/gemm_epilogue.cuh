@@ -298,6 +298,10 @@ private:
       Column cols[V];
       columns<Cached>(s, n0, c0, cache, cols);
       const int byte = (c0 - n0 - chunk * CHUNK) * SIZE;
+      // Where V divides n (n is a literal in generated code), a vector lies wholly inside n or
+      // wholly past it: one clamp per vector, its columns at immediate offsets from it.
+      const bool even = s.n % V == 0;
+      const int col0 = min(c0, s.n - V);
 #pragma unroll
       for (int i = 0; i < Fragment::ROWS; ++i) {
         const int row = min(m0 + f.row(i), s.m - 1), r = f.row(i) - first;
@@ -305,7 +309,7 @@ private:
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           float &a = Fragment::at(acc, i, V * v + e);
-          const float x = functor.apply(cols[e], row, min(c0 + e, s.n - 1), a);
+          const float x = functor.apply(cols[e], row, even ? col0 + e : min(c0 + e, s.n - 1), a);
           if constexpr (Statistics)
             a = x;
           y[e] = from_float<Out>(x);
