@@ -65,7 +65,6 @@ template <int BlockM, int BlockN, int GroupM> struct TileScheduler {
   KF_HOST_DEVICE explicit TileScheduler(GemmShape s, int split_param = 1)
       : tiles_m(ceil_div(s.m, BM)), tiles_n(ceil_div(s.n, BN)),
         splits(split_param < 0 ? -split_param : split_param), split_major(split_param < 0) {}
-  KF_HOST_DEVICE int split_param() const { return split_major ? -splits : splits; }
   KF_HOST_DEVICE int tiles() const { return tiles_m * tiles_n; }
   KF_HOST_DEVICE int units() const { return tiles() * splits; }
   // Unit `work` of a GEMM whose K is `kblocks` k-blocks deep.
