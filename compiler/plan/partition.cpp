@@ -799,22 +799,14 @@ private:
       plan_.kernels[k].name =
           "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(plan_.kernels[k].kind));
     explain_stores();
-    // Fused kernels hand intermediates on unrounded (f32), except a GEMM's operands, which the
-    // bf16/f16 mainloops load in their type; the unfused baseline runs each op as PyTorch's
-    // eager mode does, its result stored in the op's own type (plan.h).
+    // A stored matrix keeps its own type, as PyTorch stores it; a fused plan's per-feature
+    // vectors (folded constants no PyTorch op rounds) stay f32 (plan.h).
     for (ValueId s : stored_anywhere)
-      if (val(s).is_op() && !is_output_.count(s))
-        plan_.intermediates.push_back(
-            {s,
-             val(s).name,
-             {fuse_ && !gemm_operand(s) ? DType::F32 : val(s).type.dtype, val(s).type.shape}});
-  }
-
-  bool gemm_operand(ValueId v) const {
-    for (ValueId u : users_[static_cast<size_t>(v)])
-      if (op_info(val(u).op).cls == OpClass::Gemm)
-        return true;
-    return false;
+      if (val(s).is_op() && !is_output_.count(s)) {
+        const TensorType &t = val(s).type;
+        const bool narrow = !fuse_ || t.shape.size() >= 2;
+        plan_.intermediates.push_back({s, val(s).name, {narrow ? t.dtype : DType::F32, t.shape}});
+      }
   }
 
   const Graph &g_;

@@ -57,13 +57,14 @@ struct Kernel {
   std::vector<std::string> rules;  // rewrites and partition rules that shaped it, sorted
 };
 
-// A buffer the pipeline owns (values that are neither declared nor outputs). In a fused plan
-// its type is f32 whatever the value's element type: kernels hold values in fp32 and hand them
-// on unrounded, as one fused kernel would; only declared outputs and states are rounded, and
-// GEMM operands, which the bf16/f16 mainloops read in their own type (a bf16 cast, precision
-// bf16's rounding of an activation, is thus stored as bf16 by its producer). In
-// the unfused baseline (partition with fuse false) it is the value's own type, so a bf16 chain
-// stores and reloads bf16 between its ops, as PyTorch's eager mode does.
+// A buffer the pipeline owns (values that are neither declared nor outputs). A matrix (rows
+// of features) is stored in the value's own type, as PyTorch and torch.compile store it: a
+// bf16 chain hands bf16 between its kernels, each value rounded once where it is stored (a
+// GEMM epilogue's column statistics are those of its fp32 values before that rounding, as
+// documented in gemm_epilogue.cuh). A fused plan's
+// per-feature vectors (batchnorm's folded scale and shift, say: values no PyTorch op rounds)
+// are f32. In the unfused baseline (partition with fuse false) every buffer is the value's
+// own type, as in PyTorch's eager mode.
 struct Intermediate {
   ir::ValueId value;
   std::string name;

@@ -106,7 +106,7 @@ std::vector<std::string> op_names(const std::vector<std::string> &covers) {
   return out;
 }
 
-// The buffer types of stored values (plan.h: intermediates are f32).
+// The buffer types of stored values (plan.h: Intermediate).
 std::vector<TensorType> buffer_types(const Plan &p, const std::vector<ValueId> &ids) {
   std::vector<TensorType> out;
   for (ValueId id : ids)

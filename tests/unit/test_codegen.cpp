@@ -86,7 +86,7 @@ TEST_CASE("codegen: standalone source inlines every template once") {
 }
 
 TEST_CASE("codegen: bf16/f16 tensors are read and written in their type, GEMMs on the sm90 "
-          "mainloop with 2-byte tensor maps, intermediates in f32") {
+          "mainloop with 2-byte tensor maps, matrices stored between kernels in their type") {
   auto plan_in = [](const char *dtype, int k, const char *op = "linear") {
     std::string text = fmt::format(
         "pipeline half {{\n  dim N\n  input x: {0}[N, {1}]\n  param w: {0}[{2}]\n"
@@ -102,10 +102,14 @@ TEST_CASE("codegen: bf16/f16 tensors are read and written in their type, GEMMs o
        {std::tuple{"bf16", "kf::bf16", "Bf16"}, std::tuple{"f16", "kf::f16", "F16"}}) {
     INFO(dtype);
     plan::Plan p = plan_in(dtype, 16);
-    // The GEMM output h feeds batchnorm in another kernel: an f32 intermediate.
-    REQUIRE(p.intermediates.size() >= 1);
-    CHECK(p.intermediates[0].type.str() == "f32[N, 5]");
-    CHECK(plan::print_plan_text(p, {}).find("f32[N, 5] (N*20 B)") != std::string::npos);
+    // The GEMM output h feeds batchnorm in another kernel: stored in h's type, as PyTorch
+    // stores it; batchnorm's folded per-feature scale and shift stay f32.
+    REQUIRE(p.intermediates.size() >= 2);
+    CHECK(p.intermediates[0].type.str() == fmt::format("{}[N, 5]", dtype));
+    CHECK(plan::print_plan_text(p, {}).find(fmt::format("{}[N, 5] (N*10 B)", dtype)) !=
+          std::string::npos);
+    for (size_t i = 1; i < p.intermediates.size(); ++i)
+      CHECK(p.intermediates[i].type.str() == "f32[5]");
     for (codegen::GemmMath math : {codegen::GemmMath::Fp32, codegen::GemmMath::Tf32}) {
       codegen::Program prog = codegen::generate(p, math, "sm_90a");
       // 5 output features: the narrow-layer tile.
@@ -117,7 +121,7 @@ TEST_CASE("codegen: bf16/f16 tensors are read and written in their type, GEMMs o
       CHECK(prog.source.find(fmt::format("{} *__restrict__ p_rv", type)) != std::string::npos);
       const std::string out = ir::printed_names(p.graph)[static_cast<size_t>(p.graph.outputs[0])];
       CHECK(prog.source.find(fmt::format("{} *__restrict__ p_{}", type, out)) != std::string::npos);
-      CHECK(prog.source.find("const float *__restrict__ p_h") != std::string::npos);
+      CHECK(prog.source.find(fmt::format("const {} *__restrict__ p_h", type)) != std::string::npos);
     }
     // The Hopper GEMM is the only one taking 2-byte operands: what it cannot run is an error.
     CHECK_THROWS_WITH_AS(codegen::generate(plan_in(dtype, 12), codegen::GemmMath::Fp32, "sm_90a"),

@@ -548,9 +548,11 @@ TEST_CASE("planner: shared values and row chains agree with the interpreter") {
       expect_agreement(example(file), mode, 3, 9);
 }
 
-TEST_CASE("planner: the unfused baseline stores each intermediate in its type, fused in f32") {
-  // PyTorch eager runs a bf16 chain op by op, each result a bf16 tensor; a fused kernel hands
-  // values on in fp32. f32 batchnorm parameters keep their derived per-column values f32.
+TEST_CASE("planner: intermediates are stored in their type, but a fused plan's per-feature "
+          "vectors in f32") {
+  // PyTorch eager runs a bf16 chain op by op, each result a bf16 tensor; a fused plan stores its
+  // matrices in their type too, but its folded per-feature values (no PyTorch op rounds them)
+  // in f32. f32 batchnorm parameters keep their derived per-column values f32.
   const ir::Graph g = example("gemm_bn_scale_softmax_bf16.kf");
   for (Mode mode : {Mode::Train, Mode::Eval}) {
     INFO(ir::mode_name(mode));
@@ -564,8 +566,14 @@ TEST_CASE("planner: the unfused baseline stores each intermediate in its type, f
       half += i.type.dtype == ir::DType::BF16;
     }
     CHECK(half >= 3); // the GEMM's product, the bias sum, batchnorm's and the scale's results
-    for (const plan::Intermediate &i : plan::make_plan(g, mode, {}).intermediates)
-      CHECK(i.type.dtype == ir::DType::F32);
+    int matrices = 0;
+    for (const plan::Intermediate &i : plan::make_plan(g, mode, {}).intermediates) {
+      INFO(i.name);
+      const bool matrix = i.type.shape.size() == 2;
+      CHECK(i.type.dtype == (matrix ? ir::DType::BF16 : ir::DType::F32));
+      matrices += matrix;
+    }
+    CHECK(matrices == 1); // the GEMM's product, which softmax (eval) or batchnorm (train) reads
   }
 }
 
