@@ -35,9 +35,10 @@
 
 struct Identity {
   static constexpr int COLUMN_FLOATS = 0;
+  static constexpr int MATRICES = 0;
   struct Column {};
   __device__ Column column(int) const { return {}; }
-  __device__ float apply(const Column &, int, int, float acc) const { return acc; }
+  __device__ float apply(const Column &, int, int, float acc, const float *) const { return acc; }
 };
 
 // C = A B^T in fp64 (A [m, k], B [n, k] row-major; trans_b false: B [k, n]).

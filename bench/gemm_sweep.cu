@@ -37,11 +37,14 @@
 struct Affine {
   const float *alpha, *beta;
   static constexpr int COLUMN_FLOATS = 2;
+  static constexpr int MATRICES = 0;
   struct Column {
     float a, b;
   };
   __device__ Column column(int col) const { return {alpha[col], beta[col]}; }
-  __device__ float apply(const Column &c, int, int, float acc) const { return acc * c.a + c.b; }
+  __device__ float apply(const Column &c, int, int, float acc, const float *) const {
+    return acc * c.a + c.b;
+  }
 };
 
 // The persistent scheduler of the kernel's tiles.

@@ -9,9 +9,15 @@
 //   static constexpr int COLUMN_FLOATS;
 //   __device__ Column column(int col) const;   may be called with n - 1 for columns past n (its
 //       result is then never used), so it may read per-column arrays unguarded.
-//   __device__ float apply(const Column &c, int row, int col, float acc) const;
-//       called only with row < m and col < n, a pure function of its arguments (the staged
-//       store applies rows past m and columns past n at m - 1 and n - 1 and drops the result).
+//   static constexpr int MATRICES;   the matrices apply reads at (row, col) (a residual, say)
+//   template <int I> __device__ Matrix<T> matrix() const;   the I-th (I < MATRICES): its
+//       elements (float, kf::bf16 or kf::f16) and leading dimension; absent where MATRICES is 0
+//   __device__ float apply(const Column &c, int row, int col, float acc, const float *in) const;
+//       in[I]: the I-th matrix's element at (row, col), which the epilogue loads (Inputs,
+//       below). Called only with row < m and col < n, a pure function of its arguments (the
+//       staged store applies rows past m and columns past n at m - 1 and n - 1 and drops the
+//       result).
+//   The functor is an aggregate (the epilogue names matrix<I>()'s type through Functor{}).
 //
 // Fragment concept (a small traits struct per mainloop: which tile element each accumulator
 // register holds; SimtFragment, TcFragment, Sm90Fragment):
@@ -49,6 +55,11 @@
 // memory, so the loads of the functor's inputs (a residual, say) of a whole chunk can be in
 // flight at once: a store to C, which the compiler cannot tell from them, holds back every
 // later load.
+//
+// Inputs: the epilogue loads the matrices' elements apply() is given. Where
+// Fragment::STAGED_STORE, those of a chunk are loaded into registers (2-byte elements two to a
+// register) before the chunk before it is applied, so that their latency passes while that
+// chunk is applied and stored: one load latency waited out per tile, not one per chunk.
 //
 // Column statistics (partial_mean != nullptr; partial_mean and partial_m2 are both null or both
 // valid): for the tile at row tile tm, rows [tm * BM, min(tm * BM + BM, m)), and each valid
@@ -116,6 +127,13 @@ template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_rows_bytes() {
   return Fragment::BM * rows_stage_ld<Fragment>() * 4;
 }
 
+// A matrix the functor's apply() reads at (row, col): p[row * ld + col].
+template <class T> struct Matrix {
+  using Element = T;
+  const T *p;
+  int ld;
+};
+
 struct NoRows {
   static constexpr bool ENABLED = false;
 };
@@ -130,6 +148,8 @@ struct GemmEpilogue {
   using Column = typename Functor::Column;
   static constexpr int COLUMN_FLOATS = Functor::COLUMN_FLOATS;
   static constexpr bool STAGES_ROWS = Rows::ENABLED;
+  static constexpr int MATRICES = Functor::MATRICES;
+  static constexpr int INPUTS = MATRICES > 0 ? MATRICES : 1; // in[] of apply(), never empty
 
   Functor functor;
   Out *C;
@@ -173,6 +193,16 @@ struct GemmEpilogue {
   }
 
 private:
+  // in[I] = the I-th matrix's element at (row, col), I >= FIRST (loaded element by element).
+  template <int FIRST = 0>
+  __device__ void load_inputs(int row, int col, float (&in)[INPUTS]) const {
+    if constexpr (FIRST < MATRICES) {
+      const auto m = functor.template matrix<FIRST>();
+      in[FIRST] = load(m.p + (static_cast<long long>(row) * m.ld + col));
+      load_inputs<FIRST + 1>(row, col, in);
+    }
+  }
+
   // The Columns of columns c0 .. c0 + V - 1 of the tile at column n0 (past n: the last one's).
   template <bool Cached, int V>
   __device__ void columns(GemmShape s, int n0, int c0, const Column *cache,
@@ -209,7 +239,9 @@ private:
 #pragma unroll
           for (int e = 0; e < V; ++e) {
             float &a = Fragment::at(acc, i, V * v + e);
-            y[e] = functor.apply(cols[e], row, c0 + e, a);
+            float in[INPUTS];
+            load_inputs(row, c0 + e, in);
+            y[e] = functor.apply(cols[e], row, c0 + e, a, in);
             if constexpr (Statistics)
               a = y[e];
           }
@@ -225,7 +257,9 @@ private:
           for (int e = 0; e < V; ++e) {
             if (c0 + e < s.n) {
               float &a = Fragment::at(acc, i, V * v + e);
-              const float y = functor.apply(cols[e], row, c0 + e, a);
+              float in[INPUTS];
+              load_inputs(row, c0 + e, in);
+              const float y = functor.apply(cols[e], row, c0 + e, a, in);
               if constexpr (Statistics)
                 a = y;
               kf::store(crow + e, y);
@@ -253,9 +287,15 @@ private:
     // warp alone writes and reads its slice), so only those wait for every warp.
     if (Statistics || u.splits > 1)
       Fragment::sync();
+    // The inputs of a chunk and of the next one: a chunk's loads are issued before the chunk
+    // before it is applied, so their latency passes while that chunk is applied and stored.
+    unsigned in[2][INPUTS][Fragment::ROWS][chunk_columns<Fragment>()];
+    gather_inputs<0>(f, s, m0, n0, 0, in[0]);
 #pragma unroll
     for (int chunk = 0; chunk < Fragment::BN / CHUNK; ++chunk) {
-      stage_chunk<Cached>(f, s, m0, n0, chunk, acc, cache, slice);
+      if (chunk + 1 < Fragment::BN / CHUNK)
+        gather_inputs<0>(f, s, m0, n0, chunk + 1, in[(chunk + 1) & 1]);
+      stage_chunk<Cached>(f, s, m0, n0, chunk, acc, cache, in[chunk & 1], slice);
       __syncwarp();
       // Not unrolled: the rounds read the slice, not the accumulators, and one copy of them
       // keeps NVRTC's compile of the kernel short.
@@ -279,13 +319,79 @@ private:
     }
   }
 
+  // The columns a thread holds of a row in one chunk of the staged store: its accumulators
+  // (i, chunk * chunk_columns() + c), c = 0 .. chunk_columns() - 1.
+  template <class Fragment> KF_HOST_DEVICE static constexpr int chunk_columns() {
+    return Fragment::COLS / (Fragment::BN / (128 / static_cast<int>(sizeof(Out))));
+  }
+
+  // Whether the I-th matrix's elements of a chunk are held two to a register (2-byte elements,
+  // the fragment's column pairs): half the registers and loads.
+  template <int I, class Fragment> KF_HOST_DEVICE static constexpr bool paired() {
+    using T = typename decltype(Functor{}.template matrix<I>())::Element;
+    return sizeof(T) == 2 && Fragment::VEC == 2;
+  }
+
+  // raw[I][i][c]: the bits of the I-th matrix (I >= FIRST) at this thread's row i and column c
+  // of the chunk, or of columns 2c and 2c + 1 where paired (Inputs, above). Rows past m and
+  // columns past n are read at m - 1 and n - 1.
+  template <int FIRST, class Fragment>
+  __device__ void
+  gather_inputs(const Fragment &f, GemmShape s, int m0, int n0, int chunk,
+                unsigned (&raw)[INPUTS][Fragment::ROWS][chunk_columns<Fragment>()]) const {
+    if constexpr (FIRST < MATRICES) {
+      constexpr int CV = chunk_columns<Fragment>();
+      const auto m = functor.template matrix<FIRST>();
+#pragma unroll
+      for (int i = 0; i < Fragment::ROWS; ++i) {
+        const auto *at = m.p + static_cast<long long>(min(m0 + f.row(i), s.m - 1)) * m.ld;
+        if constexpr (paired<FIRST, Fragment>()) {
+          // Where n and the matrix's rows are even, a pair is one aligned 4-byte load.
+          const bool whole = s.n % 2 == 0 && gemm_detail::vector_ok<2>(m.p, m.ld);
+#pragma unroll
+          for (int c = 0; c < CV / 2; ++c) {
+            const int col = n0 + f.col(chunk * CV + 2 * c);
+            raw[FIRST][i][c] = whole ? *reinterpret_cast<const unsigned *>(at + min(col, s.n - 2))
+                                     : at[min(col, s.n - 1)].bits |
+                                           static_cast<unsigned>(at[min(col + 1, s.n - 1)].bits)
+                                               << 16;
+          }
+        } else {
+#pragma unroll
+          for (int c = 0; c < CV; ++c)
+            raw[FIRST][i][c] = __float_as_uint(load(at + min(n0 + f.col(chunk * CV + c), s.n - 1)));
+        }
+      }
+      gather_inputs<FIRST + 1>(f, s, m0, n0, chunk, raw);
+    }
+  }
+
+  // x[I] (I >= FIRST): the I-th matrix's value at row i and column c of the chunk, from raw.
+  template <int FIRST, class Fragment>
+  __device__ static void
+  input_values(const unsigned (&raw)[INPUTS][Fragment::ROWS][chunk_columns<Fragment>()], int i,
+               int c, float (&x)[INPUTS]) {
+    if constexpr (FIRST < MATRICES) {
+      using T = typename decltype(Functor{}.template matrix<FIRST>())::Element;
+      if constexpr (paired<FIRST, Fragment>())
+        x[FIRST] =
+            to_float(T{static_cast<unsigned short>(raw[FIRST][i][c >> 1] >> (16 * (c & 1)))});
+      else
+        x[FIRST] = __uint_as_float(raw[FIRST][i][c]);
+      input_values<FIRST + 1, Fragment>(raw, i, c, x);
+    }
+  }
+
   // This thread's values of columns n0 + chunk * CHUNK .. + CHUNK - 1, applied and rounded to
   // Out, written to the warp's slice. Rows past m and columns past n are applied at m - 1 and
-  // n - 1 (their values are staged and never stored): no branch, so the chunk's loads and
-  // applies are one straight run of code that the compiler issues together.
+  // n - 1 (their values are staged and never stored): no branch, so the chunk's applies (and
+  // their loads of vectors) are one straight run of code that the compiler issues together.
   template <bool Cached, class Fragment, class Acc>
-  __device__ void stage_chunk(const Fragment &f, GemmShape s, int m0, int n0, int chunk, Acc &acc,
-                              const Column *cache, unsigned char *slice) const {
+  __device__ void
+  stage_chunk(const Fragment &f, GemmShape s, int m0, int n0, int chunk, Acc &acc,
+              const Column *cache,
+              const unsigned (&in)[INPUTS][Fragment::ROWS][chunk_columns<Fragment>()],
+              unsigned char *slice) const {
     constexpr int V = Fragment::VEC, SIZE = sizeof(Out), CHUNK = 128 / SIZE;
     constexpr int PER_CHUNK = Fragment::COLS / V / (Fragment::BN / CHUNK); // vectors per chunk
     static_assert(V * SIZE <= 16 && PER_CHUNK * (Fragment::BN / CHUNK) * V == Fragment::COLS,
@@ -309,7 +415,10 @@ private:
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           float &a = Fragment::at(acc, i, V * v + e);
-          const float x = functor.apply(cols[e], row, even ? col0 + e : min(c0 + e, s.n - 1), a);
+          float x_in[INPUTS];
+          input_values<0, Fragment>(in, i, p * V + e, x_in);
+          const float x =
+              functor.apply(cols[e], row, even ? col0 + e : min(c0 + e, s.n - 1), a, x_in);
           if constexpr (Statistics)
             a = x;
           y[e] = from_float<Out>(x);
@@ -345,7 +454,9 @@ private:
 #pragma unroll
       for (int i = 0; i < Fragment::ROWS; ++i)
         if (f.row(i) < tile_rows) {
-          const float y = functor.apply(c, m0 + f.row(i), col, Fragment::at(acc, i, j));
+          float in[INPUTS];
+          load_inputs(m0 + f.row(i), col, in);
+          const float y = functor.apply(c, m0 + f.row(i), col, Fragment::at(acc, i, j), in);
           scratch[f.row(i) * LD + (col - n0)] = C != nullptr ? to_float(from_float<Out>(y)) : y;
         }
     }

@@ -408,6 +408,21 @@ private:
       cols.push_back(s);
       given.insert(s);
     }
+    // Matrices apply() reads at (row, col): the epilogue loads them (gemm_epilogue.cuh) and
+    // hands apply their elements, in[0], in[1], ...
+    std::string matrices, from_inputs;
+    int inputs = 0;
+    for (ValueId m : read_per_element) {
+      const TensorType &t = g_[m].type;
+      if (given.count(m) || std::count(k.computes.begin(), k.computes.end(), m) || t.rank() != 2 ||
+          t.shape[0] == Dim::constant(1) || t.shape[1] == Dim::constant(1))
+        continue;
+      matrices += fmt::format("    {}if constexpr (I == {}) return kf::Matrix<{}>{{{}, {}}};\n",
+                              inputs ? "else " : "", inputs, w.element_type(m), w.ptr(m),
+                              KernelWriter::extent(t.shape[1]));
+      from_inputs += fmt::format("{}const float {} = in[{}];\n", kIndent, w.var(m), inputs++);
+      given.insert(m);
+    }
     std::string fields, copy_in, copy_out;
     given.insert(cols.begin(), cols.end());
     for (ValueId c : cols) {
@@ -421,15 +436,18 @@ private:
       collect_tree(k, c, {}, column_tree);
     std::string s = functor_head(functor, w);
     s += fmt::format("  static constexpr int COLUMN_FLOATS = {};\n", cols.size());
+    s += fmt::format("  static constexpr int MATRICES = {};\n", inputs);
+    if (inputs > 0)
+      s += fmt::format("  template <int I> __device__ auto matrix() const {{\n{}  }}\n", matrices);
     s += fmt::format("  struct Column {{\n{}  }};\n", fields);
     s += fmt::format(
         "  __device__ Column column(int col) const {{\n{}{}{}return Column{{{}}};\n  }}\n",
         w.column_statements(kIndent, &column_tree), loads, kIndent, copy_out);
     s += fmt::format(
-        "  __device__ float apply(const Column &c, int row, int col, float acc) const {{\n"
-        "{}{}const float {} = acc;\n{}{}return {};\n  }}\n}};\n",
-        copy_in, kIndent, w.var(k.anchor), w.tree_statements(kIndent, out, given), kIndent,
-        w.var(out));
+        "  __device__ float apply(const Column &c, int row, int col, float acc, const float *in) "
+        "const {{\n{}{}{}const float {} = acc;\n{}{}return {};\n  }}\n}};\n",
+        copy_in, from_inputs, kIndent, w.var(k.anchor), w.tree_statements(kIndent, out, given),
+        kIndent, w.var(out));
     if (rows)
       s += gemm_rows(k, w, k.name + "_rows");
     LaunchGeometry &geo = launch.geometry;

@@ -18,6 +18,7 @@ struct k0_gemm_functor {
   float *p_h;
   int d_N;
   static constexpr int COLUMN_FLOATS = 2;
+  static constexpr int MATRICES = 0;
   struct Column {
     float v_t9;
     float v_t10;
@@ -34,7 +35,7 @@ struct k0_gemm_functor {
     const float v_t10 = v_t8 * kf::load(p_scale + 0);
     return Column{v_t9, v_t10};
   }
-  __device__ float apply(const Column &c, int row, int col, float acc) const {
+  __device__ float apply(const Column &c, int row, int col, float acc, const float *in) const {
     const float v_t9 = c.v_t9;
     const float v_t10 = c.v_t10;
     const float v_t1 = acc;

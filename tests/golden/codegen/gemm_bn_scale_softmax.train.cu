@@ -13,12 +13,13 @@ struct k0_gemm_functor {
   float *p_t1;
   int d_N;
   static constexpr int COLUMN_FLOATS = 0;
+  static constexpr int MATRICES = 0;
   struct Column {
   };
   __device__ Column column(int col) const {
     return Column{};
   }
-  __device__ float apply(const Column &c, int row, int col, float acc) const {
+  __device__ float apply(const Column &c, int row, int col, float acc, const float *in) const {
     const float v_t1 = acc;
     return v_t1;
   }

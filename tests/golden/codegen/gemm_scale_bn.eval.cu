@@ -17,6 +17,7 @@ struct k0_gemm_functor {
   float *p_t11;
   int d_N;
   static constexpr int COLUMN_FLOATS = 2;
+  static constexpr int MATRICES = 0;
   struct Column {
     float v_t8;
     float v_t10;
@@ -33,7 +34,7 @@ struct k0_gemm_functor {
     const float v_t10 = v_t9 + kf::load(p_bn_bias + col);
     return Column{v_t8, v_t10};
   }
-  __device__ float apply(const Column &c, int row, int col, float acc) const {
+  __device__ float apply(const Column &c, int row, int col, float acc, const float *in) const {
     const float v_t8 = c.v_t8;
     const float v_t10 = c.v_t10;
     const float v_t1 = acc;
