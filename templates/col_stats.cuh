@@ -9,13 +9,17 @@
 //    Launch: block = dim3(COL_STATS_THREADS), grid = dim3(ceil(n / COL_STATS_COLS),
 //    ceil(m / tile_rows)), no dynamic shared memory. Any tile_rows >= 1;
 //    COL_STATS_TILE_ROWS is a good default.
-// 2. merge_column: merges the tiles of one column in tile order with Chan et al.'s pairwise
-//    formula in double, giving the mean and the biased variance M2 / m (the unbiased one, for
-//    running_var, is var * m / (m - 1)). The generated finalize kernel loops over columns.
+// 2. merge_column: a team of COLUMN_MERGE_LANES consecutive lanes merges the tiles of one column
+//    with Chan et al.'s pairwise formula in double, giving the mean and the biased variance
+//    M2 / m (the unbiased one, for running_var, is var * m / (m - 1)): lane l merges tiles l,
+//    l + LANES, ... in order, then the lanes' summaries merge as a fixed tree (lanes 0 and 1, 2
+//    and 3, ..., then those pairs, ...), every lane computing each merge of its pair the same
+//    way, so all lanes end with the same result. The generated finalize kernel runs a team per
+//    column: many columns' worth of threads where a column has many tiles to merge.
 //
 // Deterministic: every sum has a fixed order (per-thread Welford over its rows in row order,
 // then the row groups of a tile merged in order by one thread per column, then the tiles in
-// order); no atomics. No E[x^2] - E[x]^2 cancellation anywhere.
+// the fixed tree above); no atomics. No E[x^2] - E[x]^2 cancellation anywhere.
 //
 // The matrix is float, kf::bf16 or kf::f16 (dtype.cuh), statistics are float. Four columns
 // are loaded at once where the base pointer is aligned to four elements, ld % 4 == 0 and the
@@ -34,8 +38,10 @@ inline constexpr int COL_STATS_THREADS = 256;
 inline constexpr int COL_STATS_COLS = 128; // columns per block: 32 threads x 4 columns (a float4)
 inline constexpr int COL_STATS_ROW_GROUPS = 8; // COL_STATS_THREADS / 32: one warp per row group
 inline constexpr int COL_STATS_TILE_ROWS = 128;
-// Generated column kernels (merge, running-stat update, per-feature stores): a thread per feature.
+// Generated column kernels (merge, running-stat update, per-feature stores): a thread per
+// feature, or a team of COLUMN_MERGE_LANES threads per feature where they merge statistics.
 inline constexpr int COLUMN_THREADS = 256;
+inline constexpr int COLUMN_MERGE_LANES = 8;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
@@ -116,40 +122,70 @@ __device__ void col_partials(int m, int n, const In *__restrict__ in, int ld, co
   }
 }
 
+// A column's summary: count, mean and M2 (Chan et al.).
+struct ColumnSummary {
+  double count = 0.0, mean = 0.0, m2 = 0.0;
+  // This summary followed by b's rows.
+  __device__ void merge(double nb, double mean_b, double m2_b) {
+    const double nab = count + nb;
+    if (nb == 0.0)
+      return;
+    const double delta = mean_b - mean;
+    const double wb = nb / nab;
+    mean += delta * wb;
+    m2 += m2_b + delta * delta * count * wb;
+    count = nab;
+  }
+};
+
 // ntiles = ceil(m / tile_rows); tile t holds count = min(tile_rows, m - t * tile_rows) rows.
-// var is the biased variance M2 / m (NaN for m == 0).
-__device__ inline void merge_column(int col, int n, int ntiles, int tile_rows, int m,
+// var is the biased variance M2 / m (NaN for m == 0). Called by the COLUMN_MERGE_LANES lanes of
+// a team (lane = 0 .. LANES - 1, the team's lanes consecutive and aligned in their warp), all
+// with the same col.
+__device__ inline void merge_column(int col, int lane, int n, int ntiles, int tile_rows, int m,
                                     const float *__restrict__ partial_mean,
                                     const float *__restrict__ partial_m2, double &mean,
                                     double &var) {
-  // The partials of MERGE_BATCH tiles are loaded before any is merged: the loads do not depend
-  // on the merge, and issued one per iteration each would wait a full memory latency.
+  constexpr int LANES = COLUMN_MERGE_LANES;
+  static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "a power of two");
+  // The partials of MERGE_BATCH of this lane's tiles are loaded before any is merged: the loads
+  // do not depend on the merge, and issued one per iteration each would wait a memory latency.
   constexpr int MERGE_BATCH = 8;
-  double na = 0.0, mu = 0.0, s2 = 0.0;
-  for (int t0 = 0; t0 < ntiles; t0 += MERGE_BATCH) {
+  ColumnSummary sum;
+  for (int t0 = lane; t0 < ntiles; t0 += MERGE_BATCH * LANES) {
     float pm[MERGE_BATCH], p2[MERGE_BATCH];
 #pragma unroll
     for (int u = 0; u < MERGE_BATCH; ++u) {
-      const long long idx = static_cast<long long>(min(t0 + u, ntiles - 1)) * n + col;
+      const long long idx = static_cast<long long>(min(t0 + u * LANES, ntiles - 1)) * n + col;
       pm[u] = partial_mean[idx];
       p2[u] = partial_m2[idx];
     }
 #pragma unroll
     for (int u = 0; u < MERGE_BATCH; ++u) {
-      const int cnt = min(tile_rows, m - (t0 + u) * tile_rows);
-      if (t0 + u >= ntiles || cnt <= 0)
-        break;
-      const double nb = static_cast<double>(cnt);
-      const double nab = na + nb;
-      const double delta = static_cast<double>(pm[u]) - mu;
-      const double wb = nb / nab;
-      mu += delta * wb;
-      s2 += static_cast<double>(p2[u]) + delta * delta * na * wb;
-      na = nab;
+      const int t = t0 + u * LANES;
+      if (t < ntiles)
+        sum.merge(static_cast<double>(max(min(tile_rows, m - t * tile_rows), 0)), pm[u], p2[u]);
     }
   }
-  mean = mu;
-  var = s2 / static_cast<double>(m);
+  // The fixed tree: at each level, lane pairs (l, l ^ k) both merge the lower lane's summary
+  // with the upper's.
+  const unsigned team = (LANES == 32 ? 0xffffffffu : (1u << LANES) - 1u)
+                        << ((threadIdx.x & 31) & ~(LANES - 1));
+#pragma unroll
+  for (int k = 1; k < LANES; k <<= 1) {
+    const double count = __shfl_xor_sync(team, sum.count, k);
+    const double mu = __shfl_xor_sync(team, sum.mean, k);
+    const double m2 = __shfl_xor_sync(team, sum.m2, k);
+    if (lane & k) { // the upper lane: the lower one's summary first
+      ColumnSummary lower{count, mu, m2};
+      lower.merge(sum.count, sum.mean, sum.m2);
+      sum = lower;
+    } else {
+      sum.merge(count, mu, m2);
+    }
+  }
+  mean = sum.mean;
+  var = sum.m2 / static_cast<double>(m);
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

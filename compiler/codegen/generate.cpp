@@ -835,24 +835,31 @@ private:
     launch.rows = k.stats_of >= 0 ? g_[k.stats_of].type.matrix_view().shape[0] : Dim::constant(1);
     launch.cols = features;
     std::string n = KernelWriter::extent(features);
+    // A thread per feature; a team of COLUMN_MERGE_LANES where they merge statistics
+    // (col_stats.cuh), whose first lane then goes on alone.
+    const bool merges = k.stats_of >= 0;
     LaunchGeometry &geo = launch.geometry;
-    geo.grid = LaunchGeometry::Grid::Tiles; // a thread per feature
+    geo.grid = LaunchGeometry::Grid::Tiles;
     geo.cols = features;
-    geo.tile_cols = kf::COLUMN_THREADS;
+    geo.tile_cols = merges ? kf::COLUMN_THREADS / kf::COLUMN_MERGE_LANES : kf::COLUMN_THREADS;
     geo.block_threads = kf::COLUMN_THREADS;
     std::string s = fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kf::COLUMN_THREADS)\n{}({}) {{\n"
-        "  const int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  const int col = {};\n"
         "  if (col >= {})\n    return;\n",
-        k.name, w.param_list(), n);
+        k.name, w.param_list(),
+        merges ? "(blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES"
+               : "blockIdx.x * blockDim.x + threadIdx.x",
+        n);
     const char *in = "  ";
-    if (k.stats_of >= 0) {
+    if (merges) {
       std::string m = KernelWriter::extent(launch.rows);
       const int tile_rows = partial_rows_.at(k.stats_of);
-      s +=
-          fmt::format("{0}double mean, var;\n{0}kf::merge_column(col, {1}, kf::ceil_div({2}, {4}), "
-                      "{4}, {2}, {3}_pmean, {3}_pm2, mean, var);\n",
-                      in, n, m, w.ptr(k.stats_of), tile_rows);
+      s += fmt::format(
+          "{0}double mean, var;\n{0}kf::merge_column(col, threadIdx.x % kf::COLUMN_MERGE_LANES, "
+          "{1}, kf::ceil_div({2}, {4}), {4}, {2}, {3}_pmean, {3}_pm2, mean, var);\n"
+          "{0}if (threadIdx.x % kf::COLUMN_MERGE_LANES != 0)\n{0}  return;\n",
+          in, n, m, w.ptr(k.stats_of), tile_rows);
       for (ValueId id : k.computes)
         if (g_[id].op == OpKind::ColMean || g_[id].op == OpKind::ColVar)
           s += fmt::format("{}const float {} = static_cast<float>({});\n", in, w.var(id),

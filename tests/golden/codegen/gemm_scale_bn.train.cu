@@ -42,11 +42,13 @@ k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ s
 // k1_column: mul@14, batchnorm@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
 k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t14, float *__restrict__ p_t16, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  const int col = (blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES;
   if (col >= 8192)
     return;
   double mean, var;
-  kf::merge_column(col, 8192, kf::ceil_div(d_N, 128), 128, d_N, p_t1_pmean, p_t1_pm2, mean, var);
+  kf::merge_column(col, threadIdx.x % kf::COLUMN_MERGE_LANES, 8192, kf::ceil_div(d_N, 128), 128, d_N, p_t1_pmean, p_t1_pm2, mean, var);
+  if (threadIdx.x % kf::COLUMN_MERGE_LANES != 0)
+    return;
   const float v_t3 = static_cast<float>(mean);
   const float v_t6 = static_cast<float>(var);
   const float v_t2 = kf::load(p_bias + col) * kf::load(p_scale + col);
