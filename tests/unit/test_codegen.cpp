@@ -394,6 +394,9 @@ TEST_CASE("codegen: the sm90 GEMM describes its own launch; other targets and sh
       merged = true;
     }
   CHECK(merged);
+  // A team of 8 lanes merges each feature's partials: 32 features per block of 256 threads.
+  CHECK(hopper.launches.at(1).geometry.block_threads == 256);
+  CHECK(hopper.launches.at(1).geometry.tile_cols == 32);
   // Not sm_90a, or a GEMM whose K is not a multiple of 4: the mma.sync template.
   CHECK(codegen::generate(train, codegen::GemmMath::Tf32, "sm_80")
             .source.find("kf::gemm_tc<true, 0>") != std::string::npos);
@@ -404,6 +407,22 @@ TEST_CASE("codegen: the sm90 GEMM describes its own launch; other targets and sh
   plan::Plan odd = plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval);
   CHECK(codegen::generate(odd, codegen::GemmMath::Tf32, "sm_90a")
             .source.find("kf::gemm_tc<true, 0>") != std::string::npos);
+}
+
+TEST_CASE("codegen: a GEMM's functor names the matrices its epilogue reads, which then loads "
+          "them") {
+  const std::string s =
+      codegen::generate(plan_of("tinyllama_o_proj_residual_rmsnorm_btf_bf16", ir::Mode::Eval),
+                        codegen::GemmMath::Fp32, "sm_90a")
+          .source;
+  CHECK(s.find("static constexpr int MATRICES = 1;") != std::string::npos);
+  CHECK(s.find("if constexpr (I == 0) return kf::Matrix<kf::bf16>{p_residual, 2048};") !=
+        std::string::npos);
+  CHECK(s.find("const float v_residual = in[0];") != std::string::npos);
+  CHECK(s.find("kf::load(p_residual") == std::string::npos); // apply() loads no matrix itself
+  // A GEMM whose epilogue reads per-column vectors only names none.
+  CHECK(codegen::generate(plan_of("gemm_scale_bn", ir::Mode::Eval))
+            .source.find("static constexpr int MATRICES = 0;") != std::string::npos);
 }
 
 TEST_CASE("api: a .kf error surfaces as a diagnostic with file:line:col") {
