@@ -16,6 +16,8 @@ echo "generated CUDA: build/demo.cu ($(wc -l < build/demo.cu) lines)"
 build/kfuse compile "$file" "$@"
 if build/kfuse run "$file" --dim N=64 "$@"; then :; else
   status=$?
-  # Without a GPU, `run` says why and exits 1; everything above still ran.
-  [ -e /dev/nvidia0 ] && exit $status
+  # Without a GPU, `run` says why and exits 1; everything above still ran, and the demo did
+  # what it can here.
+  if [ -e /dev/nvidia0 ]; then exit $status; fi
+  echo "demo: no GPU on this machine (no /dev/nvidia0): the run against the reference was skipped"
 fi
