@@ -45,6 +45,20 @@ inline constexpr int COLUMN_MERGE_LANES = 8;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
+// Chan et al.'s pairwise merge of (count, mean, M2) summaries, a followed by b's rows, in T
+// (float or double); nb == 0 leaves a unchanged.
+template <class T>
+__device__ __forceinline__ void chan_merge(T &na, T &mean_a, T &m2_a, T nb, T mean_b, T m2_b) {
+  if (nb == T(0))
+    return;
+  const T n = na + nb;
+  const T delta = mean_b - mean_a;
+  const T wb = nb / n;
+  mean_a = mean_a + delta * wb;
+  m2_a = m2_a + m2_b + delta * delta * na * wb;
+  na = n;
+}
+
 // Pre concept: __device__ float operator()(int col, float x) const.
 template <class Pre, class In>
 __device__ void col_partials(int m, int n, const In *__restrict__ in, int ld, const Pre &pre,
@@ -106,37 +120,13 @@ __device__ void col_partials(int m, int n, const In *__restrict__ in, int ld, co
     float na = 0.0f, mu = 0.0f, s2 = 0.0f;
     for (int g = 0; g < COL_STATS_ROW_GROUPS; ++g) {
       const int cnt = rows > g ? (rows - g + COL_STATS_ROW_GROUPS - 1) / COL_STATS_ROW_GROUPS : 0;
-      if (cnt == 0)
-        continue;
-      const float nb = static_cast<float>(cnt);
-      const float nab = na + nb;
-      const float delta = sm_mean[g][cl] - mu;
-      const float wb = nb / nab;
-      mu = fmaf(delta, wb, mu);
-      s2 = s2 + sm_m2[g][cl] + delta * delta * na * wb;
-      na = nab;
+      chan_merge(na, mu, s2, static_cast<float>(cnt), sm_mean[g][cl], sm_m2[g][cl]);
     }
     const long long idx = static_cast<long long>(blockIdx.y) * n + col;
     partial_mean[idx] = mu;
     partial_m2[idx] = s2;
   }
 }
-
-// A column's summary: count, mean and M2 (Chan et al.).
-struct ColumnSummary {
-  double count = 0.0, mean = 0.0, m2 = 0.0;
-  // This summary followed by b's rows.
-  __device__ void merge(double nb, double mean_b, double m2_b) {
-    const double nab = count + nb;
-    if (nb == 0.0)
-      return;
-    const double delta = mean_b - mean;
-    const double wb = nb / nab;
-    mean += delta * wb;
-    m2 += m2_b + delta * delta * count * wb;
-    count = nab;
-  }
-};
 
 // ntiles = ceil(m / tile_rows); tile t holds count = min(tile_rows, m - t * tile_rows) rows.
 // var is the biased variance M2 / m (NaN for m == 0). Called by the COLUMN_MERGE_LANES lanes of
@@ -151,7 +141,7 @@ __device__ inline void merge_column(int col, int lane, int n, int ntiles, int ti
   // The partials of MERGE_BATCH of this lane's tiles are loaded before any is merged: the loads
   // do not depend on the merge, and issued one per iteration each would wait a memory latency.
   constexpr int MERGE_BATCH = 8;
-  ColumnSummary sum;
+  double na = 0.0, mu = 0.0, s2 = 0.0;
   for (int t0 = lane; t0 < ntiles; t0 += MERGE_BATCH * LANES) {
     float pm[MERGE_BATCH], p2[MERGE_BATCH];
 #pragma unroll
@@ -164,7 +154,8 @@ __device__ inline void merge_column(int col, int lane, int n, int ntiles, int ti
     for (int u = 0; u < MERGE_BATCH; ++u) {
       const int t = t0 + u * LANES;
       if (t < ntiles)
-        sum.merge(static_cast<double>(max(min(tile_rows, m - t * tile_rows), 0)), pm[u], p2[u]);
+        chan_merge(na, mu, s2, static_cast<double>(max(min(tile_rows, m - t * tile_rows), 0)),
+                   static_cast<double>(pm[u]), static_cast<double>(p2[u]));
     }
   }
   // The fixed tree: at each level, lane pairs (l, l ^ k) both merge the lower lane's summary
@@ -173,19 +164,19 @@ __device__ inline void merge_column(int col, int lane, int n, int ntiles, int ti
                         << ((threadIdx.x & 31) & ~(LANES - 1));
 #pragma unroll
   for (int k = 1; k < LANES; k <<= 1) {
-    const double count = __shfl_xor_sync(team, sum.count, k);
-    const double mu = __shfl_xor_sync(team, sum.mean, k);
-    const double m2 = __shfl_xor_sync(team, sum.m2, k);
-    if (lane & k) { // the upper lane: the lower one's summary first
-      ColumnSummary lower{count, mu, m2};
-      lower.merge(sum.count, sum.mean, sum.m2);
-      sum = lower;
+    double nb = __shfl_xor_sync(team, na, k), mb = __shfl_xor_sync(team, mu, k),
+           sb = __shfl_xor_sync(team, s2, k);
+    if (lane & k) { // the upper lane: the lower one's summary (the one received) first
+      chan_merge(nb, mb, sb, na, mu, s2);
+      na = nb;
+      mu = mb;
+      s2 = sb;
     } else {
-      sum.merge(count, mu, m2);
+      chan_merge(na, mu, s2, nb, mb, sb);
     }
   }
-  mean = sum.mean;
-  var = sum.m2 / static_cast<double>(m);
+  mean = mu;
+  var = s2 / static_cast<double>(m);
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

@@ -97,6 +97,7 @@
 // mainloops' geometry can read epilogue_stats_bytes.
 #pragma once
 
+#include "col_stats.cuh"
 #include "gemm_primitives.cuh"
 #include "row_kernel.cuh"
 #include "split_k.cuh"
@@ -537,9 +538,8 @@ private:
     for (int t = f.thread; t < BN && n0 + t < s.n; t += Fragment::THREADS) {
       float n_acc = 0.0f, mean_acc = 0.0f, m2_acc = 0.0f;
       for (int g = 0; g < GROUPS; ++g)
-        gemm_detail::chan_merge(n_acc, mean_acc, m2_acc,
-                                static_cast<float>(Fragment::group_rows(g, tile_rows)),
-                                sm_mean[g * BN + t], sm_m2[g * BN + t]);
+        chan_merge(n_acc, mean_acc, m2_acc, static_cast<float>(Fragment::group_rows(g, tile_rows)),
+                   sm_mean[g * BN + t], sm_m2[g * BN + t]);
       const long long idx = static_cast<long long>(tc.m) * s.n + n0 + t;
       partial_mean[idx] = mean_acc;
       partial_m2[idx] = m2_acc;

@@ -1,7 +1,7 @@
 // Device helpers shared by the cp.async GEMM mainloops (gemm_simt.cuh, gemm_tc.cuh) and the
 // GEMM epilogue (gemm_epilogue.cuh): shared-memory addresses, cp.async copies, alignment checks,
-// vector stores, and Chan's merge of (count, mean, M2) summaries. The Hopper-only building blocks
-// (TMA, mbarriers, wgmma) are in sm90_primitives.cuh.
+// vector stores. The Hopper-only building blocks (TMA, mbarriers, wgmma) are in
+// sm90_primitives.cuh; Chan's merge of (count, mean, M2) summaries is col_stats.cuh's.
 #pragma once
 
 #include "dtype.cuh"
@@ -64,19 +64,6 @@ __device__ __forceinline__ void cp_async_commit() {
 }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Chan et al.'s pairwise merge of (count, mean, M2) summaries; nb == 0 leaves a unchanged.
-__device__ __forceinline__ void chan_merge(float &na, float &mean_a, float &m2_a, float nb,
-                                           float mean_b, float m2_b) {
-  if (nb == 0.0f)
-    return;
-  const float n = na + nb;
-  const float delta = mean_b - mean_a;
-  const float wb = nb / n;
-  mean_a = mean_a + delta * wb;
-  m2_a = m2_a + m2_b + delta * delta * na * wb;
-  na = n;
 }
 
 } // namespace gemm_detail

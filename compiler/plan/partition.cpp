@@ -804,7 +804,7 @@ private:
     for (ValueId s : stored_anywhere)
       if (val(s).is_op() && !is_output_.count(s)) {
         const TensorType &t = val(s).type;
-        const bool narrow = !fuse_ || t.shape.size() >= 2;
+        const bool narrow = !fuse_ || t.rank() >= 2;
         plan_.intermediates.push_back({s, val(s).name, {narrow ? t.dtype : DType::F32, t.shape}});
       }
   }

@@ -61,10 +61,9 @@ struct Kernel {
 // of features) is stored in the value's own type, as PyTorch and torch.compile store it: a
 // bf16 chain hands bf16 between its kernels, each value rounded once where it is stored (a
 // GEMM epilogue's column statistics are those of its fp32 values before that rounding, as
-// documented in gemm_epilogue.cuh). A fused plan's
-// per-feature vectors (batchnorm's folded scale and shift, say: values no PyTorch op rounds)
-// are f32. In the unfused baseline (partition with fuse false) every buffer is the value's
-// own type, as in PyTorch's eager mode.
+// documented in gemm_epilogue.cuh). A fused plan's per-feature vectors (batchnorm's folded
+// scale and shift, say: values no PyTorch op rounds) are f32. In the unfused baseline
+// (partition with fuse false) every buffer is the value's own type, as in PyTorch's eager mode.
 struct Intermediate {
   ir::ValueId value;
   std::string name;
