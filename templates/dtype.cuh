@@ -31,6 +31,13 @@ struct Staged {
 };
 static_assert(sizeof(Staged) == 4, "a Staged row is a float array: four of them make a float4");
 
+// A matrix a generated functor reads at (row, col): p[row * ld + col].
+template <class T> struct Matrix {
+  using Element = T;
+  const T *p;
+  int ld;
+};
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 __device__ __forceinline__ float to_float(float x) { return x; }

@@ -98,6 +98,7 @@
 #pragma once
 
 #include "col_stats.cuh"
+#include "dtype.cuh"
 #include "gemm_primitives.cuh"
 #include "row_kernel.cuh"
 #include "split_k.cuh"
@@ -127,13 +128,6 @@ template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_store_bytes() {
 template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_rows_bytes() {
   return Fragment::BM * rows_stage_ld<Fragment>() * 4;
 }
-
-// A matrix the functor's apply() reads at (row, col): p[row * ld + col].
-template <class T> struct Matrix {
-  using Element = T;
-  const T *p;
-  int ld;
-};
 
 struct NoRows {
   static constexpr bool ENABLED = false;
