@@ -10,7 +10,8 @@
 // NaN); f16 uses PTX cvt, which every arch has.
 //
 // Vectors of four elements (row kernels) are loaded and stored with one 16-byte (float) or
-// 8-byte (bf16, f16) access where the address is aligned to that size: kf::vec4_aligned.
+// 8-byte (bf16, f16) access where the address is aligned to that size: kf::vec4_aligned. Longer
+// vectors (elementwise kernels) move as 16-byte accesses: kf::load_vec, kf::store_vec.
 //
 // kf::Staged is a source type, not a tensor type: a float the caller staged in shared memory (a
 // GEMM epilogue's tile), which a template instantiated with In = kf::Staged reads through the
@@ -161,6 +162,44 @@ template <class T> __device__ __forceinline__ void store2(T *p, float a, float b
 }
 template <class T> __device__ __forceinline__ bool vec2_aligned(const T *p) {
   return (reinterpret_cast<unsigned long long>(p) & (2 * sizeof(T) - 1)) == 0;
+}
+
+// N consecutive elements as 16-byte accesses: p aligned to N elements, N * sizeof(T) a multiple
+// of 16 (elementwise.cuh's vector path).
+template <class T> __device__ __forceinline__ void unpack(unsigned w, float *x) {
+  if constexpr (sizeof(T) == 4) {
+    x[0] = __uint_as_float(w);
+  } else {
+    x[0] = to_float(T{static_cast<unsigned short>(w & 0xffffu)});
+    x[1] = to_float(T{static_cast<unsigned short>(w >> 16)});
+  }
+}
+template <class T> __device__ __forceinline__ unsigned pack(const float *x) {
+  if constexpr (sizeof(T) == 4)
+    return __float_as_uint(x[0]);
+  else
+    return from_float<T>(x[0]).bits | static_cast<unsigned>(from_float<T>(x[1]).bits) << 16;
+}
+template <int N, class T> __device__ __forceinline__ void load_vec(const T *p, float (&x)[N]) {
+  constexpr int PER_WORD = 4 / sizeof(T), PER_CHUNK = 4 * PER_WORD;
+  static_assert(N % PER_CHUNK == 0, "whole 16-byte accesses");
+#pragma unroll
+  for (int c = 0; c < N / PER_CHUNK; ++c) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4 *>(p) + c);
+    unpack<T>(u.x, x + c * PER_CHUNK);
+    unpack<T>(u.y, x + c * PER_CHUNK + PER_WORD);
+    unpack<T>(u.z, x + c * PER_CHUNK + 2 * PER_WORD);
+    unpack<T>(u.w, x + c * PER_CHUNK + 3 * PER_WORD);
+  }
+}
+template <int N, class T> __device__ __forceinline__ void store_vec(T *p, const float (&x)[N]) {
+  constexpr int PER_WORD = 4 / sizeof(T), PER_CHUNK = 4 * PER_WORD;
+  static_assert(N % PER_CHUNK == 0, "whole 16-byte accesses");
+#pragma unroll
+  for (int c = 0; c < N / PER_CHUNK; ++c)
+    reinterpret_cast<uint4 *>(p)[c] = make_uint4(
+        pack<T>(x + c * PER_CHUNK), pack<T>(x + c * PER_CHUNK + PER_WORD),
+        pack<T>(x + c * PER_CHUNK + 2 * PER_WORD), pack<T>(x + c * PER_CHUNK + 3 * PER_WORD));
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

@@ -1,13 +1,28 @@
-// Grid-stride traversal of an [m, n] index space for generated elementwise kernels.
+// Generated elementwise kernels: every element of an [m, n] row-major output computed by the
+// generated functor from the elements at the same (row, col) of its input matrices.
 //
-//   for_each_element(m, n, f) calls f(row, col) exactly once for every 0 <= row < m,
-//   0 <= col < n, consecutive threads taking consecutive columns (row-major order), so
-//   f's accesses to row-major tensors coalesce.
+//   map_elements<VEC>(m, n, f):  f.output()[row * n + col] = f.apply(row, col, in)
+//
+// Functor concept (the code generator writes one per elementwise kernel):
+//   static constexpr int MATRICES;   the [m, n] matrices apply reads at (row, col)
+//   template <int I> __device__ Matrix<T> matrix() const;   the I-th (I < MATRICES): its
+//       elements (float, kf::bf16 or kf::f16) and leading dimension; absent where MATRICES is 0
+//   __device__ Out *output() const;   the output (float, kf::bf16 or kf::f16), leading dim n
+//   __device__ float apply(int row, int col, const float *in) const;
+//       in[I]: the I-th matrix's element at (row, col). Any other operand (a per-column or
+//       per-row vector, a broadcast row) apply loads itself.
+//
+// Traversal: grid-stride, consecutive threads taking consecutive columns (row-major order), so
+// accesses coalesce. Where every matrix and the output allow it (n and each leading dimension
+// multiples of VEC, each base pointer aligned to VEC elements; checked at run time, uniformly), a
+// thread takes VEC consecutive columns at once and moves each matrix's and the output's VEC
+// elements as 16-byte accesses (VEC * sizeof(T) is a multiple of 16 for every T the code
+// generator pairs with VEC); otherwise, and where VEC is 1, one element at a time.
 //
 // Any grid and block shape is correct (1D; the generated launcher picks
 // block = dim3(ELEMENTWISE_THREADS), grid = enough blocks to fill the GPU a few times over:
-// min(ceil(m * n / ELEMENTWISE_THREADS), ELEMENTWISE_BLOCKS_PER_SM * SMs), at least 1 — 2048
-// threads per SM, full occupancy on sm_90).
+// min(ceil(m * n / (VEC * ELEMENTWISE_THREADS)), ELEMENTWISE_BLOCKS_PER_SM * SMs), at least 1 —
+// 2048 threads per SM, full occupancy on sm_90).
 // The linear index is 64-bit (m * n may exceed 2^31); row and column are advanced
 // incrementally, so there is no 64-bit division per element.
 //
@@ -15,16 +30,23 @@
 // code generator can take the geometry constants from the same source.
 #pragma once
 
+#include "dtype.cuh"
 #include "host_device.cuh"
 
 namespace kf {
 
 inline constexpr int ELEMENTWISE_THREADS = 256;
 inline constexpr int ELEMENTWISE_BLOCKS_PER_SM = 8;
+// The bytes a thread moves per matrix in one access of the vector path.
+inline constexpr int ELEMENTWISE_VECTOR_BYTES = 16;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-template <class F> __device__ void for_each_element(int m, int n, F &f) {
+namespace elementwise_detail {
+
+// Calls f(row, col) exactly once for every 0 <= row < m, 0 <= col < n, consecutive threads
+// taking consecutive columns.
+template <class F> __device__ void for_each_index(int m, int n, F &f) {
   if (m <= 0 || n <= 0)
     return;
   const long long total = static_cast<long long>(m) * n;
@@ -50,6 +72,74 @@ template <class F> __device__ void for_each_element(int m, int n, F &f) {
     row = static_cast<int>(next_row);
     col = static_cast<int>(next_col);
   }
+}
+
+template <int VEC, class T> __device__ __forceinline__ bool aligned(const T *p, int ld) {
+  return ld % VEC == 0 && (reinterpret_cast<unsigned long long>(p) & (VEC * sizeof(T) - 1)) == 0;
+}
+
+// Whether matrices I.. of f take the vector path.
+template <int VEC, int I, class F> __device__ __forceinline__ bool matrices_aligned(const F &f) {
+  if constexpr (I < F::MATRICES) {
+    const auto mat = f.template matrix<I>();
+    return aligned<VEC>(mat.p, mat.ld) && matrices_aligned<VEC, I + 1>(f);
+  } else {
+    return true;
+  }
+}
+
+// One element of each matrix I.. at (row, col) into in[I..].
+template <int I, class F>
+__device__ __forceinline__ void load_element(const F &f, int row, int col, float *in) {
+  if constexpr (I < F::MATRICES) {
+    const auto mat = f.template matrix<I>();
+    in[I] = ldg(mat.p + static_cast<size_t>(row) * mat.ld + col);
+    load_element<I + 1>(f, row, col, in);
+  }
+}
+
+// VEC elements of each matrix I.. at (row, col ..) into in[0 .. VEC - 1][I..].
+template <int VEC, int I, int SLOTS, class F>
+__device__ __forceinline__ void load_vector(const F &f, int row, int col, float (&in)[VEC][SLOTS]) {
+  if constexpr (I < F::MATRICES) {
+    const auto mat = f.template matrix<I>();
+    float x[VEC];
+    load_vec(mat.p + static_cast<size_t>(row) * mat.ld + col, x);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      in[e][I] = x[e];
+    load_vector<VEC, I + 1>(f, row, col, in);
+  }
+}
+
+} // namespace elementwise_detail
+
+template <int VEC, class F> __device__ void map_elements(int m, int n, const F &f) {
+  using namespace elementwise_detail;
+  constexpr int SLOTS = F::MATRICES > 0 ? F::MATRICES : 1;
+  auto *out = f.output();
+  if constexpr (VEC > 1) {
+    if (aligned<VEC>(out, n) && matrices_aligned<VEC, 0>(f)) {
+      auto vector = [&](int row, int v) {
+        const int col = v * VEC;
+        float in[VEC][SLOTS];
+        load_vector<VEC, 0>(f, row, col, in);
+        float y[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          y[e] = f.apply(row, col + e, in[e]);
+        store_vec(out + static_cast<size_t>(row) * n + col, y);
+      };
+      for_each_index(m, n / VEC, vector);
+      return;
+    }
+  }
+  auto element = [&](int row, int col) {
+    float in[SLOTS];
+    load_element<0>(f, row, col, in);
+    store(out + static_cast<size_t>(row) * n + col, f.apply(row, col, in));
+  };
+  for_each_index(m, n, element);
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

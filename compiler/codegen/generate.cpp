@@ -778,27 +778,62 @@ private:
     const TensorType &t = g_[out].type;
     launch.rows = t.rank() == 2 ? t.shape[0] : Dim::constant(1);
     launch.cols = t.shape.back();
+    // Operands apply() reads at (row, col), as matrices: the [rows, cols] ones, and rows
+    // broadcast down the columns ([cols] vectors, [1, cols]) with leading dimension 0.
+    // map_elements loads them (elementwise.cuh) and hands apply their elements, in[0], in[1],
+    // ...; per-row columns ([rows, 1]) and scalars apply loads itself.
+    std::set<ValueId> given;
+    std::string matrices, from_inputs;
+    int inputs = 0;
+    int64_t narrowest = dtype_bytes(t.dtype);
+    const Dim one = Dim::constant(1);
+    for (ValueId id : k.computes) {
+      for (ValueId m : g_[id].args) {
+        const TensorType &mt = g_[m].type;
+        if (given.count(m) || std::count(k.computes.begin(), k.computes.end(), m) ||
+            mt.shape.back() == one)
+          continue;
+        const bool broadcast = mt.rank() == 1 || mt.shape[0] == one;
+        if (mt.shape.back() != launch.cols || (!broadcast && mt.shape != t.shape))
+          throw CodegenError(fmt::format("internal error: elementwise kernel {} reads {} of "
+                                         "another shape than its output",
+                                         k.name, name(m)));
+        matrices += fmt::format("    {}if constexpr (I == {}) return kf::Matrix<{}>{{{}, {}}};\n",
+                                inputs ? "else " : "", inputs, w.element_type(m), w.ptr(m),
+                                broadcast ? "0" : KernelWriter::extent(mt.shape[1]));
+        from_inputs += fmt::format("{}const float {} = in[{}];\n", kIndent, w.var(m), inputs++);
+        narrowest = std::min(narrowest, dtype_bytes(mt.dtype));
+        given.insert(m);
+      }
+    }
+    // A thread moves VEC columns of each matrix as 16-byte accesses where a row holds whole
+    // vectors (checked again at run time with the pointers' alignment).
+    int vec = static_cast<int>(kf::ELEMENTWISE_VECTOR_BYTES / narrowest);
+    if (!launch.cols.is_symbolic() && launch.cols.value % vec != 0)
+      vec = 1;
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Elements;
     geo.rows = launch.rows;
     geo.cols = launch.cols;
-    geo.tile_cols = kf::ELEMENTWISE_THREADS;
+    geo.tile_cols = kf::ELEMENTWISE_THREADS * vec;
     geo.blocks_per_sm = kf::ELEMENTWISE_BLOCKS_PER_SM;
     geo.block_threads = kf::ELEMENTWISE_THREADS;
     std::string type = k.name + "_element";
-    std::string index = t.rank() == 2 ? fmt::format("static_cast<size_t>(row) * {} + col",
-                                                    KernelWriter::extent(launch.cols))
-                                      : std::string(t.shape[0] == Dim::constant(1) ? "0" : "col");
     std::string s = functor_head(type, w);
-    s += fmt::format(
-        "  __device__ void operator()(int row, int col) const {{\n{}{}{}{};\n  }}\n}};\n",
-        w.column_statements(kIndent), w.element_statements(kIndent, {}), kIndent,
-        w.store(out, index, w.var(out)));
+    s += fmt::format("  static constexpr int MATRICES = {};\n", inputs);
+    if (inputs > 0)
+      s += fmt::format("  template <int I> __device__ auto matrix() const {{\n{}  }}\n", matrices);
+    s += fmt::format("  __device__ {} *output() const {{ return {}; }}\n", w.element_type(out),
+                     w.ptr(out));
+    s += fmt::format("  __device__ float apply(int row, int col, const float *in) const {{\n{}{}{}"
+                     "{}return {};\n  }}\n}};\n",
+                     from_inputs, w.column_statements(kIndent, nullptr, given),
+                     w.element_statements(kIndent, given), kIndent, w.var(out));
     s += fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)\n{}({}) {{\n"
-        "  {} f{};\n  kf::for_each_element({}, {}, f);\n}}\n",
-        k.name, w.param_list(), type, w.member_initializer(), KernelWriter::extent(launch.rows),
-        KernelWriter::extent(launch.cols));
+        "  kf::map_elements<{}>({}, {}, {}{});\n}}\n",
+        k.name, w.param_list(), vec, KernelWriter::extent(launch.rows),
+        KernelWriter::extent(launch.cols), type, w.member_initializer());
     return s;
   }
 

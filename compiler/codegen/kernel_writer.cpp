@@ -191,11 +191,12 @@ std::vector<ValueId> KernelWriter::column_values() const {
 }
 
 std::string KernelWriter::column_statements(const std::string &indent,
-                                            const std::set<ValueId> *only) const {
+                                            const std::set<ValueId> *only,
+                                            const std::set<ValueId> &given) const {
   std::string s;
   for (ValueId id : column_values())
     if (only == nullptr || only->count(id))
-      s += indent + statement(id, false, {});
+      s += indent + statement(id, false, given);
   return s;
 }
 

@@ -27,9 +27,11 @@ public:
   static std::string extent(const ir::Dim &d);
 
   // Statements computing the kernel's rank < 2 values for feature `col` (C++ int), or only
-  // those in `only`. Column statistics must already be in their registers.
+  // those in `only`, reading `given` values from registers. Column statistics must already be
+  // in their registers.
   std::string column_statements(const std::string &indent,
-                                const std::set<ir::ValueId> *only = nullptr) const;
+                                const std::set<ir::ValueId> *only = nullptr,
+                                const std::set<ir::ValueId> &given = {}) const;
   // Statements computing the kernel's matrix values at (row, col), skipping `given`
   // (values already in registers: the GEMM accumulator, the row kernel's loaded value).
   std::string element_statements(const std::string &indent,

@@ -425,6 +425,47 @@ TEST_CASE("codegen: a GEMM's functor names the matrices its epilogue reads, whic
             .source.find("static constexpr int MATRICES = 0;") != std::string::npos);
 }
 
+TEST_CASE("codegen: an elementwise kernel names the matrices and feature vectors it reads and "
+          "moves 16 bytes of each per access where its rows hold whole vectors") {
+  auto kernel = [](const std::string &text) {
+    dsl::SourceFile src("ew.kf", text);
+    dsl::Diagnostics diags(src);
+    codegen::Program p =
+        codegen::generate(plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval));
+    REQUIRE(p.launches.size() == 1);
+    CHECK(p.launches[0].geometry.grid == codegen::LaunchGeometry::Grid::Elements);
+    return std::pair{p.source, p.launches[0].geometry.tile_cols};
+  };
+  auto text = [](const std::string &x, const std::string &f) {
+    return fmt::format("pipeline ew {{\n  dim N\n  input x: {0}[N, {1}]\n  input y: f32[N, {1}]\n"
+                       "  param s: f32[{1}]\n  return add(mul(gelu(x), s), y)\n}}\n",
+                       x, f);
+  };
+  // bf16 beside f32: 8 columns a thread (16 bytes of bf16, 32 of f32).
+  auto [mixed, mixed_cols] = kernel(text("bf16", "64"));
+  CHECK(mixed.find("static constexpr int MATRICES = 3;") != std::string::npos);
+  CHECK(mixed.find("if constexpr (I == 0) return kf::Matrix<kf::bf16>{p_x, 64};") !=
+        std::string::npos);
+  // The feature vector: a row every row reads, leading dimension 0.
+  CHECK(mixed.find("else if constexpr (I == 1) return kf::Matrix<float>{p_s, 0};") !=
+        std::string::npos);
+  CHECK(mixed.find("else if constexpr (I == 2) return kf::Matrix<float>{p_y, 64};") !=
+        std::string::npos);
+  CHECK(mixed.find("const float v_x = in[0];") != std::string::npos);
+  CHECK(mixed.find("kf::load(") == std::string::npos); // apply() loads nothing itself
+  CHECK(mixed.find("__device__ float *output() const") != std::string::npos);
+  CHECK(mixed.find("kf::map_elements<8>(d_N, 64, ") != std::string::npos);
+  CHECK(mixed_cols == 8 * 256);
+  // f32 only: 4 columns; a width of symbolic F: decided again at run time.
+  CHECK(kernel(text("f32", "64")).first.find("kf::map_elements<4>(d_N, 64, ") != std::string::npos);
+  CHECK(kernel("pipeline ew {\n  dim N\n  dim F\n  input x: bf16[N, F]\n  return relu(x)\n}\n")
+            .first.find("kf::map_elements<8>(d_N, d_F, ") != std::string::npos);
+  // A constant width of no whole vectors: one element at a time, and the grid sized so.
+  auto [odd, odd_cols] = kernel(text("bf16", "36"));
+  CHECK(odd.find("kf::map_elements<1>(d_N, 36, ") != std::string::npos);
+  CHECK(odd_cols == 256);
+}
+
 TEST_CASE("api: a .kf error surfaces as a diagnostic with file:line:col") {
   CHECK_THROWS_WITH_AS(
       Pipeline::from_string("pipeline p {\n  dim N\n  input x: f32[N, 4]\n  return relu(y)\n}\n",

@@ -81,13 +81,22 @@ struct k2_elementwise_element {
   const float *p_t16;
   float *p_t17;
   int d_N;
-  __device__ void operator()(int row, int col) const {
-    const float v_t17 = kf::load(p_t1 + static_cast<size_t>(row) * 8192 + col) * kf::load(p_t14 + col) + kf::load(p_t16 + col);
-    kf::store(p_t17 + static_cast<size_t>(row) * 8192 + col, v_t17);
+  static constexpr int MATRICES = 3;
+  template <int I> __device__ auto matrix() const {
+    if constexpr (I == 0) return kf::Matrix<float>{p_t1, 8192};
+    else if constexpr (I == 1) return kf::Matrix<float>{p_t14, 0};
+    else if constexpr (I == 2) return kf::Matrix<float>{p_t16, 0};
+  }
+  __device__ float *output() const { return p_t17; }
+  __device__ float apply(int row, int col, const float *in) const {
+    const float v_t1 = in[0];
+    const float v_t14 = in[1];
+    const float v_t16 = in[2];
+    const float v_t17 = v_t1 * v_t14 + v_t16;
+    return v_t17;
   }
 };
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
 k2_elementwise(const float *__restrict__ p_t1, const float *__restrict__ p_t14, const float *__restrict__ p_t16, float *__restrict__ p_t17, int d_N) {
-  k2_elementwise_element f{p_t1, p_t14, p_t16, p_t17, d_N};
-  kf::for_each_element(d_N, 8192, f);
+  kf::map_elements<4>(d_N, 8192, k2_elementwise_element{p_t1, p_t14, p_t16, p_t17, d_N});
 }
