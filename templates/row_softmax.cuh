@@ -37,6 +37,26 @@ namespace kf {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
+namespace row_detail {
+
+// x / b for the elements of a row and one b >= 1 (the sum of exponentials, its largest term 1):
+// PyTorch divides each exponential by the sum. The same correctly rounded quotient from one
+// reciprocal and two FMAs per element (Markstein's correction), where the division takes a
+// reciprocal, three FMAs, a range check and a call per element. Equal to x / b wherever the
+// quotient is a normal float; a quotient below 2^-126 may differ in its last place. The resident
+// path's write pass uses it; the streaming path (rows past the shared-memory cap) divides, as
+// one more register live through both paths made ptxas spill in a row kernel of seven passes.
+struct DivideBy {
+  float b, r;
+  __device__ explicit DivideBy(float b_) : b(b_), r(1.0f / b_) {}
+  __device__ __forceinline__ float operator()(float x) const {
+    const float q = x * r;
+    return fmaf(fmaf(-q, b, x), r, q);
+  }
+};
+
+} // namespace row_detail
+
 // Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16 or
 // kf::f16 (dtype.cuh); the row is computed in float. In may also be kf::Staged: a row the caller
 // staged in shared memory.
@@ -91,6 +111,7 @@ __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, i
         smem[c] = e;
     }
     const float sum = team.sum(lsum);
+    const DivideBy by_sum(sum);
 
     const float lse = logf(sum);
     for (int i = tid; i < n4; i += Threads) {
@@ -101,15 +122,15 @@ __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, i
         v.z = (v.z - mx) - lse;
         v.w = (v.w - mx) - lse;
       } else {
-        v.x = v.x / sum;
-        v.y = v.y / sum;
-        v.z = v.z / sum;
-        v.w = v.w / sum;
+        v.x = by_sum(v.x);
+        v.y = by_sum(v.y);
+        v.z = by_sum(v.z);
+        v.w = by_sum(v.w);
       }
       store4(dst, i, v, vout);
     }
     for (int c = 4 * n4 + tid; c < n; c += Threads)
-      store(dst + c, Log ? (smem[c] - mx) - lse : smem[c] / sum);
+      store(dst + c, Log ? (smem[c] - mx) - lse : by_sum(smem[c]));
     return;
   }
 

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,13 +77,18 @@ std::vector<float> launch_rows(const std::string &kernel, int lanes, const std::
   return y;
 }
 
-// ||got - ref|| / ||ref|| over the finite references; a NaN reference needs a NaN result.
+// ||got - ref|| / ||ref|| over the finite references; a NaN reference needs a NaN result, an
+// infinite one the same infinity.
 void expect_close(const std::vector<float> &got, const Row &ref) {
   REQUIRE(got.size() == ref.size());
   double diff = 0, norm = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     if (std::isnan(ref[i])) {
       CHECK_MESSAGE(std::isnan(got[i]), "element ", i, ": ", got[i], ", expected NaN");
+      continue;
+    }
+    if (std::isinf(ref[i])) {
+      CHECK_MESSAGE(got[i] == ref[i], "element ", i, ": ", got[i], ", expected ", ref[i]);
       continue;
     }
     diff += (got[i] - ref[i]) * (got[i] - ref[i]);
@@ -190,6 +196,25 @@ TEST_CASE("gpu row teams: softmax, log_softmax and a map, a lane team per staged
                      out.push_back(2 * e + 1);
                    return out;
                  }));
+  });
+}
+
+TEST_CASE("gpu row teams: softmax's special values are PyTorch's: an element of -inf gives 0 "
+          "(-inf for log_softmax), a NaN makes its row NaN, and so does a row of -inf") {
+  rt::Driver::get().make_current();
+  const float inf = std::numeric_limits<float>::infinity();
+  for_each_width_and_length([&](int lanes, int n, std::vector<float> x) {
+    // Rows 0..2: -inf in the middle, NaN last, all -inf.
+    x[n / 2] = -inf;
+    x[2 * static_cast<size_t>(n) - 1] = std::numeric_limits<float>::quiet_NaN();
+    std::fill(x.begin() + 2 * n, x.begin() + 3 * n, -inf);
+    const size_t all = static_cast<size_t>(kRows) * n;
+    for (int log : {0, 1}) {
+      CAPTURE(log);
+      Row ref = per_row(x, n, [&](const Row &v) { return softmax(v, log != 0); });
+      std::fill(ref.begin() + n, ref.begin() + 2 * n, std::nan("")); // max_element skips NaN
+      expect_close(launch_rows("team_softmax", lanes, x, n, all, log), ref);
+    }
   });
 }
 
