@@ -62,7 +62,9 @@ struct MaxSum {
 
 __device__ __forceinline__ void online_add(MaxSum &a, float y) {
   if (y > a.m) {
-    a.s = a.s * expf(a.m - y) + 1.0f; // a.m = -inf: exp(-inf) = 0
+    // a.m = -inf: exp(-inf) = 0. The new term, exp(y - y), is 1, or NaN for y = +inf as
+    // PyTorch's exp(inf - inf) is: the row is then NaN.
+    a.s = a.s * expf(a.m - y) + (y == -neg_inf() ? __int_as_float(0x7fc00000) : 1.0f);
     a.m = y;
   } else {
     // -inf adds 0 (exp(-inf - -inf) would be NaN); NaN fails y > a.m and poisons s.

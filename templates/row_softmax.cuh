@@ -27,8 +27,8 @@
 // element of the row is written (resident path), or by the thread that later overwrites it
 // (streaming path).
 //
-// Special values follow PyTorch: a NaN in the row makes the row NaN; -inf elements give 0
-// (-inf for Log); a row of only -inf gives NaN.
+// Special values follow PyTorch: a NaN or a +inf in the row makes the row NaN; -inf elements give
+// 0 (-inf for Log); a row of only -inf gives NaN.
 #pragma once
 
 #include "row_kernel.cuh"

@@ -200,14 +200,16 @@ TEST_CASE("gpu row teams: softmax, log_softmax and a map, a lane team per staged
 }
 
 TEST_CASE("gpu row teams: softmax's special values are PyTorch's: an element of -inf gives 0 "
-          "(-inf for log_softmax), a NaN makes its row NaN, and so does a row of -inf") {
+          "(-inf for log_softmax), a NaN or +inf makes its row NaN, and so does a row of -inf") {
   rt::Driver::get().make_current();
   const float inf = std::numeric_limits<float>::infinity();
   for_each_width_and_length([&](int lanes, int n, std::vector<float> x) {
-    // Rows 0..2: -inf in the middle, NaN last, all -inf.
+    // Rows 0..3: -inf in the middle, NaN last, all -inf, +inf first (a team of one lane meets
+    // it before every other element of its row).
     x[n / 2] = -inf;
     x[2 * static_cast<size_t>(n) - 1] = std::numeric_limits<float>::quiet_NaN();
     std::fill(x.begin() + 2 * n, x.begin() + 3 * n, -inf);
+    x[3 * static_cast<size_t>(n)] = inf;
     const size_t all = static_cast<size_t>(kRows) * n;
     for (int log : {0, 1}) {
       CAPTURE(log);

@@ -1,6 +1,7 @@
 // A row kernel's softmax and log_softmax (the block-per-row template with its row resident in
 // shared memory) on special values, against an fp64 reference: an element of -inf gives 0 (-inf
-// for log_softmax), a NaN makes its row NaN, and so does a row of only -inf, as in PyTorch.
+// for log_softmax), a NaN or +inf makes its row NaN, and so does a row of only -inf, as in
+// PyTorch.
 #include "kfuse/kfuse.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
@@ -20,10 +21,10 @@ using namespace kfuse;
 
 namespace {
 
-constexpr int64_t kRows = 5, kFeatures = 40;
+constexpr int64_t kRows = 6, kFeatures = 40;
 
 // Row 0 random, row 1 with -inf in the middle, row 2 with a NaN last, row 3 all -inf, row 4 with
-// -inf everywhere but one element.
+// -inf everywhere but one element, row 5 with +inf first.
 std::vector<float> special_rows() {
   const float inf = std::numeric_limits<float>::infinity();
   std::mt19937 gen(7);
@@ -37,10 +38,12 @@ std::vector<float> special_rows() {
     x[3 * kFeatures + c] = -inf;
     x[4 * kFeatures + c] = c == 7 ? 1.5f : -inf;
   }
+  x[5 * kFeatures] = inf;
   return x;
 }
 
-// softmax / log_softmax of one row in fp64; any NaN makes the row NaN.
+// softmax / log_softmax of one row in fp64; any NaN makes the row NaN (a +inf does by itself:
+// exp(inf - inf)).
 std::vector<double> reference(const float *row, bool log) {
   double mx = -std::numeric_limits<double>::infinity(), s = 0;
   bool nan = false;
