@@ -181,6 +181,7 @@ LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string
     }
   }
   s.cluster = static_cast<unsigned>(g.cluster);
+  s.programmatic = g.waits_prior_grid;
   return s;
 }
 

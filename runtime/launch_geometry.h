@@ -17,7 +17,8 @@ struct LaunchShape {
   unsigned shared_bytes = 0;
   int row_floats = 0; // the value of SmemFloats parameters
   unsigned cluster = 1;
-  int splits = 1; // GEMMs: K split this many ways
+  bool programmatic = false; // launched while the grid before it finishes (waits_prior_grid)
+  int splits = 1;            // GEMMs: K split this many ways
   // GEMMs: the work units (tiles x splits) take more than one wave of block slots, so they are
   // numbered split-major (templates/tile_scheduler.cuh)
   bool split_major = false;

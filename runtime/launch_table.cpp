@@ -292,7 +292,8 @@ void LaunchTable::enqueue_per_bind(const std::vector<Function> &functions, CUstr
     const Launch &l = launches_[k];
     if (l.per_bind)
       launch(functions[l.function + l.variant], l.shape.grid, l.shape.block, l.shape.shared_bytes,
-             stream, const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
+             stream, const_cast<void **>(l.arg_pointers.data()), l.shape.cluster,
+             l.shape.programmatic);
   }
 }
 
@@ -320,7 +321,8 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
       continue;
     }
     launch(functions[l.function + l.variant], l.shape.grid, l.shape.block, l.shape.shared_bytes,
-           stream, const_cast<void **>(l.arg_pointers.data()), l.shape.cluster);
+           stream, const_cast<void **>(l.arg_pointers.data()), l.shape.cluster,
+           l.shape.programmatic);
   }
   copy_outputs(/*declared=*/false);
 }

@@ -86,7 +86,7 @@ int Function::max_threads_per_block() const {
 }
 
 void launch(const Function &fn, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream,
-            void **args, unsigned cluster) {
+            void **args, unsigned cluster, bool programmatic) {
   if (fn.f == nullptr || !fn.state)
     throw Error("launch of an empty Function (take it from Module::function)");
   Driver &driver = Driver::get();
@@ -111,14 +111,19 @@ void launch(const Function &fn, Dim3 grid, Dim3 block, unsigned shared_bytes, CU
   config.blockDimZ = block.z;
   config.sharedMemBytes = shared_bytes;
   config.hStream = stream;
-  CUlaunchAttribute attribute{};
+  CUlaunchAttribute attributes[2] = {};
+  config.attrs = attributes;
   if (cluster > 1) {
-    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attribute.value.clusterDim.x = cluster;
-    attribute.value.clusterDim.y = 1;
-    attribute.value.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    CUlaunchAttribute &a = attributes[config.numAttrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = cluster;
+    a.value.clusterDim.y = 1;
+    a.value.clusterDim.z = 1;
+  }
+  if (programmatic) {
+    CUlaunchAttribute &a = attributes[config.numAttrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
   }
   CUresult r = driver.cuLaunchKernelEx(&config, fn.f, args, nullptr);
   if (r != CUDA_SUCCESS)

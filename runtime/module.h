@@ -56,9 +56,12 @@ private:
 // error surfaces at the next synchronising call). When `shared_bytes` of dynamic shared memory
 // exceeds what the kernel is allowed by default (48 KiB minus its static shared memory), the
 // kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES is raised first, once per kernel and
-// size. `cluster` > 1 launches clusters of that many blocks along x. `args` points to one
-// pointer per kernel parameter, as for cuLaunchKernel.
+// size. `cluster` > 1 launches clusters of that many blocks along x. `programmatic` lets the
+// kernel start while the kernel before it on the stream finishes
+// (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): only for a kernel whose first
+// statement waits for that grid (templates/grid_dependency.cuh). `args` points to one pointer per
+// kernel parameter, as for cuLaunchKernel.
 void launch(const Function &fn, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream,
-            void **args, unsigned cluster = 1);
+            void **args, unsigned cluster = 1, bool programmatic = false);
 
 } // namespace kfuse::rt

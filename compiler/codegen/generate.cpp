@@ -13,6 +13,7 @@
 #include "templates/row_kernel.cuh"
 
 #include <algorithm>
+#include <cctype>
 #include <fmt/format.h>
 #include <map>
 #include <set>
@@ -94,6 +95,11 @@ public:
       tile_rows(launch);
       for (KernelLaunch &v : launch.by_rows)
         tile_rows(v);
+      // Every entry waits for the grid before it first (grid_dependency.cuh), which the runtime
+      // may then launch early where the target has the wait.
+      launch.geometry.waits_prior_grid = waits_prior_grid();
+      for (KernelLaunch &v : launch.by_rows)
+        v.geometry.waits_prior_grid = launch.geometry.waits_prior_grid;
       prog.launches.push_back(std::move(launch));
     }
     std::string head = fmt::format(
@@ -112,6 +118,12 @@ private:
   const GemmTuning *tuning(const Kernel &k) const {
     auto it = tunings_.find(k.name);
     return it == tunings_.end() ? nullptr : &it->second;
+  }
+
+  // Whether the target runs kf::wait_prior_grid() (sm_90 and later: "sm_90a", "sm_100", ...).
+  bool waits_prior_grid() const {
+    return arch_.rfind("sm_", 0) == 0 && arch_.size() >= 5 && std::isdigit(arch_[3]) &&
+           std::isdigit(arch_[4]) && std::stoi(arch_.substr(3)) >= 90;
   }
 
   std::string functor_head(const std::string &type, const KernelWriter &w) const {
@@ -184,6 +196,7 @@ private:
     }
     return fmt::format("{}\n{}({}int splits, float *__restrict__ split_partials, "
                        "unsigned *__restrict__ split_counters, {}) {{\n"
+                       "  kf::wait_prior_grid();\n"
                        "  const kf::GemmShape shape{{{}, {}, {}}};\n"
                        "  const kf::TileScheduler<{}, {}, {}> scheduler(shape, splits);\n"
                        "  const kf::GemmEpilogue<{}> epilogue{{{}}};\n"
@@ -572,7 +585,9 @@ private:
       geo.row_length = launch.cols;
       geo.row_bytes_cap = kf::ROW_SMEM_CAP_BYTES;
     }
-    std::string defs, body = resident ? "  extern __shared__ __align__(16) float smem[];\n" : "";
+    std::string defs, body = "  kf::wait_prior_grid();\n";
+    if (resident)
+      body += "  extern __shared__ __align__(16) float smem[];\n";
     body += "  const int row = blockIdx.x;\n";
     body += row_passes(k, w, threads, false, defs);
     return defs +
@@ -831,7 +846,7 @@ private:
                      w.element_statements(kIndent, given), kIndent, w.var(out));
     s += fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)\n{}({}) {{\n"
-        "  kf::map_elements<{}>({}, {}, {}{});\n}}\n",
+        "  kf::wait_prior_grid();\n  kf::map_elements<{}>({}, {}, {}{});\n}}\n",
         k.name, w.param_list(), vec, KernelWriter::extent(launch.rows),
         KernelWriter::extent(launch.cols), type, w.member_initializer());
     return s;
@@ -855,7 +870,8 @@ private:
         "struct {0}_identity {{\n  __device__ float operator()(int, float x) const {{ return x; "
         "}}\n}};\n"
         "extern \"C\" __global__ void __launch_bounds__(kf::COL_STATS_THREADS)\n{0}({1}) {{\n"
-        "  kf::col_partials({2}, {3}, {4}, {3}, {0}_identity{{}}, {5}, {4}_pmean, {4}_pm2);\n}}\n",
+        "  kf::wait_prior_grid();\n  kf::col_partials({2}, {3}, {4}, {3}, {0}_identity{{}}, {5}, "
+        "{4}_pmean, {4}_pm2);\n}}\n",
         k.name, w.param_list(), m, n, w.ptr(k.stats_of), kf::COL_STATS_TILE_ROWS);
   }
 
@@ -880,6 +896,7 @@ private:
     geo.block_threads = kf::COLUMN_THREADS;
     std::string s = fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kf::COLUMN_THREADS)\n{}({}) {{\n"
+        "  kf::wait_prior_grid();\n"
         "  const int col = {};\n"
         "  if (col >= {})\n    return;\n",
         k.name, w.param_list(),
@@ -942,7 +959,7 @@ private:
   std::vector<std::string> names_;
   GemmMath math_;
   std::string arch_;
-  std::set<std::string> includes_ = {"dtype.cuh", "math.cuh"};
+  std::set<std::string> includes_ = {"dtype.cuh", "grid_dependency.cuh", "math.cuh"};
   const GemmTunings &tunings_;
   std::map<ValueId, int> partial_rows_; // stats_of value -> rows per partial tile of its producer
 };

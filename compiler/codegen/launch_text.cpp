@@ -32,7 +32,10 @@ std::string shape_text(const LaunchGeometry &g) {
   if (g.row_bytes_cap > 0)
     s += fmt::format(" + a resident row of {} floats when it fits in {} B", g.row_length.str(),
                      g.row_bytes_cap);
-  return s + fmt::format("; cluster {}", g.cluster);
+  s += fmt::format("; cluster {}", g.cluster);
+  if (g.waits_prior_grid)
+    s += "; starts while the kernel before it finishes (programmatic launch), waiting for it first";
+  return s;
 }
 
 std::string param_text(const LaunchParam &p, const std::vector<std::string> &names) {

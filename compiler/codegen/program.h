@@ -103,6 +103,9 @@ struct LaunchGeometry {
   // GEMM variants (KernelLaunch::by_rows) chosen without kblock_time: taken where the bound dims
   // give this many full waves of its tiles (blocks_per_sm x SMs tiles a wave).
   int min_waves = 1;
+  // The kernel's first statement waits for the grid launched before it (grid_dependency.cuh) on
+  // a target that has the wait: the runtime may launch it while that grid finishes.
+  bool waits_prior_grid = false;
 };
 
 struct KernelLaunch {

@@ -466,6 +466,27 @@ TEST_CASE("codegen: an elementwise kernel names the matrices and feature vectors
   CHECK(odd_cols == 256);
 }
 
+TEST_CASE("codegen: every kernel waits for the grid before it first, and sm_90 launches may "
+          "start early") {
+  const plan::Plan train = plan_of("gemm_bn_scale_softmax", ir::Mode::Train);
+  for (const char *arch : {"sm_90a", "sm_80"}) {
+    INFO(arch);
+    const codegen::Program p = codegen::generate(train, codegen::GemmMath::Tf32, arch);
+    REQUIRE(p.launches.size() == 3);
+    for (const codegen::KernelLaunch &l : p.launches) {
+      INFO(l.entry);
+      // The entry's first statement, before any read of what the kernel before it wrote.
+      const size_t entry = p.source.find("\n" + l.entry + "(");
+      REQUIRE(entry != std::string::npos);
+      const size_t body = p.source.find(") {\n", entry) + 4;
+      CHECK(p.source.compare(body, 25, "  kf::wait_prior_grid();\n") == 0);
+      CHECK(l.geometry.waits_prior_grid == (std::string(arch) == "sm_90a"));
+      for (const codegen::KernelLaunch &v : l.by_rows)
+        CHECK(v.geometry.waits_prior_grid == l.geometry.waits_prior_grid);
+    }
+  }
+}
+
 TEST_CASE("api: a .kf error surfaces as a diagnostic with file:line:col") {
   CHECK_THROWS_WITH_AS(
       Pipeline::from_string("pipeline p {\n  dim N\n  input x: f32[N, 4]\n  return relu(y)\n}\n",

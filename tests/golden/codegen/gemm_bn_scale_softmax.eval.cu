@@ -2,6 +2,7 @@
 // 2 kernels, launched in this order.
 #include "dtype.cuh"
 #include "gemm_simt.cuh"
+#include "grid_dependency.cuh"
 #include "math.cuh"
 #include "row_softmax.cuh"
 
@@ -45,6 +46,7 @@ struct k0_gemm_functor {
 };
 extern "C" __global__ void __launch_bounds__(kf::SimtWide::THREADS, kf::SimtWide::MIN_BLOCKS)
 k0_gemm_wide(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, const float *__restrict__ p_scale, float *__restrict__ p_h, int d_N) {
+  kf::wait_prior_grid();
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, false> epilogue{{p_x, p_weight, p_bias, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_scale, p_h, d_N}, p_h, 8192, nullptr, nullptr, split_partials, split_counters};
@@ -52,6 +54,7 @@ k0_gemm_wide(int splits, float *__restrict__ split_partials, unsigned *__restric
 }
 extern "C" __global__ void __launch_bounds__(kf::SimtNarrow::THREADS, kf::SimtNarrow::MIN_BLOCKS)
 k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, const float *__restrict__ p_scale, float *__restrict__ p_h, int d_N) {
+  kf::wait_prior_grid();
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 32, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, false> epilogue{{p_x, p_weight, p_bias, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_scale, p_h, d_N}, p_h, 8192, nullptr, nullptr, split_partials, split_counters};
@@ -71,6 +74,7 @@ struct k1_row_pass0 {
 };
 extern "C" __global__ void __launch_bounds__(512)
 k1_row(const float *__restrict__ p_h, float *__restrict__ p_t11, int d_N, int smem_floats) {
+  kf::wait_prior_grid();
   extern __shared__ __align__(16) float smem[];
   const int row = blockIdx.x;
   kf::row_softmax<512, false>(row, 8192, p_h, 8192, p_t11, 8192, k1_row_pass0{p_h, p_t11, d_N, row}, smem, smem_floats);

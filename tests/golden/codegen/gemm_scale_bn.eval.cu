@@ -2,6 +2,7 @@
 // 1 kernel, launched in this order.
 #include "dtype.cuh"
 #include "gemm_simt.cuh"
+#include "grid_dependency.cuh"
 #include "math.cuh"
 
 // k0_gemm: linear@13, mul@14, batchnorm@15 (gemm); canonicalize_linear, fold_affine, gemm_epilogue, lower_batchnorm
@@ -44,6 +45,7 @@ struct k0_gemm_functor {
 };
 extern "C" __global__ void __launch_bounds__(kf::SimtWide::THREADS, kf::SimtWide::MIN_BLOCKS)
 k0_gemm_wide(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, float *__restrict__ p_t11, int d_N) {
+  kf::wait_prior_grid();
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, false> epilogue{{p_x, p_weight, p_bias, p_scale, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_t11, d_N}, p_t11, 8192, nullptr, nullptr, split_partials, split_counters};
@@ -51,6 +53,7 @@ k0_gemm_wide(int splits, float *__restrict__ split_partials, unsigned *__restric
 }
 extern "C" __global__ void __launch_bounds__(kf::SimtNarrow::THREADS, kf::SimtNarrow::MIN_BLOCKS)
 k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, const float *__restrict__ p_running_mean, const float *__restrict__ p_running_var, float *__restrict__ p_t11, int d_N) {
+  kf::wait_prior_grid();
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 32, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, false> epilogue{{p_x, p_weight, p_bias, p_scale, p_bn_weight, p_bn_bias, p_running_mean, p_running_var, p_t11, d_N}, p_t11, 8192, nullptr, nullptr, split_partials, split_counters};

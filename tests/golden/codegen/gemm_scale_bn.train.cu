@@ -4,6 +4,7 @@
 #include "dtype.cuh"
 #include "elementwise.cuh"
 #include "gemm_simt.cuh"
+#include "grid_dependency.cuh"
 #include "math.cuh"
 
 // k0_gemm: linear@13 (gemm); canonicalize_linear, stats_epilogue
@@ -26,6 +27,7 @@ struct k0_gemm_functor {
 };
 extern "C" __global__ void __launch_bounds__(kf::SimtWide::THREADS, kf::SimtWide::MIN_BLOCKS)
 k0_gemm_wide(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, float *__restrict__ p_t1, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+  kf::wait_prior_grid();
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, true> epilogue{{p_x, p_weight, p_t1, d_N}, p_t1, 8192, p_t1_pmean, p_t1_pm2, split_partials, split_counters};
@@ -33,6 +35,7 @@ k0_gemm_wide(int splits, float *__restrict__ split_partials, unsigned *__restric
 }
 extern "C" __global__ void __launch_bounds__(kf::SimtNarrow::THREADS, kf::SimtNarrow::MIN_BLOCKS)
 k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, float *__restrict__ p_t1, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+  kf::wait_prior_grid();
   const kf::GemmShape shape{d_N, 8192, 8192};
   const kf::TileScheduler<128, 32, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, true> epilogue{{p_x, p_weight, p_t1, d_N}, p_t1, 8192, p_t1_pmean, p_t1_pm2, split_partials, split_counters};
@@ -42,6 +45,7 @@ k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ s
 // k1_column: mul@14, batchnorm@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
 k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t14, float *__restrict__ p_t16, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+  kf::wait_prior_grid();
   const int col = (blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES;
   if (col >= 8192)
     return;
@@ -98,5 +102,6 @@ struct k2_elementwise_element {
 };
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
 k2_elementwise(const float *__restrict__ p_t1, const float *__restrict__ p_t14, const float *__restrict__ p_t16, float *__restrict__ p_t17, int d_N) {
+  kf::wait_prior_grid();
   kf::map_elements<4>(d_N, 8192, k2_elementwise_element{p_t1, p_t14, p_t16, p_t17, d_N});
 }
