@@ -84,6 +84,17 @@ __device__ __forceinline__ float ldg(const Staged *p) { return p->v; }
 
 template <class T> __device__ __forceinline__ void store(T *p, float v) { *p = from_float<T>(v); }
 
+// in[I] = element (row, col) of f's I-th matrix (f.template matrix<I>(), a Matrix), for
+// I0 <= I < F::MATRICES: the elements a generated functor's apply() takes.
+template <int I0 = 0, class F>
+__device__ __forceinline__ void load_matrix_elements(const F &f, int row, int col, float *in) {
+  if constexpr (I0 < F::MATRICES) {
+    const auto m = f.template matrix<I0>();
+    in[I0] = load(m.p + (static_cast<long long>(row) * m.ld + col));
+    load_matrix_elements<I0 + 1>(f, row, col, in);
+  }
+}
+
 // The cast op (compiler/ir/ops.cpp): a value rounded to a type and held in fp32 again, as a
 // store and a reload would give it; a bf16/f16 buffer stores it exactly.
 __device__ __forceinline__ float round_to_f32(float x) { return x; }

@@ -4,13 +4,15 @@
 //   map_elements<VEC>(m, n, f):  f.output()[row * n + col] = f.apply(row, col, in)
 //
 // Functor concept (the code generator writes one per elementwise kernel):
-//   static constexpr int MATRICES;   the [m, n] matrices apply reads at (row, col)
+//   static constexpr int MATRICES;   the operands apply reads at (row, col) as matrices: [m, n]
+//       ones, and rows every row reads (a per-feature vector, a [1, n] row) with leading
+//       dimension 0
 //   template <int I> __device__ Matrix<T> matrix() const;   the I-th (I < MATRICES): its
 //       elements (float, kf::bf16 or kf::f16) and leading dimension; absent where MATRICES is 0
 //   __device__ Out *output() const;   the output (float, kf::bf16 or kf::f16), leading dim n
 //   __device__ float apply(int row, int col, const float *in) const;
-//       in[I]: the I-th matrix's element at (row, col). Any other operand (a per-column or
-//       per-row vector, a broadcast row) apply loads itself.
+//       in[I]: the I-th matrix's element at (row, col). Any other operand (a per-row column
+//       [m, 1], a scalar) apply loads itself.
 //
 // Traversal: grid-stride, consecutive threads taking consecutive columns (row-major order), so
 // accesses coalesce. Where every matrix and the output allow it (n and each leading dimension
@@ -88,16 +90,6 @@ template <int VEC, int I, class F> __device__ __forceinline__ bool matrices_alig
   }
 }
 
-// One element of each matrix I.. at (row, col) into in[I..].
-template <int I, class F>
-__device__ __forceinline__ void load_element(const F &f, int row, int col, float *in) {
-  if constexpr (I < F::MATRICES) {
-    const auto mat = f.template matrix<I>();
-    in[I] = ldg(mat.p + static_cast<size_t>(row) * mat.ld + col);
-    load_element<I + 1>(f, row, col, in);
-  }
-}
-
 // VEC elements of each matrix I.. at (row, col ..) into in[0 .. VEC - 1][I..].
 template <int VEC, int I, int SLOTS, class F>
 __device__ __forceinline__ void load_vector(const F &f, int row, int col, float (&in)[VEC][SLOTS]) {
@@ -136,7 +128,7 @@ template <int VEC, class F> __device__ void map_elements(int m, int n, const F &
   }
   auto element = [&](int row, int col) {
     float in[SLOTS];
-    load_element<0>(f, row, col, in);
+    load_matrix_elements(f, row, col, in);
     store(out + static_cast<size_t>(row) * n + col, f.apply(row, col, in));
   };
   for_each_index(m, n, element);

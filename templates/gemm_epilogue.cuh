@@ -188,16 +188,6 @@ struct GemmEpilogue {
   }
 
 private:
-  // in[I] = the I-th matrix's element at (row, col), I >= FIRST (loaded element by element).
-  template <int FIRST = 0>
-  __device__ void load_inputs(int row, int col, float (&in)[INPUTS]) const {
-    if constexpr (FIRST < MATRICES) {
-      const auto m = functor.template matrix<FIRST>();
-      in[FIRST] = load(m.p + (static_cast<long long>(row) * m.ld + col));
-      load_inputs<FIRST + 1>(row, col, in);
-    }
-  }
-
   // The Columns of columns c0 .. c0 + V - 1 of the tile at column n0 (past n: the last one's).
   template <bool Cached, int V>
   __device__ void columns(GemmShape s, int n0, int c0, const Column *cache,
@@ -235,7 +225,7 @@ private:
           for (int e = 0; e < V; ++e) {
             float &a = Fragment::at(acc, i, V * v + e);
             float in[INPUTS];
-            load_inputs(row, c0 + e, in);
+            load_matrix_elements(functor, row, c0 + e, in);
             y[e] = functor.apply(cols[e], row, c0 + e, a, in);
             if constexpr (Statistics)
               a = y[e];
@@ -253,7 +243,7 @@ private:
             if (c0 + e < s.n) {
               float &a = Fragment::at(acc, i, V * v + e);
               float in[INPUTS];
-              load_inputs(row, c0 + e, in);
+              load_matrix_elements(functor, row, c0 + e, in);
               const float y = functor.apply(cols[e], row, c0 + e, a, in);
               if constexpr (Statistics)
                 a = y;
@@ -450,7 +440,7 @@ private:
       for (int i = 0; i < Fragment::ROWS; ++i)
         if (f.row(i) < tile_rows) {
           float in[INPUTS];
-          load_inputs(m0 + f.row(i), col, in);
+          load_matrix_elements(functor, m0 + f.row(i), col, in);
           const float y = functor.apply(c, m0 + f.row(i), col, Fragment::at(acc, i, j), in);
           scratch[f.row(i) * LD + (col - n0)] = C != nullptr ? to_float(from_float<Out>(y)) : y;
         }
