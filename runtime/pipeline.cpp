@@ -16,6 +16,7 @@
 #include "runtime/sass_disassembler.h"
 #include "runtime/tuning_store.h"
 
+#include <algorithm>
 #include <climits>
 #include <fmt/format.h>
 
@@ -45,6 +46,23 @@ std::string target_arch(const std::string &requested) {
     return requested;
   Driver &d = Driver::get();
   return d.available() ? d.arch() : "sm_90a";
+}
+
+void drop_spilling_variants(codegen::Program &program, CompileReport &report) {
+  for (KernelLaunch &launch : program.launches) {
+    auto spilled = [&](const KernelLaunch &v) {
+      for (KernelReport &k : report.kernels)
+        if (k.name == v.entry && (k.spill_stores > 0 || k.spill_loads > 0)) {
+          k.unused = fmt::format("ptxas spilled {} bytes (stores) and {} bytes (loads) in it; "
+                                 "{} or its other variants run instead",
+                                 k.spill_stores, k.spill_loads, launch.entry);
+          return true;
+        }
+      return false;
+    };
+    launch.by_rows.erase(std::remove_if(launch.by_rows.begin(), launch.by_rows.end(), spilled),
+                         launch.by_rows.end());
+  }
 }
 
 } // namespace rt
@@ -168,8 +186,6 @@ Pipeline rt::PipelineAccess::compile(Lowered lowered, const Options &options, bo
     throw Error(fmt::format("{}: Options::max_split_k is {}; it must be 0 (the shape's choice) "
                             "or a positive cap",
                             impl->where, options.max_split_k));
-  impl->table = std::make_unique<rt::LaunchTable>(impl->program, impl->plan, impl->names,
-                                                  options.max_split_k);
 
   rt::CompileRequest req;
   req.source = impl->program.source;
@@ -189,14 +205,17 @@ Pipeline rt::PipelineAccess::compile(Lowered lowered, const Options &options, bo
   r.cache_hit = impl->compiled.cache_hit;
   r.arch = req.arch;
   r.cache_key = impl->compiled.key;
-  for (const KernelLaunch &launch : impl->program.launches) // in launch order, not ptxas's
+  for (KernelLaunch &launch : impl->program.launches) // in launch order, not ptxas's
     for (size_t v = 0; v <= launch.by_rows.size(); ++v) {
       const KernelLaunch &l = rt::variant(launch, v);
       for (const rt::KernelResources &k : impl->compiled.kernels)
         if (k.name == l.entry)
           r.kernels.push_back({k.name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_stores,
-                               k.spill_loads, l.config, v > 0});
+                               k.spill_loads, l.config, v > 0, ""});
     }
+  rt::drop_spilling_variants(impl->program, r);
+  impl->table = std::make_unique<rt::LaunchTable>(impl->program, impl->plan, impl->names,
+                                                  options.max_split_k);
   return Pipeline(std::move(impl));
 }
 

@@ -23,6 +23,13 @@ codegen::GemmMath gemm_math(Precision p);
 // The NVRTC target: `requested`, else the current GPU's, else sm_90a (compiling needs no GPU).
 std::string target_arch(const std::string &requested);
 
+// A GEMM's variants (KernelLaunch::by_rows: the same GEMM with another tile) are there to run
+// faster than the kernel they stand beside where the bound dims suit them. One that ptxas
+// compiled with spills cannot be trusted to, and the kernel beside it always exists: this drops
+// every variant whose report entry (in `report`, by entry name) shows spills from `program`, so
+// runs never take it, and says so in that entry's `unused`.
+void drop_spilling_variants(codegen::Program &program, CompileReport &report);
+
 // A bare GEMM of an unfused pipeline, row-major: C = A @ B^T when trans_b, else A @ B. A and
 // B hold `operands` elements, C `result` elements (the unfused plan's buffer types).
 struct GemmCall {

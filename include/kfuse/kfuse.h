@@ -88,6 +88,8 @@ struct KernelReport {
   // A variant of the planned kernel listed before it (the same GEMM with another tile, which
   // runs take by the bound dims), not a kernel of the plan.
   bool variant = false;
+  // A variant runs never take, and why (ptxas spilled it); empty where runs may take it.
+  std::string unused;
 };
 
 struct CompileReport {

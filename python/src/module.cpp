@@ -60,6 +60,7 @@ nb::dict report(const Pipeline &p) {
     d["spill_stores"] = k.spill_stores;
     d["spill_loads"] = k.spill_loads;
     d["variant"] = k.variant; // a GEMM's variant with another tile, not a kernel of the plan
+    d["unused"] = k.unused;   // why runs never take that variant; empty where they may
     kernels.append(d);
   }
   nb::dict d;

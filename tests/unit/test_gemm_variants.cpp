@@ -6,6 +6,7 @@
 #include "compiler/plan/planner.h"
 #include "runtime/launch_geometry.h"
 #include "runtime/launch_table.h"
+#include "runtime/pipeline.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -187,4 +188,31 @@ TEST_CASE("gemm variants: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 tw
                                                   codegen::GemmMath::Fp32, "sm_90a");
   CHECK(rows.launches.at(0).tile == "128x128x1");
   CHECK(rows.launches.at(0).by_rows.empty());
+}
+
+TEST_CASE("gemm variants: one that ptxas spilled is reported unused and runs never take it") {
+  const plan::Plan p = layer(1024, "gelu(h)", ir::Mode::Eval, "bf16", 2048);
+  codegen::Program prog = codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a");
+  REQUIRE(prog.launches.at(0).by_rows.size() == 2);
+  CompileReport report;
+  report.kernels = {{"k0_gemm", 128, 0, 0, 0, 0, "", false, ""},
+                    {"k0_gemm_wide", 168, 0, 0, 0, 0, "", true, ""},
+                    {"k0_gemm_wider", 168, 0, 160, 380, 572, "", true, ""}};
+  rt::drop_spilling_variants(prog, report);
+  const codegen::KernelLaunch &gemm = prog.launches.at(0);
+  REQUIRE(gemm.by_rows.size() == 1);
+  CHECK(gemm.by_rows[0].entry == "k0_gemm_wide");
+  CHECK(report.kernels[0].unused.empty());
+  CHECK(report.kernels[1].unused.empty());
+  CHECK(report.kernels[2].unused ==
+        "ptxas spilled 380 bytes (stores) and 572 bytes (loads) in it; k0_gemm or its other "
+        "variants run instead");
+
+  std::vector<std::string> names(p.graph.values.size());
+  for (size_t i = 0; i < names.size(); ++i)
+    names[i] = fmt::format("v{}", i);
+  rt::LaunchTable table(prog, p, names, 0);
+  CHECK(table.entries() == std::vector<std::string>{"k0_gemm", "k0_gemm_wide"});
+  table.prepare({{"N", 16384}}, 132); // two waves of 128 x 256 tiles: the wider one, were it kept
+  CHECK(table.launched(0).entry == "k0_gemm_wide");
 }

@@ -32,6 +32,9 @@ int cmd_compile(int argc, char **argv) {
   for (const KernelReport &k : r.kernels)
     if (!k.config.empty())
       std::printf("  %s: %s\n", k.name.c_str(), k.config.c_str());
+  for (const KernelReport &k : r.kernels)
+    if (!k.unused.empty())
+      std::printf("  %s: not used: %s\n", k.name.c_str(), k.unused.c_str());
   std::printf("cache key %s\n", r.cache_key.c_str());
   return 0;
 }
