@@ -250,15 +250,16 @@ private:
   // two blocks per SM (one's epilogue overlaps the other's mainloop), and, where the kernel writes
   // no column statistics (whose partials' tile height the column kernel is compiled for), the same
   // kernel with the 128 x 128 tile beside it, which runs whose rows give it a full wave take
-  // instead, and, for 16-bit operands and outputs where K is at least kDeepInner, with the
-  // 128 x 256 tile, which runs whose rows give it two full waves take (with fewer, a partial
-  // last wave of the larger tile can cost more than the 128 x 128 tile's). On the H100
-  // (docs/PERF.md) it ran TinyLlama's o_proj, 8192 x 2048 x 2048 bf16, in 0.148 ms against
-  // 0.174, but three tf32 layers of K = 768 (BERT's and GPT-2's, 3 and 12 columns of tiles) 2-13%
-  // slower: there the larger tile's epilogue and pipeline fill weigh on 24 k-blocks. tf32 layers
-  // and fp32 outputs do not get it: no such case was measured faster, and there a train-mode
-  // dropout epilogue beside its 128 fp32 accumulators per thread spills
-  // (bert_output_dropout_layernorm at tf32 and at precision bf16).
+  // instead, and, where K is at least kDeepInner, with the 128 x 256 tile, which runs whose rows
+  // give it two full waves take (with fewer, a partial last wave of the larger tile can cost more
+  // than the 128 x 128 tile's). On the H100 (docs/PERF.md) it ran TinyLlama's o_proj, 8192 x 2048
+  // x 2048 bf16, in 0.148 ms against 0.174, and the GEMM alone at tf32 reached 0.98-1.08x
+  // cuBLAS's speed at 4096-16384 x 768-2048 x 2048-3072 where the 128 x 128 tile reached
+  // 0.81-0.90x; but three tf32 layers of K = 768 (BERT's and GPT-2's, 3 and 12 columns of tiles)
+  // ran 2-13% slower: there the larger tile's epilogue and pipeline fill weigh on 24 k-blocks.
+  // A heavy epilogue beside its 128 fp32 accumulators per thread can make ptxas spill (a
+  // train-mode dropout with an fp32 output: bert_output_dropout_layernorm at tf32); runs then
+  // never take it (rt::drop_spilling_variants).
   template <kf::sm90::Operand Op>
   std::string sm90_by_width(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                             const char *operand, int column_floats, ValueId a, ValueId b,
@@ -291,8 +292,7 @@ private:
                                   type, k.name);
         const std::string wide_entry = wide.entry;
         launch.by_rows.push_back(std::move(wide));
-        if (Op != kf::sm90::Operand::Tf32 && g_[out].type.dtype != DType::F32 &&
-            !launch.inner.is_symbolic() && launch.inner.value >= kDeepInner) {
+        if (!launch.inner.is_symbolic() && launch.inner.value >= kDeepInner) {
           KernelLaunch wider = launch;
           wider.by_rows.clear();
           wider.entry = k.name + "_wider";

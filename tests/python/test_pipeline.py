@@ -42,6 +42,16 @@ def test_report_lists_a_gemm_variant_after_its_kernel(examples):
     # The fp32 SIMT GEMM carries a 128 x 128 variant of its 128 x 32 tile for larger batches.
     p = kfuse.Pipeline(examples / "gemm_scale_bn.kf", mode="eval", precision="fp32", arch="sm_90a")
     assert [(k["name"], k["variant"]) for k in p.report["kernels"]] == [("k0_gemm", False), ("k0_gemm_wide", True)]
+    assert all(k["unused"] == "" for k in p.report["kernels"])
+
+
+def test_report_says_why_runs_never_take_a_variant_ptxas_spilled(examples):
+    # A train-mode dropout beside the tf32 128 x 256 tile's accumulators: ptxas 13.0 spills it.
+    p = kfuse.Pipeline(examples / "bert_output_dropout_layernorm.kf", mode="train", precision="tf32",
+                       arch="sm_90a")
+    wider = [k for k in p.report["kernels"] if k["name"] == "k0_gemm_wider"]
+    assert len(wider) == 1 and wider[0]["variant"] and wider[0]["spill_stores"] > 0
+    assert wider[0]["unused"].endswith("k0_gemm or its other variants run instead")
 
 
 def test_eval_mode_folds_batchnorm_into_fewer_kernels(examples):

@@ -31,15 +31,14 @@ plan::Plan layer(int out, const char *after, ir::Mode mode, const char *dtype = 
 } // namespace
 
 TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 twin, and with "
-          "16-bit operands and a deep K its 128 x 256 one") {
+          "a deep K its 128 x 256 one") {
   for (const char *dtype : {"f32", "bf16"}) {
     CAPTURE(dtype);
     const codegen::Program p = codegen::generate(
         layer(1024, "gelu(h)", ir::Mode::Train, dtype, 2048), codegen::GemmMath::Tf32, "sm_90a");
     const codegen::KernelLaunch &gemm = p.launches.at(0);
     CHECK(gemm.tile == "64x128x2");
-    const bool bf16 = std::string(dtype) == "bf16";
-    REQUIRE(gemm.by_rows.size() == (bf16 ? 2 : 1));
+    REQUIRE(gemm.by_rows.size() == 2);
     const codegen::KernelLaunch &wide = gemm.by_rows[0];
     CHECK(wide.entry == "k0_gemm_wide");
     CHECK(wide.tile == "128x128x1");
@@ -48,15 +47,13 @@ TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 
     CHECK(wide.geometry.blocks_per_sm == 1);
     CHECK(wide.geometry.min_waves == 1);
     CHECK(gemm.geometry.blocks_per_sm == 2);
-    if (bf16) {
-      const codegen::KernelLaunch &wider = gemm.by_rows[1];
-      CHECK(wider.entry == "k0_gemm_wider");
-      CHECK(wider.tile == "128x256x1");
-      CHECK(wider.geometry.tile_cols == 256);
-      CHECK(wider.geometry.min_waves == 2);
-      REQUIRE(wider.params.size() == gemm.params.size());
-      CHECK(wider.params.at(1).map.box_rows == 256);
-    }
+    const codegen::KernelLaunch &wider = gemm.by_rows[1];
+    CHECK(wider.entry == "k0_gemm_wider");
+    CHECK(wider.tile == "128x256x1");
+    CHECK(wider.geometry.tile_cols == 256);
+    CHECK(wider.geometry.min_waves == 2);
+    REQUIRE(wider.params.size() == gemm.params.size());
+    CHECK(wider.params.at(1).map.box_rows == 256);
     // The same parameters in the same order; the tensor maps' boxes follow the tile.
     REQUIRE(wide.params.size() == gemm.params.size());
     for (size_t i = 0; i < gemm.params.size(); ++i)
@@ -67,9 +64,9 @@ TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 
     CHECK(p.source.find("void __launch_bounds__") != std::string::npos);
     CHECK(p.source.find("\nk0_gemm_wide(") != std::string::npos);
     CHECK(p.source.find("\nk0_gemm(") != std::string::npos);
-    CHECK((p.source.find("\nk0_gemm_wider(") != std::string::npos) == bf16);
+    CHECK(p.source.find("\nk0_gemm_wider(") != std::string::npos);
     CHECK(gemm.config.find("k0_gemm_wide where the rows") != std::string::npos);
-    CHECK((gemm.config.find("k0_gemm_wider where they give two") != std::string::npos) == bf16);
+    CHECK(gemm.config.find("k0_gemm_wider where they give two") != std::string::npos);
   }
 }
 
@@ -83,8 +80,7 @@ TEST_CASE("gemm variants: none where the tile is not the width's guess or a seco
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Train),
                  codegen::GemmMath::Tf32, "sm_90a") == 0);
   // The same batchnorm in eval mode folds into the epilogue: no statistics, a variant; two
-  // where the operands are 16-bit and K is deep enough for the 128 x 256 tile (2040:
-  // TMA-aligned, below 2048).
+  // where K is deep enough for the 128 x 256 tile (2040: TMA-aligned, below 2048).
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval), codegen::GemmMath::Tf32,
                  "sm_90a") == 1);
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval, "bf16", 2040),
@@ -92,6 +88,8 @@ TEST_CASE("gemm variants: none where the tile is not the width's guess or a seco
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval, "bf16", 2048),
                  codegen::GemmMath::Tf32, "sm_90a") == 2);
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval, "f32", 2048),
+                 codegen::GemmMath::Tf32, "sm_90a") == 2);
+  CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval, "f32", 2040),
                  codegen::GemmMath::Tf32, "sm_90a") == 1);
   // Wide layers take 128 x 256 already; the mma.sync and 3xtf32 mainloops have one tile.
   CHECK(variants(layer(4096, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_90a") == 0);
