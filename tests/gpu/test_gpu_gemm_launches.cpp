@@ -155,33 +155,42 @@ TEST_CASE("gpu gemm launches: a narrow layer of deep K runs its 128 x 256 tile f
   // K = 2048, 512 features: 2 columns of 128 x 256 tiles, two waves from sms row tiles (the
   // 128 x 128 tile's wave from sms / 4); the last row tile partial (17 rows).
   const int64_t two_waves = 128 * (sms - 1) + 17, one_wave = 128 * ((sms + 3) / 4) + 17;
-  const std::string text = "pipeline deep {\n  dim N\n  input x: bf16[N, 2048]\n"
-                           "  input r: bf16[N, 512]\n  param w: bf16[512, 2048]\n"
-                           "  return add(linear(x, w), r)\n}\n";
-  Options eval;
-  eval.mode = Mode::Eval;
-  eval.use_tuned = false;
-  Pipeline p = Pipeline::from_string(text, "deep.kf", eval);
-  auto kernel_at = [&](int64_t rows) {
-    rt::DeviceBuffer x(static_cast<size_t>(rows * 2048 * 2)), w(512 * 2048 * 2),
-        r(static_cast<size_t>(rows * 512 * 2)), out(static_cast<size_t>(rows * 512 * 2));
-    x.fill_bytes(0);
-    w.fill_bytes(0);
-    r.fill_bytes(0);
-    p.bind("w", {reinterpret_cast<void *>(w.ptr()), {512, 2048}, DType::BF16});
-    const Tensor in[] = {{reinterpret_cast<void *>(x.ptr()), {rows, 2048}, DType::BF16},
-                         {reinterpret_cast<void *>(r.ptr()), {rows, 512}, DType::BF16}};
-    const Tensor result{reinterpret_cast<void *>(out.ptr()), {rows, 512}, DType::BF16};
-    rt::Stream stream;
-    p.run(in, 2, &result, 1, stream.handle());
-    stream.synchronize();
-    return rt::PipelineAccess::gemm_launches(p).at(0);
-  };
-  CHECK(kernel_at(two_waves).kernel == "k0_gemm_wider");
-  CHECK(kernel_at(two_waves).tile == "128x256x1");
-  CHECK(kernel_at(two_waves - 17).kernel == "k0_gemm_wide");
-  CHECK(kernel_at(one_wave).kernel == "k0_gemm_wide");
-  testing::expect_match(text, "deep.kf", Mode::Eval, two_waves, 9, 1, Precision::FP32);
+  // bf16 operands, and f32 ones at tf32.
+  for (const char *dtype : {"bf16", "f32"}) {
+    CAPTURE(dtype);
+    const bool bf16 = std::string(dtype) == "bf16";
+    const DType type = bf16 ? DType::BF16 : DType::F32;
+    const size_t size = bf16 ? 2 : 4;
+    const std::string text = fmt::format("pipeline deep {{\n  dim N\n  input x: {0}[N, 2048]\n"
+                                         "  input r: {0}[N, 512]\n  param w: {0}[512, 2048]\n"
+                                         "  return add(linear(x, w), r)\n}}\n",
+                                         dtype);
+    Options eval;
+    eval.mode = Mode::Eval;
+    eval.precision = bf16 ? Precision::FP32 : Precision::TF32;
+    eval.use_tuned = false;
+    Pipeline p = Pipeline::from_string(text, "deep.kf", eval);
+    auto kernel_at = [&](int64_t rows) {
+      rt::DeviceBuffer x(static_cast<size_t>(rows * 2048) * size), w(512 * 2048 * size),
+          r(static_cast<size_t>(rows * 512) * size), out(static_cast<size_t>(rows * 512) * size);
+      x.fill_bytes(0);
+      w.fill_bytes(0);
+      r.fill_bytes(0);
+      p.bind("w", {reinterpret_cast<void *>(w.ptr()), {512, 2048}, type});
+      const Tensor in[] = {{reinterpret_cast<void *>(x.ptr()), {rows, 2048}, type},
+                           {reinterpret_cast<void *>(r.ptr()), {rows, 512}, type}};
+      const Tensor result{reinterpret_cast<void *>(out.ptr()), {rows, 512}, type};
+      rt::Stream stream;
+      p.run(in, 2, &result, 1, stream.handle());
+      stream.synchronize();
+      return rt::PipelineAccess::gemm_launches(p).at(0);
+    };
+    CHECK(kernel_at(two_waves).kernel == "k0_gemm_wider");
+    CHECK(kernel_at(two_waves).tile == "128x256x1");
+    CHECK(kernel_at(two_waves - 17).kernel == "k0_gemm_wide");
+    CHECK(kernel_at(one_wave).kernel == "k0_gemm_wide");
+    testing::expect_match(text, "deep.kf", Mode::Eval, two_waves, 9, 1, eval.precision);
+  }
 }
 
 TEST_CASE("gpu gemm launches: the SIMT GEMM runs its 128 x 32 tile for small batches and its "
