@@ -128,13 +128,18 @@ size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, in
     }
     return best;
   }
-  for (size_t i = l.by_rows.size(); i-- > 0;) {
-    const codegen::LaunchGeometry &g = l.by_rows[i].geometry;
-    if (tile_count(g, dims) >=
-        static_cast<int64_t>(g.min_waves) * g.blocks_per_sm * multiprocessors)
-      return i + 1;
+  size_t taken = 0;
+  for (size_t i = 0; i < l.by_rows.size(); ++i) {
+    const codegen::LaunchGeometry &g = l.by_rows[i].geometry, &t = variant(l, taken).geometry;
+    const bool weighed = taken > 0 && g.kblock_time > 0 && t.kblock_time > 0;
+    const bool better = weighed ? estimated_time(g, dims, multiprocessors, max_splits) <
+                                      estimated_time(t, dims, multiprocessors, max_splits)
+                                : tile_count(g, dims) >= static_cast<int64_t>(g.min_waves) *
+                                                             g.blocks_per_sm * multiprocessors;
+    if (better)
+      taken = i + 1;
   }
-  return 0;
+  return taken;
 }
 
 const codegen::KernelLaunch &variant(const codegen::KernelLaunch &l, size_t index) {

@@ -39,8 +39,10 @@ int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, in
 // with split-K capped at `max_splits` (as split_count): 0 the launch itself, i > 0 its
 // by_rows[i - 1]. Where every one knows its kblock_time, the one of lowest estimated time
 // (waves of work units x (k-blocks per split + the partial tile's cost) x kblock_time);
-// otherwise the last one whose tiles at `dims` fill its min_waves full waves (blocks_per_sm x
-// multiprocessors tiles each: the wider tile then needs no split of K).
+// otherwise, in by_rows order, each variant replaces the one taken so far where its tiles at
+// `dims` fill its min_waves full waves (blocks_per_sm x multiprocessors tiles each: the wider
+// tile then needs no split of K), or, where both know their kblock_time and a variant was
+// taken, where its estimated time is the lower.
 // variant() is the launch of that index.
 size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, int64_t> &dims,
                   int multiprocessors, int max_splits);

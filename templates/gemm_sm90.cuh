@@ -72,6 +72,11 @@ struct Sm90Gemm {
   // at about 3 TFLOP/s per SM for tf32 (5 for 16-bit operands, 1 for 3xTF32) against about
   // 23 GB/s per SM.
   static constexpr int SPLIT_COST_KBLOCKS = SPLIT ? 4 : 16;
+  // A k-block's time on an SM, relative to the other 128-row tiles' (a variant is weighed
+  // against the one it would replace, runtime/launch_geometry.cpp): 128 x 256 takes 5 where
+  // 128 x 128 takes 3, fitted to whole waves of both on the H100 (0.54-0.61 at tf32 and bf16,
+  // docs/PERF.md, 2026-11-24); 0 (not known) for the 64-row tiles.
+  static constexpr int KBLOCK_TIME = BM == 128 ? (BN == 256 ? 5 : 3) : 0;
   static constexpr int K_STEPS = 4;         // wgmma k-steps of 32 bytes per stage
   static constexpr int CONSUMERS = BM / 64; // consumer warpgroups
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;

@@ -222,6 +222,7 @@ private:
     geo.grid = LaunchGeometry::Grid::Persistent;
     geo.blocks_per_sm = Config::MIN_BLOCKS;
     geo.split_cost_kblocks = Config::SPLIT_COST_KBLOCKS;
+    geo.kblock_time = Config::KBLOCK_TIME;
     geo.block_threads = Config::THREADS;
     geo.smem_bytes = Config::smem_bytes(column_floats);
     auto map = [&](ValueId v, int box_rows) {
@@ -250,10 +251,12 @@ private:
   // two blocks per SM (one's epilogue overlaps the other's mainloop), and, where the kernel writes
   // no column statistics (whose partials' tile height the column kernel is compiled for), the same
   // kernel with the 128 x 128 tile beside it, which runs whose rows give it a full wave take
-  // instead, and, where K is at least kDeepInner, with the 128 x 256 tile, which runs whose rows
-  // give it two full waves take (with fewer, a partial last wave of the larger tile can cost more
-  // than the 128 x 128 tile's). On the H100 (docs/PERF.md) it ran TinyLlama's o_proj, 8192 x 2048
-  // x 2048 bf16, in 0.148 ms against 0.174, and the GEMM alone at tf32 reached 0.98-1.08x
+  // instead, and, where K is at least kDeepInner, with the 128 x 256 tile, which those runs
+  // take instead where its waves of tiles, each 5/3 of a 128 x 128 wave's time (Sm90Gemm's
+  // KBLOCK_TIME), take less time (a partial last wave counted whole: 96 tiles of 128 x 256 in one
+  // wave beat 192 of 128 x 128 in two, 140 in two waves lose to 280 in three). On the H100
+  // (docs/PERF.md) it ran TinyLlama's o_proj, 8192 x 2048 x 2048 bf16, in 0.148 ms against
+  // 0.174, and the GEMM alone at tf32 reached 0.98-1.08x
   // cuBLAS's speed at 4096-16384 x 768-2048 x 2048-3072 where the 128 x 128 tile reached
   // 0.81-0.90x; but three tf32 layers of K = 768 (BERT's and GPT-2's, 3 and 12 columns of tiles)
   // ran 2-13% slower: there the larger tile's epilogue and pipeline fill weigh on 24 k-blocks.
@@ -296,14 +299,13 @@ private:
           KernelLaunch wider = launch;
           wider.by_rows.clear();
           wider.entry = k.name + "_wider";
-          launch.config += fmt::format("; {} where they give two 128 x 256 tiles to every SM "
+          launch.config += fmt::format("; {} instead of {} where its estimated time is lower "
                                        "(K = {} >= {})",
-                                       wider.entry, launch.inner.value, kDeepInner);
+                                       wider.entry, wide_entry, launch.inner.value, kDeepInner);
           wide_source += sm90_tile<Op>(Sm90Tile::M128N256, k, w, wider, operand, column_floats, a,
                                        b, out, functor);
-          wider.geometry.min_waves = 2;
           wider.config = fmt::format("{} 128 x 256 tile, 1 block per SM, instead of {}'s where "
-                                     "the rows give two of these tiles to every SM",
+                                     "its waves of tiles take less time at the bound rows",
                                      type, wide_entry);
           launch.by_rows.push_back(std::move(wider));
         }

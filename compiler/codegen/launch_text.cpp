@@ -87,18 +87,26 @@ std::string launch_text(const Program &program, const plan::Plan &plan) {
       s += "  config: " + l.config + "\n";
     for (const LaunchParam &p : l.params)
       s += "  " + param_text(p, names) + "\n";
-    for (const KernelLaunch &v : l.by_rows)
-      s += fmt::format(
-          "  variant {}, run {}: {}\n  variant config: {}\n", v.entry,
-          v.geometry.kblock_time > 0 && g.kblock_time > 0
-              ? fmt::format("where its estimated time at the bound dims is the lowest (k-block "
-                            "time {} against {}'s {})",
-                            v.geometry.kblock_time, l.entry, g.kblock_time)
-          : v.geometry.min_waves > 1
-              ? fmt::format("where the bound dims give every SM {} of its tiles",
-                            v.geometry.min_waves)
-              : std::string("where the bound dims give every SM one of its tiles"),
-          shape_text(v.geometry), v.config);
+    for (size_t i = 0; i < l.by_rows.size(); ++i) {
+      const KernelLaunch &v = l.by_rows[i];
+      const KernelLaunch &before = i == 0 ? l : l.by_rows[i - 1];
+      std::string when;
+      if (v.geometry.kblock_time > 0 && g.kblock_time > 0)
+        when = fmt::format("where its estimated time at the bound dims is the lowest (k-block "
+                           "time {} against {}'s {})",
+                           v.geometry.kblock_time, l.entry, g.kblock_time);
+      else if (i > 0 && v.geometry.kblock_time > 0 && before.geometry.kblock_time > 0)
+        when = fmt::format("instead of {} where its estimated time at the bound dims is lower "
+                           "(k-block time {} against {})",
+                           before.entry, v.geometry.kblock_time, before.geometry.kblock_time);
+      else if (v.geometry.min_waves > 1)
+        when =
+            fmt::format("where the bound dims give every SM {} of its tiles", v.geometry.min_waves);
+      else
+        when = "where the bound dims give every SM one of its tiles";
+      s += fmt::format("  variant {}, run {}: {}\n  variant config: {}\n", v.entry, when,
+                       shape_text(v.geometry), v.config);
+    }
   }
   return s;
 }

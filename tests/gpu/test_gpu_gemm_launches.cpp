@@ -3,8 +3,8 @@
 // which the shape sweep (bench/shape_sweep.py) puts beside every point. At 128 x 1024 x 512 the
 // tiles leave most SMs idle, so K is split; at 16384 rows, or with split-K capped at 1, it is not.
 // A narrow layer's GEMM runs its 128 x 128 twin where the rows give every SM one of its tiles,
-// and, where K is deep, its 128 x 256 twin from two of those (rt::variant_of), with the results
-// the reference gives.
+// and, where K is deep, its 128 x 256 twin where that one's waves take less time
+// (rt::variant_of), with the results the reference gives.
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline.h"
@@ -149,12 +149,15 @@ TEST_CASE("gpu gemm launches: a narrow layer runs its wide tile from a full wave
   }
 }
 
-TEST_CASE("gpu gemm launches: a narrow layer of deep K runs its 128 x 256 tile from two full "
-          "waves of it, with the reference's results") {
+TEST_CASE("gpu gemm launches: a narrow layer of deep K runs its 128 x 256 tile where its waves "
+          "take less time, with the reference's results") {
   const int sms = multiprocessors();
-  // K = 2048, 512 features: 2 columns of 128 x 256 tiles, two waves from sms row tiles (the
-  // 128 x 128 tile's wave from sms / 4); the last row tile partial (17 rows).
-  const int64_t two_waves = 128 * (sms - 1) + 17, one_wave = 128 * ((sms + 3) / 4) + 17;
+  // K = 2048, 512 features: 2 columns of 128 x 256 tiles, 4 of 128 x 128, weighing 5 a wave
+  // against 3; the last row tile partial (17 rows). sms row tiles: two waves of 128 x 256 (10)
+  // against four (12); sms / 4 + 1: one (5) against two (6); sms / 2 + 4: two (10) against
+  // three (9); fewer than sms / 4: no wave of 128 x 128 tiles, the launch's own tile.
+  const int64_t two_waves = 128 * (sms - 1) + 17, one_wave = 128 * ((sms + 3) / 4) + 17,
+                three_waves = 128 * (sms / 2 + 3) + 17, few = 128 * (sms / 4 - 1);
   // bf16 operands, and f32 ones at tf32.
   for (const char *dtype : {"bf16", "f32"}) {
     CAPTURE(dtype);
@@ -187,8 +190,9 @@ TEST_CASE("gpu gemm launches: a narrow layer of deep K runs its 128 x 256 tile f
     };
     CHECK(kernel_at(two_waves).kernel == "k0_gemm_wider");
     CHECK(kernel_at(two_waves).tile == "128x256x1");
-    CHECK(kernel_at(two_waves - 17).kernel == "k0_gemm_wide");
-    CHECK(kernel_at(one_wave).kernel == "k0_gemm_wide");
+    CHECK(kernel_at(one_wave).kernel == "k0_gemm_wider");
+    CHECK(kernel_at(three_waves).kernel == "k0_gemm_wide");
+    CHECK(kernel_at(few).kernel == "k0_gemm");
     testing::expect_match(text, "deep.kf", Mode::Eval, two_waves, 9, 1, eval.precision);
   }
 }
