@@ -89,14 +89,15 @@ LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan
       }
     }
     // A GEMM's operands and product, for the unfused baseline's override (whose GEMMs are bare
-    // products: they store their result).
+    // products: they store their result). An operand that is a view is read where its source
+    // lies, as the kernel's own parameters are (codegen works on the plan's matrix view).
     const plan::Kernel &kernel = plan.kernels[k];
     if (l.kind == plan::KernelKind::Gemm && kernel.row_stages.empty()) {
       const ir::Value &mm = g[kernel.anchor];
       launch.gemm = true;
       launch.trans_b = mm.op == ir::OpKind::Linear;
-      launch.a = pointer_of(mm.args[0]);
-      launch.b = pointer_of(mm.args[1]);
+      launch.a = pointer_of(ir::view_source(g, mm.args[0]));
+      launch.b = pointer_of(ir::view_source(g, mm.args[1]));
       launch.c = pointer_of(kernel.stores.at(0));
       launch.operands = plan::buffer_type(plan, mm.args[0]).dtype;
       launch.result = plan::buffer_type(plan, kernel.stores.at(0)).dtype;
@@ -297,6 +298,22 @@ void LaunchTable::enqueue_per_bind(const std::vector<Function> &functions, CUstr
   }
 }
 
+GemmCall LaunchTable::gemm_call(const Launch &l) {
+  const auto *a = reinterpret_cast<const void *>(l.a_ptr);
+  const auto *b = reinterpret_cast<const void *>(l.b_ptr);
+  auto *c = reinterpret_cast<void *>(l.c_ptr);
+  const int64_t ldb = l.trans_b ? l.k : l.n;
+  return GemmCall{l.trans_b, l.m, l.n, l.k, a, b, c, l.k, ldb, l.n, l.operands, l.result};
+}
+
+std::vector<GemmCall> LaunchTable::gemm_calls() const {
+  std::vector<GemmCall> calls;
+  for (const Launch &l : launches_)
+    if (l.gemm && !l.per_bind)
+      calls.push_back(gemm_call(l));
+  return calls;
+}
+
 void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream stream,
                           const std::function<void(const GemmCall &, CUstream)> &gemm) const {
   Driver &driver = Driver::get();
@@ -314,10 +331,7 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
     if (l.per_bind)
       continue;
     if (l.gemm && gemm) {
-      gemm(GemmCall{l.trans_b, l.m, l.n, l.k, reinterpret_cast<const void *>(l.a_ptr),
-                    reinterpret_cast<const void *>(l.b_ptr), reinterpret_cast<void *>(l.c_ptr), l.k,
-                    l.trans_b ? l.k : l.n, l.n, l.operands, l.result},
-           stream);
+      gemm(gemm_call(l), stream);
       continue;
     }
     launch(functions[l.function + l.variant], l.shape.grid, l.shape.block, l.shape.shared_bytes,

@@ -65,6 +65,10 @@ public:
   void enqueue(const std::vector<Function> &functions, CUstream stream,
                const std::function<void(const GemmCall &, CUstream)> &gemm) const;
 
+  // The bare-product GEMMs enqueue() hands `gemm` instead of launching them, in plan order, at
+  // the prepared dims and pointed tensors.
+  std::vector<GemmCall> gemm_calls() const;
+
   // The values the per-bind kernels (plan::Kernel::per_bind) store, and their slots.
   const std::vector<ir::ValueId> &per_bind_values() const { return per_bind_values_; }
   size_t per_bind_slot(size_t i) const;
@@ -124,6 +128,7 @@ private:
     ir::DType operands = ir::DType::F32, result = ir::DType::F32;
     CUdeviceptr a_ptr = 0, b_ptr = 0, c_ptr = 0;
   };
+  static GemmCall gemm_call(const Launch &l);
   // A copy of output `output` from `from`, before the kernels (`declared`) or after.
   struct OutputCopy {
     size_t output;

@@ -239,3 +239,22 @@ TEST_CASE("bench report: the fused GEMMs' tile and split-K S, in the text and th
                                  "fp32 SIMT\n"));
   CHECK(contains(report_json(r), "\"tile\": null, \"splits\": 1"));
 }
+
+TEST_CASE("bench report: fused and unfused outputs agree within twice the precision's bound, or "
+          "the report says which run is wrong") {
+  BenchReport r;
+  r.pipeline = "p";
+  r.mode = "eval";
+  r.agreement = Agreement{1e-6, 2e-7, 2e-5};
+  CHECK(r.agreement->agrees());
+  CHECK(contains(report_text(r),
+                 "fused vs unfused output:   max |diff| 1e-06, ||diff||/||unfused|| "
+                 "2e-07 (within 2e-05)\n"));
+  CHECK(contains(
+      report_json(r),
+      "\"fused_vs_unfused_output\": {\"max_abs\": 1e-06, \"rel\": 2e-07, \"bound\": 2e-05}"));
+  r.agreement = Agreement{5.35, 0.568, 2e-5};
+  CHECK_FALSE(r.agreement->agrees());
+  CHECK(contains(report_text(r), "||diff||/||unfused|| 0.568 (BEYOND 2e-05: the two runs disagree, "
+                                 "one of them computes a wrong result)\n"));
+}

@@ -8,6 +8,8 @@
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
+#include "runtime/launch_table.h"
+#include "runtime/pipeline.h"
 #include "tests/support/kf_text.h"
 
 #include <doctest/doctest.h>
@@ -202,6 +204,38 @@ TEST_CASE("views: a view is no kernel and no copy; `kfuse plan` lists it as the 
   // The GEMM reads x itself, and the row kernel writes the output's memory.
   CHECK(text.find("reads    x f32[B, T, 16], w f32[12, 16]") != std::string::npos);
   CHECK(text.find("stored   y: output") != std::string::npos);
+}
+
+TEST_CASE("views: the unfused baseline's GEMM reads a viewed operand where its source lies") {
+  // `kfuse bench` runs the unfused plan's GEMMs through cuBLAS with these pointers.
+  Options o;
+  o.arch = "sm_90a";
+  Lowered l = lower(dsl::SourceFile("projection.kf", kProjection),
+                    rt::PipelineAccess::lower_options(o, /*fuse=*/false));
+  const ir::Graph &g = l.plan.graph;
+  std::vector<std::string> names(g.values.size());
+  auto slot = [&](const std::string &name) {
+    for (size_t i = 0; i < g.values.size(); ++i)
+      if (g.values[i].name == name)
+        return i;
+    FAIL("no value ", name);
+    return size_t{0};
+  };
+  rt::LaunchTable table(l.program, l.plan, names, 0);
+  table.prepare({{"B", 3}, {"T", 5}}, 132);
+  std::vector<CUdeviceptr> tensors(table.slots());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    tensors[i] = 0x100000 * (i + 1);
+  const CUdeviceptr workspace = 0x40000000;
+  table.point(tensors.data(), workspace, "projection");
+  const std::vector<rt::GemmCall> calls = table.gemm_calls();
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].a == reinterpret_cast<const void *>(tensors[slot("x")]));
+  CHECK(calls[0].b == reinterpret_cast<const void *>(tensors[slot("w")]));
+  CHECK(calls[0].m == 15);
+  CHECK(calls[0].n == 12);
+  CHECK(calls[0].k == 16);
+  CHECK(reinterpret_cast<CUdeviceptr>(calls[0].c) >= workspace); // the product, an intermediate
 }
 
 TEST_CASE("views: every kind of view compiles with NVRTC; the GPU refuses a vector viewed as a "

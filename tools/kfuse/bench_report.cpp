@@ -154,9 +154,13 @@ std::string report_text(const BenchReport &r) {
   out += fmt::format("fused / unfused:           {}\n",
                      over_unfused ? fmt::format("{:.3f}x the time", *over_unfused) : "n/a");
   if (r.agreement)
-    out +=
-        fmt::format("fused vs unfused output:   max |diff| {:.3g}, ||diff||/||unfused|| {:.3g}\n",
-                    r.agreement->max_abs, r.agreement->rel);
+    out += fmt::format("fused vs unfused output:   max |diff| {:.3g}, ||diff||/||unfused|| {:.3g} "
+                       "({} {:.3g}{})\n",
+                       r.agreement->max_abs, r.agreement->rel,
+                       r.agreement->agrees() ? "within" : "BEYOND", r.agreement->bound,
+                       r.agreement->agrees() ? ""
+                                             : ": the two runs disagree, one of them computes a "
+                                               "wrong result");
   return out;
 }
 
@@ -213,8 +217,9 @@ std::string report_json(const BenchReport &r) {
                                  ir::dtype_name(s.operands), ir::dtype_name(s.result)));
   std::string agreement = "null";
   if (r.agreement)
-    agreement = fmt::format("{{\"max_abs\": {}, \"rel\": {}}}", json_number(r.agreement->max_abs),
-                            json_number(r.agreement->rel));
+    agreement = fmt::format("{{\"max_abs\": {}, \"rel\": {}, \"bound\": {}}}",
+                            json_number(r.agreement->max_abs), json_number(r.agreement->rel),
+                            json_number(r.agreement->bound));
   std::string s = "{\n";
   s += "  \"schema\": \"kfuse-bench/1\",\n";
   s += fmt::format("  \"date\": {},\n", json_string(r.date));

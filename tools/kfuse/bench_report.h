@@ -36,8 +36,11 @@ struct Contender {
   std::vector<rt::GemmLaunch> gemm_launches;
 };
 
+// The fused and unfused outputs of the last timed run against each other: both lie within the
+// precision's error bound of the exact result, so they agree within twice that (`bound`).
 struct Agreement {
-  double max_abs = 0, rel = 0;
+  double max_abs = 0, rel = 0, bound = 0;
+  bool agrees() const { return rel <= bound; }
 };
 
 // Everything `kfuse bench` prints; measured fields are empty where nothing was measured.

@@ -29,6 +29,7 @@
 #include "runtime/host_elements.h"
 #include "runtime/pipeline.h"
 #include "runtime/random_tensors.h"
+#include "runtime/reference_check.h"
 #include "runtime/stream.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/utc_time.h"
@@ -290,6 +291,7 @@ int cmd_bench(int argc, char **argv) {
       }
     }
     a.rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    a.bound = 2 * rt::error_bound(options.precision, rt::PipelineAccess::graph(*fused));
     r.agreement = a;
   }
 
@@ -303,11 +305,11 @@ int cmd_bench(int argc, char **argv) {
       throw Error("cannot write '" + json_path + "'");
   }
 
-  // Unsupported is an answer; a failure is not.
+  // Unsupported is an answer; a failure, or outputs that disagree, is not.
   for (const Contender *c : r.contenders())
     if (c->supported && !c->timing)
       return 1;
-  return 0;
+  return r.agreement && !r.agreement->agrees() ? 1 : 0;
 }
 
 } // namespace kfuse::tool
