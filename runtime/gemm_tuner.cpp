@@ -48,10 +48,15 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
   const ir::Graph &g = heuristic.graph;
   check_dims(g, request.dims);
   const ir::DimBindings dims(request.dims.begin(), request.dims.end());
-  std::vector<const codegen::KernelLaunch *> gemms;
+  // Each tunable GEMM kernel, and its index among the GEMM kernels (PipelineAccess::gemm_launches).
+  std::vector<std::pair<const codegen::KernelLaunch *, size_t>> gemms;
+  size_t gemm_kernels = 0;
   for (const codegen::KernelLaunch &l : heuristic.program.launches)
-    if (!l.signature.empty())
-      gemms.push_back(&l);
+    if (l.kind == plan::KernelKind::Gemm) {
+      if (!l.signature.empty())
+        gemms.emplace_back(&l, gemm_kernels);
+      ++gemm_kernels;
+    }
   if (gemms.empty())
     throw Error(fmt::format("pipeline '{}' has no GEMM kernel to tune", g.name));
 
@@ -74,23 +79,26 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
     lo.tunings = [&tunings](const codegen::Program &) { return tunings; };
     return lower(src, lo);
   };
-  // The pipeline with `tunings`, compiled (through the disk cache) and timed.
-  auto time_with = [&](const codegen::GemmTunings &tunings) {
+  // The pipeline with `tunings`, compiled (through the disk cache) and timed: the median, and
+  // how the timed runs launched the GEMM kernel `gemm` (the pipeline's gemm-th).
+  auto time_with = [&](const codegen::GemmTunings &tunings, size_t gemm) {
     Lowered l = lowered_with(tunings);
     if (sources.insert(l.program.source).second)
       ++run.compiles;
     Pipeline p = PipelineAccess::compile(std::move(l), options, true);
     data.bind_all(p);
     ++run.timings;
-    return time_on_stream(
-               stream.handle(), [&](CUstream st) { p.run(data.inputs, output_tensors, st); },
-               request.warmup, request.iters, flush)
-        .median;
+    const double ms =
+        time_on_stream(
+            stream.handle(), [&](CUstream st) { p.run(data.inputs, output_tensors, st); },
+            request.warmup, request.iters, flush)
+            .median;
+    return std::pair{ms, PipelineAccess::gemm_launches(p).at(gemm)};
   };
 
   const std::string date = utc_now();
   codegen::GemmTunings chosen;
-  for (const codegen::KernelLaunch *gemm : gemms) {
+  for (const auto &[gemm, gemm_index] : gemms) {
     TunedKernel k;
     k.entry = gemm->entry;
     k.rows = gemm->geometry.rows.evaluate(dims); // a dim, a constant or a product (`B*T`)
@@ -111,14 +119,21 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
                         [&](const codegen::KernelLaunch &x) { return x.entry == gemm->entry; });
       std::set<int> seen; // caps that give the same S are one candidate
       for (int cap : codegen::kSplitLimits) {
-        TunedCandidate c{launch.tile, cap,
-                         split_count(launch.geometry, dims, run.device.multiprocessors, cap), 0};
-        if (!seen.insert(c.splits).second)
+        const codegen::KernelLaunch &runs =
+            variant(launch, variant_of(launch, dims, run.device.multiprocessors, cap));
+        if (!seen.insert(split_count(runs.geometry, dims, run.device.multiprocessors, cap)).second)
           continue;
         mine.max_splits.clear();
         if (cap > 0)
           mine.max_splits[rows_class] = cap;
-        c.ms = time_with(tunings);
+        const auto [ms, launched] = time_with(tunings, gemm_index);
+        TunedCandidate c;
+        c.tile = launch.tile;
+        c.cap = cap;
+        c.ms = ms;
+        c.splits = launched.splits;
+        if (launched.kernel != launch.entry)
+          c.ran = launched.kernel + " " + launched.tile;
         if (cap == 0 && c.tile == gemm->tile)
           k.heuristic = k.candidates.size();
         k.candidates.push_back(c);

@@ -33,9 +33,11 @@ struct TuningRequest {
 
 struct TunedCandidate {
   std::string tile;
-  int cap = 0; // split-K cap; 0: the rule's own S
-  int splits = 1;
+  int cap = 0;    // split-K cap; 0: the rule's own S
+  int splits = 1; // the S the timed runs launched
   double ms = 0;
+  std::string ran; // the compiled variant the timed runs launched where not the kernel itself
+                   // ("k0_gemm_wide 128x128x1": KernelLaunch::by_rows); empty otherwise
 };
 
 struct TunedKernel {

@@ -3,6 +3,7 @@
 // the pipeline with a tuned tile and split-K cap still matches the fp64 reference. Few
 // iterations: the point is the path, not the numbers.
 #include "compiler/lower.h"
+#include "runtime/launch_geometry.h"
 #include "runtime/pipeline.h"
 #include "runtime/tuning_store.h"
 #include "tests/support/gpu_cases.h"
@@ -10,6 +11,7 @@
 #include "tests/support/temp_cache.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 using namespace kfuse;
 
@@ -94,4 +96,29 @@ TEST_CASE("tune: Options::tune_at_start tunes before the compile, which then use
         std::string::npos);
   testing::expect_match(testing::repo_file(kExample), kExample, Mode::Train, 128, 5, 2,
                         Precision::TF32);
+}
+
+TEST_CASE("tune: a candidate whose runs launch another compiled variant says which, with its S") {
+  // fp32 at 512 rows: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 twin, which the runs
+  // take where its estimated time is lower (rt::variant_of).
+  TempCache cache;
+  const char *file = "examples/bert_ffn_gelu_avg_pool1d.kf";
+  Options o;
+  o.mode = Mode::Eval;
+  const Lowered l = lower(dsl::SourceFile::read(file), rt::PipelineAccess::lower_options(o, true));
+  const codegen::KernelLaunch &gemm = l.program.launches.at(0);
+  REQUIRE(gemm.by_rows.size() == 1);
+  const int sms = rt::DeviceKey::current().multiprocessors;
+  const size_t runs = rt::variant_of(gemm, {{"N", 512}}, sms, 0);
+  const codegen::KernelLaunch &ran = rt::variant(gemm, runs);
+  const int splits = rt::split_count(ran.geometry, {{"N", 512}}, sms, 0);
+
+  testing::ToolRun r = testing::run_kfuse(std::string("tune ") + file +
+                                          " --dim N=512 --mode eval --iters 3 --warmup 1");
+  INFO(r.out, r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string row = fmt::format("  {:<10} {:>9} {:>3} ", gemm.tile, "rule", splits);
+  CHECK(r.out.find(row) != std::string::npos);
+  const std::string said = "ran as " + ran.entry + " " + ran.tile;
+  CHECK((r.out.find(said) != std::string::npos) == (runs > 0));
 }
