@@ -3,7 +3,7 @@
 // (B [k, n]), row-major, a plain store (identity epilogue) with column-statistics partials.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/simt_sweep.cu \
-//        -o simt_sweep -lcublas && ./simt_sweep [check|sweep|all]
+//        -o simt_sweep -lcublas && ./simt_sweep [check|sweep|all|profile]
 //
 // check: odd shapes in both layouts against an fp64 reference on the GPU from the same operands,
 // output poisoned with NaN first, bound 2e-6 (fp32 FMA accumulation; measured up to 8.1e-7 at
@@ -14,6 +14,9 @@
 // cublasGemmEx(CUBLAS_COMPUTE_32F, default math: no TF32) on the founding shapes, with the
 // leading dimensions compile-time constants as in kfuse's generated code (and once at run time,
 // as a matmul whose K is a dim has them).
+// profile: the wide tile and cuBLAS's SGEMM once each at 1024 x 8192 x 8192 (A B^T), twice, for
+// a profiler to compare the two kernels (docs/PERF.md): ncu --launch-skip 2 --launch-count 2
+// -k regex:"simt_entry|gemm" ./simt_sweep profile
 #include "gemm_harness.cuh"
 #include "gemm_simt.cuh"
 
@@ -152,6 +155,25 @@ int main(int argc, char **argv) {
       sweep<SimtNarrow, true, 512, 512>(128, 1024, 512, h, timer, splits);
     for (int splits : {2, 4})
       sweep<SimtNarrow, false, 512, 1024>(128, 1024, 512, h, timer, splits);
+  }
+  if (mode == "profile") {
+    cublasHandle_t h;
+    cublasCreate(&h);
+    using kf::SimtWide;
+    const int m = 1024, n = 8192, k = 8192;
+    CHECK_CUDA(cudaFuncSetAttribute(simt_entry<SimtWide, true, 8192, 8192>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    SimtWide::SMEM_BYTES));
+    std::mt19937 rng(7);
+    const TimedOperands<float> ops(m, n, k, rng);
+    const float one = 1.0f, zero = 0.0f;
+    for (int r = 0; r < 2; ++r) {
+      launch<SimtWide, true, 8192, 8192>(m, n, k, ops.a, ops.b, ops.c, nullptr, nullptr);
+      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, ops.b, CUDA_R_32F, k, ops.a,
+                   CUDA_R_32F, k, &zero, ops.c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT);
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
   }
   std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
   return ok ? 0 : 1;
