@@ -104,10 +104,12 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
     k.rows = gemm->geometry.rows.evaluate(dims); // a dim, a constant or a product (`B*T`)
     k.shape = fmt::format("{}x{}x{}", k.rows, gemm->cols.str(), gemm->inner.str());
     const int rows_class = codegen::rows_class(k.rows);
-    std::vector<std::optional<codegen::Sm90Tile>> tiles(gemm->tiles.begin(), gemm->tiles.end());
-    if (tiles.empty())
-      tiles.push_back(std::nullopt);                       // the kernel's one tile
+    // The heuristics' own config first (no tile asked for: the kernel and the variants its runs
+    // choose by rows), then each tile the kernel takes, compiled alone (pinned, no variant).
+    std::vector<std::optional<codegen::Sm90Tile>> tiles{std::nullopt};
+    tiles.insert(tiles.end(), gemm->tiles.begin(), gemm->tiles.end());
     std::vector<std::optional<codegen::Sm90Tile>> tile_of; // per candidate
+    std::set<int> unpinned_alone; // the S at which the heuristics' runs launched the kernel itself
     for (const std::optional<codegen::Sm90Tile> &tile : tiles) {
       codegen::GemmTunings tunings = chosen;
       codegen::GemmTuning &mine = tunings[gemm->entry];
@@ -117,12 +119,14 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
       const codegen::KernelLaunch &launch =
           *std::find_if(l.program.launches.begin(), l.program.launches.end(),
                         [&](const codegen::KernelLaunch &x) { return x.entry == gemm->entry; });
+      const bool same_as_heuristic = tile && launch.tile == gemm->tile;
       std::set<int> seen; // caps that give the same S are one candidate
       for (int cap : codegen::kSplitLimits) {
         const codegen::KernelLaunch &runs =
             variant(launch, variant_of(launch, dims, run.device.multiprocessors, cap));
-        if (!seen.insert(split_count(runs.geometry, dims, run.device.multiprocessors, cap)).second)
-          continue;
+        const int splits = split_count(runs.geometry, dims, run.device.multiprocessors, cap);
+        if (!seen.insert(splits).second || (same_as_heuristic && unpinned_alone.count(splits)))
+          continue; // timed already
         mine.max_splits.clear();
         if (cap > 0)
           mine.max_splits[rows_class] = cap;
@@ -133,8 +137,12 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
         c.ms = ms;
         c.splits = launched.splits;
         if (launched.kernel != launch.entry)
-          c.ran = launched.kernel + " " + launched.tile;
-        if (cap == 0 && c.tile == gemm->tile)
+          c.ran = "ran as " + launched.kernel + " " + launched.tile;
+        else if (!tile)
+          unpinned_alone.insert(launched.splits);
+        else if (same_as_heuristic && !gemm->by_rows.empty())
+          c.ran = "pinned: no variant at any N";
+        if (!tile && cap == 0)
           k.heuristic = k.candidates.size();
         k.candidates.push_back(c);
         tile_of.push_back(tile);
@@ -162,7 +170,8 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
     entry.pipeline = g.name;
     entry.kernel = gemm->entry;
     const TunedAt at{k.rows, won.ms, base.ms, date};
-    entry.tile = TunedTile{won.tile, at};
+    if (tile_of[k.stored]) // the heuristics' own tile keeps its variants: nothing to pin
+      entry.tile = TunedTile{won.tile, at};
     entry.splits.push_back({won.tile, rows_class, won.cap, at});
     if (!store.store(run.device, gemm->signature, entry))
       throw Error(fmt::format("pipeline '{}': cannot store the tuned configuration of {} in '{}'",

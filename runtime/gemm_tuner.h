@@ -36,8 +36,10 @@ struct TunedCandidate {
   int cap = 0;    // split-K cap; 0: the rule's own S
   int splits = 1; // the S the timed runs launched
   double ms = 0;
-  std::string ran; // the compiled variant the timed runs launched where not the kernel itself
-                   // ("k0_gemm_wide 128x128x1": KernelLaunch::by_rows); empty otherwise
+  // "ran as k0_gemm_wide 128x128x1" where the timed runs launched a compiled variant
+  // (KernelLaunch::by_rows) rather than the kernel itself; "pinned: no variant at any N" for the
+  // kernel's own tile compiled without its variants; empty otherwise.
+  std::string ran;
 };
 
 struct TunedKernel {

@@ -13,6 +13,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <map>
+#include <string>
+
 using namespace kfuse;
 
 namespace {
@@ -41,9 +44,13 @@ TEST_CASE("tune: kfuse tune stores a config that later compiles load, and result
   REQUIRE(entries.size() == 1);
   CHECK(entries[0].kernel == "k0_gemm");
   CHECK(entries[0].device == rt::DeviceKey::current().text());
-  REQUIRE(entries[0].tile);
-  CHECK(entries[0].tile->at.rows == 128);
-  CHECK(entries[0].tile->at.ms <= entries[0].tile->at.heuristic_ms);
+  // A tile only where another than the heuristics' won; always the split-K cap of N's class.
+  REQUIRE(entries[0].splits.size() == 1);
+  const rt::TunedAt &at = entries[0].splits[0].at;
+  CHECK(at.rows == 128);
+  CHECK(at.ms <= at.heuristic_ms);
+  if (entries[0].tile)
+    CHECK(entries[0].tile->tile != "64x128x2");
 
   Pipeline tuned = Pipeline::from_file(kExample, tf32(Mode::Eval));
   CHECK(tuned.report().kernels.at(0).config.find("tuned on " + entries[0].device) !=
@@ -98,27 +105,55 @@ TEST_CASE("tune: Options::tune_at_start tunes before the compile, which then use
                         Precision::TF32);
 }
 
-TEST_CASE("tune: a candidate whose runs launch another compiled variant says which, with its S") {
-  // fp32 at 512 rows: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 twin, which the runs
-  // take where its estimated time is lower (rt::variant_of).
-  TempCache cache;
-  const char *file = "examples/bert_ffn_gelu_avg_pool1d.kf";
-  Options o;
-  o.mode = Mode::Eval;
-  const Lowered l = lower(dsl::SourceFile::read(file), rt::PipelineAccess::lower_options(o, true));
-  const codegen::KernelLaunch &gemm = l.program.launches.at(0);
-  REQUIRE(gemm.by_rows.size() == 1);
-  const int sms = rt::DeviceKey::current().multiprocessors;
-  const size_t runs = rt::variant_of(gemm, {{"N", 512}}, sms, 0);
-  const codegen::KernelLaunch &ran = rt::variant(gemm, runs);
-  const int splits = rt::split_count(ran.geometry, {{"N", 512}}, sms, 0);
+TEST_CASE("tune: the heuristics' config keeps its variants, a candidate whose runs launch another "
+          "compiled variant says which, with its S, the kernel's own tile is also timed pinned") {
+  // fp32 at 512 rows: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 twin; bf16 TinyLlama
+  // o_proj at 8192 rows: the sm90 GEMM's 64 x 128 tile carries 128 x 128 and 128 x 256 ones.
+  // The runs take the variant of lowest estimated time (rt::variant_of).
+  struct Case {
+    const char *file;
+    std::map<std::string, int64_t> dims;
+    std::string dims_text;
+  };
+  for (const Case &c : {Case{"examples/bert_ffn_gelu_avg_pool1d.kf", {{"N", 512}}, " --dim N=512"},
+                        Case{"examples/tinyllama_o_proj_residual_rmsnorm_btf_bf16.kf",
+                             {{"B", 4}, {"T", 2048}},
+                             " --dim B=4 --dim T=2048"}}) {
+    TempCache cache;
+    Options o;
+    o.mode = Mode::Eval;
+    const Lowered l =
+        lower(dsl::SourceFile::read(c.file), rt::PipelineAccess::lower_options(o, true));
+    const codegen::KernelLaunch &gemm = l.program.launches.at(0);
+    REQUIRE_FALSE(gemm.by_rows.empty());
+    const int sms = rt::DeviceKey::current().multiprocessors;
+    const size_t runs = rt::variant_of(gemm, c.dims, sms, 0);
+    const codegen::KernelLaunch &ran = rt::variant(gemm, runs);
+    const int splits = rt::split_count(ran.geometry, c.dims, sms, 0);
 
-  testing::ToolRun r = testing::run_kfuse(std::string("tune ") + file +
-                                          " --dim N=512 --mode eval --iters 3 --warmup 1");
-  INFO(r.out, r.err);
-  REQUIRE(r.exit_code == 0);
-  const std::string row = fmt::format("  {:<10} {:>9} {:>3} ", gemm.tile, "rule", splits);
-  CHECK(r.out.find(row) != std::string::npos);
-  const std::string said = "ran as " + ran.entry + " " + ran.tile;
-  CHECK((r.out.find(said) != std::string::npos) == (runs > 0));
+    testing::ToolRun r = testing::run_kfuse(std::string("tune ") + c.file + c.dims_text +
+                                            " --mode eval --iters 3 --warmup 1");
+    INFO(r.out, r.err);
+    REQUIRE(r.exit_code == 0);
+    // The heuristics' row: the kernel's tile, the rule's S, the variant its runs launched.
+    std::string row = fmt::format("  {:<10} {:>9} {:>3} ", gemm.tile, "rule", splits);
+    const size_t at = r.out.find(row);
+    REQUIRE(at != std::string::npos);
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    CHECK(line.find("(heuristic)") != std::string::npos);
+    CHECK((line.find("ran as " + ran.entry + " " + ran.tile) != std::string::npos) == (runs > 0));
+    // Where the runs took a variant, the kernel's own tile (sm90: one of its tiles) is a
+    // candidate of its own, pinned at every N.
+    const bool pinned = r.out.find("pinned: no variant at any N") != std::string::npos;
+    if (gemm.tiles.empty())
+      CHECK_FALSE(pinned);
+    else if (runs > 0)
+      CHECK(pinned);
+    // What is stored pins a tile only where a pinned tile won: never for the SIMT kernel (no
+    // tile to ask for), not where the heuristics' config won.
+    const std::vector<rt::TuningEntry> entries = rt::TuningStore::from_environment().entries();
+    REQUIRE(entries.size() == 1);
+    if (gemm.tiles.empty() || r.out.find("(heuristic)  <- stored") != std::string::npos)
+      CHECK_FALSE(entries[0].tile.has_value());
+  }
 }

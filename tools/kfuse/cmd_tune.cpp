@@ -90,14 +90,13 @@ int cmd_tune(int argc, char **argv) {
     const double heuristic_ms = k.candidates[k.heuristic].ms;
     for (size_t i = 0; i < k.candidates.size(); ++i) {
       const rt::TunedCandidate &c = k.candidates[i];
-      out +=
-          fmt::format("  {:<10} {:>9} {:>3} {:>10.4f} {:>9}{}{}{}\n", c.tile,
-                      c.cap == 0 ? std::string("rule") : fmt::format("<= {}", c.cap), c.splits,
-                      c.ms, percent(c.ms, heuristic_ms), c.ran.empty() ? "" : "  ran as " + c.ran,
-                      i == k.heuristic ? "  (heuristic)" : "",
-                      i == k.stored    ? "  <- stored"
-                      : i == k.fastest ? "  <- fastest, within the noise of the heuristic's"
-                                       : "");
+      out += fmt::format("  {:<10} {:>9} {:>3} {:>10.4f} {:>9}{}{}{}\n", c.tile,
+                         c.cap == 0 ? std::string("rule") : fmt::format("<= {}", c.cap), c.splits,
+                         c.ms, percent(c.ms, heuristic_ms), c.ran.empty() ? "" : "  " + c.ran,
+                         i == k.heuristic ? "  (heuristic)" : "",
+                         i == k.stored    ? "  <- stored"
+                         : i == k.fastest ? "  <- fastest, within the noise of the heuristic's"
+                                          : "");
     }
   }
   out += fmt::format("pipeline: {:.4f} ms with the heuristics' configs, {:.4f} ms tuned ({})\n"
