@@ -84,3 +84,23 @@ TEST_CASE("gpu: [B, T, F] through reshape, unsqueeze and squeeze views, odd B, T
         expect_match(projection_through_views(in, out), "projection_through_views.kf", mode, dims,
                      ++seed);
 }
+
+TEST_CASE("gpu: an [N, F] input regrouped as [B, T, F] meets a [B, T, F] one in one elementwise "
+          "kernel, N bound to B*T, f32 and bf16, odd features") {
+  uint64_t seed = 990;
+  for (const char *dtype : {"f32", "bf16"})
+    for (int f : {37, 64})
+      for (const auto &bt : kOddBT) {
+        std::map<std::string, int64_t> dims = bt;
+        dims["N"] = bt.at("B") * bt.at("T");
+        const std::string text = fmt::format(R"(pipeline regroup {{
+  dim N, B, T
+  input x: {0}[N, {1}]
+  input y: {0}[B, T, {1}]
+  return add(reshape(x, shape=[B, T, {1}]), y), mul(x, reshape(y, shape=[N, {1}]))
+}}
+)",
+                                             dtype, f);
+        expect_match(text, "regroup.kf", Mode::Eval, dims, ++seed);
+      }
+}
