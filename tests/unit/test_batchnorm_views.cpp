@@ -47,7 +47,7 @@ const char *kDirect = R"(pipeline direct {
 
 } // namespace
 
-TEST_CASE("batchnorm views: a [B*T, C] view is accepted; rank 3 is refused pointing to it") {
+TEST_CASE("batchnorm views: a [B*T, C] view is accepted, rank 3 is refused pointing to it") {
   ir::Graph g = testing::parse_kf_text(kTokens, "bn.kf");
   CHECK(g[g.outputs[0]].type.str() == "f32[B, T, 12]");
   ir::Graph direct = testing::parse_kf_text(kDirect, "bn.kf");

@@ -393,7 +393,7 @@ TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on the sm9
     }
 }
 
-TEST_CASE("codegen: the sm90 GEMM describes its own launch; other targets and shapes fall back") {
+TEST_CASE("codegen: the sm90 GEMM describes its own launch, other targets and shapes fall back") {
   const plan::Plan train = plan_of("gemm_bn_scale_softmax", ir::Mode::Train);
   codegen::Program hopper = codegen::generate(train, codegen::GemmMath::Tf32, "sm_90a");
   const codegen::KernelLaunch &gemm = hopper.launches.at(0);

@@ -123,7 +123,7 @@ TEST_CASE("parser: names rebind, aliases share a value, nested calls are unnamed
   CHECK(g.outputs == std::vector<ir::ValueId>{7, 5, 0});
 }
 
-TEST_CASE("parser: attributes get defaults; negative numbers; dim and dtype names") {
+TEST_CASE("parser: attributes get defaults, negative numbers, dim and dtype names") {
   ir::Graph g = parse(with_header("  a = batchnorm(x, rm, rv)\n"
                                   "  s = log_softmax(a, dim=-1)\n"
                                   "  c = constant(value=-2.5, dtype=f16)\n"

@@ -693,7 +693,7 @@ TEST_CASE("interpreter: constant is a [1] tensor that broadcasts") {
   check_values(out[1], {2}, {1, -2});
 }
 
-TEST_CASE("round_to: bf16 and f16 round to nearest even, as cvt.rn does; f32 stays exact") {
+TEST_CASE("round_to: bf16 and f16 round to nearest even, as cvt.rn does, f32 stays exact") {
   CHECK(round_to(DType::F32, 1 + 1e-10) == 1 + 1e-10);
   // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7, even is 1.
   CHECK(round_to(DType::BF16, 1 + std::ldexp(1.0, -8)) == 1);

@@ -52,7 +52,7 @@ std::string floats(std::initializer_list<float> values) {
 
 } // namespace
 
-TEST_CASE("npy: numpy.save's layout is read; kfuse's writes round-trip") {
+TEST_CASE("npy: numpy.save's layout is read, kfuse's writes round-trip") {
   TempDir dir;
   write_bytes(dir.file("a.npy"),
               npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
@@ -70,7 +70,9 @@ TEST_CASE("npy: numpy.save's layout is read; kfuse's writes round-trip") {
   rt::NpyArray b = rt::read_npy(dir.file("b.npy"));
   CHECK(b.shape == std::vector<int64_t>{4});
   CHECK(b.data == std::vector<float>{0.5f, -1, 2, 3});
-  CHECK(std::filesystem::file_size(dir.file("b.npy")) == 64 + 16); // header padded to 64 bytes
+  // The 10 fixed bytes and the 58-character header dict with its '\n' padded to 128, as numpy
+  // pads it (to a multiple of 64), then the data.
+  CHECK(std::filesystem::file_size(dir.file("b.npy")) == 128 + 16);
 
   // float16 ('<f2'), exactly: 1, -2, 65504 (the largest f16), 2^-24 (the smallest subnormal).
   write_bytes(dir.file("h.npy"),

@@ -32,7 +32,7 @@ const char *kTiny = R"(pipeline tiny {
 
 } // namespace
 
-TEST_CASE("run: the workspace a run needs grows with its rows; a pipeline without "
+TEST_CASE("run: the workspace a run needs grows with its rows, a pipeline without "
           "intermediates needs none") {
   Options o;
   o.arch = "sm_90a";

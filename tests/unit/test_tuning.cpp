@@ -61,7 +61,7 @@ TEST_CASE("tuning: classes of N are power-of-two buckets") {
   CHECK(codegen::rows_class(1025) == 11);
 }
 
-TEST_CASE("tuning: an entry round-trips through its text; bad text says why") {
+TEST_CASE("tuning: an entry round-trips through its text, bad text says why") {
   rt::TuningEntry e = entry("64x256x1", 128);
   e.device = kH100.text();
   e.signature = "0123abcd";
@@ -121,7 +121,7 @@ TEST_CASE("tuning: a corrupt or unreadable entry is reported and ignored") {
   CHECK_FALSE(store.load(kH100, "sig"));
 }
 
-TEST_CASE("codegen: a tile override instantiates that tile; NVRTC compiles every candidate") {
+TEST_CASE("codegen: a tile override instantiates that tile, NVRTC compiles every candidate") {
   TempCache tmp;
   const Lowered heuristic = lowered("gemm_bn_scale_softmax", tf32_options());
   const codegen::KernelLaunch &gemm = heuristic.program.launches.at(0);

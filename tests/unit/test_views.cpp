@@ -184,7 +184,7 @@ TEST_CASE("views: every pass and the plan agree with the interpreter on pipeline
       }
 }
 
-TEST_CASE("views: a view is no kernel and no copy; `kfuse plan` lists it as the buffer it views") {
+TEST_CASE("views: a view is no kernel and no copy, `kfuse plan` lists it as the buffer it views") {
   LowerOptions o;
   o.arch = "sm_90a";
   Lowered with = lower(dsl::SourceFile("projection.kf", kProjection), o);
@@ -238,7 +238,7 @@ TEST_CASE("views: the unfused baseline's GEMM reads a viewed operand where its s
   CHECK(reinterpret_cast<CUdeviceptr>(calls[0].c) >= workspace); // the product, an intermediate
 }
 
-TEST_CASE("views: every kind of view compiles with NVRTC; the GPU refuses a vector viewed as a "
+TEST_CASE("views: every kind of view compiles with NVRTC, the GPU refuses a vector viewed as a "
           "GEMM's or row kernel's matrix at its location") {
   Options o;
   o.arch = "sm_90a";
@@ -260,7 +260,7 @@ TEST_CASE("views: every kind of view compiles with NVRTC; the GPU refuses a vect
                        dsl::DiagnosticError);
 }
 
-TEST_CASE("views: a viewed output has the view's shape; rows that the bound dims make differ are "
+TEST_CASE("views: a viewed output has the view's shape, rows that the bound dims make differ are "
           "refused naming the view and both shapes") {
   Options o;
   o.arch = "sm_90a";
