@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 
 using kfuse::testing::run_kfuse;
 using kfuse::testing::ToolRun;
@@ -92,6 +93,34 @@ TEST_CASE("cli: plan --prove checks a file in both modes at several sizes") {
   CHECK(sized.out.find("train N=64") != std::string::npos);
   ToolRun mixed = run_kfuse("plan --prove --mode eval " + kf);
   CHECK(mixed.exit_code == 2);
+}
+
+TEST_CASE(
+    "cli: plan --prove skips the sizes a file cannot run at, and fails where it runs at none") {
+  // N must equal B*T: of the sizes 1, 2 and 5 for every dim, only 1 runs.
+  const std::string dir = "/tmp/kfuse-cli-prove";
+  std::filesystem::create_directories(dir);
+  const std::string kf = dir + "/regroup.kf";
+  {
+    std::ofstream f(kf);
+    f << "pipeline regroup {\n  dim N, B, T\n  input x: f32[N, 4]\n  input y: f32[B, T, 4]\n"
+         "  return add(reshape(x, shape=[B, T, 4]), y)\n}\n";
+  }
+  ToolRun r = run_kfuse("plan --prove " + kf);
+  INFO(r.out, r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("T=1          agrees") != std::string::npos);
+  CHECK(r.out.find("T=2          not run: %2 (reshape) views f32[N, 4] [2, 4] as f32[B, T, 4] "
+                   "[2, 2, 4]: the bound dims give them different element counts\n") !=
+        std::string::npos);
+  CHECK(r.out.find("PROVED") != std::string::npos);
+  ToolRun none = run_kfuse("plan --prove " + kf + " --dim N=5 --dim B=2 --dim T=3");
+  CHECK(none.exit_code == 1);
+  CHECK(none.out.find("FAILED: the file runs at none of these sizes (--dim gives others)\n") !=
+        std::string::npos);
+  ToolRun given = run_kfuse("plan --prove " + kf + " --dim N=6 --dim B=2 --dim T=3");
+  CHECK(given.exit_code == 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("cli: plan --prove proves shared values, row chains, groupnorm, instancenorm and pools") {
