@@ -94,11 +94,14 @@ double disagreement(const RunResult &a, const RunResult &b) {
 
 std::vector<StageError> check_planner(const Graph &g, Mode mode, const DimBindings &dims,
                                       uint64_t seed, const std::vector<passes::Pass> &passes,
-                                      const std::function<void(TensorMap &)> &tweak) {
+                                      const std::function<void(TensorMap &)> &tweak,
+                                      std::string *file_error) {
   TensorMap tensors = random_tensors(g, dims, seed);
   if (tweak)
     tweak(tensors);
   RunResult reference = run_graph(g, mode, dims, tensors);
+  if (file_error)
+    *file_error = reference.error;
   std::vector<StageError> stages;
   Graph cur = g;
   for (const passes::Pass &p : passes) {

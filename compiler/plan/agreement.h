@@ -35,11 +35,14 @@ struct StageError {
 };
 
 // Runs `passes` in order, then partitions; returns each stage's disagreement with the
-// input graph, in order. Tensors are random (seeded); `tweak` may edit them first.
+// input graph, in order. Tensors are random (seeded); `tweak` may edit them first. Where the
+// input graph itself fails at `dims` (a view whose rows the dims make differ), every stage that
+// fails alike agrees; `file_error`, where given, receives that failure (empty where it runs).
 std::vector<StageError> check_planner(const ir::Graph &g, ir::Mode mode,
                                       const ir::DimBindings &dims, uint64_t seed,
                                       const std::vector<passes::Pass> &passes,
-                                      const std::function<void(ir::TensorMap &)> &tweak = {});
+                                      const std::function<void(ir::TensorMap &)> &tweak = {},
+                                      std::string *file_error = nullptr);
 
 // The first stage over `tolerance`, else the worst stage.
 StageError first_failure(const std::vector<StageError> &stages, double tolerance);

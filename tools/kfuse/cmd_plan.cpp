@@ -45,18 +45,17 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
       std::vector<std::string> bound;
       for (const auto &[name, value] : dims)
         bound.push_back(fmt::format("{}={}", name, value));
+      std::string file_error;
+      const std::vector<plan::StageError> stages =
+          plan::check_planner(g, mode, dims, seed++, passes::pipeline(), {}, &file_error);
       // Sizes the file itself cannot run at (a view whose rows the dims make differ) prove
       // nothing: every stage fails the same way there.
-      const plan::RunResult file =
-          plan::run_graph(g, mode, dims, ir::random_tensors(g, dims, seed));
-      if (!file.error.empty()) {
-        ++seed;
+      if (!file_error.empty()) {
         out += fmt::format("{:<5} {:<12} not run: {}\n", ir::mode_name(mode), fmt::join(bound, " "),
-                           file.error);
+                           file_error);
         continue;
       }
-      plan::StageError worst = plan::first_failure(
-          plan::check_planner(g, mode, dims, seed++, passes::pipeline()), kProofTolerance);
+      plan::StageError worst = plan::first_failure(stages, kProofTolerance);
       bool ok = worst.error <= kProofTolerance;
       agree = agree && ok;
       proved += ok;
