@@ -79,21 +79,14 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
     lo.tunings = [&tunings](const codegen::Program &) { return tunings; };
     return lower(src, lo);
   };
-  // The pipeline with `tunings`, compiled (through the disk cache) and timed: the median, and
-  // how the timed runs launched the GEMM kernel `gemm` (the pipeline's gemm-th).
-  auto time_with = [&](const codegen::GemmTunings &tunings, size_t gemm) {
+  // The pipeline with `tunings`, compiled (through the disk cache) and bound.
+  auto compiled_with = [&](const codegen::GemmTunings &tunings) {
     Lowered l = lowered_with(tunings);
     if (sources.insert(l.program.source).second)
       ++run.compiles;
     Pipeline p = PipelineAccess::compile(std::move(l), options, true);
     data.bind_all(p);
-    ++run.timings;
-    const double ms =
-        time_on_stream(
-            stream.handle(), [&](CUstream st) { p.run(data.inputs, output_tensors, st); },
-            request.warmup, request.iters, flush)
-            .median;
-    return std::pair{ms, PipelineAccess::gemm_launches(p).at(gemm)};
+    return p;
   };
 
   const std::string date = utc_now();
@@ -110,6 +103,7 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
     tiles.insert(tiles.end(), gemm->tiles.begin(), gemm->tiles.end());
     std::vector<std::optional<codegen::Sm90Tile>> tile_of; // per candidate
     std::set<int> unpinned_alone; // the S at which the heuristics' runs launched the kernel itself
+    std::vector<Pipeline> pipelines; // per candidate
     for (const std::optional<codegen::Sm90Tile> &tile : tiles) {
       codegen::GemmTunings tunings = chosen;
       codegen::GemmTuning &mine = tunings[gemm->entry];
@@ -130,11 +124,14 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
         mine.max_splits.clear();
         if (cap > 0)
           mine.max_splits[rows_class] = cap;
-        const auto [ms, launched] = time_with(tunings, gemm_index);
+        Pipeline p = compiled_with(tunings);
+        // How p's runs launch the GEMM: the S of a split-K launch is known once p has run.
+        p.run(data.inputs, output_tensors, stream.handle());
+        stream.synchronize();
+        const GemmLaunch launched = PipelineAccess::gemm_launches(p).at(gemm_index);
         TunedCandidate c;
         c.tile = launch.tile;
         c.cap = cap;
-        c.ms = ms;
         c.splits = launched.splits;
         if (launched.kernel != launch.entry)
           c.ran = "ran as " + launched.kernel + " " + launched.tile;
@@ -146,8 +143,19 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
           k.heuristic = k.candidates.size();
         k.candidates.push_back(c);
         tile_of.push_back(tile);
+        pipelines.push_back(std::move(p));
       }
     }
+    // The candidates timed against each other, their runs interleaved (time_interleaved).
+    std::vector<std::function<void(CUstream)>> works;
+    for (Pipeline &p : pipelines)
+      works.push_back(
+          [&p, &data, &output_tensors](CUstream st) { p.run(data.inputs, output_tensors, st); });
+    const std::vector<TimingStats> times =
+        time_interleaved(stream.handle(), works, request.warmup, request.iters, flush);
+    run.timings += static_cast<int>(times.size());
+    for (size_t i = 0; i < times.size(); ++i)
+      k.candidates[i].ms = times[i].median;
     for (size_t i = 0; i < k.candidates.size(); ++i)
       if (k.candidates[i].ms < k.candidates[k.fastest].ms)
         k.fastest = i;

@@ -61,28 +61,36 @@ TimingStats summarize(std::vector<double> ms) {
   return s;
 }
 
-TimingStats time_on_stream(CUstream stream, const std::function<void(CUstream)> &work, int warmup,
-                           int iters, L2Flush &flush) {
+std::vector<TimingStats> time_interleaved(CUstream stream,
+                                          const std::vector<std::function<void(CUstream)>> &works,
+                                          int warmup, int iters, L2Flush &flush) {
   if (iters < 1)
-    throw Error(fmt::format("time_on_stream: iters must be at least 1, got {}", iters));
-  for (int i = 0; i < warmup; ++i) {
-    flush.flush(stream);
-    work(stream);
-  }
+    throw Error(fmt::format("time_interleaved: iters must be at least 1, got {}", iters));
+  if (works.empty())
+    throw Error("time_interleaved: no work to time");
+  for (int i = 0; i < warmup; ++i)
+    for (const auto &work : works) {
+      flush.flush(stream);
+      work(stream);
+    }
   // Events are created before the first timed run so their creation is not timed either.
-  std::vector<Event> starts(static_cast<std::size_t>(iters));
-  std::vector<Event> ends(static_cast<std::size_t>(iters));
-  for (std::size_t i = 0; i < starts.size(); ++i) {
+  const std::size_t runs = static_cast<std::size_t>(iters) * works.size();
+  std::vector<Event> starts(runs), ends(runs);
+  for (std::size_t r = 0; r < runs; ++r) {
     flush.flush(stream);
-    starts[i].record(stream);
-    work(stream);
-    ends[i].record(stream);
+    starts[r].record(stream);
+    works[r % works.size()](stream);
+    ends[r].record(stream);
   }
-  std::vector<double> ms;
-  ms.reserve(starts.size());
-  for (std::size_t i = 0; i < starts.size(); ++i)
-    ms.push_back(static_cast<double>(elapsed_ms(starts[i], ends[i])));
-  return summarize(std::move(ms));
+  std::vector<TimingStats> stats;
+  for (std::size_t w = 0; w < works.size(); ++w) {
+    std::vector<double> ms;
+    ms.reserve(static_cast<std::size_t>(iters));
+    for (std::size_t r = w; r < runs; r += works.size())
+      ms.push_back(static_cast<double>(elapsed_ms(starts[r], ends[r])));
+    stats.push_back(summarize(std::move(ms)));
+  }
+  return stats;
 }
 
 } // namespace kfuse::rt

@@ -1,6 +1,6 @@
 // Timing GPU work the same way everywhere (`kfuse bench`'s contenders, `kfuse tune`'s
 // candidates): CUDA events around each run, after warm-up, the L2 cache flushed before each
-// timed run (outside the events), and the median reported.
+// timed run (outside the events), the contenders' runs interleaved, and the median reported.
 #pragma once
 
 #include "runtime/device_buffer.h"
@@ -40,11 +40,15 @@ struct TimingStats {
 // Summary of `ms` (not empty). The median of an even count is the mean of the middle two.
 TimingStats summarize(std::vector<double> ms);
 
-// Runs `work(stream)` `warmup` times, then `iters` times each between a pair of events with
-// `flush` enqueued before the first event; returns the event intervals. All runs are enqueued
-// before the host waits, so host-side launch cost shows only where the GPU would starve.
-// Throws kfuse::Error for iters < 1 and whatever `work` throws.
-TimingStats time_on_stream(CUstream stream, const std::function<void(CUstream)> &work, int warmup,
-                           int iters, L2Flush &flush);
+// Times works against each other: `warmup` rounds, then `iters` timed rounds, each round running
+// every work once in the order given, each timed run between a pair of events with `flush`
+// enqueued before its first event; one TimingStats per work. Interleaved, the works run at the
+// same clocks: under sustained load a GPU at its power limit lowers its clocks within a second,
+// so works timed one after another would be measured at different clocks. All runs are enqueued
+// before the host waits, so host-side launch cost shows only where the GPU would starve. Throws
+// kfuse::Error for iters < 1 or no works, and whatever a work throws.
+std::vector<TimingStats> time_interleaved(CUstream stream,
+                                          const std::vector<std::function<void(CUstream)>> &works,
+                                          int warmup, int iters, L2Flush &flush);
 
 } // namespace kfuse::rt

@@ -83,14 +83,15 @@ std::string report_text(const BenchReport &r) {
   out += fmt::format("device: {} (sm_{}), CUDA driver API {}.{}, cuBLAS {}\n", r.device,
                      r.compute_capability, r.driver_version / 1000, r.driver_version % 1000 / 10,
                      r.cublas_version.empty() ? "unavailable" : r.cublas_version);
-  out += fmt::format(
-      "timing: CUDA events, {} warm-up runs, median of {} runs; before each run a {} buffer "
-      "({} the {} L2) is written with cuMemsetD32Async, outside the events\n",
-      r.warmup, r.iters, mib(static_cast<int64_t>(r.flush_bytes)),
-      r.l2_bytes ? fmt::format("{:.1f}x",
-                               static_cast<double>(r.flush_bytes) / static_cast<double>(r.l2_bytes))
-                 : "covering",
-      mib(static_cast<int64_t>(r.l2_bytes)));
+  out +=
+      fmt::format("timing: CUDA events, {} warm-up runs, median of {} runs, the contenders' runs "
+                  "interleaved; before each run a {} buffer ({} the {} L2) is written with "
+                  "cuMemsetD32Async, outside the events\n",
+                  r.warmup, r.iters, mib(static_cast<int64_t>(r.flush_bytes)),
+                  r.l2_bytes ? fmt::format("{:.1f}x", static_cast<double>(r.flush_bytes) /
+                                                          static_cast<double>(r.l2_bytes))
+                             : "covering",
+                  mib(static_cast<int64_t>(r.l2_bytes)));
   if (r.iters < kRecommendedIters)
     out += fmt::format("warning: fewer than {} timed runs: a smoke test, not a measurement\n",
                        kRecommendedIters);
