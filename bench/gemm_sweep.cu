@@ -18,8 +18,8 @@
 // 3xtf32: 1024 x 8192 x 8192 in 3xTF32 alone (for ncu).
 // splitk: S = 1, 2, 4, 8 on shapes of 8-64 output tiles with short and long K, for the rule
 // that picks S (runtime/launch_geometry.cpp).
-#include "gemm_sm90.cuh"
 #include "gemm_harness.cuh"
+#include "gemm_sm90.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -52,19 +52,21 @@ template <class Cfg> using Tiles = kf::TileScheduler<Cfg::BM, Cfg::BN, Cfg::GROU
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
-    sm90_affine(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
-                kf::GemmShape s, float *c, const float *alpha, const float *beta) {
+    sm90_affine(const __grid_constant__ kf::sm90::TensorMap a,
+                const __grid_constant__ kf::sm90::TensorMap b, kf::GemmShape s, float *c,
+                const float *alpha, const float *beta) {
   kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s),
                      kf::GemmEpilogue<Affine>{Affine{alpha, beta}, c, s.n, nullptr, nullptr});
 }
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
-    sm90_entry(const __grid_constant__ kf::sm90::TensorMap a, const __grid_constant__ kf::sm90::TensorMap b,
-               kf::GemmShape s, int splits, float *c, float *pmean, float *pm2, float *partials,
-               unsigned *counters) {
-  kf::gemm_sm90<Cfg>(a, b, s, Tiles<Cfg>(s, splits),
-                     kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2, partials, counters});
+    sm90_entry(const __grid_constant__ kf::sm90::TensorMap a,
+               const __grid_constant__ kf::sm90::TensorMap b, kf::GemmShape s, int splits, float *c,
+               float *pmean, float *pm2, float *partials, unsigned *counters) {
+  kf::gemm_sm90<Cfg>(
+      a, b, s, Tiles<Cfg>(s, splits),
+      kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2, partials, counters});
 }
 
 // tf32 as the tensor cores read fp32 data: the low 13 mantissa bits ignored.
@@ -106,26 +108,29 @@ template <class Cfg> kf::sm90::TensorMap encode(const void *p, int rows, int k, 
   cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * Cfg::ELEMENT_BYTES};
   cuuint32_t box[2] = {static_cast<cuuint32_t>(Cfg::BK), static_cast<cuuint32_t>(box_rows)};
   cuuint32_t estr[2] = {1, 1};
-  CHECK_CU(cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap *>(&map), Types<Cfg::OPERAND>::map, 2,
-                                  const_cast<void *>(p), dims, strides, box, estr,
-                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  CHECK_CU(cuTensorMapEncodeTiled(
+      reinterpret_cast<CUtensorMap *>(&map), Types<Cfg::OPERAND>::map, 2, const_cast<void *>(p),
+      dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return map;
 }
 
 // splits <= ceil(k / BK): every split has a k-block.
-template <class Cfg> void launch(const kf::sm90::TensorMap &a, const kf::sm90::TensorMap &b, int m, int n, int k,
-                                 float *c, float *pmean, float *pm2, int splits = 1) {
+template <class Cfg>
+void launch(const kf::sm90::TensorMap &a, const kf::sm90::TensorMap &b, int m, int n, int k,
+            float *c, float *pmean, float *pm2, int splits = 1) {
   const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
   if (splits > 1)
     g_split.reserve(static_cast<size_t>(tiles) * splits * Cfg::BM * Cfg::BN, tiles);
-  sm90_entry<Cfg><<<std::min(tiles * splits, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(
-      a, b, kf::GemmShape{m, n, k}, splits, c, pmean, pm2, g_split.partials, g_split.counters);
+  sm90_entry<Cfg>
+      <<<std::min(tiles * splits, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::SMEM_BYTES>>>(
+          a, b, kf::GemmShape{m, n, k}, splits, c, pmean, pm2, g_split.partials, g_split.counters);
 }
 
 template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int splits = 1) {
   using T = typename Types<Cfg::OPERAND>::T;
-  CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Cfg::SMEM_BYTES));
   T *a, *b;
   float *c, *pmean, *pm2;
   double *ref;
@@ -155,8 +160,10 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int spli
     repeats = std::memcmp(first.data(), second.data(), first.size() * 4) == 0;
   }
   if (Cfg::OPERAND == kf::sm90::Operand::Tf32) {
-    truncate_tf32<<<(m * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(a), static_cast<size_t>(m) * k);
-    truncate_tf32<<<(n * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(b), static_cast<size_t>(n) * k);
+    truncate_tf32<<<(m * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(a),
+                                                                     static_cast<size_t>(m) * k);
+    truncate_tf32<<<(n * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(b),
+                                                                     static_cast<size_t>(n) * k);
   }
   reference<<<dim3((n + 127) / 128, m), 128>>>(m, n, k, a, b, ref);
   CHECK_CUDA(cudaDeviceSynchronize());
@@ -164,16 +171,24 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int spli
   // 3xTF32 against exact fp32 operands: fp32-level accuracy.
   const double bound = Cfg::OPERAND == kf::sm90::Operand::Tf32x3 ? 2e-6 : 2e-5;
   bool ok = r.bad == 0 && r.rel <= bound && r.stats <= 1e-5 && repeats;
-  std::printf("check %-4s %3dx%3dx%d %5d x %5d x %5d S=%d: rel %.3e (bound %.0e), unwritten %zu, stats %.3e%s  %s\n",
-              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, r.rel, bound, r.bad, r.stats,
-              repeats ? "" : ", NOT REPEATABLE", ok ? "PASS" : "FAIL");
-  cudaFree(a); cudaFree(b); cudaFree(c); cudaFree(pmean); cudaFree(pm2); cudaFree(ref);
+  std::printf("check %-4s %3dx%3dx%d %5d x %5d x %5d S=%d: rel %.3e (bound %.0e), unwritten %zu, "
+              "stats %.3e%s  %s\n",
+              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, r.rel,
+              bound, r.bad, r.stats, repeats ? "" : ", NOT REPEATABLE", ok ? "PASS" : "FAIL");
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  cudaFree(pmean);
+  cudaFree(pm2);
+  cudaFree(ref);
   return ok;
 }
 
-template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) {
+template <class Cfg>
+void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) {
   using T = typename Types<Cfg::OPERAND>::T;
-  CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  CHECK_CUDA(cudaFuncSetAttribute(sm90_entry<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Cfg::SMEM_BYTES));
   std::mt19937 rng(7);
   const TimedOperands<T> ops(m, n, k, rng);
   T *a = ops.a, *b = ops.b;
@@ -183,29 +198,35 @@ template <class Cfg> void sweep(int m, int n, int k, cublasHandle_t h, Timer &ti
   CHECK_CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
   // tf32 against cuBLAS's tf32 GEMM, 3xtf32 against its fp32 SGEMM, bf16/f16 against its own.
-  cublasComputeType_t ct = Cfg::OPERAND == kf::sm90::Operand::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  // Row-major C[m,n] = A[m,k] B[n,k]^T is column-major C^T[n,m] = B^T... : op(B)=T on B (k x n col-major).
+  cublasComputeType_t ct =
+      Cfg::OPERAND == kf::sm90::Operand::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // Row-major C[m,n] = A[m,k] B[n,k]^T is column-major C^T[n,m] = B^T... : op(B)=T on B (k x n
+  // col-major).
   double blas = timer.median_ms([&] {
     cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, b, Types<Cfg::OPERAND>::blas, k, a,
                  Types<Cfg::OPERAND>::blas, k, &zero, c, CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
   });
   double flop = 2.0 * m * n * k;
   if (Cfg::OPERAND == kf::sm90::Operand::Tf32 && m == 1024 && n == 8192) {
-    CHECK_CUDA(cudaFuncSetAttribute(sm90_affine<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes(2)));
+    CHECK_CUDA(cudaFuncSetAttribute(sm90_affine<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    Cfg::smem_bytes(2)));
     float *ab;
     CHECK_CUDA(cudaMalloc(&ab, sizeof(float) * 2 * n));
     fill(ab, 2 * static_cast<size_t>(n), rng, 1.0f);
     const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
     double affine = timer.median_ms([&] {
-      sm90_affine<Cfg><<<std::min(tiles, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::smem_bytes(2)>>>(ma, mb, kf::GemmShape{m, n, k}, c,
-                                                                                  ab, ab + n);
+      sm90_affine<Cfg>
+          <<<std::min(tiles, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::smem_bytes(2)>>>(
+              ma, mb, kf::GemmShape{m, n, k}, c, ab, ab + n);
     });
-    std::printf("epilogue %5d x %5d x %5d: identity %.3f ms, affine %.3f ms\n", m, n, k, ours, affine);
+    std::printf("epilogue %5d x %5d x %5d: identity %.3f ms, affine %.3f ms\n", m, n, k, ours,
+                affine);
     cudaFree(ab);
   }
-  std::printf("sweep %-4s %3dx%3dx%d %5d x %5d x %5d S=%d: kfuse %.3f ms (%.0f TFLOP/s)  cuBLAS %.3f ms (%.0f TFLOP/s)  ratio %.2f\n",
-              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, ours, flop / ours * 1e-9, blas, flop / blas * 1e-9,
-              blas / ours);
+  std::printf("sweep %-4s %3dx%3dx%d %5d x %5d x %5d S=%d: kfuse %.3f ms (%.0f TFLOP/s)  cuBLAS "
+              "%.3f ms (%.0f TFLOP/s)  ratio %.2f\n",
+              Types<Cfg::OPERAND>::name, Cfg::BM, Cfg::BN, Cfg::MIN_BLOCKS, m, n, k, splits, ours,
+              flop / ours * 1e-9, blas, flop / blas * 1e-9, blas / ours);
 }
 
 int main(int argc, char **argv) {
@@ -223,7 +244,8 @@ int main(int argc, char **argv) {
   bool ok = true;
   if (mode == "check" || mode == "all") {
     std::mt19937 rng(1);
-    const int shapes[][3] = {{1, 8, 4}, {128, 256, 32}, {300, 520, 200}, {1000, 300, 1028}, {129, 257, 4096}, {2048, 2048, 2048}};
+    const int shapes[][3] = {{1, 8, 4},         {128, 256, 32},   {300, 520, 200},
+                             {1000, 300, 1028}, {129, 257, 4096}, {2048, 2048, 2048}};
     for (auto &s : shapes) {
       ok &= check<Tf32>(s[0], s[1], s[2], rng);
       ok &= check<Tf32n128>(s[0], s[1], s[2], rng);
@@ -235,7 +257,8 @@ int main(int argc, char **argv) {
       ok &= check<Bf16m64n128x2>(s[0], s[1], (s[2] + 7) / 8 * 8, rng);
     }
     // Split-K on 1 to 8 tiles: {m, n, k, S}, S at most the k-blocks of the deepest BK (64).
-    const int split_shapes[][4] = {{1, 5, 512, 8}, {17, 300, 4104}, {128, 1024, 512, 4}, {130, 1024, 512, 3}};
+    const int split_shapes[][4] = {
+        {1, 5, 512, 8}, {17, 300, 4104}, {128, 1024, 512, 4}, {130, 1024, 512, 3}};
     for (auto &s : split_shapes) {
       const int splits = s[3] > 0 ? s[3] : 8;
       ok &= check<Tf32>(s[0], s[1], s[2], rng, splits);
@@ -255,7 +278,8 @@ int main(int argc, char **argv) {
       sweep<Bf16m64n128x2>(128, 1024, 512, h, timer, splits);
       sweep<Tf32x3>(128, 1024, 512, h, timer, splits);
     }
-    const int shapes[][3] = {{128, 1024, 512}, {1024, 1024, 1024}, {1024, 8192, 8192}, {16384, 4096, 4096}};
+    const int shapes[][3] = {
+        {128, 1024, 512}, {1024, 1024, 1024}, {1024, 8192, 8192}, {16384, 4096, 4096}};
     for (auto &s : shapes) {
       sweep<Tf32>(s[0], s[1], s[2], h, timer);
       sweep<Tf32n128>(s[0], s[1], s[2], h, timer);
@@ -271,7 +295,8 @@ int main(int argc, char **argv) {
     cublasCreate(&h);
     Timer timer;
     // Shapes with 8-64 output tiles and K from 16 to 256 k-blocks: where split-K's S pays.
-    const int shapes[][3] = {{128, 1024, 512}, {128, 1024, 4096}, {32, 4096, 4096}, {256, 1024, 8192}};
+    const int shapes[][3] = {
+        {128, 1024, 512}, {128, 1024, 4096}, {32, 4096, 4096}, {256, 1024, 8192}};
     for (auto &s : shapes)
       for (int splits : {1, 2, 4, 8}) {
         sweep<Tf32>(s[0], s[1], s[2], h, timer, splits);
