@@ -1,6 +1,6 @@
 // What the GEMM-alone harnesses (gemm_sweep.cu, simt_sweep.cu) share: error checks, random
 // operands, the fp64 reference product, split-K's workspace, the identity epilogue and the timer
-// (median of CUDA-event times, L2 flushed before each run).
+// (median of CUDA-event times, L2 flushed before each run, two contenders' runs interleaved).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <random>
+#include <utility>
 #include <vector>
 
 #define CHECK_CUDA(x)                                                                              \
@@ -177,20 +178,35 @@ struct Timer {
     cudaEventCreate(&e1);
     CHECK_CUDA(cudaMalloc(&flush, 256 << 20));
   }
-  template <class F> double median_ms(F &&f, int reps = 50) {
-    for (int i = 0; i < 5; ++i)
+  // The medians of f's and g's times, their runs interleaved (f, g, f, g, ...): at the board's
+  // power limit the clocks drop within a second of sustained load, so two kernels timed one
+  // block after the other would run at different clocks (docs/PERF.md, "Interleaved
+  // contenders").
+  template <class F, class G> std::pair<double, double> median_ms(F &&f, G &&g, int reps = 50) {
+    for (int i = 0; i < 5; ++i) {
       f();
-    std::vector<float> t;
-    for (int i = 0; i < reps; ++i) {
-      CHECK_CUDA(cudaMemsetAsync(flush, i, 256 << 20));
-      cudaEventRecord(e0);
-      f();
-      cudaEventRecord(e1);
-      CHECK_CUDA(cudaEventSynchronize(e1));
-      float ms;
-      cudaEventElapsedTime(&ms, e0, e1);
-      t.push_back(ms);
+      g();
     }
+    std::vector<float> tf, tg;
+    for (int i = 0; i < reps; ++i) {
+      tf.push_back(time_one(f, 2 * i));
+      tg.push_back(time_one(g, 2 * i + 1));
+    }
+    return {median(tf), median(tg)};
+  }
+
+private:
+  template <class F> float time_one(F &f, int i) {
+    CHECK_CUDA(cudaMemsetAsync(flush, i, 256 << 20));
+    cudaEventRecord(e0);
+    f();
+    cudaEventRecord(e1);
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    return ms;
+  }
+  static double median(std::vector<float> t) {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   }

@@ -194,18 +194,20 @@ void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) 
   T *a = ops.a, *b = ops.b;
   float *c = ops.c;
   auto ma = encode<Cfg>(a, m, k, Cfg::BM), mb = encode<Cfg>(b, n, k, Cfg::BN);
-  double ours = timer.median_ms([&] { launch<Cfg>(ma, mb, m, n, k, c, nullptr, nullptr, splits); });
-  CHECK_CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
   // tf32 against cuBLAS's tf32 GEMM, 3xtf32 against its fp32 SGEMM, bf16/f16 against its own.
   cublasComputeType_t ct =
       Cfg::OPERAND == kf::sm90::Operand::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // Row-major C[m,n] = A[m,k] B[n,k]^T is column-major C^T[n,m] = B^T... : op(B)=T on B (k x n
   // col-major).
-  double blas = timer.median_ms([&] {
-    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, b, Types<Cfg::OPERAND>::blas, k, a,
-                 Types<Cfg::OPERAND>::blas, k, &zero, c, CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
-  });
+  const auto [ours, blas] =
+      timer.median_ms([&] { launch<Cfg>(ma, mb, m, n, k, c, nullptr, nullptr, splits); },
+                      [&] {
+                        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, b,
+                                     Types<Cfg::OPERAND>::blas, k, a, Types<Cfg::OPERAND>::blas, k,
+                                     &zero, c, CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
+                      });
+  CHECK_CUDA(cudaGetLastError());
   double flop = 2.0 * m * n * k;
   if (Cfg::OPERAND == kf::sm90::Operand::Tf32 && m == 1024 && n == 8192) {
     CHECK_CUDA(cudaFuncSetAttribute(sm90_affine<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -214,12 +216,14 @@ void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) 
     CHECK_CUDA(cudaMalloc(&ab, sizeof(float) * 2 * n));
     fill(ab, 2 * static_cast<size_t>(n), rng, 1.0f);
     const int tiles = kf::ceil_div(m, Cfg::BM) * kf::ceil_div(n, Cfg::BN);
-    double affine = timer.median_ms([&] {
-      sm90_affine<Cfg>
-          <<<std::min(tiles, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::smem_bytes(2)>>>(
-              ma, mb, kf::GemmShape{m, n, k}, c, ab, ab + n);
-    });
-    std::printf("epilogue %5d x %5d x %5d: identity %.3f ms, affine %.3f ms\n", m, n, k, ours,
+    const auto [identity, affine] = timer.median_ms(
+        [&] { launch<Cfg>(ma, mb, m, n, k, c, nullptr, nullptr, splits); },
+        [&] {
+          sm90_affine<Cfg>
+              <<<std::min(tiles, Cfg::MIN_BLOCKS * g_sms), Cfg::THREADS, Cfg::smem_bytes(2)>>>(
+                  ma, mb, kf::GemmShape{m, n, k}, c, ab, ab + n);
+        });
+    std::printf("epilogue %5d x %5d x %5d: identity %.3f ms, affine %.3f ms\n", m, n, k, identity,
                 affine);
     cudaFree(ab);
   }

@@ -93,16 +93,16 @@ void sweep(int m, int n, int k, cublasHandle_t h, Timer &timer, int splits = 1) 
   std::mt19937 rng(7);
   const TimedOperands<float> ops(m, n, k, rng);
   float *a = ops.a, *b = ops.b, *c = ops.c;
-  const double ours = timer.median_ms(
-      [&] { launch<Config, TransB, LDA, LDB>(m, n, k, a, b, c, nullptr, nullptr, splits); });
-  CHECK_CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
   // Row-major C [m, n] is column-major C^T [n, m] = op(B) A^T.
-  const double blas = timer.median_ms([&] {
-    cublasGemmEx(h, TransB ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b, CUDA_R_32F,
-                 TransB ? k : n, a, CUDA_R_32F, k, &zero, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                 CUBLAS_GEMM_DEFAULT);
-  });
+  const auto [ours, blas] = timer.median_ms(
+      [&] { launch<Config, TransB, LDA, LDB>(m, n, k, a, b, c, nullptr, nullptr, splits); },
+      [&] {
+        cublasGemmEx(h, TransB ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b,
+                     CUDA_R_32F, TransB ? k : n, a, CUDA_R_32F, k, &zero, c, CUDA_R_32F, n,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      });
+  CHECK_CUDA(cudaGetLastError());
   const double flop = 2.0 * m * n * k;
   std::printf("sweep simt %3dx%-3d %s %5d x %5d x %5d S=%d%s: kfuse %.4f ms (%.1f TFLOP/s)  cuBLAS "
               "%.4f ms (%.1f TFLOP/s)  kfuse/cuBLAS %.2f\n",
