@@ -131,6 +131,59 @@ std::optional<std::string> view_rows_problem(const Graph &g, ValueId v,
       x.str(), y.str(), row_extent(x).str(), rows_x, row_extent(y).str(), rows_y);
 }
 
+std::map<std::string, int64_t> view_consistent_dims(const Graph &g, int64_t size) {
+  // Each view whose row counts differ by name is an equation between two extents; a side that
+  // is one dim alone determines that dim from the other side, unless it appears there.
+  struct Derived {
+    std::string dim;
+    Dim from;
+  };
+  std::vector<Derived> derived;
+  auto derivable = [&](const Dim &side, const Dim &other) {
+    if (side.sym.empty())
+      return false;
+    for (const Derived &d : derived)
+      if (d.dim == side.sym)
+        return false;
+    return other.sym != side.sym &&
+           std::find(other.factors.begin(), other.factors.end(), side.sym) == other.factors.end();
+  };
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    const Value &v = g.values[id];
+    if (!v.is_op() || op_info(v.op).cls != OpClass::View)
+      continue;
+    const Dim x = row_extent(g[v.args[0]].type), y = row_extent(v.type);
+    if (x == y)
+      continue;
+    if (derivable(x, y))
+      derived.push_back({x.sym, y});
+    else if (derivable(y, x))
+      derived.push_back({y.sym, x});
+  }
+  std::map<std::string, int64_t> dims;
+  for (const std::string &d : g.dims)
+    if (std::none_of(derived.begin(), derived.end(), [&](const Derived &x) { return x.dim == d; }))
+      dims[d] = size;
+  auto bound = [&](const Dim &e) {
+    if (!e.sym.empty())
+      return dims.count(e.sym) > 0;
+    return std::all_of(e.factors.begin(), e.factors.end(),
+                       [&](const std::string &f) { return dims.count(f) > 0; });
+  };
+  // Each round binds the derived dims whose other sides are bound; a round binding none ends it.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (const Derived &d : derived)
+      if (!dims.count(d.dim) && bound(d.from)) {
+        dims[d.dim] = d.from.evaluate(dims);
+        progress = true;
+      }
+  }
+  for (const Derived &d : derived)
+    dims.emplace(d.dim, size);
+  return dims;
+}
+
 ValueId view_source(const Graph &g, ValueId v) {
   while (g[v].is_op() && op_info(g[v].op).cls == OpClass::View)
     v = g[v].args[0];

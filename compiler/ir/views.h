@@ -28,6 +28,12 @@ Dim row_extent(const TensorType &t);
 std::optional<std::string> view_rows_problem(const Graph &g, ValueId v,
                                              const std::map<std::string, int64_t> &dims);
 
+// Bindings of every dim of `g` at which its views keep their row counts: each dim bound to
+// `size`, except a dim that a view equates with a product of others (`[N, F]` viewed as
+// `[B, T, F]`: N = B*T), which is bound to that product. A dim the views determine only in a
+// cycle stays at `size` (view_rows_problem then says which view a run at it fails).
+std::map<std::string, int64_t> view_consistent_dims(const Graph &g, int64_t size);
+
 // The value whose buffer `v` is: through every view to the first value that is none.
 ValueId view_source(const Graph &g, ValueId v);
 

@@ -97,7 +97,7 @@ TEST_CASE("cli: plan --prove checks a file in both modes at several sizes") {
 
 TEST_CASE(
     "cli: plan --prove skips the sizes a file cannot run at, and fails where it runs at none") {
-  // N must equal B*T: of the sizes 1, 2 and 5 for every dim, only 1 runs.
+  // N must equal B*T: the sizes bind N to B*T; sizes given that break it are not run.
   const std::string dir = "/tmp/kfuse-cli-prove";
   std::filesystem::create_directories(dir);
   const std::string kf = dir + "/regroup.kf";
@@ -109,13 +109,19 @@ TEST_CASE(
   ToolRun r = run_kfuse("plan --prove " + kf);
   INFO(r.out, r.err);
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("T=1          agrees") != std::string::npos);
-  CHECK(r.out.find("T=2          not run: %2 (reshape) views f32[N, 4] [2, 4] as f32[B, T, 4] "
-                   "[2, 2, 4]: the bound dims give them different element counts\n") !=
-        std::string::npos);
+  for (const char *size : {"B=1          N=1          T=1          agrees",
+                           "B=2          N=4          T=2          agrees",
+                           "B=5          N=25         T=5          agrees"}) {
+    CHECK(r.out.find(std::string("train ") + size) != std::string::npos);
+    CHECK(r.out.find(std::string("eval  ") + size) != std::string::npos);
+  }
+  CHECK(r.out.find("not run") == std::string::npos);
   CHECK(r.out.find("PROVED") != std::string::npos);
   ToolRun none = run_kfuse("plan --prove " + kf + " --dim N=5 --dim B=2 --dim T=3");
   CHECK(none.exit_code == 1);
+  CHECK(none.out.find("T=3          not run: %2 (reshape) views f32[N, 4] [5, 4] as f32[B, T, 4] "
+                      "[2, 3, 4]: the bound dims give them different element counts\n") !=
+        std::string::npos);
   CHECK(none.out.find("FAILED: the file runs at none of these sizes (--dim gives others)\n") !=
         std::string::npos);
   ToolRun given = run_kfuse("plan --prove " + kf + " --dim N=6 --dim B=2 --dim T=3");

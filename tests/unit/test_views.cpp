@@ -3,6 +3,7 @@
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/views.h"
 #include "compiler/lower.h"
 #include "compiler/plan/agreement.h"
 #include "compiler/plan/plan_printer.h"
@@ -182,6 +183,30 @@ TEST_CASE("views: every pass and the plan agree with the interpreter on pipeline
         INFO(g.name, " ", ir::mode_name(mode), " worst stage ", worst.stage);
         CHECK(worst.error <= 1e-12);
       }
+}
+
+TEST_CASE("views: dims a view equates with a product of others are bound to that product") {
+  // N = B*T through the first reshape; M = 2*N through the second, bound once N is.
+  ir::Graph regroup = parse_text("pipeline regroup {\n  dim M, N, B, T\n  input x: f32[N, 4]\n"
+                                 "  input y: f32[B, T, 4]\n  input z: f32[M, 4]\n"
+                                 "  return add(reshape(x, shape=[B, T, 4]), y), "
+                                 "reshape(z, shape=[2, N, 4])\n}\n");
+  CHECK(ir::view_consistent_dims(regroup, 3) ==
+        ir::DimBindings{{"B", 3}, {"T", 3}, {"N", 9}, {"M", 18}});
+  for (int64_t n : {1, 2, 5}) {
+    const ir::DimBindings dims = ir::view_consistent_dims(regroup, n);
+    for (size_t v = 0; v < regroup.values.size(); ++v)
+      if (regroup.values[v].is_op() && ir::op_info(regroup.values[v].op).cls == ir::OpClass::View)
+        CHECK_FALSE(ir::view_rows_problem(regroup, static_cast<ir::ValueId>(v), dims));
+  }
+  // Views whose rows are the same extent, and files with no view, bind every dim to the size.
+  CHECK(ir::view_consistent_dims(parse_text(kProjection), 5) ==
+        ir::DimBindings{{"B", 5}, {"T", 5}});
+  // Two dims equated with each other: one is bound to the other.
+  ir::Graph pair =
+      parse_text("pipeline pair {\n  dim N, M\n  input x: f32[N, 4]\n"
+                 "  input y: f32[M, 4]\n  return add(reshape(x, shape=[M, 4]), y)\n}\n");
+  CHECK(ir::view_consistent_dims(pair, 2) == ir::DimBindings{{"M", 2}, {"N", 2}});
 }
 
 TEST_CASE("views: a view is no kernel and no copy, `kfuse plan` lists it as the buffer it views") {

@@ -2,11 +2,13 @@
 //                 [--precision P] [--arch sm_XX] [--no-tuned]: the text form ends with each GEMM
 //                 kernel's config at that precision and why (heuristic, or tuned on this GPU)
 // kfuse plan F.kf --prove [--dim N=...]: proof by interpretation of the plan of F.kf in both
-// modes, on random data at several sizes (every dim bound to 1, 2 and 5, or to the --dim
-// values given; a size the file cannot run at is said and skipped); exits 1 when a pass or the
-// partition disagrees with the file, or when the file runs at none of the sizes.
+// modes, on random data at several sizes (every dim bound to 1, 2 and 5, a dim that a view
+// equates with a product of others to that product, or the --dim values given; a size the file
+// cannot run at is said and skipped); exits 1 when a pass or the partition disagrees with the
+// file, or when the file runs at none of the sizes.
 #include "compiler/dsl/diagnostics.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/views.h"
 #include "compiler/lower.h"
 #include "compiler/plan/agreement.h"
 #include "compiler/plan/plan_printer.h"
@@ -29,12 +31,8 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
   if (!given.empty() || g.dims.empty()) {
     sizes.push_back(given);
   } else {
-    for (int64_t n : {1, 2, 5}) {
-      ir::DimBindings dims;
-      for (const std::string &d : g.dims)
-        dims[d] = n;
-      sizes.push_back(dims);
-    }
+    for (int64_t n : {1, 2, 5})
+      sizes.push_back(ir::view_consistent_dims(g, n));
   }
   std::string out;
   bool agree = true;
