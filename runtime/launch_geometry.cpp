@@ -36,17 +36,15 @@ int64_t kblock_times(const codegen::LaunchGeometry &g, int64_t tiles, int64_t kb
 }
 
 // Split-K's rule. The batch (a GEMM's rows) is bound only now, and a GEMM's output tiles rarely
-// fill whole waves of the GPU's block slots (blocks_per_sm * SMs). Splitting each tile's K S
-// ways makes tiles * S work units:
-// - fewer tiles than SMs (few rows: 8 tiles of 128 x 128 at 128 x 1024 leave 124 of 132 SMs
-//   idle): the largest S with tiles * S <= slots (one wave: a second, partial wave would cost
-//   as much as the first);
-// - a tile per SM or more (192 tiles on 132 SMs leave 72 of them idle in the second wave):
-//   a unit is kblocks / S of the tile's k-blocks plus the split's partial tile
-//   (split_cost_kblocks), and the units take ceil(tiles * S / slots) waves, so S is the count
-//   with the fewest k-block times (kblock_times; the smallest such S), where that saves at least a
-//   tenth of S = 1's: the estimate's margin (on the H100, 384 SIMT tiles of 48 k-blocks on 264
-//   slots, estimated 12% faster split in 2, ran 5% slower).
+// fill whole waves of the GPU's block slots (blocks_per_sm * SMs): 8 tiles of 128 x 128 at
+// 128 x 1024 leave 124 of 132 SMs idle, 192 tiles leave 72 idle in their second wave. Splitting
+// each tile's K S ways makes tiles * S work units, each kblocks / S of the tile's k-blocks plus
+// the split's partial tile (split_cost_kblocks), taking ceil(tiles * S / slots) waves; S is the
+// count with the fewest k-block times (kblock_times; the smallest such S), where that saves at
+// least a tenth of S = 1's: the estimate's margin (on the H100, 384 SIMT tiles of 48 k-blocks on
+// 264 slots, estimated 12% faster split in 2, ran 5% slower). Few tiles are weighed the same
+// way: a short K does not pay for the partial tiles (the sm90 GEMM at 128 x 1024 x 512, 16 tiles
+// of 16 k-blocks: 10 us at S = 1, 13 at S = 8, docs/PERF.md).
 // S is at most kMaxSplits (the last split of a tile reads all S partial tiles alone, so the
 // reduction grows with S) and at most kblocks / kMinSplitKBlocks (each split keeps a few
 // k-blocks to stream through its pipeline), and at most max_splits when set, else at most the
@@ -79,8 +77,6 @@ int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, in
   if (bound == 1 || tiles == 0 || multiprocessors <= 0)
     return 1;
   const int64_t slots = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;
-  if (tiles < multiprocessors)
-    return static_cast<int>(std::max<int64_t>(1, std::min(bound, slots / tiles)));
   const int64_t kblocks = ceil_div(extent(g.inner, dims), g.tile_k);
   auto time = [&](int64_t s) { return kblock_times(g, tiles, kblocks, slots, s); };
   int64_t best = 1;

@@ -26,15 +26,19 @@ namespace {
 
 const char *kLinear = "pipeline linear {\n  dim N\n  input x: f32[N, 512]\n"
                       "  param w: f32[1024, 512]\n  return linear(x, w)\n}\n";
+// K deep enough for the sm90 GEMM's split-K to pay at few rows.
+const char *kDeepLinear = "pipeline linear {\n  dim N\n  input x: f32[N, 4096]\n"
+                          "  param w: f32[1024, 4096]\n  return linear(x, w)\n}\n";
 
-// One run of `p` at `rows` rows on zeroed data (S depends on the shape only).
-void run_at(Pipeline &p, int64_t rows, rt::Stream &stream) {
-  rt::DeviceBuffer x(static_cast<size_t>(rows * 512 * 4)), w(1024 * 512 * 4),
+// One run of `p` (1024 features of `k`) at `rows` rows on zeroed data (S depends on the shape
+// only).
+void run_at(Pipeline &p, int64_t rows, rt::Stream &stream, int64_t k = 512) {
+  rt::DeviceBuffer x(static_cast<size_t>(rows * k * 4)), w(static_cast<size_t>(1024 * k * 4)),
       out(static_cast<size_t>(rows * 1024 * 4));
   x.fill_bytes(0);
   w.fill_bytes(0);
-  p.bind("w", {reinterpret_cast<void *>(w.ptr()), {1024, 512}});
-  const Tensor in{reinterpret_cast<void *>(x.ptr()), {rows, 512}};
+  p.bind("w", {reinterpret_cast<void *>(w.ptr()), {1024, k}});
+  const Tensor in{reinterpret_cast<void *>(x.ptr()), {rows, k}};
   const Tensor result{reinterpret_cast<void *>(out.ptr()), {rows, 1024}};
   p.run(&in, 1, &result, 1, stream.handle());
   stream.synchronize();
@@ -67,7 +71,7 @@ TEST_CASE("gpu gemm launches: each GEMM's tile and the split-K S of its last run
   tf32.mode = Mode::Eval;
   tf32.precision = Precision::TF32;
   tf32.use_tuned = false; // the heuristics' tile and split-K cap, whatever the cache holds
-  Pipeline p = Pipeline::from_string(kLinear, "linear.kf", tf32);
+  Pipeline p = Pipeline::from_string(kDeepLinear, "linear.kf", tf32);
 
   std::vector<rt::GemmLaunch> gemms = rt::PipelineAccess::gemm_launches(p);
   REQUIRE(gemms.size() == 1);
@@ -76,22 +80,28 @@ TEST_CASE("gpu gemm launches: each GEMM's tile and the split-K S of its last run
   CHECK(!gemms[0].tile.empty()); // tf32 with K % 4 == 0: the Hopper mainloop's tiles
   CHECK(gemms[0].config == p.report().kernels.at(0).config);
 
-  run_at(p, 128, stream);
+  run_at(p, 128, stream, 4096);
   CHECK(rt::PipelineAccess::gemm_launches(p).at(0).splits > 1);
-  run_at(p, 16384, stream); // tiles for every SM: K whole
+  run_at(p, 16384, stream, 4096); // tiles for every SM: K whole
   CHECK(rt::PipelineAccess::gemm_launches(p).at(0).splits == 1);
 
   tf32.max_split_k = 1;
-  Pipeline capped = Pipeline::from_string(kLinear, "linear.kf", tf32);
-  run_at(capped, 128, stream);
+  Pipeline capped = Pipeline::from_string(kDeepLinear, "linear.kf", tf32);
+  run_at(capped, 128, stream, 4096);
   CHECK(rt::PipelineAccess::gemm_launches(capped).at(0).splits == 1);
+
+  // K = 512: 16 k-blocks do not pay for split-K's partial tiles (launch_geometry.cpp).
+  Pipeline shallow = Pipeline::from_string(kLinear, "linear.kf", tf32);
+  run_at(shallow, 128, stream);
+  CHECK(rt::PipelineAccess::gemm_launches(shallow).at(0).splits == 1);
 }
 
 TEST_CASE("gpu gemm launches: kfuse bench --json reports the fused GEMM's tile and S") {
   TempCache cache;
   const std::string json = cache.dir + "/bench.json";
+  // fp32: the SIMT GEMM splits K = 512 at 128 rows.
   const std::string bench = "bench examples/gemm_scale_bn_512x1024.kf --dim N=128 --mode eval "
-                            "--precision tf32 --iters 3 --warmup 1 --json " +
+                            "--precision fp32 --iters 3 --warmup 1 --json " +
                             json;
   for (const char *cap : {"", " --max-split-k 1"}) {
     INFO("kfuse ", bench, cap);

@@ -112,7 +112,7 @@ TEST_CASE("gpu split-K: runs repeat bit for bit, and agree with split-K turned o
   rt::Stream stream;
   for (Precision precision : {Precision::FP32, Precision::TF32})
     for (auto [m, n, k] :
-         {std::tuple{128, 1024, 512}, std::tuple{17, 300, 4100}, std::tuple{1, 5, 512}}) {
+         {std::tuple{128, 1024, 2048}, std::tuple{17, 300, 4100}, std::tuple{1, 5, 2048}}) {
       INFO("precision ", precision == Precision::FP32 ? "fp32" : "tf32", " ", m, " x ", n, " x ",
            k);
       Pipeline split = Pipeline::from_string(linear(k, n), "linear.kf", with(precision, 0));

@@ -72,14 +72,16 @@ TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT tiles, 16-deep k-block
   CHECK(splits(narrow, 1024, 132) == 1);
   CHECK(splits(narrow, 128, 16) == 1); // 32 tiles on 16 SMs
 
-  // K bounds S: each split keeps at least 2 k-blocks.
+  // K bounds S (each split keeps at least 2 k-blocks), and a short K does not pay for the
+  // partial tiles (4 k-block times each for the SIMT GEMM).
   auto s_at_k = [](int k) {
     const codegen::Program p = codegen::generate(linear_plan(k, 1024), codegen::GemmMath::Fp32);
     return splits(gemm_geometry(p), 128, 132);
   };
-  CHECK(s_at_k(19) == 1);   // 2 k-blocks
-  CHECK(s_at_k(64) == 2);   // 4 k-blocks
-  CHECK(s_at_k(100) == 3);  // 7 k-blocks
+  CHECK(s_at_k(19) == 1);   // 2 k-blocks: no second split
+  CHECK(s_at_k(64) == 1);   // 4 k-blocks: 2 + 4 k-block times split in 2, against 4
+  CHECK(s_at_k(100) == 1);  // 7 k-blocks: 3 + 4 split in 3, against 7 (not a tenth less)
+  CHECK(s_at_k(160) == 4);  // 10 k-blocks: 3 + 4 split in 4 (the bound 5 takes two waves)
   CHECK(s_at_k(4100) == 4); // 257 k-blocks: the 32 tiles x 4 splits fill 132 SMs
   CHECK(rt::may_split(
             gemm_geometry(codegen::generate(linear_plan(19, 1024), codegen::GemmMath::Fp32)),
@@ -96,18 +98,27 @@ TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blo
   CHECK(t.grid == codegen::LaunchGeometry::Grid::Persistent);
   CHECK(t.blocks_per_sm == 2);
   CHECK(t.tile_k == 32);
-  CHECK(splits(t, 128, 132) == 8); // 16 k-blocks: the cap
-  const rt::LaunchShape shape = rt::resolve(t, {{"N", 128}}, 132, 0);
+  // 16 k-blocks: a partial tile costs the sm90 GEMM 16 k-block times, more than a split saves
+  // (on the H100 the GEMM alone took 10 us unsplit, 13 us split 8 ways).
+  CHECK(splits(t, 128, 132) == 1);
+  CHECK(rt::resolve(t, {{"N", 128}}, 132, 0).grid.x == 16);
+  CHECK(rt::resolve(t, {{"N", 4096}}, 132, 0).grid.x == 264);
+  // 128 k-blocks: 16 + 16 split 8 ways, against 128.
+  const codegen::LaunchGeometry &deep =
+      gemm_geometry(codegen::generate(linear_plan(4096, 1024), codegen::GemmMath::Tf32, "sm_90a"));
+  const rt::LaunchShape shape = rt::resolve(deep, {{"N", 128}}, 132, 0);
   CHECK(shape.splits == 8);
   CHECK(shape.grid.x == 128); // 16 tiles x 8 splits, within 264 slots
-  CHECK(rt::resolve(t, {{"N", 4096}}, 132, 0).grid.x == 264);
 
   const codegen::Program bf16 =
       codegen::generate(linear_plan(512, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a");
   const codegen::LaunchGeometry &b = gemm_geometry(bf16);
   CHECK(b.tile_k == 64);
-  CHECK(splits(b, 128, 132) == 4); // 8 k-blocks of 64: 4 splits of 2
-  CHECK(rt::resolve(b, {{"N", 128}}, 132, 0).grid.x == 64);
+  CHECK(splits(b, 128, 132) == 1); // 8 k-blocks of 64: too few to split
+  const codegen::LaunchGeometry &b_deep = gemm_geometry(
+      codegen::generate(linear_plan(4096, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a"));
+  CHECK(splits(b_deep, 128, 132) == 8); // 64 k-blocks: 8 + 16 split 8 ways, against 64
+  CHECK(rt::resolve(b_deep, {{"N", 128}}, 132, 0).grid.x == 128);
 
   // The mma.sync mainloop (K not a multiple of 4): 128 x 256 tiles, 32-deep k-blocks.
   const codegen::Program tc = codegen::generate(linear_plan(510, 1024), codegen::GemmMath::Tf32);
