@@ -104,8 +104,9 @@ TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blo
   CHECK(rt::resolve(t, {{"N", 128}}, 132, 0).grid.x == 16);
   CHECK(rt::resolve(t, {{"N", 4096}}, 132, 0).grid.x == 264);
   // 128 k-blocks: 16 + 16 split 8 ways, against 128.
-  const codegen::LaunchGeometry &deep =
-      gemm_geometry(codegen::generate(linear_plan(4096, 1024), codegen::GemmMath::Tf32, "sm_90a"));
+  const codegen::Program tf32_deep =
+      codegen::generate(linear_plan(4096, 1024), codegen::GemmMath::Tf32, "sm_90a");
+  const codegen::LaunchGeometry &deep = gemm_geometry(tf32_deep);
   const rt::LaunchShape shape = rt::resolve(deep, {{"N", 128}}, 132, 0);
   CHECK(shape.splits == 8);
   CHECK(shape.grid.x == 128); // 16 tiles x 8 splits, within 264 slots
@@ -115,8 +116,9 @@ TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blo
   const codegen::LaunchGeometry &b = gemm_geometry(bf16);
   CHECK(b.tile_k == 64);
   CHECK(splits(b, 128, 132) == 1); // 8 k-blocks of 64: too few to split
-  const codegen::LaunchGeometry &b_deep = gemm_geometry(
-      codegen::generate(linear_plan(4096, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a"));
+  const codegen::Program bf16_deep =
+      codegen::generate(linear_plan(4096, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a");
+  const codegen::LaunchGeometry &b_deep = gemm_geometry(bf16_deep);
   CHECK(splits(b_deep, 128, 132) == 8); // 64 k-blocks: 8 + 16 split 8 ways, against 64
   CHECK(rt::resolve(b_deep, {{"N", 128}}, 132, 0).grid.x == 128);
 
