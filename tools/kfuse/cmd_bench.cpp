@@ -272,11 +272,13 @@ int cmd_bench(int argc, char **argv) {
       c.error = e.what();
     }
   };
+  const std::vector<Tensor> unfused_tensors = tensors_of(unfused_out),
+                            fused_tensors = tensors_of(fused_out);
   enter(c_cublas, run_cublas);
   if (unfused)
-    enter(c_unfused, [&](CUstream st) { unfused->run(inputs, tensors_of(unfused_out), st); });
+    enter(c_unfused, [&](CUstream st) { unfused->run(inputs, unfused_tensors, st); });
   if (fused)
-    enter(c_fused, [&](CUstream st) { fused->run(inputs, tensors_of(fused_out), st); });
+    enter(c_fused, [&](CUstream st) { fused->run(inputs, fused_tensors, st); });
   if (!works.empty()) {
     try {
       std::vector<rt::TimingStats> stats =
