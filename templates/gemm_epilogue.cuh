@@ -35,18 +35,21 @@
 //   static int group_rows(int group, int tile_rows)   rows of that set below tile_rows
 //   static float &at(Acc &acc, int i, int j)   the register of accumulator (i, j)
 //   static void sync()                         barrier over the epilogue's threads
-//   STAGED_STORE         true: the store passes each warp's values through shared memory (see
-//                        Stores); such a fragment also has
+//   STORE                how the tile goes out (Store, see Stores): Direct from the registers;
+//                        WarpSlices, each warp's values through its slice of shared memory,
+//                        where the fragment also has
 //   WARP_ROWS, int warp_row0()   a warp's accumulators lie on its rows warp_row0() ..
 //                        warp_row0() + WARP_ROWS - 1 (a multiple of 4) and all BN columns; col(j)
 //                        increases with j, a thread holds as many columns in every 128 bytes of
-//                        a row, and no VEC of them straddle 16 bytes
+//                        a row, and no VEC of them straddle 16 bytes;
+//                        Tile, the whole tile through shared memory, where VEC is 4, col(j) is a
+//                        multiple of 4 for j a multiple of 4, and THREADS is a multiple of BN / 4
 //
 // Out: C's element type, float, kf::bf16 or kf::f16 (dtype.cuh); each value is rounded once to it.
 // Stores: VEC-wide vector stores where C is VEC-element aligned and ldc a multiple of VEC and
 // the VEC columns are inside n; guarded scalar stores otherwise. Rows past m are not written.
 // Addresses are computed in 64-bit. Where Statistics, the stored values replace the accumulators
-// they came from. Where Fragment::STAGED_STORE, the tile goes out in chunks of CHUNK = 128 /
+// they came from. Where Fragment::STORE is WarpSlices, the tile goes out in chunks of CHUNK = 128 /
 // sizeof(Out) columns: a warp first writes its values of a chunk, rounded to Out, to its own
 // WARP_ROWS x 128-byte slice of the scratch (epilogue_store_bytes<Fragment>(); 16-byte units
 // swizzled by row % 8, so neither side conflicts on banks), then stores the slice's rows to C as
@@ -54,12 +57,19 @@
 // or the vector crosses n). Between two chunks' stores to C the epilogue writes only shared
 // memory, so the loads of the functor's inputs (a residual, say) of a whole chunk can be in
 // flight at once: a store to C, which the compiler cannot tell from them, holds back every
-// later load.
+// later load. Where Fragment::STORE is Tile, the accumulators go to shared scratch as they are
+// ([BM][rows_stage_ld] fp32, epilogue_tile_bytes<Fragment>(), which the mainloop provides), and a
+// loop over the tile's rows, not unrolled, applies the functor and stores: thread t takes columns
+// 4 * (t % (BN / 4)) .. + 3 (their Columns evaluated once) of rows t / (BN / 4), + THREADS /
+// (BN / 4), ...; a warp's stores are whole 512-byte row segments. The functor's code is then in
+// the kernel a few times instead of once per accumulator (a tile of 64 accumulators per thread
+// had it 128 times), which keeps the kernel small: shorter compiles, fewer instruction-cache
+// misses. Rows past m and columns past n are applied at m - 1 and n - 1 and not stored.
 //
 // Inputs: the epilogue loads the matrices' elements apply() is given. Where
-// Fragment::STAGED_STORE, those of a chunk are loaded into registers (2-byte elements two to a
-// register) before the chunk before it is applied, so that their latency passes while that
-// chunk is applied and stored: one load latency waited out per tile, not one per chunk.
+// Fragment::STORE is WarpSlices, those of a chunk are loaded into registers (2-byte elements two to
+// a register) before the chunk before it is applied, so that their latency passes while that chunk
+// is applied and stored: one load latency waited out per tile, not one per chunk.
 //
 // Column statistics (partial_mean != nullptr; partial_mean and partial_m2 are both null or both
 // valid): for the tile at row tile tm, rows [tm * BM, min(tm * BM + BM, m)), and each valid
@@ -82,7 +92,7 @@
 //       runs the passes over row `row` of the product, whose n values are x[0 .. n - 1]
 // The epilogue stages the tile's values (as stored: rounded to Out where C is written; C may be
 // null, the values then being needed by the rows only) in shared scratch, [BM][rows_stage_ld]
-// fp32 (epilogue_rows_bytes<Fragment>() bytes, which the mainloop provides), then team t of
+// fp32 (epilogue_tile_bytes<Fragment>() bytes, which the mainloop provides), then team t of
 // LANES lanes (lanes t * LANES .. of warp t * LANES / 32 of the epilogue) stores rows t,
 // t + THREADS / LANES, ... of the tile to C (where written) and runs their passes: a warp runs
 // 32 / LANES rows at once. NoRows: none.
@@ -119,13 +129,17 @@ template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_stats_bytes() {
 // A staged row's stride in floats: 16-byte aligned rows for the passes' vector reads.
 template <class Fragment> KF_HOST_DEVICE constexpr int rows_stage_ld() { return Fragment::BN + 4; }
 
-// Shared scratch of the staged store: a warp's rows, 128 bytes of each.
+// How a fragment's tile goes out (Fragment::STORE; Stores, above).
+enum class Store { Direct, WarpSlices, Tile };
+
+// Shared scratch of the store through warp slices: a warp's rows, 128 bytes of each.
 template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_store_bytes() {
-  return Fragment::STAGED_STORE ? Fragment::THREADS / 32 * Fragment::WARP_ROWS * 128 : 0;
+  return Fragment::STORE == Store::WarpSlices ? Fragment::THREADS / 32 * Fragment::WARP_ROWS * 128
+                                              : 0;
 }
 
-// Shared scratch of a tile staged for its rows' passes.
-template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_rows_bytes() {
+// Shared scratch of a whole tile staged: for its rows' passes, or by Store::Tile.
+template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_tile_bytes() {
   return Fragment::BM * rows_stage_ld<Fragment>() * 4;
 }
 
@@ -174,11 +188,15 @@ struct GemmEpilogue {
     if (u.splits > 1 && !split_k_reduce(f, u, split_partials, split_counters, acc,
                                         reinterpret_cast<int *>(scratch)))
       return;
+    if constexpr (Fragment::STORE == Store::Tile) {
+      store_tile<Cached>(f, s, u.tile, acc, cache, scratch);
+      return;
+    }
     if constexpr (Rows::ENABLED) {
       run_rows<Cached>(f, s, u.tile, acc, cache, scratch);
       return;
     }
-    if constexpr (Fragment::STAGED_STORE)
+    if constexpr (Fragment::STORE == Store::WarpSlices)
       store_staged<Cached>(f, s, u, acc, cache, scratch);
     else
       store<Cached>(f, s, u.tile, acc, cache);
@@ -418,6 +436,89 @@ private:
             to[e] = y[e];
         }
       }
+    }
+  }
+
+  // The store of a tile staged whole (Store::Tile, above), then its row passes or statistics.
+  // Reads the scratch until it returns.
+  template <bool Cached, class Fragment, class Acc>
+  __device__ void store_tile(const Fragment &f, GemmShape s, TileCoord tc, Acc &acc,
+                             const Column *cache, float *scratch) const {
+    constexpr int LD = rows_stage_ld<Fragment>(), V = 4, VECS = Fragment::BN / V;
+    constexpr int STEP = Fragment::THREADS / VECS; // rows one round of the loop covers
+    static_assert(Fragment::VEC == V && Fragment::THREADS % VECS == 0 && Fragment::BM % STEP == 0,
+                  "a thread's accumulators in float4s; whole rows per round, whole rounds");
+    const int m0 = tc.m * Fragment::BM, n0 = tc.n * Fragment::BN;
+    Fragment::sync(); // the mainloop's stages and split-K's flag alias the scratch
+#pragma unroll
+    for (int i = 0; i < Fragment::ROWS; ++i)
+#pragma unroll
+      for (int j = 0; j < Fragment::COLS; j += V)
+        *reinterpret_cast<float4 *>(scratch + f.row(i) * LD + f.col(j)) =
+            make_float4(Fragment::at(acc, i, j), Fragment::at(acc, i, j + 1),
+                        Fragment::at(acc, i, j + 2), Fragment::at(acc, i, j + 3));
+    Fragment::sync();
+
+    const int tile_col = f.thread % VECS * V, c0 = n0 + tile_col;
+    Column cols[V];
+    columns<Cached>(s, n0, c0, cache, cols);
+    // Where V divides n (n is a literal in generated code), the vector lies wholly inside n or
+    // wholly past it: one clamp, its columns at immediate offsets from it.
+    const bool even = s.n % V == 0;
+    const int col0 = min(c0, s.n - V);
+    const bool whole = c0 + V <= s.n, vec_c = whole && gemm_detail::vector_ok<V>(C, ldc);
+    // The stored values go back to the scratch for the row passes and the statistics.
+    constexpr bool KEEP = Rows::ENABLED || Statistics;
+#pragma unroll 2
+    for (int round = 0; round < Fragment::BM / STEP; ++round) {
+      const int r = f.thread / VECS + round * STEP;
+      const int row = min(m0 + r, s.m - 1);
+      float *staged = scratch + r * LD + tile_col;
+      const float4 x4 = *reinterpret_cast<const float4 *>(staged);
+      const float x[V] = {x4.x, x4.y, x4.z, x4.w};
+      float y[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int col = even ? col0 + e : min(c0 + e, s.n - 1);
+        float in[INPUTS];
+        load_matrix_elements(functor, row, col, in);
+        y[e] = functor.apply(cols[e], row, col, x[e], in);
+        if constexpr (Rows::ENABLED)
+          if (C != nullptr)
+            y[e] = to_float(from_float<Out>(y[e]));
+      }
+      if constexpr (KEEP)
+        *reinterpret_cast<float4 *>(staged) = make_float4(y[0], y[1], y[2], y[3]);
+      if (Rows::ENABLED || m0 + r >= s.m)
+        continue; // the row passes store C
+      Out *crow = C + (static_cast<long long>(row) * ldc + c0);
+      if (vec_c) {
+        gemm_detail::store_vector<V>(crow, y);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          if (c0 + e < s.n)
+            kf::store(crow + e, y[e]);
+      }
+    }
+    if constexpr (Rows::ENABLED) {
+      Fragment::sync();
+      rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, min(Fragment::BM, s.m - m0), s.n, scratch);
+    } else if constexpr (Statistics) {
+      if (partial_mean == nullptr)
+        return;
+      Fragment::sync();
+#pragma unroll
+      for (int i = 0; i < Fragment::ROWS; ++i)
+#pragma unroll
+        for (int j = 0; j < Fragment::COLS; j += V) {
+          const float4 y4 = *reinterpret_cast<const float4 *>(scratch + f.row(i) * LD + f.col(j));
+          Fragment::at(acc, i, j) = y4.x;
+          Fragment::at(acc, i, j + 1) = y4.y;
+          Fragment::at(acc, i, j + 2) = y4.z;
+          Fragment::at(acc, i, j + 3) = y4.w;
+        }
+      statistics(f, s, tc, acc, scratch);
     }
   }
 

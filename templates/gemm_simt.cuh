@@ -18,8 +18,8 @@
 // Launch geometry (the generated entry point must use exactly this): block =
 // dim3(Config::THREADS), grid = one block per work unit (tile and K split) of the scheduler
 // TileScheduler<BM, BN, GROUP_M> (its K is split in k-blocks of BK), dynamic shared memory =
-// Config::SMEM_BYTES (ROWS_SMEM_BYTES where the epilogue runs row passes; above 48 KiB the
-// launcher raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
+// Config::SMEM_BYTES (above 48 KiB the launcher raises
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
 // __launch_bounds__(Config::THREADS, Config::MIN_BLOCKS), whose register cap keeps MIN_BLOCKS
 // blocks per SM. Blocks write disjoint tiles of C and of the partial statistics (split-K: the
 // tile's last split).
@@ -34,8 +34,9 @@
 // that a slice's copies cost little more than their own issue. B when !TransB is already
 // n-major and goes in with 16-byte cp.async.cg where allowed (NMajorCopy; see Sizes).
 //
-// Epilogue: gemm_epilogue.cuh's, with SimtFragment's layout (float4 stores of C); its
-// statistics scratch and staged rows reuse the pipeline's shared memory.
+// Epilogue: gemm_epilogue.cuh's, with SimtFragment's layout, staging the whole tile
+// (Store::Tile: the functor applied by a loop over the tile's rows) in the pipeline's shared
+// memory, as do its statistics and row passes.
 //
 // Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Elements of a K-slice past k are
 // zero-filled by the copies (src-size 0, nothing read; the source address is then the matrix
@@ -67,7 +68,7 @@ template <int BlockM, int BlockN, int WarpsM, int WarpsN, int Threads> struct Si
   static constexpr int VEC = 4;             // columns tx*4 + {0..3} (and BN / 2 + tx*4 + ...)
   static constexpr int ROW_LANE_SHIFT = 3;  // lane / 8 picks the row group inside a warp
   static constexpr int ROW_GROUPS = WarpsM; // warp row w: rows 16w.. (and BM / 2 + 16w..)
-  static constexpr bool STAGED_STORE = false;
+  static constexpr Store STORE = Store::Tile;
   static constexpr int THREADS = Threads;
   static_assert((ROWS == 4 || ROWS == 8) && (COLS == 4 || COLS == 8),
                 "a thread holds one or two groups of 4 rows and of 4 columns");
@@ -118,14 +119,10 @@ struct SimtGemm {
   static constexpr int A_FLOATS = BK * LDA, B_FLOATS = BK * LDB;
   static constexpr int STAGE_FLOATS = A_FLOATS + B_FLOATS;
   static constexpr int MAINLOOP_BYTES = STAGES * STAGE_FLOATS * 4;
-  static constexpr int SMEM_BYTES = MAINLOOP_BYTES > epilogue_stats_bytes<Fragment>()
+  // The epilogue stages the whole tile (Store::Tile) in the same shared memory.
+  static constexpr int SMEM_BYTES = MAINLOOP_BYTES > epilogue_tile_bytes<Fragment>()
                                         ? MAINLOOP_BYTES
-                                        : epilogue_stats_bytes<Fragment>();
-  // A kernel whose epilogue runs row passes (gemm_epilogue.cuh's Rows) stages its tile in the
-  // same shared memory, which then needs this much.
-  static constexpr int ROWS_SMEM_BYTES = SMEM_BYTES > epilogue_rows_bytes<Fragment>()
-                                             ? SMEM_BYTES
-                                             : epilogue_rows_bytes<Fragment>();
+                                        : epilogue_tile_bytes<Fragment>();
   // The transposing copies: THREADS / 8 rows per round (a thread: k offsets t % 8 and + 8).
   static constexpr int COPY_ROWS = THREADS / 8;
 
@@ -134,7 +131,8 @@ struct SimtGemm {
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
   static_assert(LDA % 4 == 0 && LDA % 32 == 4 && LDB % 4 == 0 && LDB % 32 == 4,
                 "fragment reads are 16 bytes; the transposing copies need stride = 4 mod 32");
-  static_assert(MIN_BLOCKS * ROWS_SMEM_BYTES <= 227 * 1024, "MIN_BLOCKS blocks must fit an SM");
+  static_assert(epilogue_stats_bytes<Fragment>() <= SMEM_BYTES, "the statistics scratch fits");
+  static_assert(MIN_BLOCKS * SMEM_BYTES <= 227 * 1024, "MIN_BLOCKS blocks must fit an SM");
 };
 
 // The throughput tile: 64 FFMAs per 4 fragment loads, 128 registers (two blocks per SM).

@@ -155,7 +155,7 @@ template <int BlockN, int BlockM> struct Sm90Fragment {
   static constexpr int ROW_LANE_SHIFT = 2;   // g = lane / 4
   static constexpr int ROW_GROUPS = BM / 16; // the consumer warps
   static constexpr int THREADS = 2 * BM;     // the consumer warpgroups
-  static constexpr bool STAGED_STORE = true;
+  static constexpr Store STORE = Store::WarpSlices;
   static constexpr int WARP_ROWS = 16;
   int thread, warp, g, q;
   KF_HOST_DEVICE explicit Sm90Fragment(int t)
@@ -201,7 +201,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
   static_assert(epilogue_stats_bytes<Fragment>() <= Config::SCRATCH_BYTES &&
                     epilogue_store_bytes<Fragment>() <= Config::SCRATCH_BYTES,
                 "the scratch fits");
-  static_assert(!Epilogue::STAGES_ROWS || epilogue_rows_bytes<Fragment>() <= Config::SCRATCH_BYTES,
+  static_assert(!Epilogue::STAGES_ROWS || epilogue_tile_bytes<Fragment>() <= Config::SCRATCH_BYTES,
                 "the staged tile fits the scratch (Sm90Gemm's StagedRows)");
   extern __shared__ unsigned char kf_sm90_smem[];
   // Aligned by pointer arithmetic, not through an integer: the compiler then knows every

@@ -81,7 +81,7 @@ template <int BlockN> struct TcFragment {
   static constexpr int VEC = 2;
   static constexpr int ROW_LANE_SHIFT = 2; // g = lane / 4
   static constexpr int ROW_GROUPS = 2;     // wm: rows 0..63 and 64..127
-  static constexpr bool STAGED_STORE = false;
+  static constexpr Store STORE = Store::Direct;
   static constexpr int THREADS = GEMM_TC_THREADS;
   int thread, wm, wn, g, q;
   KF_HOST_DEVICE explicit TcFragment(int t)
@@ -108,8 +108,8 @@ KF_HOST_DEVICE constexpr int gemm_tc_smem_bytes(int precision) {
 static_assert(epilogue_stats_bytes<TcFragment<gemm_tc_bn(0)>>() <= gemm_tc_smem_bytes(0) &&
                   epilogue_stats_bytes<TcFragment<gemm_tc_bn(1)>>() <= gemm_tc_smem_bytes(1),
               "the statistics scratch fits in the stages");
-static_assert(epilogue_rows_bytes<TcFragment<gemm_tc_bn(0)>>() <= gemm_tc_smem_bytes(0) &&
-                  epilogue_rows_bytes<TcFragment<gemm_tc_bn(1)>>() <= gemm_tc_smem_bytes(1),
+static_assert(epilogue_tile_bytes<TcFragment<gemm_tc_bn(0)>>() <= gemm_tc_smem_bytes(0) &&
+                  epilogue_tile_bytes<TcFragment<gemm_tc_bn(1)>>() <= gemm_tc_smem_bytes(1),
               "a tile staged for its rows' passes fits in the stages");
 
 static_assert(GEMM_TC_BM == 128 && GEMM_TC_BK == 32 && GEMM_TC_THREADS == 256,

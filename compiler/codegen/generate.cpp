@@ -371,14 +371,14 @@ private:
   template <class Config>
   std::string simt_gemm(const Kernel &k, const KernelWriter &w, KernelLaunch &launch,
                         const char *config, const std::string &functor, ValueId out,
-                        const std::string &operands, const char *trans_b, bool rows) {
+                        const std::string &operands, const char *trans_b) {
     LaunchGeometry &geo = launch.geometry;
     geo.grid = LaunchGeometry::Grid::Tiles;
     geo.block_threads = Config::THREADS;
     geo.blocks_per_sm = 1;
     geo.split_cost_kblocks = Config::SPLIT_COST_KBLOCKS;
     geo.kblock_time = Config::KBLOCK_TIME;
-    geo.smem_bytes = rows ? Config::ROWS_SMEM_BYTES : Config::SMEM_BYTES;
+    geo.smem_bytes = Config::SMEM_BYTES;
     launch.tile = fmt::format("{}x{}x1", Config::BM, Config::BN);
     return gemm_entry<kf::TileScheduler<Config::BM, Config::BN, Config::GROUP_M>>(
         k, w, launch, functor, out,
@@ -519,8 +519,8 @@ private:
         launch.config = fmt::format("fp32 SIMT 128 x 128 tile, its rows ({} features) staged in "
                                     "shared memory for the row passes its epilogue runs",
                                     launch.cols.str());
-        return s + simt_gemm<kf::SimtWide>(k, w, launch, "kf::SimtWide", functor, out, operands, tb,
-                                           rows);
+        return s +
+               simt_gemm<kf::SimtWide>(k, w, launch, "kf::SimtWide", functor, out, operands, tb);
       }
       // Both tiles are compiled; a run takes the one of lower estimated time at its dims
       // (rt::variant_of): the narrow one where the wide tiles are few and would split K into
@@ -538,11 +538,10 @@ private:
                                   "time is lower",
                                   wide.entry);
       std::string wide_source =
-          simt_gemm<kf::SimtWide>(k, w, wide, "kf::SimtWide", functor, out, operands, tb, rows);
+          simt_gemm<kf::SimtWide>(k, w, wide, "kf::SimtWide", functor, out, operands, tb);
       launch.by_rows.push_back(std::move(wide));
       return s + wide_source +
-             simt_gemm<kf::SimtNarrow>(k, w, launch, "kf::SimtNarrow", functor, out, operands, tb,
-                                       rows);
+             simt_gemm<kf::SimtNarrow>(k, w, launch, "kf::SimtNarrow", functor, out, operands, tb);
     }
     const int precision = math_ == GemmMath::Tf32 ? 0 : 1; // gemm_tc's Precision
     geo.block_threads = kf::GEMM_TC_THREADS;
