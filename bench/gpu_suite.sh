@@ -263,19 +263,28 @@ if ! skipped compile; then
   start=$SECONDS
   worst=0
   : >"$WORK/compile.tsv"
+  # Every precision of the founding workloads: fp32, 3xtf32 and tf32 of the f32 cases, the bf16
+  # cases at theirs.
+  entries=()
   for entry in "${CASES[@]}"; do
-    read -r name n <<<"$entry"
+    for precision in fp32 3xtf32 tf32; do entries+=("${entry%% *} $precision"); done
+  done
+  for entry in "${BF16_CASES[@]}"; do entries+=("${entry%% *} bf16"); done
+  for entry in "${entries[@]}"; do
+    read -r name precision <<<"$entry"
+    option=()
+    [[ $precision != bf16 ]] && option=(--precision "$precision")
     for mode in train eval; do
       cache=$(mktemp -d /tmp/kfuse-cache.XXXXXX)
       for phase in cold warm; do
         t0=$(date +%s.%N)
         KFUSE_CACHE_DIR="$cache" timeout 120 "$KFUSE" compile "examples/$name.kf" --mode "$mode" \
-          >"$WORK/compile.out" 2>&1
+          "${option[@]}" >"$WORK/compile.out" 2>&1
         rc=$?
         t1=$(date +%s.%N)
         cat "$WORK/compile.out" >>"$LOG"
         [[ $rc -ne 0 ]] && worst=$rc
-        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$mode" "$phase" "$rc" \
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$precision" "$mode" "$phase" "$rc" \
           "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" \
           "$(head -1 "$WORK/compile.out")" >>"$WORK/compile.tsv"
       done
@@ -284,7 +293,7 @@ if ! skipped compile; then
   done
   say "compile: $(wc -l <"$WORK/compile.tsv") measurements"
   status compile "$worst" $((SECONDS - start)) \
-    "KFUSE_CACHE_DIR=\$(mktemp -d) kfuse compile examples/CASE.kf --mode M   # twice: cold, warm"
+    "KFUSE_CACHE_DIR=\$(mktemp -d) kfuse compile examples/CASE.kf --mode M [--precision P]   # twice: cold, warm"
 fi
 
 # ------------------------------------------------------------------ host cost of a run

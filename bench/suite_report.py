@@ -57,14 +57,14 @@ def merge(work, out):
     path = os.path.join(work, "compile.tsv")
     if os.path.exists(path):
         for line in open(path):
-            case, mode, phase, rc, wall, first = line.rstrip("\n").split("\t", 5)
+            case, precision, mode, phase, rc, wall, first = line.rstrip("\n").split("\t", 6)
             kfuse_ms = None
             if " ms (" in first:
                 try:
                     kfuse_ms = float(first.rsplit(" ms (", 1)[0].rsplit(" ", 1)[1])
                 except ValueError:
                     pass
-            compile_rows.append({"case": case, "mode": mode, "phase": phase, "rc": int(rc),
+            compile_rows.append({"case": case, "precision": precision, "mode": mode, "phase": phase, "rc": int(rc),
                                  "wall_s": float(wall) if wall else None, "kfuse_ms": kfuse_ms,
                                  "output": first})
     torch_result = load(os.path.join(work, "torch.json"))
@@ -177,16 +177,16 @@ def tables(r):
         t.append("")
 
     t.append("### Compile time (NVRTC cold vs disk cache warm)\n")
-    t.append("Command: `KFUSE_CACHE_DIR=$(mktemp -d) kfuse compile examples/CASE.kf --mode M`, run twice "
-             "(kfuse's own figure; wall = the whole process)\n")
-    t.append("| case | mode | cold ms | warm ms | cold wall s | warm wall s |")
-    t.append("| --- | --- | --- | --- | --- | --- |")
+    t.append("Command: `KFUSE_CACHE_DIR=$(mktemp -d) kfuse compile examples/CASE.kf --mode M [--precision P]`, "
+             "run twice (kfuse's own figure; wall = the whole process)\n")
+    t.append("| case | precision | mode | cold ms | warm ms | cold wall s | warm wall s |")
+    t.append("| --- | --- | --- | --- | --- | --- | --- |")
     by = {}
     for c in r["compile"]:
-        by.setdefault((c["case"], c["mode"]), {})[c["phase"]] = c
-    for (case, mode), d in by.items():
+        by.setdefault((c["case"], c["precision"], c["mode"]), {})[c["phase"]] = c
+    for (case, precision, mode), d in by.items():
         cold, warm = d.get("cold", {}), d.get("warm", {})
-        t.append(f"| {case} | {mode} | {num(cold.get('kfuse_ms'), '.1f')} | {num(warm.get('kfuse_ms'), '.1f')} "
+        t.append(f"| {case} | {precision} | {mode} | {num(cold.get('kfuse_ms'), '.1f')} | {num(warm.get('kfuse_ms'), '.1f')} "
                  f"| {num(cold.get('wall_s'), '.2f')} | {num(warm.get('wall_s'), '.2f')} |")
     t.append("")
 
