@@ -614,6 +614,29 @@ private:
                               type, w.member_declarations("  "), lanes, body);
   }
 
+  // The row_tail value of the normalization at k.row_stages[i], which k does not store: the
+  // later stage whose inline tree reads it (partition.cpp places exactly one).
+  ValueId row_tail(const Kernel &k, size_t i) const {
+    const ValueId norm = k.row_stages[i];
+    for (size_t j = i + 1; j < k.row_stages.size(); ++j) {
+      std::vector<ValueId> todo = {k.row_stages[j]};
+      std::set<ValueId> seen;
+      while (!todo.empty()) {
+        const ValueId cur = todo.back();
+        todo.pop_back();
+        if (cur == norm)
+          return k.row_stages[j];
+        if (!seen.insert(cur).second ||
+            !std::binary_search(k.computes.begin(), k.computes.end(), cur))
+          continue;
+        todo.insert(todo.end(), g_[cur].args.begin(), g_[cur].args.end());
+      }
+    }
+    throw CodegenError(fmt::format("internal error: {} neither stores {} nor computes a value "
+                                   "after it",
+                                   k.name, g_[norm].name));
+  }
+
   // The passes over a row of rows_of, one per row stage, in plan order: by a block of `threads`
   // threads per row reading the stored matrix (a row kernel: `row` = blockIdx.x, `smem` its
   // resident row), or by `threads` lanes of a warp (`team`) reading the row `x` the GEMM
@@ -652,9 +675,12 @@ private:
     std::string body;
     std::vector<ValueId> row_values; // per-row results so far, in registers
     std::set<ValueId> in_entry;      // values the body has computed
+    std::set<ValueId> tails;         // row_tail values, computed in their normalization's pass
     bool smem_filled = false;        // an earlier pass left its row in shared memory
     for (size_t i = 0; i < k.row_stages.size(); ++i) {
       const ValueId st = k.row_stages[i];
+      if (tails.count(st))
+        continue;
       const Value &op = g_[st];
       const OpClass cls = op_info(op.op).cls;
       const bool stored = std::count(k.stores.begin(), k.stores.end(), st) != 0;
@@ -706,23 +732,36 @@ private:
           affine += " * " + w.load(op.args[1], "col");
         if (op.args.size() > 2)
           affine += " + " + w.load(op.args[2], "col");
-        defs += fmt::format("struct {0}_affine {{\n{1}  __device__ float operator()(int col, "
-                            "float y) const {{ return {2}; }}\n}};\n",
-                            type, w.member_declarations("  "), affine);
-        const std::string post = type + "_affine" + w.member_initializer(),
+        // A normalization the kernel does not store computes its row_tail value instead: the
+        // elementwise ops after it, applied to each normalized value, stored in the tail's
+        // buffer (the tail reads no other matrix: the row's results and per-feature values).
+        ValueId out = st;
+        std::string post_body = fmt::format("{}return {};\n", kIndent, affine);
+        if (!stored) {
+          out = row_tail(k, i);
+          tails.insert(out);
+          std::set<ValueId> at(row_values.begin(), row_values.end());
+          at.insert(st);
+          post_body = fmt::format("{}const float {} = {};\n{}{}return {};\n", kIndent, w.var(st),
+                                  affine, w.tree_statements(kIndent, out, at), kIndent, w.var(out));
+        }
+        defs += fmt::format("struct {0}_post {{\n{1}  __device__ float operator()(int col, "
+                            "float y) const {{\n{2}  }}\n}};\n",
+                            type, members, post_body);
+        const std::string post = type + "_post" + w.member_initializer(init),
                           eps = float_literal(op.attr("eps"));
         if (op.op == OpKind::GroupNorm) {
           includes_.insert("row_group_norm.cuh");
           body += fmt::format("  kf::row_group_norm<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
                               "{}{});\n",
                               threads, row_arg, n, static_cast<int64_t>(op.attr("groups")), src, ld,
-                              dst(st), ld, eps, pre, post, smem, team);
+                              dst(out), ld, eps, pre, post, smem, team);
           break;
         }
         includes_.insert("row_norm.cuh");
         body += fmt::format("  kf::row_norm<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
                             threads, op.op == OpKind::RmsNorm ? "true" : "false", row_arg, n, src,
-                            ld, dst(st), ld, eps, pre, post, smem, team);
+                            ld, dst(out), ld, eps, pre, post, smem, team);
         break;
       }
       case OpClass::Reduce: {

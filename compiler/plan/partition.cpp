@@ -57,8 +57,10 @@ public:
 
   Plan run() {
     classify();
-    if (fuse_)
+    if (fuse_) {
       fuse_gemm_epilogues();
+      fuse_row_tails();
+    }
     build_kernels();
     separate_state_updates();
     finish();
@@ -193,10 +195,12 @@ private:
     return true;
   }
 
-  // The one stored value in which every use of GEMM product `id` ends, through elementwise ops
-  // computed inline (a DAG: values used several times are computed once per element), or -1
-  // with the reason in `why`.
-  ValueId epilogue_end(ValueId id, std::string &why) const {
+  // The one stored value in which every use of `id` ends, through elementwise ops computed
+  // inline (a DAG: values used several times are computed once per element), or -1 with the
+  // reason in `why`. `other(cur, u, why)` judges a use of `cur` by `u`, which is no such op:
+  // true makes `cur` an end, false fails (having set `why`). `storer` stores the end.
+  template <class Other>
+  ValueId uses_end(ValueId id, Other other, const char *storer, std::string &why) const {
     std::set<ValueId> ends, seen;
     std::vector<ValueId> todo = {id};
     while (!todo.empty()) {
@@ -206,27 +210,35 @@ private:
         if (!seen.insert(u).second)
           continue;
         if (!is_matrix_elementwise(val(u))) {
-          if (cur != id && is_row_op(val(u)) && epilogue_frontier(cur)) {
-            ends.insert(cur);
-            continue;
-          }
-          why = is_row_op(val(u)) ? fmt::format("read by {}, which needs whole rows: the product "
-                                                "crosses a reduction",
-                                                site(u))
-                                  : fmt::format("read by {}, which takes it from memory", site(u));
-          return -1;
-        }
-        if (stored_[static_cast<size_t>(u)])
+          if (!other(cur, u, why))
+            return -1;
+          ends.insert(cur);
+        } else if (stored_[static_cast<size_t>(u)]) {
           ends.insert(u);
-        else
+        } else {
           todo.push_back(u);
+        }
       }
     }
     if (ends.size() != 1) {
-      why = fmt::format("its uses end in {} stored values; an epilogue stores one", ends.size());
+      why = fmt::format("its uses end in {} stored values; {} stores one", ends.size(), storer);
       return -1;
     }
     return *ends.begin();
+  }
+
+  // gemm_epilogue: where every use of GEMM product `id` ends, or -1 with the reason in `why`.
+  ValueId epilogue_end(ValueId id, std::string &why) const {
+    auto other = [&](ValueId cur, ValueId u, std::string &reason) {
+      if (cur != id && is_row_op(val(u)) && epilogue_frontier(cur))
+        return true;
+      reason = is_row_op(val(u)) ? fmt::format("read by {}, which needs whole rows: the product "
+                                               "crosses a reduction",
+                                               site(u))
+                                 : fmt::format("read by {}, which takes it from memory", site(u));
+      return false;
+    };
+    return uses_end(id, other, "an epilogue", why);
   }
 
   void fuse_gemm_epilogues() {
@@ -253,6 +265,41 @@ private:
             fmt::format("computed in the epilogue of {} for the row kernel reading it", site(id));
       }
       epilogue_of_[end] = id;
+    }
+  }
+
+  // row_tail: where every use of normalization `norm`'s result ends, a value that reads no other
+  // matrix of its size; or -1 with the reason in `why`.
+  ValueId tail_end(ValueId norm, std::string &why) const {
+    auto other = [&](ValueId, ValueId u, std::string &reason) {
+      reason = fmt::format("read by {}, which takes it from memory", site(u));
+      return false;
+    };
+    const ValueId end = uses_end(norm, other, "its pass", why);
+    if (end >= 0 && matrix_leaves(end) != std::set<ValueId>{norm}) {
+      why = fmt::format("{} reads another matrix of its size", site(end));
+      return -1;
+    }
+    return end;
+  }
+
+  // row_tail: a normalization whose uses end in one stored elementwise value computes that
+  // value in its pass (place_elementwise) and is not stored itself.
+  void fuse_row_tails() {
+    for (size_t i = 0; i < g_.values.size(); ++i) {
+      const ValueId id = static_cast<ValueId>(i);
+      const Value &v = val(id);
+      if (!v.is_op() || op_info(v.op).cls != OpClass::RowNorm || is_output_.count(id) ||
+          v.type.rank() != 2 || !along_rows(id))
+        continue;
+      std::string why;
+      const ValueId end = tail_end(id, why);
+      if (end < 0) {
+        because_[id] = why;
+        continue;
+      }
+      stored_[i] = false;
+      tail_of_[end] = id;
     }
   }
 
@@ -421,7 +468,36 @@ private:
     kernel(k).row_stages.push_back(id);
     if (op_info(val(id).op).cls == OpClass::Reduce && along_rows(id))
       row_values_.insert(id);
+    stage_kernel_[id] = k;
     place(k, id);
+  }
+
+  // row_tail's value joins the kernel of its normalization, unless it reads a value a later
+  // kernel stores, or a per-row result of that kernel as a feature vector: the normalization
+  // is then stored and the value placed as any other.
+  bool place_row_tail(ValueId id) {
+    auto it = tail_of_.find(id);
+    if (it == tail_of_.end())
+      return false;
+    const ValueId norm = it->second;
+    const int k = stage_kernel_.at(norm);
+    for (ValueId leaf : op_leaves(id)) {
+      const bool per_row_as_feature =
+          producer(leaf) == k && val(leaf).type.rank() == 1 && !is_scalar(val(leaf).type);
+      if (producer(leaf) > k || per_row_as_feature) {
+        because_[norm] =
+            fmt::format("{} after it reads {}, which {}", site(id), site(leaf),
+                        per_row_as_feature ? "runs along the rows" : "a later kernel stores");
+        stored_[static_cast<size_t>(norm)] = true;
+        kernel(k).stores.push_back(norm);
+        kernel_of_[static_cast<size_t>(norm)] = k;
+        return false;
+      }
+    }
+    kernel(k).rules.push_back("row_tail");
+    kernel(k).row_stages.push_back(id);
+    place(k, id);
+    return true;
   }
 
   // The row kernel that computes stored elementwise value `id` as one more pass, or -1:
@@ -463,6 +539,8 @@ private:
   // A stored elementwise value: the end of a GEMM's epilogue chain, a pass of a row kernel, or
   // a kernel of its own.
   void place_elementwise(ValueId id) {
+    if (place_row_tail(id))
+      return;
     auto it = epilogue_of_.find(id);
     if (it != epilogue_of_.end()) {
       int k = gemm_kernel_.at(it->second);
@@ -822,6 +900,8 @@ private:
   std::map<ValueId, int> gemm_kernel_;
   std::map<ValueId, int> column_of_;
   std::map<ValueId, int> row_kernel_of_; // stored matrix -> the latest row kernel over its rows
+  std::map<ValueId, int> stage_kernel_;  // row op -> the row kernel whose pass computes it
+  std::map<ValueId, ValueId> tail_of_;   // row_tail's stored value -> its normalization
   std::set<ValueId> row_values_; // per-row results of row kernels: reductions and row_result
   std::vector<std::set<ValueId>> computed_in_; // per kernel: the values in its computes
 };

@@ -42,10 +42,12 @@ ir::Graph parse(const std::string &text) {
   return dsl::parse_kf(src, diags);
 }
 
-// linear -> every pointwise op of the table, binary ones against [F], [1], [N, 1] operands
-// and numbers, taken from the table so that a new op is compiled here without a new test.
-std::string every_pointwise_op(const std::string &tail) {
-  std::string body = "  h = linear(x, w, b)\n";
+// linear -> `norm` -> every pointwise op of the table, binary ones against [F], [1], [N, 1]
+// operands and numbers, taken from the table so that a new op is compiled here without a new
+// test. `features` wide.
+std::string every_pointwise_op(const std::string &tail, const std::string &norm = "",
+                               int features = 48) {
+  std::string body = "  h = linear(x, w, b)\n" + norm;
   std::vector<std::string> others = {"f", "s", "r", "0.75"};
   size_t k = 0;
   for (const ir::OpInfo &op : ir::all_ops()) {
@@ -57,8 +59,10 @@ std::string every_pointwise_op(const std::string &tail) {
     else if (op.cls == ir::OpClass::Binary)
       body += fmt::format("  h = {}(h, {})\n", op.name, others[k++ % others.size()]);
   }
-  return "pipeline every_op {\n  dim N\n  input x: f32[N, 32]\n  input r: f32[N, 1]\n"
-         "  param w: f32[48, 32]\n  param b: f32[48]\n  param f: f32[48]\n  param s: f32[1]\n" +
+  return fmt::format("pipeline every_op {{\n  dim N\n  input x: f32[N, 32]\n  input r: f32[N, 1]\n"
+                     "  param w: f32[{0}, 32]\n  param b: f32[{0}]\n  param f: f32[{0}]\n"
+                     "  param s: f32[1]\n",
+                     features) +
          body + tail + "}\n";
 }
 
@@ -117,7 +121,8 @@ TEST_CASE("dsl: choices and optional bounds parse, default and print back") {
   CHECK(g[g.outputs[2]].attrs.at("max").number == 1);
 }
 
-TEST_CASE("nvrtc: every pointwise op compiles in a GEMM epilogue, a row prologue and alone") {
+TEST_CASE("nvrtc: every pointwise op compiles in a GEMM epilogue, a row prologue, after a "
+          "normalization and alone") {
   char tmpl[] = "/tmp/kfuse-ops-cache-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   setenv("KFUSE_CACHE_DIR", tmpl, 1);
@@ -134,11 +139,18 @@ TEST_CASE("nvrtc: every pointwise op compiles in a GEMM epilogue, a row prologue
     };
     Pipeline epilogue = compile(every_pointwise_op("  return h\n"));
     Pipeline prologue = compile(every_pointwise_op("  return softmax(h, dim=1)\n"));
+    // fused: the ops in the normalization's pass (row_tail), in a row kernel (200 features) and
+    // in the GEMM's epilogue (48).
+    const std::string norm = "  h = layernorm(h, eps=1e-5)\n";
+    Pipeline tail = compile(every_pointwise_op("  return h\n", norm, 200));
+    Pipeline staged_tail = compile(every_pointwise_op("  return h\n", norm));
     if (fuse) { // the GEMM, and its variant with the other SIMT tile
       REQUIRE(epilogue.report().kernels.size() == 2);
       CHECK(epilogue.report().kernels[1].variant);
+      CHECK(tail.report().kernels.size() == 3); // the GEMM, its variant, the row kernel
+      CHECK(staged_tail.report().kernels.size() == 1);
     }
-    for (const Pipeline *p : {&epilogue, &prologue})
+    for (const Pipeline *p : {&epilogue, &prologue, &tail, &staged_tail})
       for (const KernelReport &k : p->report().kernels) {
         INFO(k.name);
         CHECK(k.spill_stores == 0);

@@ -209,6 +209,15 @@ size_t kernel_storing(const plan::Plan &p, const std::string &name) {
   return 0;
 }
 
+// The value named `name` that a kernel stores, or -1.
+ir::ValueId stored_value(const plan::Plan &p, const std::string &name) {
+  for (const plan::Kernel &k : p.kernels)
+    for (ir::ValueId s : k.stores)
+      if (p.graph[s].name == name)
+        return s;
+  return -1;
+}
+
 size_t kernel_updating(const plan::Plan &p, const std::string &state) {
   for (size_t k = 0; k < p.kernels.size(); ++k)
     for (ir::ValueId id : p.kernels[k].computes)
@@ -520,6 +529,50 @@ TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and 
       expect_agreement(issue_case("row_chain.kf"), mode, n, 21);
       expect_agreement(parse_text(text), mode, n, 22);
     }
+}
+
+TEST_CASE("planner: the elementwise ops after a normalization run in its pass, unless it is read "
+          "elsewhere or they read another matrix") {
+  // silu(groupnorm(h)): the normalization's pass stores silu's value, the norm's is not stored.
+  plan::Plan unet = plan::make_plan(example("sd_unet_groupnorm_silu.kf"), Mode::Eval);
+  CHECK(kinds(unet) == Kinds{"gemm", "row"});
+  CHECK(has_rule(unet, "row_tail"));
+  CHECK(intermediate_names(unet) == std::vector<std::string>{"h"});
+  const plan::Plan unfused = plan::make_plan(example("sd_unet_groupnorm_silu.kf"), Mode::Eval, {},
+                                             /*fuse=*/false);
+  CHECK_FALSE(has_rule(unfused, "row_tail"));
+  auto text = [](const std::string &ret) {
+    return "pipeline tails {\n  dim N\n  input x: f32[N, 6]\n  input r: f32[N, 300]\n"
+           "  param w: f32[300, 6]\n  param g: f32[300]\n  h = linear(x, w)\n"
+           "  n = layernorm(h, g, eps=1e-5)\n  m = max(h, dim=1, keepdim=true)\n  return " +
+           ret + "\n}\n";
+  };
+  // The tail reads a per-feature param, a per-row result of an earlier pass and a scalar.
+  const std::string joined = text("relu(mul(sub(n, m), g)), m");
+  plan::Plan p = plan::make_plan(parse_text(joined), Mode::Eval);
+  CHECK(kinds(p) == Kinds{"gemm", "row"});
+  CHECK(has_rule(p, "row_tail"));
+  CHECK(stored_value(p, "n") < 0);
+  // Two stored values, or another matrix of the size: the normalization is stored, and why.
+  for (const auto &[ret, why] :
+       {std::pair<std::string, std::string>{"relu(n), sigmoid(n)", "end in 2 stored values"},
+        {"add(n, r)", "reads another matrix of its size"},
+        {"add(n, h)", "reads another matrix of its size"},
+        {"n, relu(n)", "output"}}) {
+    CAPTURE(ret);
+    plan::Plan q = plan::make_plan(parse_text(text(ret)), Mode::Eval);
+    CHECK_FALSE(has_rule(q, "row_tail"));
+    const ir::ValueId n = stored_value(q, "n");
+    REQUIRE(n >= 0);
+    CHECK(q.stored_because.at(n).find(why) != std::string::npos);
+  }
+  for (const std::string &t : {joined, text("relu(n), sigmoid(n)"), text("add(n, r)")})
+    for (Mode mode : {Mode::Train, Mode::Eval})
+      for (int64_t n : {1, 2, 5})
+        expect_agreement(parse_text(t), mode, n, 24);
+  for (Mode mode : {Mode::Train, Mode::Eval})
+    for (int64_t n : {1, 5})
+      expect_agreement(example("sd_unet_groupnorm_silu.kf"), mode, n, 25);
 }
 
 TEST_CASE("planner: a column value read by a row pass joins no column kernel built before the "
