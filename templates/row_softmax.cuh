@@ -1,12 +1,14 @@
 // softmax / log_softmax over each row of an [m, n] row-major matrix, with a per-column transform
 // applied on load (the pending column affine of the plan: BN normalize, scale, bias):
 //
-//   y = pre(col, in[row, col]);   out[row, col] = exp(y - max) / sum   (Log: y - max - log(sum))
+//   y = pre(col, in[row, col]);   out[row, col] = post(col, exp(y - max) / sum)
+//                                                   (Log: post(col, y - max - log(sum)))
 //
 // with max and sum = sum_col exp(y - max) taken over the row, as PyTorch computes them.
 //
 // One block of Threads threads per row: the generated entry point calls
-//   row_softmax<Threads, Log>(blockIdx.x, n, in, ld_in, out, ld_out, pre, smem, smem_floats)
+//   row_softmax<Threads, Log>(blockIdx.x, n, in, ld_in, out, ld_out, pre, post, smem,
+//                             smem_floats)
 // with grid = dim3(m), block = dim3(Threads), and smem / smem_floats its dynamic shared memory
 // (16-byte aligned): round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES, none otherwise
 // (smem_floats = 0: the kernel streams). Threads: a multiple of 32, at most 1024; row_threads(n)
@@ -57,12 +59,15 @@ struct DivideBy {
 
 } // namespace row_detail
 
-// Pre concept: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16 or
+// Pre concept: __device__ float operator()(int col, float x) const; Post likewise, given the
+// softmax of the element (the elementwise ops after it: row_tail). In, Out: float, kf::bf16 or
 // kf::f16 (dtype.cuh); the row is computed in float. In may also be kf::Staged: a row the caller
 // staged in shared memory.
-template <int Threads, bool Log, class Pre, class In, class Out, class Team = BlockTeam<Threads>>
+template <int Threads, bool Log, class Pre, class Post, class In, class Out,
+          class Team = BlockTeam<Threads>>
 __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, int ld_out,
-                            const Pre &pre, float *smem, int smem_floats, Team team = Team{}) {
+                            const Pre &pre, const Post &post, float *smem, int smem_floats,
+                            Team team = Team{}) {
   static_assert(Team::SIZE == Threads, "the team is Threads threads");
   using namespace row_detail;
 
@@ -117,20 +122,20 @@ __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, i
     for (int i = tid; i < n4; i += Threads) {
       float4 v = reinterpret_cast<const float4 *>(smem)[i];
       if constexpr (Log) {
-        v.x = (v.x - mx) - lse;
-        v.y = (v.y - mx) - lse;
-        v.z = (v.z - mx) - lse;
-        v.w = (v.w - mx) - lse;
+        v.x = post(4 * i, (v.x - mx) - lse);
+        v.y = post(4 * i + 1, (v.y - mx) - lse);
+        v.z = post(4 * i + 2, (v.z - mx) - lse);
+        v.w = post(4 * i + 3, (v.w - mx) - lse);
       } else {
-        v.x = by_sum(v.x);
-        v.y = by_sum(v.y);
-        v.z = by_sum(v.z);
-        v.w = by_sum(v.w);
+        v.x = post(4 * i, by_sum(v.x));
+        v.y = post(4 * i + 1, by_sum(v.y));
+        v.z = post(4 * i + 2, by_sum(v.z));
+        v.w = post(4 * i + 3, by_sum(v.w));
       }
       store4(dst, i, v, vout);
     }
     for (int c = 4 * n4 + tid; c < n; c += Threads)
-      store(dst + c, Log ? (smem[c] - mx) - lse : by_sum(smem[c]));
+      store(dst + c, post(c, Log ? (smem[c] - mx) - lse : by_sum(smem[c])));
     return;
   }
 
@@ -155,21 +160,21 @@ __device__ void row_softmax(int row, int n, const In *in, int ld_in, Out *out, i
     v.z = pre(4 * i + 2, v.z);
     v.w = pre(4 * i + 3, v.w);
     if constexpr (Log) {
-      v.x = (v.x - mx) - lse;
-      v.y = (v.y - mx) - lse;
-      v.z = (v.z - mx) - lse;
-      v.w = (v.w - mx) - lse;
+      v.x = post(4 * i, (v.x - mx) - lse);
+      v.y = post(4 * i + 1, (v.y - mx) - lse);
+      v.z = post(4 * i + 2, (v.z - mx) - lse);
+      v.w = post(4 * i + 3, (v.w - mx) - lse);
     } else {
-      v.x = expf(v.x - mx) / sum;
-      v.y = expf(v.y - mx) / sum;
-      v.z = expf(v.z - mx) / sum;
-      v.w = expf(v.w - mx) / sum;
+      v.x = post(4 * i, expf(v.x - mx) / sum);
+      v.y = post(4 * i + 1, expf(v.y - mx) / sum);
+      v.z = post(4 * i + 2, expf(v.z - mx) / sum);
+      v.w = post(4 * i + 3, expf(v.w - mx) / sum);
     }
     store4(dst, i, v, vout);
   }
   for (int c = 4 * n4 + tid; c < n; c += Threads) {
     const float y = pre(c, ldg(src + c));
-    store(dst + c, Log ? (y - mx) - lse : expf(y - mx) / sum);
+    store(dst + c, post(c, Log ? (y - mx) - lse : expf(y - mx) / sum));
   }
 }
 

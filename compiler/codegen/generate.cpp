@@ -614,8 +614,8 @@ private:
                               type, w.member_declarations("  "), lanes, body);
   }
 
-  // The row_tail value of the normalization at k.row_stages[i], which k does not store: the
-  // later stage whose inline tree reads it (partition.cpp places exactly one).
+  // The row_tail value of the softmax or normalization at k.row_stages[i], which k does not
+  // store: the later stage whose inline tree reads it (partition.cpp places exactly one).
   ValueId row_tail(const Kernel &k, size_t i) const {
     const ValueId norm = k.row_stages[i];
     for (size_t j = i + 1; j < k.row_stages.size(); ++j) {
@@ -719,37 +719,43 @@ private:
                           type, members, kIndent, w.var(k.rows_of),
                           w.tree_statements(kIndent, input, given), kIndent, w.var(input));
       const std::string pre = type + w.member_initializer(init);
-      switch (cls) {
-      case OpClass::Row:
-        includes_.insert("row_softmax.cuh");
-        body += fmt::format("  kf::row_softmax<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}{});\n",
-                            threads, op.op == OpKind::LogSoftmax ? "true" : "false", row_arg, n,
-                            src, ld, dst(st), ld, pre, smem, team);
-        break;
-      case OpClass::RowNorm: {
-        std::string affine = "y";
-        if (op.args.size() > 1)
-          affine += " * " + w.load(op.args[1], "col");
-        if (op.args.size() > 2)
-          affine += " + " + w.load(op.args[2], "col");
-        // A normalization the kernel does not store computes its row_tail value instead: the
-        // elementwise ops after it, applied to each normalized value, stored in the tail's
-        // buffer (the tail reads no other matrix: the row's results and per-feature values).
-        ValueId out = st;
-        std::string post_body = fmt::format("{}return {};\n", kIndent, affine);
+      // The functor of a softmax's or normalization's result y at column col (`value`: y, or
+      // the normalization's affine of it). Where the kernel does not store the result, the
+      // functor computes its row_tail value instead (the elementwise ops after it, which read
+      // no other matrix: the row's results, per-feature values), and the pass stores that in
+      // `out`.
+      ValueId out = st;
+      auto post_functor = [&](const std::string &value) {
+        std::string post_body = fmt::format("{}return {};\n", kIndent, value);
         if (!stored) {
           out = row_tail(k, i);
           tails.insert(out);
           std::set<ValueId> at(row_values.begin(), row_values.end());
           at.insert(st);
           post_body = fmt::format("{}const float {} = {};\n{}{}return {};\n", kIndent, w.var(st),
-                                  affine, w.tree_statements(kIndent, out, at), kIndent, w.var(out));
+                                  value, w.tree_statements(kIndent, out, at), kIndent, w.var(out));
         }
         defs += fmt::format("struct {0}_post {{\n{1}  __device__ float operator()(int col, "
                             "float y) const {{\n{2}  }}\n}};\n",
                             type, members, post_body);
-        const std::string post = type + "_post" + w.member_initializer(init),
-                          eps = float_literal(op.attr("eps"));
+        return type + "_post" + w.member_initializer(init);
+      };
+      switch (cls) {
+      case OpClass::Row: {
+        includes_.insert("row_softmax.cuh");
+        const std::string post = post_functor("y");
+        body += fmt::format("  kf::row_softmax<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
+                            threads, op.op == OpKind::LogSoftmax ? "true" : "false", row_arg, n,
+                            src, ld, dst(out), ld, pre, post, smem, team);
+        break;
+      }
+      case OpClass::RowNorm: {
+        std::string affine = "y";
+        if (op.args.size() > 1)
+          affine += " * " + w.load(op.args[1], "col");
+        if (op.args.size() > 2)
+          affine += " + " + w.load(op.args[2], "col");
+        const std::string post = post_functor(affine), eps = float_literal(op.attr("eps"));
         if (op.op == OpKind::GroupNorm) {
           includes_.insert("row_group_norm.cuh");
           body += fmt::format("  kf::row_group_norm<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "

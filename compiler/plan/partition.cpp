@@ -268,8 +268,8 @@ private:
     }
   }
 
-  // row_tail: where every use of normalization `norm`'s result ends, a value that reads no other
-  // matrix of its size; or -1 with the reason in `why`.
+  // row_tail: where every use of softmax or normalization `norm`'s result ends, a value that
+  // reads no other matrix of its size; or -1 with the reason in `why`.
   ValueId tail_end(ValueId norm, std::string &why) const {
     auto other = [&](ValueId, ValueId u, std::string &reason) {
       reason = fmt::format("read by {}, which takes it from memory", site(u));
@@ -283,13 +283,14 @@ private:
     return end;
   }
 
-  // row_tail: a normalization whose uses end in one stored elementwise value computes that
-  // value in its pass (place_elementwise) and is not stored itself.
+  // row_tail: a softmax or normalization whose uses end in one stored elementwise value computes
+  // that value in its pass (place_elementwise) and is not stored itself.
   void fuse_row_tails() {
     for (size_t i = 0; i < g_.values.size(); ++i) {
       const ValueId id = static_cast<ValueId>(i);
       const Value &v = val(id);
-      if (!v.is_op() || op_info(v.op).cls != OpClass::RowNorm || is_output_.count(id) ||
+      const OpClass cls = op_info(v.op).cls;
+      if (!v.is_op() || (cls != OpClass::RowNorm && cls != OpClass::Row) || is_output_.count(id) ||
           v.type.rank() != 2 || !along_rows(id))
         continue;
       std::string why;

@@ -30,10 +30,10 @@ namespace kfuse::plan {
 //                      more pass (exp(h - m) / s)
 //   row_result         a per-row value of the row results alone ([N, 1], [N]) is computed
 //                      and written once per row by the row kernel (-logsumexp(h))
-//   row_tail           the elementwise ops after a normalization (layernorm, rmsnorm,
-//                      groupnorm) that read no other matrix, ending in one stored value, run in
-//                      the normalization's pass on each normalized value before it is stored;
-//                      the normalization's own result is then not stored (silu(groupnorm(h)))
+//   row_tail           the elementwise ops after a softmax / log_softmax or a normalization
+//                      (layernorm, rmsnorm, groupnorm) that read no other matrix, ending in one
+//                      stored value, run in its pass on each of its values before the store;
+//                      its own result is then not stored (silu(groupnorm(h)))
 //   gemm_row_epilogue  a row kernel over the matrix a GEMM kernel stores, where one tile holds
 //                      whole rows (at most kRowEpilogueCols features), runs in the GEMM's
 //                      epilogue over the tile staged in shared memory, unless the GEMM writes

@@ -1,7 +1,8 @@
-// The elementwise ops after a normalization run in its pass (row_tail): layernorm, rmsnorm and
-// groupnorm followed by activations, per-feature and per-row operands, a per-row result of an
-// earlier pass, a value used twice and a train-mode dropout, in a row kernel and in a narrow
-// GEMM's epilogue, against the fp64 reference with odd row counts and several steps.
+// The elementwise ops after a softmax or a normalization run in its pass (row_tail): layernorm,
+// rmsnorm, groupnorm, softmax and log_softmax followed by activations, per-feature and per-row
+// operands, a per-row result of an earlier pass, a value used twice and a train-mode dropout, in
+// a row kernel (the resident row) and in a narrow GEMM's epilogue (the streamed row), against
+// the fp64 reference with odd row counts and several steps.
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/ops.h"
 #include "compiler/plan/planner.h"
@@ -15,8 +16,8 @@ using namespace kfuse;
 
 namespace {
 
-// `features` wide: above 128 the normalization is a row kernel of its own, at most 128 it runs
-// in the GEMM's epilogue. Every normalization's result is read only by its tail.
+// `features` wide: above 128 the row ops are a row kernel of their own, at most 128 they run in
+// the GEMM's epilogue. Every softmax's and normalization's result is read only by its tail.
 std::string tails(const char *dtype, int features) {
   return fmt::format(R"(pipeline tails_{0}_{1} {{
   dim N
@@ -29,25 +30,27 @@ std::string tails(const char *dtype, int features) {
   h = linear(x, w)
   m = mean(h, dim=1, keepdim=true)
   t = mul(add(sub(layernorm(h, g, b, eps=1e-5), m), c), s)
-  return dropout(mul(t, sigmoid(t)), p=0.25), gelu(mul(rmsnorm(h, g, eps=1e-6), 2.0), approximate="tanh"), silu(groupnorm(h, g, b, groups={2}, eps=1e-5))
+  return dropout(mul(t, sigmoid(t)), p=0.25), gelu(mul(rmsnorm(h, g, eps=1e-6), 2.0), approximate="tanh"), silu(groupnorm(h, g, b, groups={2}, eps=1e-5)), mul(softmax(h, dim=1), c), exp(mul(log_softmax(h, dim=-1), 0.5))
 }}
 )",
                      dtype, features, features % 4 == 0 ? 4 : 1);
 }
 
-// Normalizations a kernel of `p` stores.
-size_t stored_norms(const plan::Plan &p) {
+// Softmaxes and normalizations a kernel of `p` stores.
+size_t stored_row_ops(const plan::Plan &p) {
   size_t n = 0;
   for (const plan::Kernel &k : p.kernels)
-    for (ir::ValueId s : k.stores)
-      n += ir::op_info(p.graph[s].op).cls == ir::OpClass::RowNorm ? 1 : 0;
+    for (ir::ValueId s : k.stores) {
+      const ir::OpClass cls = ir::op_info(p.graph[s].op).cls;
+      n += cls == ir::OpClass::RowNorm || cls == ir::OpClass::Row ? 1 : 0;
+    }
   return n;
 }
 
 } // namespace
 
-TEST_CASE("gpu: the ops after a normalization run in its pass, in a row kernel and in a GEMM's "
-          "epilogue") {
+TEST_CASE("gpu: the ops after a softmax or a normalization run in its pass, in a row kernel and "
+          "in a GEMM's epilogue") {
   uint64_t seed = 1300;
   for (const char *dtype : {"f32", "bf16"})
     for (int features : {37, 128, 300}) {
@@ -57,12 +60,12 @@ TEST_CASE("gpu: the ops after a normalization run in its pass, in a row kernel a
       dsl::Diagnostics diags(src);
       for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
         plan::Plan p = plan::make_plan(dsl::parse_kf(src, diags), mode);
-        // The three normalizations are passes of one kernel, each storing its tail's value only:
+        // The five row ops are passes of one kernel, each storing its tail's value only:
         // the GEMM's (at most 128 features) or a row kernel after it, which reads h.
         CHECK(p.kernels.size() == (features <= 128 ? 1u : 2u));
         CHECK(std::count(p.kernels.back().rules.begin(), p.kernels.back().rules.end(),
                          "row_tail") == 1);
-        CHECK(stored_norms(p) == 0);
+        CHECK(stored_row_ops(p) == 0);
         CHECK(p.intermediates.size() == (features <= 128 ? 0u : 1u));
       }
       for (int64_t n : {1, 33, 517})

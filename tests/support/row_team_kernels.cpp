@@ -64,9 +64,11 @@ struct Softmax {
     per_team<L>(x, rows, n, [&](int t, const kf::Staged *s, int first, kf::LaneTeam<L> team) {
       float *out = y + static_cast<long long>(first) * n;
       if (log)
-        kf::row_softmax<L, true>(t, n, s, kStage, out, n, Identity{}, nullptr, 0, team);
+        kf::row_softmax<L, true>(t, n, s, kStage, out, n, Identity{}, Identity{}, nullptr, 0,
+                                 team);
       else
-        kf::row_softmax<L, false>(t, n, s, kStage, out, n, Identity{}, nullptr, 0, team);
+        kf::row_softmax<L, false>(t, n, s, kStage, out, n, Identity{}, Identity{}, nullptr, 0,
+                                  team);
     });
   }
 };

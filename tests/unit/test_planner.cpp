@@ -531,8 +531,8 @@ TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and 
     }
 }
 
-TEST_CASE("planner: the elementwise ops after a normalization run in its pass, unless it is read "
-          "elsewhere or they read another matrix") {
+TEST_CASE("planner: the elementwise ops after a softmax or a normalization run in its pass, "
+          "unless it is read elsewhere or they read another matrix") {
   // silu(groupnorm(h)): the normalization's pass stores silu's value, the norm's is not stored.
   plan::Plan unet = plan::make_plan(example("sd_unet_groupnorm_silu.kf"), Mode::Eval);
   CHECK(kinds(unet) == Kinds{"gemm", "row"});
@@ -547,8 +547,9 @@ TEST_CASE("planner: the elementwise ops after a normalization run in its pass, u
            "  n = layernorm(h, g, eps=1e-5)\n  m = max(h, dim=1, keepdim=true)\n  return " +
            ret + "\n}\n";
   };
-  // The tail reads a per-feature param, a per-row result of an earlier pass and a scalar.
-  const std::string joined = text("relu(mul(sub(n, m), g)), m");
+  // The tail reads a per-feature param, a per-row result of an earlier pass and a scalar; a
+  // softmax's tail likewise.
+  const std::string joined = text("relu(mul(sub(n, m), g)), m, mul(softmax(h, dim=1), 2.0)");
   plan::Plan p = plan::make_plan(parse_text(joined), Mode::Eval);
   CHECK(kinds(p) == Kinds{"gemm", "row"});
   CHECK(has_rule(p, "row_tail"));

@@ -72,10 +72,19 @@ struct k1_row_pass0 {
     return v_h;
   }
 };
+struct k1_row_pass0_post {
+  const float *p_h;
+  float *p_t11;
+  int d_N;
+  int row;
+  __device__ float operator()(int col, float y) const {
+    return y;
+  }
+};
 extern "C" __global__ void __launch_bounds__(512)
 k1_row(const float *__restrict__ p_h, float *__restrict__ p_t11, int d_N, int smem_floats) {
   kf::wait_prior_grid();
   extern __shared__ __align__(16) float smem[];
   const int row = blockIdx.x;
-  kf::row_softmax<512, false>(row, 8192, p_h, 8192, p_t11, 8192, k1_row_pass0{p_h, p_t11, d_N, row}, smem, smem_floats);
+  kf::row_softmax<512, false>(row, 8192, p_h, 8192, p_t11, 8192, k1_row_pass0{p_h, p_t11, d_N, row}, k1_row_pass0_post{p_h, p_t11, d_N, row}, smem, smem_floats);
 }
