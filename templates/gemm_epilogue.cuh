@@ -439,6 +439,18 @@ private:
     }
   }
 
+  // fn(i, j, p) for each of the thread's groups of 4 accumulators (i, j .. j + 3) and their
+  // place p in a tile staged whole ([BM][rows_stage_ld] floats at scratch).
+  template <class Fragment, class Fn>
+  __device__ static void each_staged_vector(const Fragment &f, float *scratch, Fn fn) {
+#pragma unroll
+    for (int i = 0; i < Fragment::ROWS; ++i)
+#pragma unroll
+      for (int j = 0; j < Fragment::COLS; j += 4)
+        fn(i, j,
+           reinterpret_cast<float4 *>(scratch + f.row(i) * rows_stage_ld<Fragment>() + f.col(j)));
+  }
+
   // The store of a tile staged whole (Store::Tile, above), then its row passes or statistics.
   // Reads the scratch until it returns.
   template <bool Cached, class Fragment, class Acc>
@@ -450,13 +462,10 @@ private:
                   "a thread's accumulators in float4s; whole rows per round, whole rounds");
     const int m0 = tc.m * Fragment::BM, n0 = tc.n * Fragment::BN;
     Fragment::sync(); // the mainloop's stages and split-K's flag alias the scratch
-#pragma unroll
-    for (int i = 0; i < Fragment::ROWS; ++i)
-#pragma unroll
-      for (int j = 0; j < Fragment::COLS; j += V)
-        *reinterpret_cast<float4 *>(scratch + f.row(i) * LD + f.col(j)) =
-            make_float4(Fragment::at(acc, i, j), Fragment::at(acc, i, j + 1),
-                        Fragment::at(acc, i, j + 2), Fragment::at(acc, i, j + 3));
+    each_staged_vector(f, scratch, [&](int i, int j, float4 *p) {
+      *p = make_float4(Fragment::at(acc, i, j), Fragment::at(acc, i, j + 1),
+                       Fragment::at(acc, i, j + 2), Fragment::at(acc, i, j + 3));
+    });
     Fragment::sync();
 
     const int tile_col = f.thread % VECS * V, c0 = n0 + tile_col;
@@ -466,7 +475,7 @@ private:
     // wholly past it: one clamp, its columns at immediate offsets from it.
     const bool even = s.n % V == 0;
     const int col0 = min(c0, s.n - V);
-    const bool whole = c0 + V <= s.n, vec_c = whole && gemm_detail::vector_ok<V>(C, ldc);
+    const bool vec_c = c0 + V <= s.n && gemm_detail::vector_ok<V>(C, ldc);
     // The stored values go back to the scratch for the row passes and the statistics.
     constexpr bool KEEP = Rows::ENABLED || Statistics;
 #pragma unroll 2
@@ -508,16 +517,12 @@ private:
       if (partial_mean == nullptr)
         return;
       Fragment::sync();
-#pragma unroll
-      for (int i = 0; i < Fragment::ROWS; ++i)
-#pragma unroll
-        for (int j = 0; j < Fragment::COLS; j += V) {
-          const float4 y4 = *reinterpret_cast<const float4 *>(scratch + f.row(i) * LD + f.col(j));
-          Fragment::at(acc, i, j) = y4.x;
-          Fragment::at(acc, i, j + 1) = y4.y;
-          Fragment::at(acc, i, j + 2) = y4.z;
-          Fragment::at(acc, i, j + 3) = y4.w;
-        }
+      each_staged_vector(f, scratch, [&](int i, int j, const float4 *p) {
+        Fragment::at(acc, i, j) = p->x;
+        Fragment::at(acc, i, j + 1) = p->y;
+        Fragment::at(acc, i, j + 2) = p->z;
+        Fragment::at(acc, i, j + 3) = p->w;
+      });
       statistics(f, s, tc, acc, scratch);
     }
   }

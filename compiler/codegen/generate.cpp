@@ -619,18 +619,10 @@ private:
   ValueId row_tail(const Kernel &k, size_t i) const {
     const ValueId norm = k.row_stages[i];
     for (size_t j = i + 1; j < k.row_stages.size(); ++j) {
-      std::vector<ValueId> todo = {k.row_stages[j]};
-      std::set<ValueId> seen;
-      while (!todo.empty()) {
-        const ValueId cur = todo.back();
-        todo.pop_back();
-        if (cur == norm)
-          return k.row_stages[j];
-        if (!seen.insert(cur).second ||
-            !std::binary_search(k.computes.begin(), k.computes.end(), cur))
-          continue;
-        todo.insert(todo.end(), g_[cur].args.begin(), g_[cur].args.end());
-      }
+      std::set<ValueId> tree;
+      collect_tree(k, k.row_stages[j], {}, tree);
+      if (tree.count(norm))
+        return k.row_stages[j];
     }
     throw CodegenError(fmt::format("internal error: {} neither stores {} nor computes a value "
                                    "after it",

@@ -438,17 +438,31 @@ private:
   // kernels still depend on each other without a cycle). -1 if none.
   int row_kernel_for(ValueId rows, ValueId id) const {
     auto it = row_kernel_of_.find(rows);
-    if (!fuse_ || it == row_kernel_of_.end())
+    if (!fuse_ || it == row_kernel_of_.end() || pass_blocker(it->second, id) >= 0)
       return -1;
-    for (ValueId leaf : op_leaves(id)) {
-      // A rank-1 result of the kernel is one value per row; in a matrix expression a rank-1
-      // operand runs along the features instead, so that pass cannot read it from registers.
-      bool per_row_as_feature =
-          producer(leaf) == it->second && val(leaf).type.rank() == 1 && !is_scalar(val(leaf).type);
-      if (producer(leaf) > it->second || per_row_as_feature)
-        return -1;
-    }
     return it->second;
+  }
+
+  // The first value the inline tree of `id` reads that keeps a pass computing `id` out of row
+  // kernel `k`, or -1: one a kernel built after `k` stores, or a rank-1 result of `k` itself (one
+  // value per row; in a matrix expression a rank-1 operand runs along the features instead, so
+  // the pass cannot read it from registers).
+  ValueId pass_blocker(int k, ValueId id) const {
+    for (ValueId leaf : op_leaves(id))
+      if (producer(leaf) > k || per_row_as_feature(k, leaf))
+        return leaf;
+    return -1;
+  }
+
+  bool per_row_as_feature(int k, ValueId leaf) const {
+    return producer(leaf) == k && val(leaf).type.rank() == 1 && !is_scalar(val(leaf).type);
+  }
+
+  // Stores `id` in kernel `k`, which computes it.
+  void store_in(int k, ValueId id) {
+    stored_[static_cast<size_t>(id)] = true;
+    kernel(k).stores.push_back(id);
+    kernel_of_[static_cast<size_t>(id)] = k;
   }
 
   // A row op: a pass of the row kernel over the same rows (row_chain: softmax after a
@@ -482,18 +496,12 @@ private:
       return false;
     const ValueId norm = it->second;
     const int k = stage_kernel_.at(norm);
-    for (ValueId leaf : op_leaves(id)) {
-      const bool per_row_as_feature =
-          producer(leaf) == k && val(leaf).type.rank() == 1 && !is_scalar(val(leaf).type);
-      if (producer(leaf) > k || per_row_as_feature) {
-        because_[norm] =
-            fmt::format("{} after it reads {}, which {}", site(id), site(leaf),
-                        per_row_as_feature ? "runs along the rows" : "a later kernel stores");
-        stored_[static_cast<size_t>(norm)] = true;
-        kernel(k).stores.push_back(norm);
-        kernel_of_[static_cast<size_t>(norm)] = k;
-        return false;
-      }
+    if (ValueId leaf = pass_blocker(k, id); leaf >= 0) {
+      because_[norm] = fmt::format("{} after it reads {}, which {}", site(id), site(leaf),
+                                   per_row_as_feature(k, leaf) ? "runs along the rows"
+                                                               : "a later kernel stores");
+      store_in(k, norm);
+      return false;
     }
     kernel(k).rules.push_back("row_tail");
     kernel(k).row_stages.push_back(id);
@@ -557,9 +565,7 @@ private:
       // A leaf is produced after the GEMM runs: store the product instead.
       because_[it->second] =
           fmt::format("its epilogue would read {}, which a later kernel stores", site(late));
-      stored_[static_cast<size_t>(it->second)] = true;
-      kernel(k).stores.push_back(it->second);
-      kernel_of_[static_cast<size_t>(it->second)] = k;
+      store_in(k, it->second);
     }
     std::string rule;
     if (int k = row_kernel_joining(id, rule); k >= 0) {
