@@ -916,6 +916,27 @@ private:
         k.name, w.param_list(), m, n, w.ptr(k.stats_of), kf::COL_STATS_TILE_ROWS);
   }
 
+  // The per-feature vectors a statistics-merging column kernel reads that no other kernel of the
+  // plan writes (params, inputs, state it updates itself): loaded before kf::wait_prior_grid(),
+  // while the kernel that wrote the partials finishes. That kernel is always launched before it
+  // in the same run and writes none of them, and whatever wrote them before the run completed
+  // before that kernel's own wait returned (grid_dependency.cuh).
+  std::set<ValueId> early_loads(const Kernel &k) const {
+    std::set<ValueId> out;
+    for (ValueId id : k.computes)
+      for (ValueId v : g_[id].args)
+        if (g_[v].type.rank() == 1 && !std::count(k.computes.begin(), k.computes.end(), v) &&
+            std::none_of(p_.kernels.begin(), p_.kernels.end(), [&](const Kernel &o) {
+              return &o != &k && (std::count(o.stores.begin(), o.stores.end(), v) ||
+                                  std::any_of(o.computes.begin(), o.computes.end(), [&](ValueId e) {
+                                    return g_[e].is_effect() &&
+                                           (g_[e].args[0] == v || g_[e].args[1] == v);
+                                  }));
+            }))
+          out.insert(v);
+    return out;
+  }
+
   std::string column(const Kernel &k, const KernelWriter &w, KernelLaunch &launch) const {
     Dim features = Dim::constant(1);
     if (k.stats_of >= 0)
@@ -937,14 +958,17 @@ private:
     geo.block_threads = kf::COLUMN_THREADS;
     std::string s = fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kf::COLUMN_THREADS)\n{}({}) {{\n"
-        "  kf::wait_prior_grid();\n"
-        "  const int col = {};\n"
-        "  if (col >= {})\n    return;\n",
+        "  const int col = {};\n",
         k.name, w.param_list(),
         merges ? "(blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES"
-               : "blockIdx.x * blockDim.x + threadIdx.x",
-        n);
+               : "blockIdx.x * blockDim.x + threadIdx.x");
     const char *in = "  ";
+    const std::set<ValueId> early = merges ? early_loads(k) : std::set<ValueId>{};
+    for (ValueId v : early)
+      s += fmt::format("{}const float {} = col < {} ? {} : 0.0f;\n", in, w.var(v), n,
+                       w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col"));
+    // Every thread waits, so that this grid completes only after the one before it.
+    s += fmt::format("  kf::wait_prior_grid();\n  if (col >= {})\n    return;\n", n);
     if (merges) {
       std::string m = KernelWriter::extent(launch.rows);
       const int tile_rows = partial_rows_.at(k.stats_of);
@@ -958,7 +982,7 @@ private:
           s += fmt::format("{}const float {} = static_cast<float>({});\n", in, w.var(id),
                            g_[id].op == OpKind::ColMean ? "mean" : "var");
     }
-    s += w.column_statements(in);
+    s += w.column_statements(in, nullptr, early);
     // Effects last: every read above saw the running statistics as they were on entry.
     for (ValueId id : k.computes) {
       const Value &e = g_[id];
@@ -969,7 +993,7 @@ private:
                             ? "static_cast<float>(" + KernelWriter::extent(count) + ")"
                             : float_literal(static_cast<double>(count.value));
       auto at = [&](ValueId v) {
-        return std::count(k.computes.begin(), k.computes.end(), v)
+        return std::count(k.computes.begin(), k.computes.end(), v) || early.count(v)
                    ? w.var(v)
                    : w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col");
       };
@@ -981,11 +1005,10 @@ private:
           "{0}  {3};\n{0}  {4};\n{0}}}\n",
           in, float_literal(e.attr("momentum")), cnt,
           w.store(rm, "col",
-                  fmt::format("(1.0f - momentum) * {} + momentum * {}", w.load(rm, "col"),
-                              at(e.args[2]))),
+                  fmt::format("(1.0f - momentum) * {} + momentum * {}", at(rm), at(e.args[2]))),
           w.store(rv, "col",
                   fmt::format("(1.0f - momentum) * {} + momentum * {} * count / (count - 1.0f)",
-                              w.load(rv, "col"), at(e.args[3]))));
+                              at(rv), at(e.args[3]))));
     }
     for (ValueId v : k.stores) {
       bool scalar = g_[v].type.shape[0] == Dim::constant(1);

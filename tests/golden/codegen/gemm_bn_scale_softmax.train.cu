@@ -45,8 +45,14 @@ k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ s
 // k1_column: batchnorm@14, mul@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
 k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, const float *__restrict__ p_scale, float *__restrict__ p_t9, float *__restrict__ p_t13, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
-  kf::wait_prior_grid();
   const int col = (blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES;
+  const float v_bias = col < 8192 ? kf::load(p_bias + col) : 0.0f;
+  const float v_bn_weight = col < 8192 ? kf::load(p_bn_weight + col) : 0.0f;
+  const float v_bn_bias = col < 8192 ? kf::load(p_bn_bias + col) : 0.0f;
+  const float v_running_mean = col < 8192 ? kf::load(p_running_mean + col) : 0.0f;
+  const float v_running_var = col < 8192 ? kf::load(p_running_var + col) : 0.0f;
+  const float v_scale = col < 8192 ? kf::load(p_scale + 0) : 0.0f;
+  kf::wait_prior_grid();
   if (col >= 8192)
     return;
   double mean, var;
@@ -55,21 +61,21 @@ k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weigh
     return;
   const float v_t2 = static_cast<float>(mean);
   const float v_t4 = static_cast<float>(var);
-  const float v_t3 = v_t2 + kf::load(p_bias + col);
+  const float v_t3 = v_t2 + v_bias;
   const float v_t5 = float(1e-5);
   const float v_t6 = v_t4 + v_t5;
   const float v_t7 = 1.0f / sqrtf(v_t6);
-  const float v_t8 = kf::load(p_bn_weight + col) * v_t7;
-  const float v_t9 = v_t8 * kf::load(p_scale + 0);
-  const float v_t10 = kf::load(p_bn_bias + col) * kf::load(p_scale + 0);
-  const float v_t11 = kf::load(p_bias + col) - v_t3;
+  const float v_t8 = v_bn_weight * v_t7;
+  const float v_t9 = v_t8 * v_scale;
+  const float v_t10 = v_bn_bias * v_scale;
+  const float v_t11 = v_bias - v_t3;
   const float v_t12 = v_t11 * v_t9;
   const float v_t13 = v_t12 + v_t10;
   { // bn_update: running stats with momentum, unbiased variance
     const float momentum = float(0.1);
     const float count = static_cast<float>(d_N);
-    kf::store(p_running_mean + col, (1.0f - momentum) * kf::load(p_running_mean + col) + momentum * v_t3);
-    kf::store(p_running_var + col, (1.0f - momentum) * kf::load(p_running_var + col) + momentum * v_t4 * count / (count - 1.0f));
+    kf::store(p_running_mean + col, (1.0f - momentum) * v_running_mean + momentum * v_t3);
+    kf::store(p_running_var + col, (1.0f - momentum) * v_running_var + momentum * v_t4 * count / (count - 1.0f));
   }
   kf::store(p_t9 + col, v_t9);
   kf::store(p_t13 + col, v_t13);

@@ -45,8 +45,14 @@ k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ s
 // k1_column: mul@14, batchnorm@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
 k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, const float *__restrict__ p_bn_bias, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t14, float *__restrict__ p_t16, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
-  kf::wait_prior_grid();
   const int col = (blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES;
+  const float v_bias = col < 8192 ? kf::load(p_bias + col) : 0.0f;
+  const float v_scale = col < 8192 ? kf::load(p_scale + col) : 0.0f;
+  const float v_bn_weight = col < 8192 ? kf::load(p_bn_weight + col) : 0.0f;
+  const float v_bn_bias = col < 8192 ? kf::load(p_bn_bias + col) : 0.0f;
+  const float v_running_mean = col < 8192 ? kf::load(p_running_mean + col) : 0.0f;
+  const float v_running_var = col < 8192 ? kf::load(p_running_var + col) : 0.0f;
+  kf::wait_prior_grid();
   if (col >= 8192)
     return;
   double mean, var;
@@ -55,24 +61,24 @@ k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, c
     return;
   const float v_t3 = static_cast<float>(mean);
   const float v_t6 = static_cast<float>(var);
-  const float v_t2 = kf::load(p_bias + col) * kf::load(p_scale + col);
-  const float v_t4 = v_t3 * kf::load(p_scale + col);
+  const float v_t2 = v_bias * v_scale;
+  const float v_t4 = v_t3 * v_scale;
   const float v_t5 = v_t4 + v_t2;
-  const float v_t7 = kf::load(p_scale + col) * kf::load(p_scale + col);
+  const float v_t7 = v_scale * v_scale;
   const float v_t8 = v_t6 * v_t7;
   const float v_t9 = float(1e-5);
   const float v_t10 = v_t8 + v_t9;
   const float v_t11 = 1.0f / sqrtf(v_t10);
-  const float v_t12 = kf::load(p_bn_weight + col) * v_t11;
+  const float v_t12 = v_bn_weight * v_t11;
   const float v_t13 = v_t2 - v_t5;
-  const float v_t14 = kf::load(p_scale + col) * v_t12;
+  const float v_t14 = v_scale * v_t12;
   const float v_t15 = v_t13 * v_t12;
-  const float v_t16 = v_t15 + kf::load(p_bn_bias + col);
+  const float v_t16 = v_t15 + v_bn_bias;
   { // bn_update: running stats with momentum, unbiased variance
     const float momentum = float(0.1);
     const float count = static_cast<float>(d_N);
-    kf::store(p_running_mean + col, (1.0f - momentum) * kf::load(p_running_mean + col) + momentum * v_t5);
-    kf::store(p_running_var + col, (1.0f - momentum) * kf::load(p_running_var + col) + momentum * v_t8 * count / (count - 1.0f));
+    kf::store(p_running_mean + col, (1.0f - momentum) * v_running_mean + momentum * v_t5);
+    kf::store(p_running_var + col, (1.0f - momentum) * v_running_var + momentum * v_t8 * count / (count - 1.0f));
   }
   kf::store(p_t14 + col, v_t14);
   kf::store(p_t16 + col, v_t16);
