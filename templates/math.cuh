@@ -55,7 +55,9 @@ __device__ __forceinline__ float clamp(float x, float lo, float hi) {
 }
 
 __device__ __forceinline__ float hardsigmoid(float x) { return clamp(x + 3.0f, 0.0f, 6.0f) / 6.0f; }
-__device__ __forceinline__ float hardswish(float x) { return x * clamp(x + 3.0f, 0.0f, 6.0f) / 6.0f; }
+__device__ __forceinline__ float hardswish(float x) {
+  return x * clamp(x + 3.0f, 0.0f, 6.0f) / 6.0f;
+}
 
 // No threshold, as PyTorch: log1pf(inf) = inf, tanhf(inf) = 1.
 __device__ __forceinline__ float mish(float x) { return x * tanhf(log1pf(expf(x))); }
@@ -64,7 +66,9 @@ __device__ __forceinline__ float softplus(float x, float beta, float threshold) 
   return x * beta > threshold ? x : log1pf(expf(x * beta)) / beta;
 }
 
-__device__ __forceinline__ float elu(float x, float alpha) { return x <= 0.0f ? expm1f(x) * alpha : x; }
+__device__ __forceinline__ float elu(float x, float alpha) {
+  return x <= 0.0f ? expm1f(x) * alpha : x;
+}
 
 // PyTorch multiplies its two constants in float for the negative side.
 __device__ __forceinline__ float selu(float x) {
