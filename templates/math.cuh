@@ -77,6 +77,11 @@ __device__ __forceinline__ float selu(float x) {
   return x <= 0.0f ? expm1f(x) * (kAlpha * kScale) : x * kScale;
 }
 
+// As PyTorch computes it; fminf(NaN, 0) is 0, but the NaN reaches the result through expf.
+__device__ __forceinline__ float logsigmoid(float x) {
+  return fminf(x, 0.0f) - log1pf(expf(-fabsf(x)));
+}
+
 } // namespace kf
 
 #endif // __CUDACC__ || __CUDACC_RTC__

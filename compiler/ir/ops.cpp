@@ -276,6 +276,8 @@ constexpr OpInfo kOps[] = {
           "`F.elu`: `x > 0 ? x : alpha * (exp(x) - 1)`", kEluAttrs),
     unary(OpKind::Selu, "selu", pw::selu, "kf::selu({0})",
           "`F.selu`: `scale * elu(x, alpha)` with PyTorch's constants"),
+    unary(OpKind::LogSigmoid, "logsigmoid", pw::logsigmoid, "kf::logsigmoid({0})",
+          "`F.logsigmoid`: `log(sigmoid(x))`, computed as `min(x, 0) - log1p(exp(-|x|))`"),
     unary(OpKind::Exp, "exp", pw::exp, "expf({0})", "`torch.exp`"),
     unary(OpKind::Log, "log", pw::log, "logf({0})", "`torch.log`: NaN below 0, -inf at 0"),
     unary(OpKind::Abs, "abs", pw::abs, "fabsf({0})", "`torch.abs`"),

@@ -55,6 +55,7 @@ enum class OpKind : uint8_t {
   Softplus,
   Elu,
   Selu,
+  LogSigmoid,
   Exp,
   Log,
   Abs,

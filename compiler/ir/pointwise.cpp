@@ -78,6 +78,11 @@ double selu(double x, double, const double *) {
   return x <= 0 ? std::expm1(x) * (kSeluAlpha * kSeluScale) : x * kSeluScale;
 }
 
+// min(x, 0) - log1p(exp(-|x|)), as PyTorch computes it: no overflow for large |x|; NaN stays NaN.
+double logsigmoid(double x, double, const double *) {
+  return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x)));
+}
+
 double exp(double x, double, const double *) { return std::exp(x); }
 double log(double x, double, const double *) { return std::log(x); }
 double abs(double x, double, const double *) { return std::fabs(x); }

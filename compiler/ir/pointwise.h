@@ -35,6 +35,7 @@ double mish(double x, double y, const double *a);
 double softplus(double x, double y, const double *a); // a: beta, threshold
 double elu(double x, double y, const double *a);      // a: alpha
 double selu(double x, double y, const double *a);
+double logsigmoid(double x, double y, const double *a);
 double exp(double x, double y, const double *a);
 double log(double x, double y, const double *a);
 double abs(double x, double y, const double *a);

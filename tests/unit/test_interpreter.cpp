@@ -907,6 +907,11 @@ TEST_CASE("interpreter: pointwise activations match PyTorch's definitions") {
   check_same(apply(OpKind::Elu, {kNaN, -kInfinity}), {kNaN, -1});
   check_same(apply(OpKind::Selu, kXs), {-1.6705687287671118, -0.6917581878028713, 0.0,
                                         0.5253504936777402, 3.1521029620664414});
+  check_same(apply(OpKind::LogSigmoid, kXs),
+             {-3.048587351573742, -0.9740769841801067, -0.6931471805599453, -0.4740769841801067,
+              -0.04858735157374206});
+  check_same(apply(OpKind::LogSigmoid, {-kInfinity, kInfinity, -1000, kNaN}),
+             {-kInfinity, 0, -1000, kNaN});
 }
 
 TEST_CASE("interpreter: softplus follows its threshold as PyTorch does") {
