@@ -9,8 +9,9 @@
 #   tests      the GPU tests, a process per test case (bench/gpu_tests.sh)
 #   gemm       bench/gemm_sweep.cu built with nvcc: the sm90 mainloop alone on odd shapes against
 #              an fp64 reference, then timed against cuBLAS (tf32, bf16, 3xtf32); then
-#              bench/simt_sweep.cu, the same for the fp32 SIMT mainloop against SGEMM;
-#              gemm_sweep.log
+#              bench/simt_sweep.cu, the same for the fp32 SIMT mainloop against SGEMM; then
+#              bench/gemm_alone.py, `linear` alone as kfuse's runtime configures it (tile, variant,
+#              split-K) against cuBLAS, tf32 and bf16; gemm_sweep.log
 #   python     pip install . and pytest tests/python (kfuse.torch.Fused vs PyTorch, CUDA graphs)
 #   sanitizer  compute-sanitizer memcheck over a small GPU test filter (the full sanitizer run,
 #              every GPU test under memcheck and racecheck/synccheck/initcheck over the cases
@@ -181,9 +182,9 @@ fi
 if ! skipped gemm; then
   start=$SECONDS
   nvcc_sm90="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a"
-  cmd="$nvcc_sm90 -Itemplates bench/gemm_sweep.cu -o gemm_sweep -lcuda -lcublas && ./gemm_sweep all && $nvcc_sm90 -Itemplates bench/simt_sweep.cu -o simt_sweep -lcublas && ./simt_sweep all"
+  cmd="$nvcc_sm90 -Itemplates bench/gemm_sweep.cu -o gemm_sweep -lcuda -lcublas && ./gemm_sweep all && $nvcc_sm90 -Itemplates bench/simt_sweep.cu -o simt_sweep -lcublas && ./simt_sweep all && python3 bench/gemm_alone.py --kfuse BUILD/kfuse"
   say "gemm: $cmd"
-  run_logged "$OUT/gemm_sweep.log" 300 bash -c "$nvcc_sm90 -I'$ROOT/templates' '$ROOT/bench/gemm_sweep.cu' -o '$WORK/gemm_sweep' -lcuda -lcublas && '$WORK/gemm_sweep' all && $nvcc_sm90 -I'$ROOT/templates' '$ROOT/bench/simt_sweep.cu' -o '$WORK/simt_sweep' -lcublas && '$WORK/simt_sweep' all"
+  run_logged "$OUT/gemm_sweep.log" 420 bash -c "$nvcc_sm90 -I'$ROOT/templates' '$ROOT/bench/gemm_sweep.cu' -o '$WORK/gemm_sweep' -lcuda -lcublas && '$WORK/gemm_sweep' all && $nvcc_sm90 -I'$ROOT/templates' '$ROOT/bench/simt_sweep.cu' -o '$WORK/simt_sweep' -lcublas && '$WORK/simt_sweep' all && python3 '$ROOT/bench/gemm_alone.py' --kfuse '$KFUSE'"
   status gemm $? $((SECONDS - start)) "$cmd"
 fi
 
