@@ -24,7 +24,11 @@
 #              (C++, built beside kfuse) and bench/python_timing.py --host-only (Python, needs
 #              the python phase's install); host_overhead.md
 #   torch      bench/compare_torch.py: PyTorch eager and torch.compile vs kfuse, output check
-#              (f32 cases at fp32, 3xtf32 and tf32; bf16 cases in bf16)
+#              (f32 cases at fp32, 3xtf32 and tf32; bf16 cases in bf16); then
+#              bench/torch_interleaved.py: the tf32 and bf16 founding cases with kfuse (the Python
+#              package, installed here where the python phase did not), eager, torch.compile and
+#              PyTorch's GEMM alone interleaved run by run in one process (compare_torch.py times
+#              PyTorch in blocks, in a process of its own); its table goes to suite.log
 #   examples   bench/examples_torch.py: every example, train and eval, at its documented size:
 #              PyTorch eager and torch.compile (kfuse.torch.Reference), kfuse.torch.Fused, kfuse
 #              bench's fused and unfused; kernels per call; error vs float64 (examples.md). It
@@ -55,6 +59,7 @@
 # --test-case filter), KFUSE_TESTS_TIMEOUT_S (default 300), KFUSE_BENCH_ITERS (default 100), KFUSE_BENCH_WARMUP (default 10),
 # KFUSE_CHECK_N (default 0: the PyTorch output check runs at each case's benchmark N),
 # KFUSE_BF16_BENCH_RESERVE_S (default 200: seconds before the deadline the bf16 benches stop),
+# KFUSE_INTERLEAVED_RESERVE_S (default 120: seconds the torch phase keeps for torch_interleaved.py),
 # KFUSE_SWEEP_MIN_S (default 240: the least time left in which the sweep phase starts).
 set -uo pipefail
 
@@ -221,6 +226,7 @@ CASES=("gemm_bn_scale_softmax 1024" "gemm_scale_bn 1024" "gemm_scale_bn_4096 163
 BF16_CASES=("gemm_bn_scale_softmax_bf16 1024" "gemm_scale_bn_bf16 1024" "gemm_scale_bn_4096_bf16 16384")
 # Seconds the bf16 benches leave for the phases after them (compile, host, torch).
 BF16_BENCH_RESERVE_S=${KFUSE_BF16_BENCH_RESERVE_S:-200}
+INTERLEAVED_RESERVE_S=${KFUSE_INTERLEAVED_RESERVE_S:-120}
 if ! skipped bench; then
   start=$SECONDS
   worst=0
@@ -323,7 +329,7 @@ fi
 if ! skipped torch; then
   start=$SECONDS
   left=$(remaining)
-  limit=$((left - 25))
+  limit=$((left - 25 - INTERLEAVED_RESERVE_S)) # torch_interleaved.py runs after compare_torch.py
   budget=$((limit - 90)) # what is left for torch.compile once eager, checks and reuse are paid
   ((limit < 60)) && limit=60
   ((budget < 30)) && budget=30
@@ -335,7 +341,19 @@ if ! skipped torch; then
   run_logged "$LOG" "$limit" python3 bench/compare_torch.py --kfuse "$KFUSE" --bench-dir "$WORK/bench" \
     --reuse-bench --check-n "$CHECK_N" --iters "$ITERS" --warmup "$WARMUP" --budget-s "$budget" \
     --deadline-s "$stop" --out "$WORK/torch.json"
-  status torch $? $((SECONDS - start)) "$cmd"
+  rc=$?
+  cmd+=" && python3 bench/torch_interleaved.py --cases ... --precisions tf32 --iters $ITERS"
+  if ! python3 -c 'import kfuse' 2>/dev/null; then
+    say "torch: pip install . (the python phase did not install kfuse)"
+    run_logged "$LOG" 300 python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"
+  fi
+  limit=$(($(remaining) - 20))
+  ((limit < 60)) && limit=60
+  say "torch: python3 bench/torch_interleaved.py (time limit ${limit}s)"
+  run_logged "$LOG" "$limit" python3 "$ROOT/bench/torch_interleaved.py" --cases \
+    gemm_bn_scale_softmax,gemm_scale_bn,gemm_scale_bn_4096,gemm_bn_scale_softmax_bf16,gemm_scale_bn_bf16,gemm_scale_bn_4096_bf16 \
+    --precisions tf32 --iters "$ITERS" --warmup "$WARMUP" || rc=1
+  status torch $rc $((SECONDS - start)) "$cmd"
 fi
 
 # ------------------------------------------------------------------ every example vs PyTorch
