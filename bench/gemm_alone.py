@@ -24,6 +24,19 @@ from pathlib import Path
 TIMEOUT_S = 240
 
 
+def sizes(text, multiple=1):
+    """A comma list of positive integers, each a multiple of `multiple` (argparse type)."""
+    out = []
+    for word in text.split(","):
+        if not word.strip().isdigit() or int(word) <= 0:
+            raise argparse.ArgumentTypeError(f"'{word.strip()}' is not a positive integer")
+        if int(word) % multiple:
+            raise argparse.ArgumentTypeError(f"{int(word)} is not a multiple of {multiple} (the "
+                                             "Hopper mainloop's TMA rows: 16 bytes)")
+        out.append(int(word))
+    return out
+
+
 def source(precision, nk):
     dtype = "f32" if precision == "tf32" else precision
     return (f"# linear alone: the GEMM with a plain store, {nk} -> {nk} features.\n"
@@ -43,7 +56,8 @@ def point(kfuse, path, precision, m, iters, env):
         cmd += ["--precision", "tf32"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     if r.returncode != 0:
-        return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:]}
+        lines = (r.stderr or r.stdout).strip().splitlines()
+        return {"error": f"exit {r.returncode}: {lines[-1] if lines else 'no output'}"}
     j = json.loads(out.read_text())
     fused, blas = j["fused"], j["cublas_gemm"]
     launch = fused["gemm_launches"][0]
@@ -57,9 +71,9 @@ def point(kfuse, path, precision, m, iters, env):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kfuse", required=True)
-    ap.add_argument("--m", default="1024,4096,16384")
-    ap.add_argument("--nk", default="1024,4096,8192")
-    ap.add_argument("--precisions", default="tf32,bf16")
+    ap.add_argument("--m", type=sizes, default="1024,4096,16384")
+    ap.add_argument("--nk", type=lambda t: sizes(t, 8), default="1024,4096,8192")
+    ap.add_argument("--precisions", type=lambda t: t.split(","), default="tf32,bf16")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--markdown")
     ap.add_argument("--json")
@@ -68,11 +82,14 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="kfuse-gemm-alone."))
     env = dict(os.environ, KFUSE_CACHE_DIR=str(work / "cache"))  # no tuned config applies
     rows, failed = [], False
-    for precision in args.precisions.split(","):
-        for nk in (int(x) for x in args.nk.split(",")):
+    for precision in args.precisions:
+        if precision not in ("tf32", "bf16", "f16"):
+            ap.error(f"--precisions: '{precision}' is not tf32, bf16 or f16")
+    for precision in args.precisions:
+        for nk in args.nk:
             path = work / f"gemm_alone_{precision}_{nk}.kf"
             path.write_text(source(precision, nk))
-            for m in (int(x) for x in args.m.split(",")):
+            for m in args.m:
                 r = point(kfuse, path, precision, m, args.iters, env)
                 r.update(precision=precision, m=m, nk=nk)
                 failed = failed or "error" in r
