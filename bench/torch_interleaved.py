@@ -79,6 +79,14 @@ def main():
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     args = ap.parse_args()
+    for name, given, known in (("--cases", args.cases, compare_torch.CASES),
+                               ("--precisions", args.precisions, compare_torch.PRECISIONS),
+                               ("--modes", args.modes, compare_torch.MODES)):
+        for word in given.split(","):
+            if word not in known:
+                ap.error(f"{name}: '{word}' is not one of {', '.join(known)}")
+    if args.iters < 1 or args.warmup < 0:
+        ap.error("--iters must be at least 1 and --warmup at least 0")
     flush = compare_torch.Timer(args.warmup, args.iters).flush
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; median ms, contenders "
           f"interleaved run by run, L2 flushed before each")
