@@ -35,7 +35,6 @@ def contenders(case, precision, mode):
     ref = compare_torch.cast_module(compare_torch.make_module(chain, features), dtype).cuda()
     ref.train(mode == "train")
     x = torch.randn(n, features, device="cuda", dtype=compare_torch.torch_dtype(dtype))
-    eager = ref
     compiled_module = compare_torch.cast_module(compare_torch.make_module(chain, features), dtype)
     compiled_module.load_state_dict(ref.state_dict())
     compiled_module = compiled_module.cuda().train(mode == "train")
@@ -47,7 +46,7 @@ def contenders(case, precision, mode):
     weight = ref.linear.weight.detach()
     return {
         "kfuse": lambda: p(x, out=out),
-        "eager": lambda: eager(x),
+        "eager": lambda: ref(x),
         "torch.compile": lambda: compiled(x),
         "PyTorch GEMM alone": lambda: F.linear(x, weight),
     }

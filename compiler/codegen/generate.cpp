@@ -926,13 +926,8 @@ private:
     for (ValueId id : k.computes)
       for (ValueId v : g_[id].args)
         if (g_[v].type.rank() == 1 && !std::count(k.computes.begin(), k.computes.end(), v) &&
-            std::none_of(p_.kernels.begin(), p_.kernels.end(), [&](const Kernel &o) {
-              return &o != &k && (std::count(o.stores.begin(), o.stores.end(), v) ||
-                                  std::any_of(o.computes.begin(), o.computes.end(), [&](ValueId e) {
-                                    return g_[e].is_effect() &&
-                                           (g_[e].args[0] == v || g_[e].args[1] == v);
-                                  }));
-            }))
+            std::none_of(p_.kernels.begin(), p_.kernels.end(),
+                         [&](const Kernel &o) { return &o != &k && plan::writes(g_, o, v); }))
           out.insert(v);
     return out;
   }
@@ -966,7 +961,7 @@ private:
     const std::set<ValueId> early = merges ? early_loads(k) : std::set<ValueId>{};
     for (ValueId v : early)
       s += fmt::format("{}const float {} = col < {} ? {} : 0.0f;\n", in, w.var(v), n,
-                       w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col"));
+                       w.operand(v, false, {}));
     // Every thread waits, so that this grid completes only after the one before it.
     s += fmt::format("  kf::wait_prior_grid();\n  if (col >= {})\n    return;\n", n);
     if (merges) {
@@ -992,11 +987,7 @@ private:
       std::string cnt = count.is_symbolic()
                             ? "static_cast<float>(" + KernelWriter::extent(count) + ")"
                             : float_literal(static_cast<double>(count.value));
-      auto at = [&](ValueId v) {
-        return std::count(k.computes.begin(), k.computes.end(), v) || early.count(v)
-                   ? w.var(v)
-                   : w.load(v, g_[v].type.shape[0] == Dim::constant(1) ? "0" : "col");
-      };
+      auto at = [&](ValueId v) { return w.operand(v, false, early); };
       // Computed in fp32 from the statistics, rounded once to each state's type.
       ValueId rm = e.args[0], rv = e.args[1];
       s += fmt::format(

@@ -88,14 +88,7 @@ bool KernelWriter::computed_here(ValueId v) const {
   return std::count(k_.computes.begin(), k_.computes.end(), v) != 0;
 }
 
-bool KernelWriter::writes(ValueId v) const {
-  if (std::count(k_.stores.begin(), k_.stores.end(), v))
-    return true;
-  for (ValueId id : k_.computes)
-    if (g_[id].is_effect() && (g_[id].args[0] == v || g_[id].args[1] == v))
-      return true;
-  return false;
-}
+bool KernelWriter::writes(ValueId v) const { return plan::writes(g_, k_, v); }
 
 std::string KernelWriter::operand(ValueId v, bool element, const std::set<ValueId> &given) const {
   if (computed_here(v) || given.count(v))

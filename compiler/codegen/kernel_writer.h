@@ -51,9 +51,11 @@ public:
   // `extra` initializes members declared after those (a row kernel's row and per-row results).
   std::string member_initializer(const std::vector<std::string> &extra = {}) const;
 
-private:
-  // A register or a load; `given` values are in registers although not computed here.
+  // A register or a load (a per-feature vector at `col`, a matrix element at (row, col) where
+  // `element`); `given` values are in registers although not computed here.
   std::string operand(ir::ValueId v, bool element, const std::set<ir::ValueId> &given) const;
+
+private:
   std::string statement(ir::ValueId v, bool element, const std::set<ir::ValueId> &given) const;
   bool computed_here(ir::ValueId v) const;
   bool writes(ir::ValueId v) const;

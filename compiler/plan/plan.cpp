@@ -1,5 +1,9 @@
 #include "compiler/plan/plan.h"
 
+#include "compiler/ir/verifier.h"
+
+#include <algorithm>
+
 namespace kfuse::plan {
 
 std::string_view kernel_kind_name(KernelKind k) {
@@ -23,6 +27,16 @@ ir::TensorType buffer_type(const Plan &p, ir::ValueId v) {
     if (i.value == v)
       return i.type;
   return p.graph[v].type;
+}
+
+bool writes(const ir::Graph &g, const Kernel &k, ir::ValueId v) {
+  if (std::count(k.stores.begin(), k.stores.end(), v))
+    return true;
+  for (ir::ValueId id : k.computes)
+    for (int a : ir::updated_args(g[id]))
+      if (g[id].args[static_cast<size_t>(a)] == v)
+        return true;
+  return false;
 }
 
 } // namespace kfuse::plan

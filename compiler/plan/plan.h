@@ -85,4 +85,8 @@ struct Plan {
 // else the declared or output type.
 ir::TensorType buffer_type(const Plan &p, ir::ValueId v);
 
+// Whether kernel `k` writes `v`'s memory: it stores v, or an effect it computes updates v (a
+// state, ir::updated_args).
+bool writes(const ir::Graph &g, const Kernel &k, ir::ValueId v);
+
 } // namespace kfuse::plan
