@@ -6,6 +6,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
+#include "compiler/select/select.h"
 
 #include <fmt/format.h>
 
@@ -43,10 +44,13 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
     dump.emit("plan", ".txt", plan::print_plan_text(l.plan, {}));
   if (!to_cuda)
     return l;
-  l.program = codegen::generate(l.plan, options.math, options.arch);
+  const plan::Plan kernels = select::kernel_view(l.plan);
+  select::Selection specs = select::select_kernels(kernels, options.math, options.arch);
   if (options.tunings)
-    if (const codegen::GemmTunings tuned = options.tunings(l.program); !tuned.empty())
-      l.program = codegen::generate(l.plan, options.math, options.arch, tuned);
+    if (const codegen::GemmTunings tuned = options.tunings(select::gemm_keys(kernels, specs));
+        !tuned.empty())
+      specs = select::select_kernels(kernels, options.math, options.arch, tuned);
+  l.program = codegen::emit(kernels, specs, options.arch);
   if (dump.wants("cuda"))
     dump.emit("cuda", ".cu", l.program.source);
   if (dump.wants("launch"))

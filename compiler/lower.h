@@ -15,6 +15,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/passes/passes.h"
 #include "compiler/plan/plan.h"
+#include "compiler/select/spec.h"
 
 #include <cstdint>
 #include <functional>
@@ -32,9 +33,9 @@ struct LowerOptions {
   // Plan: stop after the plan, with no CUDA (`kfuse plan` shows plans of pipelines the GPU
   // path does not run yet).
   enum class Until : uint8_t { Plan, Cuda } until = Until::Cuda;
-  // Given the program the heuristics made, the tuned configurations to make it with instead
-  // (runtime/tuning_store.h looks them up); empty, or none returned: the heuristics' program.
-  std::function<codegen::GemmTunings(const codegen::Program &)> tunings = {};
+  // Given the GEMM kernels the heuristics selected, the tuned configurations to select instead
+  // (runtime/tuning_store.h looks them up); empty, or none returned: the heuristics' choices.
+  std::function<codegen::GemmTunings(const std::vector<select::GemmKey> &)> tunings = {};
   // Called with the IR after every pass (`kfuse plan --dump-after-each-pass`).
   std::function<void(const passes::Pass &, const ir::Graph &)> after_pass = {};
 };

@@ -76,7 +76,7 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
 
   auto lowered_with = [&](const codegen::GemmTunings &tunings) {
     LowerOptions lo = PipelineAccess::lower_options(options, true);
-    lo.tunings = [&tunings](const codegen::Program &) { return tunings; };
+    lo.tunings = [&tunings](const std::vector<select::GemmKey> &) { return tunings; };
     return lower(src, lo);
   };
   // The pipeline with `tunings`, compiled (through the disk cache) and bound.

@@ -155,8 +155,8 @@ LowerOptions rt::PipelineAccess::lower_options(const Options &options, bool fuse
   lo.autocast_bf16 = options.precision == Precision::BF16;
   // Tuned configurations are per device: without one there is nothing to look up.
   if (fuse && options.use_tuned && rt::Driver::get().available())
-    lo.tunings = [](const codegen::Program &program) {
-      return rt::TuningStore::from_environment().tunings(rt::DeviceKey::current(), program);
+    lo.tunings = [](const std::vector<select::GemmKey> &gemms) {
+      return rt::TuningStore::from_environment().tunings(rt::DeviceKey::current(), gemms);
     };
   return lo;
 }

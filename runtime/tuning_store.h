@@ -14,6 +14,7 @@
 #pragma once
 
 #include "compiler/codegen/program.h"
+#include "compiler/select/spec.h"
 #include "runtime/disk_cache.h"
 
 #include <optional>
@@ -79,7 +80,8 @@ public:
   std::vector<TuningEntry> entries() const;
 
   // The tuned configurations of `program`'s GEMM kernels on `device`, for codegen::generate.
-  codegen::GemmTunings tunings(const DeviceKey &device, const codegen::Program &program) const;
+  codegen::GemmTunings tunings(const DeviceKey &device,
+                               const std::vector<select::GemmKey> &gemms) const;
 
 private:
   std::string key(const DeviceKey &device, const std::string &signature) const;

@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+namespace kfuse::select {
+struct Selection;
+}
+
 namespace kfuse::codegen {
 
 // A plan the code generator cannot express (e.g. an f16 tensor); names the tensor or op.
@@ -136,9 +140,13 @@ struct Program {
   std::vector<KernelLaunch> launches;
 };
 
-// `arch` is the NVRTC target ("sm_90a", ...): on sm_90a tf32 GEMMs use the Hopper mainloop.
-// `tunings` replace the heuristic's tile and split-K caps of the GEMM kernels they name; a
-// tuned tile that is not among a kernel's candidates is a CodegenError.
+// Renders `selection` (select::select_kernels of `p`, a select::kernel_view) for target `arch`
+// (the NVRTC target: "sm_90a", ...): one emitter per kernel, in plan order.
+Program emit(const plan::Plan &p, const select::Selection &selection, const std::string &arch);
+
+// select::kernel_view, select::select_kernels and emit in one call. On sm_90a tf32 GEMMs use the
+// Hopper mainloop. `tunings` replace the heuristic's tile and split-K caps of the GEMM kernels
+// they name; a tuned tile that is not among a kernel's candidates is a CodegenError.
 Program generate(const plan::Plan &p, GemmMath math = GemmMath::Fp32, const std::string &arch = "",
                  const GemmTunings &tunings = {});
 

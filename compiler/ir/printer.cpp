@@ -111,6 +111,21 @@ std::vector<std::string> printed_names(const Graph &g) {
   return names;
 }
 
+std::string print_statement(const Graph &g, const std::vector<std::string> &names, ValueId id) {
+  const Value &v = g[id];
+  std::vector<std::string> args;
+  for (ValueId a : v.args)
+    args.push_back(names.at(static_cast<size_t>(a)));
+  const OpInfo &info = op_info(v.op);
+  for (const AttrSpec &spec : info.attrs) {
+    const AttrValue &a = v.attrs.at(std::string(spec.name));
+    if (printed(spec, a))
+      args.push_back(fmt::format("{}={}", spec.name, format_attr(spec, a)));
+  }
+  std::string call = fmt::format("{}({})", info.name, fmt::join(args, ", "));
+  return v.is_effect() ? call : fmt::format("{} = {}", names.at(static_cast<size_t>(id)), call);
+}
+
 std::string print_kf(const Graph &g) {
   std::vector<std::string> names = printed_names(g);
   std::string out = fmt::format("pipeline {} {{\n", g.name);
@@ -121,22 +136,9 @@ std::string print_kf(const Graph &g) {
     if (!v.is_op())
       out += fmt::format("  {}  {}: {}\n", value_kind_name(v.kind), names[i], v.type.str());
   }
-  for (size_t i = 0; i < g.values.size(); ++i) {
-    const Value &v = g.values[i];
-    if (!v.is_op())
-      continue;
-    std::vector<std::string> args;
-    for (ValueId a : v.args)
-      args.push_back(names.at(static_cast<size_t>(a)));
-    const OpInfo &info = op_info(v.op);
-    for (const AttrSpec &spec : info.attrs) {
-      const AttrValue &a = v.attrs.at(std::string(spec.name));
-      if (printed(spec, a))
-        args.push_back(fmt::format("{}={}", spec.name, format_attr(spec, a)));
-    }
-    std::string call = fmt::format("{}({})", info.name, fmt::join(args, ", "));
-    out += v.is_effect() ? fmt::format("  {}\n", call) : fmt::format("  {} = {}\n", names[i], call);
-  }
+  for (size_t i = 0; i < g.values.size(); ++i)
+    if (g.values[i].is_op())
+      out += "  " + print_statement(g, names, static_cast<ValueId>(i)) + "\n";
   std::vector<std::string> outputs;
   for (ValueId o : g.outputs)
     outputs.push_back(names.at(static_cast<size_t>(o)));

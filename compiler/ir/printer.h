@@ -34,6 +34,10 @@ std::vector<std::string> printed_names(const Graph &g);
 // `g` must pass verify().
 std::string print_kf(const Graph &g);
 
+// Op `id`'s statement as print_kf writes it, without indent or newline: `h = add(t1, bias)`,
+// an effect as a bare call; `names` are printed_names(g).
+std::string print_statement(const Graph &g, const std::vector<std::string> &names, ValueId id);
+
 // Whether .kf spells the attribute: an OptNumber left at "none" (its infinite default, clamp's
 // max, a pool's stride) has no spelling and is omitted, which parses back to the same value.
 bool printed(const AttrSpec &spec, const AttrValue &a);

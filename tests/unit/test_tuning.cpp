@@ -5,6 +5,7 @@
 #include "compiler/dsl/parser.h"
 #include "compiler/lower.h"
 #include "compiler/plan/planner.h"
+#include "compiler/select/select.h"
 #include "kfuse/kfuse.h"
 #include "runtime/launch_geometry.h"
 #include "runtime/pipeline.h"
@@ -31,7 +32,7 @@ const rt::DeviceKey kH200{"NVIDIA H200", 132, 90};
 LowerOptions tf32_options(codegen::GemmTunings tunings = {}) {
   LowerOptions o{ir::Mode::Train, codegen::GemmMath::Tf32, true, "sm_90a"};
   if (!tunings.empty())
-    o.tunings = [tunings](const codegen::Program &) { return tunings; };
+    o.tunings = [tunings](const std::vector<select::GemmKey> &) { return tunings; };
   return o;
 }
 
@@ -179,10 +180,13 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   rt::TuningStore store(tmp.dir + "/tuning", [&](const std::string &w) { warnings.push_back(w); });
   const Lowered heuristic = lowered("gemm_bn_scale_softmax", tf32_options());
   const std::string &signature = heuristic.program.launches.at(0).signature;
+  const plan::Plan kernels = select::kernel_view(heuristic.plan);
+  const std::vector<select::GemmKey> gemms = select::gemm_keys(
+      kernels, select::select_kernels(kernels, codegen::GemmMath::Tf32, "sm_90a"));
   REQUIRE(store.store(kH100, signature, entry("64x256x1", 1024)));
 
   LowerOptions o = tf32_options();
-  o.tunings = [&](const codegen::Program &p) { return store.tunings(kH100, p); };
+  o.tunings = [&](const std::vector<select::GemmKey> &g) { return store.tunings(kH100, g); };
   Options options;
   options.arch = "sm_90a";
   options.precision = Precision::TF32;
@@ -203,10 +207,10 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   CHECK(rt::split_count(geo, {{"N", 1000}}, 13200, 4) == 4); // Options::max_split_k first
 
   // Another device, or the same device with a tile the kernel cannot take: the heuristics.
-  CHECK(store.tunings(kH200, heuristic.program).empty());
+  CHECK(store.tunings(kH200, gemms).empty());
   rt::TuningEntry bad = entry("32x32x1", 1024);
   REQUIRE(store.store(kH100, signature, bad));
-  CHECK(store.tunings(kH100, heuristic.program).empty());
+  CHECK(store.tunings(kH100, gemms).empty());
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("ignoring the tile '32x32x1' tuned for k0_gemm") != std::string::npos);
 }

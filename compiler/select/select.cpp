@@ -1,0 +1,408 @@
+#include "compiler/select/select.h"
+
+#include "compiler/codegen/gpu_support.h"
+#include "compiler/codegen/kernel_writer.h"
+#include "compiler/ir/printer.h"
+#include "compiler/select/geometry.h"
+#include "templates/col_stats.cuh"
+#include "templates/elementwise.cuh"
+#include "templates/row_kernel.cuh"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace kfuse::select {
+
+using namespace ir;
+using codegen::CodegenError;
+using codegen::GemmMath;
+using codegen::Sm90Tile;
+using plan::Kernel;
+using plan::KernelKind;
+
+std::string tile_text(const GemmTile &t) {
+  return fmt::format("{}x{}x{}", t.bm, t.bn, t.min_blocks);
+}
+
+namespace {
+
+// Output features from which a tf32 GEMM takes the Hopper mainloop's widest tile (128 x 256).
+constexpr int64_t kWideLayer = 4096;
+// The least K at which a narrow layer's GEMM carries the 128 x 256 variant.
+constexpr int64_t kDeepInner = 2048;
+
+GemmTile sm90_tile(Operand op, Sm90Tile t) {
+  switch (t) {
+  case Sm90Tile::M128N256:
+    return {Mainloop::Sm90, op, 128, 256, 1, false, {}, {}};
+  case Sm90Tile::M128N128:
+    return {Mainloop::Sm90, op, 128, 128, 1, false, {}, {}};
+  case Sm90Tile::M64N256:
+    return {Mainloop::Sm90, op, 64, 256, 1, false, {}, {}};
+  case Sm90Tile::M64N128x2:
+    return {Mainloop::Sm90, op, 64, 128, 2, false, {}, {}};
+  }
+  throw CodegenError("internal error: no such sm90 tile");
+}
+
+class Selector {
+public:
+  Selector(const plan::Plan &p, GemmMath math, const std::string &arch,
+           const codegen::GemmTunings &tunings)
+      : p_(p), g_(p.graph), math_(math), arch_(arch), tunings_(tunings) {}
+
+  Selection run() {
+    Selection s;
+    for (const Kernel &k : p_.kernels) {
+      switch (k.kind) {
+      case KernelKind::Gemm: {
+        GemmSpec spec = gemm(k);
+        if (k.stats_of >= 0)
+          s.partial_rows[k.stats_of] = spec.tile.bm;
+        s.kernels.emplace_back(std::move(spec));
+        break;
+      }
+      case KernelKind::Row:
+        s.kernels.emplace_back(row(k));
+        break;
+      case KernelKind::Elementwise:
+        s.kernels.emplace_back(elementwise(k));
+        break;
+      case KernelKind::ColPartials:
+        s.partial_rows[k.stats_of] = kf::COL_STATS_TILE_ROWS;
+        s.kernels.emplace_back(ColPartialsSpec{});
+        break;
+      case KernelKind::Column:
+        s.kernels.emplace_back(ColumnSpec{k.stats_of >= 0});
+        break;
+      }
+    }
+    return s;
+  }
+
+private:
+  const codegen::GemmTuning *tuning(const Kernel &k) const {
+    auto it = tunings_.find(k.name);
+    return it == tunings_.end() ? nullptr : &it->second;
+  }
+
+  // The Hopper mainloop takes tf32 and 3xtf32 Linear GEMMs (both operands K-major) on sm_90a
+  // whose inner extent is a constant multiple of 4 (TMA row strides are multiples of 16 bytes).
+  // GEMMs of bf16/f16 operands run on it only (a multiple of 8 then): gpu_unsupported reports
+  // those it cannot take at their location, so one reaching here is a caller's mistake.
+  bool use_sm90(const Value &mm) const {
+    if (g_[mm.args[0]].type.dtype != DType::F32) {
+      if (auto why = codegen::half_gemm_unsupported(g_, mm, arch_))
+        throw CodegenError(fmt::format("pipeline '{}': line {}: {}", g_.name, mm.loc.line, *why));
+      return true;
+    }
+    const Dim &inner = g_[mm.args[0]].type.shape[1];
+    return arch_ == "sm_90a" && (math_ == GemmMath::Tf32 || math_ == GemmMath::Tf32x3) &&
+           mm.op == OpKind::Linear && !inner.is_symbolic() && inner.value % 4 == 0;
+  }
+
+  // What makes this kernel, the tile aside: the target, the operands and the kernel's ops,
+  // reads and stores as the plan holds them. `kfuse tune` keys its results by it.
+  std::string signature(const Kernel &k, const Value &mm) const {
+    const std::vector<std::string> names = printed_names(g_);
+    std::string s = fmt::format("{} math {} {} {} K={} N={}\n", arch_, static_cast<int>(math_),
+                                dtype_name(g_[mm.args[0]].type.dtype),
+                                mm.op == OpKind::Linear ? "linear" : "matmul",
+                                g_[mm.args[0]].type.shape[1].str(), mm.type.shape[1].str());
+    for (ValueId id : k.computes)
+      s += print_statement(g_, names, id) + "\n";
+    for (ValueId r : k.reads)
+      s += fmt::format("reads {} {}\n", names[static_cast<size_t>(r)], g_[r].type.str());
+    for (ValueId w : k.stores)
+      s += fmt::format("stores {}\n", names[static_cast<size_t>(w)]);
+    for (ValueId st : k.row_stages)
+      s += fmt::format("row {}\n", names[static_cast<size_t>(st)]);
+    if (k.stats_of >= 0)
+      s += fmt::format("stats {}\n", names[static_cast<size_t>(k.stats_of)]);
+    return s;
+  }
+
+  GemmSpec gemm(const Kernel &k) const {
+    const Value &mm = g_[k.anchor];
+    GemmSpec spec;
+    spec.a = mm.args[0];
+    spec.b = mm.args[1];
+    spec.trans_b = mm.op == OpKind::Linear;
+    const bool rows = !k.row_stages.empty();
+    spec.out = rows ? k.rows_of : k.stores.at(0);
+    spec.signature = signature(k, mm);
+    if (const codegen::GemmTuning *t = tuning(k)) {
+      spec.max_splits_by_class = t->max_splits;
+      spec.split_whys = t->split_whys;
+    }
+    const bool sm90 = use_sm90(mm);
+    const DType operands = g_[spec.a].type.dtype;
+    const bool split_tf32 = math_ == GemmMath::Tf32x3 && operands == DType::F32;
+    if (const codegen::GemmTuning *t = tuning(k); t && t->tile && !(sm90 && !rows && !split_tf32))
+      throw CodegenError(fmt::format(
+          "pipeline '{}': {}: tile {} was asked for, but this GEMM's tiles are not tuned ({})",
+          g_.name, k.name, codegen::tile_name(*t->tile),
+          !sm90  ? (math_ == GemmMath::Fp32 ? "the SIMT GEMM's are chosen by the batch"
+                                            : "the mma.sync GEMM has one")
+          : rows ? "it has one, 128x128x1, staged for its row passes"
+                 : "3xtf32 has one, 128x128x1"));
+    if (sm90) {
+      const Operand op = split_tf32                ? Operand::Tf32x3
+                         : operands == DType::BF16 ? Operand::Bf16
+                         : operands == DType::F16  ? Operand::F16
+                                                   : Operand::Tf32;
+      if (rows)
+        spec.tile = staged(k, op);
+      else if (split_tf32)
+        spec.tile = {Mainloop::Sm90,
+                     op,
+                     128,
+                     128,
+                     1,
+                     false,
+                     k.name,
+                     "3xtf32 128 x 128 tile, 1 block per SM: its small parts take the shared "
+                     "memory of a second block"};
+      else
+        by_width(k, op, spec);
+    } else if (math_ == GemmMath::Fp32) {
+      simt(k, spec, rows);
+    } else {
+      const Operand op = math_ == GemmMath::Tf32 ? Operand::Tf32 : Operand::Tf32x3;
+      const GemmTraits traits = gemm_traits({Mainloop::MmaSync, op, 0, 0, 1, false, {}, {}}, 0);
+      spec.tile = {Mainloop::MmaSync,
+                   op,
+                   traits.bm,
+                   traits.bn,
+                   1,
+                   false,
+                   k.name,
+                   fmt::format("{} mma.sync {} x {} tile, the mma.sync GEMM's one configuration{}",
+                               op == Operand::Tf32 ? "tf32" : "3xtf32", traits.bm, traits.bn,
+                               arch_ == "sm_90a" ? " (the Hopper mainloop needs a Linear whose "
+                                                   "inner extent is a constant multiple of 4)"
+                                                 : "")};
+    }
+    if (rows) {
+      const Dim &cols = mm.type.shape[1];
+      if (cols.is_symbolic() || cols.value > spec.tile.bn)
+        throw CodegenError(fmt::format("internal error: {} runs row passes over {} columns, its "
+                                       "tiles have {}",
+                                       k.name, cols.str(), spec.tile.bn));
+      spec.rows = {kf::row_team_lanes(static_cast<int>(g_[k.rows_of].type.shape.back().value)),
+                   false};
+    }
+    // Split-K, the part of the configuration the bound dims decide.
+    auto with_split = [&](GemmTile &t) {
+      t.config += fmt::format("; K split S ways in {}-deep k-blocks where the tiles leave SMs "
+                              "idle (few rows, or a last wave partly empty), S chosen from the "
+                              "tiles, SMs and K when the dims are bound",
+                              gemm_traits(t, 0).bk);
+      for (const std::string &why : spec.split_whys)
+        t.config += "; " + why;
+    };
+    with_split(spec.tile);
+    if (spec.tile.mainloop == Mainloop::Simt)
+      for (GemmTile &v : spec.by_rows)
+        with_split(v);
+    return spec;
+  }
+
+  // A GEMM whose epilogue runs row passes: 128 x 128 tiles, one block per SM, the epilogue's
+  // scratch holding a staged tile.
+  GemmTile staged(const Kernel &k, Operand op) const {
+    return {Mainloop::Sm90,
+            op,
+            128,
+            128,
+            1,
+            true,
+            k.name,
+            fmt::format("{} 128 x 128 tile, 1 block per SM, each tile staged in shared memory for "
+                        "the row passes its epilogue runs ({} features)",
+                        math_name(op), g_[k.anchor].type.shape[1].str())};
+  }
+
+  std::string math_name(Operand op) const {
+    switch (op) {
+    case Operand::Tf32x3:
+      return "3xtf32";
+    case Operand::Tf32:
+      return "tf32";
+    case Operand::Bf16:
+      return "bf16";
+    case Operand::F16:
+      return "f16";
+    }
+    return "?";
+  }
+
+  // A Hopper GEMM's tile, tuned (kfuse tune) or by the layer's width: the batch (rows) is bound
+  // at run time. 128 x 256 tiles reach cuBLAS's speed once there are enough of them for every
+  // SM, which below kWideLayer features takes thousands of rows, so narrower layers take
+  // 64 x 128 tiles, two blocks per SM (one's epilogue overlaps the other's mainloop). Where the
+  // kernel writes no column statistics (whose partials' tile height the column kernel is
+  // compiled for), the same kernel with the 128 x 128 tile stands beside it for runs whose rows
+  // give that tile a full wave, and where K is at least kDeepInner, the 128 x 256 tile for runs
+  // whose waves of it take less time (Sm90Gemm's KBLOCK_TIME).
+  void by_width(const Kernel &k, Operand op, GemmSpec &spec) const {
+    const std::string type = math_name(op);
+    const Dim &features = g_[k.anchor].type.shape[1];
+    const Dim &inner = g_[spec.a].type.shape[1];
+    spec.tiles.assign(std::begin(codegen::kSm90Tiles), std::end(codegen::kSm90Tiles));
+    const codegen::GemmTuning *t = tuning(k);
+    if (t && t->tile) {
+      spec.tile = sm90_tile(op, *t->tile);
+      spec.tile.config =
+          fmt::format("{} {} tile: {}", type, codegen::tile_name(*t->tile), t->tile_why);
+    } else if (!features.is_symbolic() && features.value < kWideLayer) {
+      spec.tile = sm90_tile(op, Sm90Tile::M64N128x2);
+      spec.tile.config = fmt::format("{} 64 x 128 tile, 2 blocks per SM: {} output features (< {}) "
+                                     "give few 128 x 256 tiles at the batches such layers run",
+                                     type, features.value, kWideLayer);
+      if (k.stats_of < 0) {
+        GemmTile wide = sm90_tile(op, Sm90Tile::M128N128);
+        wide.entry = k.name + "_wide";
+        spec.tile.config +=
+            fmt::format("; {} where the rows give a 128 x 128 tile to every SM", wide.entry);
+        wide.config = fmt::format("{} 128 x 128 tile, 1 block per SM, instead of {}'s where the "
+                                  "rows give one of these tiles to every SM (K not split then)",
+                                  type, k.name);
+        spec.by_rows.push_back(wide);
+        if (!inner.is_symbolic() && inner.value >= kDeepInner) {
+          GemmTile wider = sm90_tile(op, Sm90Tile::M128N256);
+          wider.entry = k.name + "_wider";
+          spec.tile.config += fmt::format("; {} instead of {} where its estimated time is lower "
+                                          "(K = {} >= {})",
+                                          wider.entry, wide.entry, inner.value, kDeepInner);
+          wider.config = fmt::format("{} 128 x 256 tile, 1 block per SM, instead of {}'s where "
+                                     "its waves of tiles take less time at the bound rows",
+                                     type, wide.entry);
+          spec.by_rows.push_back(wider);
+        }
+      }
+    } else {
+      spec.tile = sm90_tile(op, Sm90Tile::M128N256);
+      spec.tile.config =
+          fmt::format("{} 128 x 256 tile, 1 block per SM: {} output features (>= {}) "
+                      "fill the SMs from about 1000 rows",
+                      type, features.str(), kWideLayer);
+    }
+    spec.tile.entry = k.name;
+  }
+
+  // The SIMT fp32 GEMM: both tiles compiled, a run taking the one of lower estimated time at its
+  // dims (the narrow one where the wide tiles are few and would split K into short units); the
+  // wide tile alone where the epilogue runs row passes over a staged tile.
+  void simt(const Kernel &k, GemmSpec &spec, bool rows) const {
+    const GemmTile wide_tile{Mainloop::Simt, Operand::Tf32, 128, 128, 1, false, {}, {}};
+    if (rows) {
+      spec.tile = wide_tile;
+      spec.tile.entry = k.name;
+      spec.tile.config = fmt::format("fp32 SIMT 128 x 128 tile, its rows ({} features) staged in "
+                                     "shared memory for the row passes its epilogue runs",
+                                     g_[k.anchor].type.shape[1].str());
+      return;
+    }
+    GemmTile wide = wide_tile;
+    wide.entry = k.name + "_wide";
+    wide.config = fmt::format("fp32 SIMT 128 x 128 tile, instead of {}'s where its estimated time "
+                              "at the bound dims is lower",
+                              k.name);
+    spec.tile = {Mainloop::Simt,
+                 Operand::Tf32,
+                 128,
+                 32,
+                 1,
+                 false,
+                 k.name,
+                 fmt::format("fp32 SIMT 128 x 32 tile, 4 warps: four times the tiles of the "
+                             "128 x 128 tile, for batches whose 128 x 128 tiles would leave SMs "
+                             "idle or split K into short units; {} where its estimated time is "
+                             "lower",
+                             wide.entry)};
+    spec.by_rows.push_back(wide);
+  }
+
+  RowSpec row(const Kernel &k) const {
+    const Dim &cols = g_[k.rows_of].type.shape.back();
+    RowSpec spec;
+    spec.threads = cols.is_symbolic() ? 256 : kf::row_threads(static_cast<int>(cols.value));
+    for (ValueId st : k.row_stages)
+      spec.resident = spec.resident || codegen::keeps_resident_row(g_[st].op);
+    return spec;
+  }
+
+  // A thread moves `vec` columns of each matrix as 16-byte accesses where a row holds whole
+  // vectors (checked again at run time with the pointers' alignment).
+  ElementwiseSpec elementwise(const Kernel &k) const {
+    const ValueId out = k.stores.at(0);
+    int64_t narrowest = dtype_bytes(g_[out].type.dtype);
+    for (ValueId m : elementwise_matrices(g_, k))
+      narrowest = std::min(narrowest, dtype_bytes(g_[m].type.dtype));
+    int vec = static_cast<int>(kf::ELEMENTWISE_VECTOR_BYTES / narrowest);
+    const Dim &cols = g_[out].type.shape.back();
+    if (!cols.is_symbolic() && cols.value % vec != 0)
+      vec = 1;
+    return {vec};
+  }
+
+  const plan::Plan &p_;
+  const Graph &g_;
+  GemmMath math_;
+  std::string arch_;
+  const codegen::GemmTunings &tunings_;
+};
+
+} // namespace
+
+std::vector<ValueId> elementwise_matrices(const Graph &g, const Kernel &k) {
+  const ValueId out = k.stores.at(0);
+  const Dim &cols = g[out].type.shape.back();
+  std::vector<ValueId> matrices;
+  for (ValueId id : k.computes)
+    for (ValueId m : g[id].args) {
+      const TensorType &mt = g[m].type;
+      if (std::count(matrices.begin(), matrices.end(), m) ||
+          std::count(k.computes.begin(), k.computes.end(), m) ||
+          mt.shape.back() == Dim::constant(1))
+        continue;
+      if (mt.shape.back() != cols)
+        throw CodegenError(fmt::format("internal error: elementwise kernel {} reads {} of other "
+                                       "columns than its output's",
+                                       k.name, g[m].name));
+      matrices.push_back(m);
+    }
+  return matrices;
+}
+
+plan::Plan kernel_view(const plan::Plan &p) {
+  plan::Plan view = p;
+  view.graph = ir::matrix_view(p.graph);
+  for (plan::Intermediate &i : view.intermediates)
+    i.type = i.type.matrix_view();
+  return view;
+}
+
+Selection select_kernels(const plan::Plan &p, GemmMath math, const std::string &arch,
+                         const codegen::GemmTunings &tunings) {
+  for (const auto &entry : tunings) {
+    const std::string &name = entry.first; // a lambda may not capture a structured binding
+    if (std::none_of(p.kernels.begin(), p.kernels.end(),
+                     [&](const Kernel &k) { return k.name == name && k.kind == KernelKind::Gemm; }))
+      throw CodegenError(fmt::format("pipeline '{}': a tuned configuration names '{}', which is "
+                                     "no GEMM kernel of the plan",
+                                     p.graph.name, name));
+  }
+  return Selector(p, math, arch, tunings).run();
+}
+
+std::vector<GemmKey> gemm_keys(const plan::Plan &p, const Selection &s) {
+  std::vector<GemmKey> keys;
+  for (size_t i = 0; i < p.kernels.size(); ++i)
+    if (const auto *g = std::get_if<GemmSpec>(&s.kernels[i]))
+      keys.push_back({g->tile.entry, g->signature, tile_text(g->tile), g->tiles});
+  return keys;
+}
+
+} // namespace kfuse::select

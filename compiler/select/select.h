@@ -1,0 +1,32 @@
+// select: a validated plan, the target and the tuned configurations -> one spec per kernel.
+//
+// Every choice of tile, mainloop, variant, thread count and vector width is made here, with
+// its reason, as a pure function of the plan's kernels, the target (arch, GEMM math) and the
+// tunings; compiler/codegen renders the result and chooses nothing.
+#pragma once
+
+#include "compiler/codegen/program.h"
+#include "compiler/select/spec.h"
+
+#include <string>
+#include <vector>
+
+namespace kfuse::select {
+
+// The plan as its kernels see it: every tensor as its [rows, F] matrix (ir::matrix_view).
+plan::Plan kernel_view(const plan::Plan &p);
+
+// `p` is a kernel_view: it sees every tensor as [rows, F] (ir::matrix_view). `tunings` replace the
+// heuristics' tile and split-K caps of the GEMM kernels they name; a tuned tile a kernel cannot
+// take is a CodegenError naming it.
+Selection select_kernels(const plan::Plan &p, codegen::GemmMath math, const std::string &arch,
+                         const codegen::GemmTunings &tunings = {});
+
+// The matrices elementwise kernel `k` reads at (row, col), in the order it first reads them:
+// [rows, cols] operands and rows broadcast down the columns, not per-row columns or scalars.
+std::vector<ir::ValueId> elementwise_matrices(const ir::Graph &g, const plan::Kernel &k);
+
+// The GEMM kernels of a selection as the tuning store looks them up.
+std::vector<GemmKey> gemm_keys(const plan::Plan &p, const Selection &s);
+
+} // namespace kfuse::select
