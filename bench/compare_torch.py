@@ -5,7 +5,7 @@ Times every case with the same method as `kfuse bench` (CUDA events, warm-up, me
 timed runs, an L2 flush buffer written before each run outside the events), gets kfuse's
 numbers from `kfuse bench --json`, and checks kfuse's results against PyTorch's on the same
 data (`kfuse run --save`), judged against PyTorch in float64. Prints one timing table last;
-`--out FILE` writes everything as JSON (schema "kfuse-compare-torch/2", docs/PERF.md).
+`--out FILE` writes everything as JSON (schema "kfuse-compare-torch/2", docs/FORMATS.md).
 
     python3 bench/compare_torch.py --kfuse build/kfuse [--out results.json] [--quick]
 
@@ -201,7 +201,7 @@ def raise_dynamo_limits():
 
 def measure_bandwidth(iters=20):
     """Device memory bandwidth as a large copy moves it (bytes read + bytes written): the rate
-    the floors in docs/PERF.md divide the minimum bytes by."""
+    the floors in the GPU suite's perf_tables.md divide the minimum bytes by."""
     n = 1 << 28  # 1 GiB of f32 each way
     a = torch.ones(n, device="cuda")
     b = torch.empty_like(a)

@@ -9,7 +9,7 @@ kernel per op, cuBLAS GEMMs) from `kfuse bench --json`; the CUDA kernels each la
 and PyTorch's outputs and running statistics against PyTorch float64 on the same data (pass:
 kfuse's error within the precision's bound or 1.5x PyTorch's own, whichever is larger;
 train-mode dropout draws kfuse's masks in the reference). Timing is bench/compare_torch.py's
-(CUDA events, L2 flushed before each run, median). Prints a markdown table for docs/PERF.md
+(CUDA events, L2 flushed before each run, median). Prints a markdown table
 last; --out writes every number as JSON ("kfuse-examples-torch/1"), --markdown the table.
 
     python3 bench/examples_torch.py --kfuse build/kfuse [--out F.json] [--markdown F.md]
@@ -271,7 +271,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kfuse", help="the kfuse binary, for kfuse bench's fused and unfused times")
     ap.add_argument("--out", help="write every number as JSON here")
-    ap.add_argument("--markdown", help="write the docs/PERF.md table here")
+    ap.add_argument("--markdown", help="write the table here")
     ap.add_argument("--examples", default="", help="comma-separated example names (default: all)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--iters", type=int, default=50, help="timed runs per measurement (median)")

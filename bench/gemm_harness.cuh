@@ -180,8 +180,8 @@ struct Timer {
   }
   // The medians of f's and g's times, their runs interleaved (f, g, f, g, ...): at the board's
   // power limit the clocks drop within a second of sustained load, so two kernels timed one
-  // block after the other would run at different clocks (docs/PERF.md, "Interleaved
-  // contenders").
+  // block after the other would run at different clocks (docs/PERF.md,
+  // "Methodology").
   template <class F, class G> std::pair<double, double> median_ms(F &&f, G &&g, int reps = 50) {
     for (int i = 0; i < 5; ++i) {
       f();

@@ -1,23 +1,15 @@
-// GEMM-alone check and sweep of the sm90 mainloop (templates/gemm_sm90.cuh) against cuBLAS, on
-// the GPU machine: C = A @ B^T with A [m, k], B [n, k] row-major, a plain store (identity
-// epilogue), tf32 / bf16 / f16 operands and 3xtf32 (against cuBLAS's fp32 SGEMM).
+// The sm90 mainloop alone (templates/gemm_sm90.cuh) against cuBLAS: C = A @ B^T, A [m, k] and
+// B [n, k] row-major, a plain store; tf32 / bf16 / f16 operands, and 3xtf32 against SGEMM.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/gemm_sweep.cu \
 //        -o gemm_sweep -lcuda -lcublas && ./gemm_sweep [check|sweep|configs|splitk|3xtf32|all]
 //
-// check: odd shapes against an fp64 reference computed on the GPU from the same operands (tf32
-// operands truncated as the tensor cores read them), so what remains is the tensor cores' fp32
-// accumulation: bound 2e-5 (measured up to 1e-5 at k = 4096), output
-// poisoned with NaN first, plus the column-statistics partials against the stored output.
-// Split-K (S > 1, templates/split_k.cuh) is checked the same way on shapes with few tiles, plus
-// a second run that must give the same bits.
-// sweep: median time over 50 runs (L2 flushed before each, CUDA events) of kfuse and cuBLAS
-// for M in {1024, 4096, 16384} x N = K in {1024, 4096, 8192}.
-// configs: every tile configuration on a few shapes, and 128 x 1024 x 512 (a batch of 128) with
-// K split S = 1, 2, 4, 8 ways.
-// 3xtf32: 1024 x 8192 x 8192 in 3xTF32 alone (for ncu).
-// splitk: S = 1, 2, 4, 8 on shapes of 8-64 output tiles with short and long K, for the rule
-// that picks S (runtime/launch_geometry.cpp).
+// check: odd shapes, and split-K twice for the same bits, against an fp64 reference of the
+// operands as the tensor cores read them, output NaN-poisoned first, bound 2e-5 (fp32
+// accumulation), and the statistics partials. sweep: interleaved with cuBLAS, median of 50, L2
+// flushed, M in {1024, 4096, 16384} x N = K in {1024, 4096, 8192}. configs: every tile, and
+// 128 x 1024 x 512 at S = 1, 2, 4, 8. splitk: S on 8-64 tiles, short and long K
+// (runtime/launch_geometry.cpp's rule). 3xtf32: 1024 x 8192 x 8192 alone, for ncu.
 #include "gemm_harness.cuh"
 #include "gemm_sm90.cuh"
 

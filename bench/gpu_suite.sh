@@ -42,10 +42,11 @@
 #              KFUSE_SUITE_SKIP=tests,gemm,python,sanitizer,bench,compile,host,torch,examples
 #              (it needs the kfuse binary and PyTorch, not the Python package); with less
 #              than KFUSE_SWEEP_MIN_S (default 240) seconds left it does not start
-# and, through bench/suite_report.py, writes $OUT/perf_tables.md (docs/PERF.md-ready tables,
-# the command beside each) and
-# $OUT/results.json (every number), plus suite.log, tests.log and sanitizer.log. Where $OUT is
-# not set (not on the GPU machine) the files go to bench/results/<date>/ in the tree.
+# and, through bench/suite_report.py, writes $OUT/perf_tables.md (the run's tables, the command
+# beside each), $OUT/results.json (every number) and $OUT/kfuse-results.json (the figures as flat
+# rows, the format of bench/results/<date>-<card>.json that docs/PERF.md's tables come from;
+# docs/FORMATS.md), plus suite.log, tests.log and sanitizer.log. Where $OUT is not set (not on
+# the GPU machine) the files go to bench/results/<date>-<time>/ in the tree.
 # A short summary table is printed last.
 #
 # To carry a build made on a machine without a GPU (the working tree travels, ignored build
@@ -396,12 +397,12 @@ if ! skipped sweep; then
 fi
 
 # ------------------------------------------------------------------ report
-say "writing $OUT/results.json and $OUT/perf_tables.md"
+say "writing $OUT/results.json, $OUT/kfuse-results.json and $OUT/perf_tables.md"
 python3 "$ROOT/bench/suite_report.py" merge "$WORK" "$OUT" 2>&1 | tee -a "$LOG"
 if [[ $ON_DEVICE -eq 0 ]]; then
   dest="$ROOT/bench/results/$(date -u +%Y%m%d-%H%M%S)"
   mkdir -p "$dest" && cp "$OUT"/*.json "$OUT"/*.md "$dest"/ 2>/dev/null
-  say "copied results.json and perf_tables.md to $dest"
+  say "copied results.json, kfuse-results.json and perf_tables.md to $dest"
 fi
 say "done in ${SECONDS}s"
 python3 "$ROOT/bench/suite_report.py" summary "$WORK" "$OUT" 2>&1 | tee -a "$LOG"

@@ -2,7 +2,7 @@
 """kfuse from Python against PyTorch, on one GPU: eager, torch.compile and kfuse.torch.Fused on
 the same module and data (GPU time per call), and the host cost of one call (kfuse.Pipeline
 and Fused, back to back without synchronising) for the 1-, 2- and 3-kernel pipelines that
-bench/host_overhead.cpp times from C++. Prints docs/PERF.md-ready markdown.
+bench/host_overhead.cpp times from C++. Prints markdown tables.
 
     pip install --no-build-isolation . && python3 bench/python_timing.py [--n 1024] [--quick] [--host-only]
 

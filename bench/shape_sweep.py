@@ -21,7 +21,7 @@ once per M instead. Each row records the seconds its first compiled call took.
 --budget-s bounds the run: kfuse and eager for every point first (the timed runs per
 measurement halved, down to 10, while the points fall behind the budget's pace), then
 torch.compile width by width while the budget leaves room for one more (a row it leaves out
-says so). --out writes "kfuse-shape-sweep/1" (docs/PERF.md), --markdown one table per
+says so). --out writes "kfuse-shape-sweep/1" (docs/FORMATS.md), --markdown one table per
 precision and the line: points where kfuse is slower than torch.compile. Exits 1 when a kfuse
 command failed at any point (the row says how), after writing both.
 """
@@ -243,7 +243,7 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kfuse", required=True, help="the kfuse binary")
     ap.add_argument("--out", help="write every number as JSON here")
-    ap.add_argument("--markdown", help="write the docs/PERF.md tables here")
+    ap.add_argument("--markdown", help="write the tables here")
     ap.add_argument("--m", help="batch sizes, comma-separated (default: "
                     f"{','.join(map(str, sweep_grid.DEFAULT_M))}; --full: issue 9's)")
     ap.add_argument("--nk", help="layer widths N=K, comma-separated, multiples of "

@@ -1,22 +1,15 @@
-// GEMM-alone check and timing of the fp32 SIMT mainloop (templates/gemm_simt.cuh) against
-// cuBLAS's SGEMM, on the GPU machine: C = A @ B^T (TransB, a Linear: B [n, k]) or C = A @ B
-// (B [k, n]), row-major, a plain store (identity epilogue) with column-statistics partials.
+// The fp32 SIMT mainloop alone (templates/gemm_simt.cuh) against cuBLAS's SGEMM: C = A @ B^T
+// (B [n, k], a Linear) or A @ B (B [k, n]), row-major, a plain store with statistics partials.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/simt_sweep.cu \
 //        -o simt_sweep -lcublas && ./simt_sweep [check|sweep|all|profile]
 //
-// check: odd shapes in both layouts against an fp64 reference on the GPU from the same operands,
-// output poisoned with NaN first, bound 2e-6 (fp32 FMA accumulation; measured up to 8.1e-7 at
-// k = 2048), the statistics partials against the stored output; leading dimensions that are
-// not a multiple of 4 and a base pointer off 16-byte alignment take the 4-byte copies; split-K
-// (S = 3) on a shape of 6 tiles.
-// sweep: median time over 50 runs (L2 flushed before each, CUDA events) against
-// cublasGemmEx(CUBLAS_COMPUTE_32F, default math: no TF32) on the founding shapes, with the
-// leading dimensions compile-time constants as in kfuse's generated code (and once at run time,
-// as a matmul whose K is a dim has them).
-// profile: the wide tile and cuBLAS's SGEMM once each at 1024 x 8192 x 8192 (A B^T), twice, for
-// a profiler to compare the two kernels (docs/PERF.md): ncu --launch-skip 2 --launch-count 2
-// -k regex:"simt_entry|gemm" ./simt_sweep profile
+// check: odd shapes in both layouts against an fp64 reference, output NaN-poisoned first, bound
+// 2e-6 (fp32 FMA accumulation), the partials; unaligned leading dimensions and base pointers
+// (the 4-byte copies); split-K (S = 3) on 6 tiles. sweep: interleaved with cublasGemmEx
+// (CUBLAS_COMPUTE_32F, no TF32), median of 50, L2 flushed, founding shapes, leading dimensions
+// compile-time constants as in generated code (and once at run time). profile: each kernel twice
+// at 1024 x 8192 x 8192, for ncu --launch-skip 2 --launch-count 2 -k regex:"simt_entry|gemm".
 #include "gemm_harness.cuh"
 #include "gemm_simt.cuh"
 

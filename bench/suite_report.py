@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The GPU suite's report (bench/gpu_suite.sh): merges the pieces a run left in WORK into
-OUT/results.json and OUT/perf_tables.md, or prints the short summary table the suite ends with.
+OUT/results.json, OUT/kfuse-results.json and OUT/perf_tables.md, or prints the short summary
+table the suite ends with. kfuse-results.json holds the run's figures as flat rows
+("kfuse-results/1", docs/FORMATS.md), the format of bench/results/<date>-<card>.json from which
+docs/PERF.md's tables are made.
 Standard library only, so it runs (and tests/python/test_suite_report.py tests it) anywhere.
 
     python3 bench/suite_report.py merge|summary WORK OUT
@@ -74,12 +77,68 @@ def merge(work, out):
                "sweep": load(os.path.join(work, "sweep.json"))}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
+    with open(os.path.join(out, "kfuse-results.json"), "w") as f:
+        json.dump(flat_results(results), f, indent=1)
     with open(os.path.join(out, "perf_tables.md"), "w") as f:
         f.write(tables(results))
         for extra in ("host_overhead.md", "examples.md", "sweep.md"):
             path = os.path.join(work, extra)
             if os.path.exists(path):
                 f.write("\n" + open(path).read())
+
+
+def flat_results(r):
+    """The run's figures as "kfuse-results/1": one row per case, precision, mode and dims, each
+    with its baseline, the ratio, and what produced it (the phase's command, tree, card, date)."""
+    env = r["environment"]
+    gpu = [part.strip() for part in env.get("gpu", "").split(",")]
+    card, date, tree = gpu[0] or None, env.get("date", "")[:10] or None, env.get("commit", "")[:7] or None
+    commands = {p["phase"]: p["command"] for p in r["phases"]}
+
+    def row(table, case, precision, mode, dims, kfuse_ms, baseline, baseline_ms, ratio_of, **more):
+        ratio = None
+        timed = [x for x in (kfuse_ms, baseline_ms) if isinstance(x, (int, float)) and x > 0]
+        if len(timed) == 2:
+            ratio = kfuse_ms / baseline_ms if ratio_of == "kfuse_ms / baseline_ms" else baseline_ms / kfuse_ms
+        return {"table": table, "case": case, "precision": precision, "mode": mode, "dims": dims,
+                "kfuse_ms": kfuse_ms, "baseline": baseline, "baseline_ms": baseline_ms, "ratio": ratio,
+                "ratio_of": ratio_of if ratio is not None else None, **more,
+                "command": commands.get({"founding": "bench", "cold_compile": "compile"}.get(table, table)),
+                "tree": tree, "card": card, "date": date}
+
+    torch_rows = {(x["case"], x["mode"], x["precision"]): x for x in ((r.get("torch") or {}).get("rows") or [])}
+    rows = []
+    for b in r["bench"]:
+        case = b.get("pipeline") or ""
+        precision = "bf16" if case.endswith("_bf16") else b.get("precision")
+        tr = torch_rows.get((case, b.get("mode"), precision)) or {}
+        others = {"unfused": median(b.get("unfused")), "eager": (tr.get("eager_ms") or {}).get("median"),
+                  "torch_compile": (tr.get("compile_ms") or {}).get("median")}
+        rows.append(row("founding", case, precision, b.get("mode"), b.get("dims"), median(b.get("fused")),
+                        "cublas_gemm", median(b.get("cublas_gemm")), "kfuse_ms / baseline_ms", others_ms=others))
+    for c in r["compile"]:
+        if c["phase"] == "cold":
+            rows.append(row("cold_compile", c["case"], c["precision"], c["mode"], {}, c["kfuse_ms"],
+                            None, None, None))
+    for x in (r.get("examples") or {}).get("rows") or []:
+        name = x.get("example", "")
+        precision = "bf16" if name.endswith("_bf16") else "f16" if name.endswith("_f16") else "fp32"
+        rows.append(row("examples", name, precision, x.get("mode"), x.get("dims"), x.get("kfuse_fused_ms"),
+                        "torch_compile", (x.get("compile_ms") or {}).get("median"), "baseline_ms / kfuse_ms",
+                        others_ms={"eager": (x.get("eager_ms") or {}).get("median"),
+                                   "kfuse_torch_fused": (x.get("kfuse_python_ms") or {}).get("median"),
+                                   "unfused": x.get("kfuse_unfused_ms")},
+                        check="PASS" if (x.get("check") or {}).get("pass") else "FAIL"))
+    sweep = r.get("sweep") or {}
+    for x in sweep.get("rows") or []:
+        case = sweep.get("chain", "gemm_bn_scale_softmax") + ("_bf16" if x.get("precision") == "bf16" else "")
+        rows.append(row("shape_sweep", case, x.get("precision"), sweep.get("mode"), {"M": x.get("m"), "N=K": x.get("nk")},
+                        x.get("kfuse_fused_ms"), "cublas_gemm", x.get("cublas_gemm_ms"), "kfuse_ms / baseline_ms",
+                        others_ms={"torch_compile": (x.get("compile_ms") or {}).get("median"),
+                                   "eager": (x.get("eager_ms") or {}).get("median")},
+                        config=x.get("config")))
+    return {"schema": "kfuse-results/1", "date": date, "card": card,
+            "driver": gpu[1] if len(gpu) > 1 and gpu[1] else None, "rows": rows}
 
 
 def bench_for(results, case, mode, precision):
@@ -92,7 +151,8 @@ def bench_for(results, case, mode, precision):
 def tables(r):
     env = r["environment"]
     t = []
-    t.append("<!-- generated by bench/gpu_suite.sh; paste into docs/PERF.md -->\n")
+    t.append("<!-- generated by bench/gpu_suite.sh: the run's tables; docs/PERF.md's come from "
+             "kfuse-results.json -->\n")
     t.append(f"- device: {env.get('gpu', 'unknown')} (name, driver, memory, max SM clock)")
     t.append(f"- date: {env.get('date', '?')}; commit: {env.get('commit', '?')}")
     t.append(f"- toolkit: {env.get('nvcc', '?')}; {env.get('python', '?')}")

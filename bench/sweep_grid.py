@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 # The sweep's chain in each precision: linear -> batchnorm -> * s -> softmax(dim=1).
 CHAIN = "gemm_bn_scale_softmax"
 SOURCES = {"tf32": "examples/gemm_bn_scale_softmax.kf", "bf16": "examples/gemm_bn_scale_softmax_bf16.kf"}
-# kfuse's --precision for each: bf16 operands are timed at fp32 (docs/PERF.md, "bf16/f16 operands").
+# kfuse's --precision for each: bf16 operands are timed at fp32 (docs/PERF.md, "bf16").
 KFUSE_PRECISION = {"tf32": "tf32", "bf16": "fp32"}
 
 # Issue 9's grid (80 points), and the default: 36 points that fit the default --budget-s.

@@ -1,5 +1,5 @@
 """The shape sweep's tables (bench/shape_sweep.py): one markdown table per precision from its
-JSON ("kfuse-shape-sweep/1", docs/PERF.md), rows M x N=K, and the line issue 9's target reads:
+JSON ("kfuse-shape-sweep/1", docs/FORMATS.md), rows M x N=K, and the line issue 9's target reads:
 the points where kfuse's fused chain is slower than torch.compile's. Standard library only, so
 tests/python/test_shape_sweep.py checks it on a made-up result anywhere.
 """

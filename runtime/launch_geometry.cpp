@@ -35,20 +35,15 @@ int64_t kblock_times(const codegen::LaunchGeometry &g, int64_t tiles, int64_t kb
   return ceil_div(tiles * s, slots) * (ceil_div(kblocks, s) + (s > 1 ? g.split_cost_kblocks : 0));
 }
 
-// Split-K's rule. The batch (a GEMM's rows) is bound only now, and a GEMM's output tiles rarely
-// fill whole waves of the GPU's block slots (blocks_per_sm * SMs): 8 tiles of 128 x 128 at
-// 128 x 1024 leave 124 of 132 SMs idle, 192 tiles leave 72 idle in their second wave. Splitting
-// each tile's K S ways makes tiles * S work units, each kblocks / S of the tile's k-blocks plus
-// the split's partial tile (split_cost_kblocks), taking ceil(tiles * S / slots) waves; S is the
-// count with the fewest k-block times (kblock_times; the smallest such S), where that saves at
-// least a tenth of S = 1's: the estimate's margin (on the H100, 384 SIMT tiles of 48 k-blocks on
-// 264 slots, estimated 12% faster split in 2, ran 5% slower). Few tiles are weighed the same
-// way: a short K does not pay for the partial tiles (the sm90 GEMM at 128 x 1024 x 512, 16 tiles
-// of 16 k-blocks: 10 us at S = 1, 13 at S = 8, docs/PERF.md).
-// S is at most kMaxSplits (the last split of a tile reads all S partial tiles alone, so the
-// reduction grows with S) and at most kblocks / kMinSplitKBlocks (each split keeps a few
-// k-blocks to stream through its pipeline), and at most max_splits when set, else at most the
-// cap tuned for the rows' class.
+// Split-K's rule. The batch (a GEMM's rows) is bound only now, and output tiles rarely fill
+// whole waves of the block slots (blocks_per_sm * SMs): 8 tiles of 128 x 128 at 128 x 1024 leave
+// most SMs idle. Splitting each tile's K S ways makes tiles * S units, each kblocks / S k-blocks
+// plus its partial tile (split_cost_kblocks), in ceil(tiles * S / slots) waves; S is the smallest
+// count with the fewest k-block times (kblock_times), where that saves at least a tenth of
+// S = 1's, the estimate's margin. A short K does not pay for the partial tiles, however few the
+// tiles. S is at most kMaxSplits (a tile's last split reads all S partials alone), at most
+// kblocks / kMinSplitKBlocks (each split streams a few k-blocks through its pipeline), and at
+// most max_splits when set, else the cap tuned for the rows' class.
 constexpr int64_t kMaxSplits = 8;
 constexpr int64_t kMinSplitKBlocks = 2;
 

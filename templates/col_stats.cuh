@@ -1,32 +1,21 @@
 // Column statistics (mean, biased variance) of an [m, n] row-major matrix, in two steps:
 //
-// 1. col_partials: block (bx, by) summarizes rows [by * tile_rows, min((by+1) * tile_rows, m))
-//    of the columns [bx * COL_STATS_COLS, ...) as a per-column (mean, M2) pair, M2 being the sum
-//    of squared deviations from that tile's mean, of the values pre(col, in[row, col]):
-//      partial_mean[by * n + col], partial_m2[by * n + col]
-//    This is the layout the GEMM epilogue's statistics write (gemm_epilogue.cuh; there
-//    tile_rows = the GEMM's tile height), so one merge serves both producers.
-//    Launch: block = dim3(COL_STATS_THREADS), grid = dim3(ceil(n / COL_STATS_COLS),
-//    ceil(m / tile_rows)), no dynamic shared memory. Any tile_rows >= 1;
-//    COL_STATS_TILE_ROWS is a good default.
-// 2. merge_column: a team of COLUMN_MERGE_LANES consecutive lanes merges the tiles of one column
-//    with Chan et al.'s pairwise formula in double, giving the mean and the biased variance
-//    M2 / m (the unbiased one, for running_var, is var * m / (m - 1)): lane l merges tiles l,
-//    l + LANES, ... in order, then the lanes' summaries merge as a fixed tree (lanes 0 and 1, 2
-//    and 3, ..., then those pairs, ...), every lane computing each merge of its pair the same
-//    way, so all lanes end with the same result. The generated finalize kernel runs a team per
-//    column: many columns' worth of threads where a column has many tiles to merge.
+// 1. col_partials: block (bx, by) summarizes rows [by * tile_rows, min((by + 1) * tile_rows, m))
+//    of columns [bx * COL_STATS_COLS, ...) as a (mean, M2) pair per column of the values
+//    pre(col, in[row, col]), at partial_mean[by * n + col], partial_m2[by * n + col]: the layout
+//    the GEMM epilogue's statistics write (tile_rows = the GEMM's tile height), so one merge
+//    serves both. Launch: block = COL_STATS_THREADS, grid = (ceil(n / COL_STATS_COLS),
+//    ceil(m / tile_rows)), no dynamic shared memory; any tile_rows >= 1 (COL_STATS_TILE_ROWS).
+// 2. merge_column: a team of COLUMN_MERGE_LANES lanes merges one column's tiles with Chan et al.'s
+//    pairwise formula in double into the mean and M2 / m (running_var's unbiased variance is
+//    var * m / (m - 1)); lane l takes tiles l, l + LANES, ... in order, then the lanes merge as a
+//    fixed tree, every lane ending with the same result.
 //
-// Deterministic: every sum has a fixed order (per-thread Welford over its rows in row order,
-// then the row groups of a tile merged in order by one thread per column, then the tiles in
-// the fixed tree above); no atomics. No E[x^2] - E[x]^2 cancellation anywhere.
-//
-// The matrix is float, kf::bf16 or kf::f16 (dtype.cuh), statistics are float. Four columns
-// are loaded at once where the base pointer is aligned to four elements, ld % 4 == 0 and the
-// four columns are in bounds; guarded scalar loads otherwise. Addresses are computed in 64-bit.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// code generator can take the geometry constants from the same source.
+// Deterministic (per-thread Welford in row order, row groups merged in order, tiles in the fixed
+// tree); no atomics, no E[x^2] - E[x]^2 cancellation. The matrix is float, kf::bf16 or kf::f16,
+// statistics float; four columns per load where the base is aligned to four elements, ld % 4 ==
+// 0 and the columns are in bounds, guarded scalars otherwise; 64-bit addresses. Also valid host
+// C++, so the code generator takes the geometry constants from the same source.
 #pragma once
 
 #include "dtype.cuh"

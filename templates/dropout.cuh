@@ -1,20 +1,15 @@
 // Dropout's random stream, one definition for the generated kernels and the fp64 interpreter
-// (compiler/ir/interpreter.cpp), so both drop exactly the same elements.
-//
-// The generator is Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy
-// as 1, 2, 3", SC'11), counter-based: the draw of an element is a pure function of its counter and
-// the key, so it does not depend on which kernel, tile or thread computes the element.
+// (compiler/ir/interpreter.cpp), so both drop exactly the same elements. Philox4x32-10 (Salmon et
+// al., SC'11) is counter-based: an element's draw depends only on its counter and the key, not
+// on which kernel, tile or thread computes it.
 //
 //   key     = (seed bits 0-31, seed bits 32-63)
 //   counter = (index bits 0-31, index bits 32-47 | stream << 16, offset bits 0-31, offset 32-63)
 //
-// where index = row * F + col is the element's row-major index (col for a rank-1 value), stream
-// the dropout op's `stream` attribute (distinct per op: two dropouts draw independently) and
-// offset the run's RNG offset (advanced by one per train-mode run). An element is kept when the
-// top 24 bits of the first output word are >= threshold = floor(float(p) * 2^24 + 0.5): integer
-// arithmetic, exact on both sides, so the masks agree bit for bit.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC).
+// index = row * F + col (col for a rank-1 value); stream: the op's `stream` attribute (two
+// dropouts draw independently); offset: the run's RNG offset (+1 per train-mode run). An element
+// is kept when the first output word's top 24 bits are >= floor(float(p) * 2^24 + 0.5): integer
+// arithmetic, exact on both sides, so the masks agree bit for bit. Also valid host C++.
 #pragma once
 
 #include "host_device.cuh"

@@ -1,22 +1,15 @@
-// The element types of tensors in memory and their conversions to and from the fp32 every
-// kernel computes in.
+// Tensor element types in memory and their conversions to and from the fp32 every kernel
+// computes in. float, kf::bf16 and kf::f16 are loaded with kf::load / kf::ldg (to float) and
+// stored with kf::store (round to nearest even, as PyTorch's casts). bf16 and f16 are two-byte
+// structs of their bits, not cuda_bf16.h's types, whose headers would dominate NVRTC's compile
+// time. bf16 rounding is PTX cvt from sm_80 and bit operations before (same values; a NaN stays
+// a NaN); f16 is PTX cvt everywhere.
 //
-// float, kf::bf16 and kf::f16 are what generated kernels and templates point to; a value is
-// loaded with kf::load or kf::ldg (to float) and stored with kf::store (from float, rounded to
-// nearest, ties to even, as PyTorch's casts round). bf16 and f16 are two-byte structs of their bits
-// rather than cuda_bf16.h's types: these few conversions are all kernels need, and the
-// headers' thousands of lines would dominate NVRTC's compile time. Rounding to bf16 is PTX's
-// cvt from sm_80 on and bit operations before (the same values, NaN aside: any NaN stays a
-// NaN); f16 uses PTX cvt, which every arch has.
-//
-// Vectors of four elements (row kernels) are loaded and stored with one 16-byte (float) or
-// 8-byte (bf16, f16) access where the address is aligned to that size: kf::vec4_aligned. Longer
-// vectors (elementwise kernels) move as 16-byte accesses: kf::load_vec, kf::store_vec.
-//
-// kf::Staged is a source type, not a tensor type: a float the caller staged in shared memory (a
-// GEMM epilogue's tile), which a template instantiated with In = kf::Staged reads through the
-// same kf::ldg / kf::load4 calls. __ldg (ld.global.nc) is valid only for global memory, so its
-// overloads use plain loads.
+// Four-element vectors (row kernels) move as one 16-byte (float) or 8-byte (bf16, f16) access
+// where aligned (kf::vec4_aligned); longer vectors (elementwise) as 16-byte accesses
+// (kf::load_vec, kf::store_vec). kf::Staged is a source type: a float staged in shared memory (a
+// GEMM epilogue's tile), read through the same kf::ldg / kf::load4 with plain loads (__ldg is
+// for global memory only).
 #pragma once
 
 namespace kf {

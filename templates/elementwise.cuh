@@ -1,35 +1,24 @@
-// Generated elementwise kernels: every element of an [m, n] row-major output computed by the
+// Generated elementwise kernels: each element of an [m, n] row-major output computed by the
 // generated functor from the elements at the same (row, col) of its input matrices.
 //
 //   map_elements<VEC>(m, n, f):  f.output()[row * n + col] = f.apply(row, col, in)
 //
-// Functor concept (the code generator writes one per elementwise kernel):
-//   static constexpr int MATRICES;   the operands apply reads at (row, col) as matrices: [m, n]
-//       ones, and rows every row reads (a per-feature vector, a [1, n] row) with leading
-//       dimension 0
-//   template <int I> __device__ Matrix<T> matrix() const;   the I-th (I < MATRICES): its
-//       elements (float, kf::bf16 or kf::f16) and leading dimension; absent where MATRICES is 0
+// Functor (one per elementwise kernel):
+//   static constexpr int MATRICES;   operands read at (row, col): [m, n] matrices, and rows every
+//       row reads (a per-feature [1, n] vector) with leading dimension 0
+//   template <int I> __device__ Matrix<T> matrix() const;   elements (float, kf::bf16 or
+//       kf::f16) and leading dimension; absent where MATRICES is 0
 //   __device__ Out *output() const;   the output (float, kf::bf16 or kf::f16), leading dim n
-//   __device__ float apply(int row, int col, const float *in) const;
-//       in[I]: the I-th matrix's element at (row, col). Any other operand (a per-row column
-//       [m, 1], a scalar) apply loads itself.
+//   __device__ float apply(int row, int col, const float *in) const;   in[I]: the I-th matrix's
+//       element; other operands (a per-row [m, 1] column, a scalar) apply loads itself
 //
-// Traversal: grid-stride, consecutive threads taking consecutive columns (row-major order), so
-// accesses coalesce. Where every matrix and the output allow it (n and each leading dimension
-// multiples of VEC, each base pointer aligned to VEC elements; checked at run time, uniformly), a
-// thread takes VEC consecutive columns at once and moves each matrix's and the output's VEC
-// elements as 16-byte accesses (VEC * sizeof(T) is a multiple of 16 for every T the code
-// generator pairs with VEC); otherwise, and where VEC is 1, one element at a time.
-//
-// Any grid and block shape is correct (1D; the generated launcher picks
-// block = dim3(ELEMENTWISE_THREADS), grid = enough blocks to fill the GPU a few times over:
-// min(ceil(m * n / (VEC * ELEMENTWISE_THREADS)), ELEMENTWISE_BLOCKS_PER_SM * SMs), at least 1 —
-// 2048 threads per SM, full occupancy on sm_90).
-// The linear index is 64-bit (m * n may exceed 2^31); row and column are advanced
-// incrementally, so there is no 64-bit division per element.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// code generator can take the geometry constants from the same source.
+// Grid-stride over row-major order, consecutive threads on consecutive columns. Where n, every
+// leading dimension and base pointer allow (checked at run time, uniformly), a thread moves VEC
+// columns as 16-byte accesses; otherwise one element at a time. Any 1-D grid is correct; the
+// launcher uses ELEMENTWISE_THREADS per block and min(ceil(m * n / (VEC * ELEMENTWISE_THREADS)),
+// ELEMENTWISE_BLOCKS_PER_SM * SMs) blocks, at least 1. The linear index is 64-bit, row and column
+// advance incrementally (no 64-bit division per element). Also valid host C++, so the code
+// generator takes the geometry constants from the same source.
 #pragma once
 
 #include "dtype.cuh"

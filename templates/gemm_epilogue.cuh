@@ -1,110 +1,73 @@
-// The GEMM epilogue, written once for every mainloop: it takes the fp32 accumulators a mainloop
-// leaves in registers for one tile, applies the generated functor, stores the result, and
-// writes the tile's column-statistics partials.
+// The GEMM epilogue, shared by every mainloop: it takes one tile's fp32 accumulators from
+// registers, applies the generated functor, stores C, and writes the tile's column-statistics
+// partials or runs its rows' passes.
 //
 //   C[row, col] = functor.apply(functor.column(col), row, col, acc)
 //
-// Functor concept (the code generator writes one per GEMM kernel):
-//   struct Column { ... };  per-column constants, COLUMN_FLOATS floats and nothing else
-//   static constexpr int COLUMN_FLOATS;
-//   __device__ Column column(int col) const;   may be called with n - 1 for columns past n (its
-//       result is then never used), so it may read per-column arrays unguarded.
-//   static constexpr int MATRICES;   the matrices apply reads at (row, col) (a residual, say)
-//   template <int I> __device__ Matrix<T> matrix() const;   the I-th (I < MATRICES): its
-//       elements (float, kf::bf16 or kf::f16) and leading dimension; absent where MATRICES is 0
+// Functor (the code generator writes one per GEMM kernel; an aggregate, so the epilogue can name
+// matrix<I>()'s type through Functor{}):
+//   struct Column; static constexpr int COLUMN_FLOATS;   per-column constants, floats only
+//   __device__ Column column(int col) const;   may be called with n - 1 for columns past n (the
+//       result is then unused), so it may read per-column arrays unguarded
+//   static constexpr int MATRICES; template <int I> __device__ Matrix<T> matrix() const;
+//       the matrices apply reads at (row, col) (a residual, say): elements (float, kf::bf16 or
+//       kf::f16) and leading dimension; matrix() is absent where MATRICES is 0
 //   __device__ float apply(const Column &c, int row, int col, float acc, const float *in) const;
-//       in[I]: the I-th matrix's element at (row, col), which the epilogue loads (Inputs,
-//       below). Called only with row < m and col < n, a pure function of its arguments (the
-//       staged store applies rows past m and columns past n at m - 1 and n - 1 and drops the
-//       result).
-//   The functor is an aggregate (the epilogue names matrix<I>()'s type through Functor{}).
+//       in[I]: the I-th matrix's element at (row, col), loaded by the epilogue. A pure function,
+//       called with row < m and col < n (the staged stores apply rows past m and columns past
+//       n at m - 1 and n - 1 and drop the result).
 //
-// Fragment concept (a small traits struct per mainloop: which tile element each accumulator
-// register holds; SimtFragment, TcFragment, Sm90Fragment):
-//   BM, BN               the tile; the scheduler's tile as well
-//   ROWS, COLS           a thread's accumulators form ROWS x COLS (row i, column j) pairs
-//   VEC                  columns j = VEC * v .. VEC * v + VEC - 1 are adjacent in C (one store)
-//   ROW_LANE_SHIFT       lanes that differ only in bits ROW_LANE_SHIFT..4 hold the same columns
-//                        on different rows; the lanes below 1 << ROW_LANE_SHIFT cover the
-//                        warp's columns
-//   ROW_GROUPS           warps holding the same columns hold ROW_GROUPS disjoint row sets
-//   THREADS              threads running the epilogue (thread = 0..THREADS - 1)
-//   int thread;          this thread's index among them
-//   int row(int i), col(int j)                 tile-local coordinates of accumulator (i, j)
-//   int row_group()                            this warp's row set, 0..ROW_GROUPS - 1
-//   static int group_rows(int group, int tile_rows)   rows of that set below tile_rows
-//   static float &at(Acc &acc, int i, int j)   the register of accumulator (i, j)
-//   static void sync()                         barrier over the epilogue's threads
-//   STORE                how the tile goes out (Store, see Stores): Direct from the registers;
-//                        WarpSlices, each warp's values through its slice of shared memory,
-//                        where the fragment also has
-//   WARP_ROWS, int warp_row0()   a warp's accumulators lie on its rows warp_row0() ..
-//                        warp_row0() + WARP_ROWS - 1 (a multiple of 4) and all BN columns; col(j)
-//                        increases with j, a thread holds as many columns in every 128 bytes of
-//                        a row, and no VEC of them straddle 16 bytes;
-//                        Tile, the whole tile through shared memory, where VEC is 4, col(j) is a
-//                        multiple of 4 for j a multiple of 4, and THREADS is a multiple of BN / 4
+// Fragment (a traits struct per mainloop: SimtFragment, TcFragment, Sm90Fragment):
+//   BM, BN            the tile, the scheduler's as well
+//   ROWS, COLS, VEC   a thread's ROWS x COLS accumulators (i, j); columns VEC * v .. + VEC - 1
+//                     are adjacent in C (one store)
+//   ROW_LANE_SHIFT    lanes differing only in bits ROW_LANE_SHIFT..4 hold the same columns on
+//                     other rows; the lanes below 1 << ROW_LANE_SHIFT cover the warp's columns
+//   ROW_GROUPS        warps holding the same columns hold ROW_GROUPS disjoint row sets
+//   THREADS, thread   the epilogue's threads, this one's index
+//   row(i), col(j), row_group(), group_rows(group, tile_rows), at(acc, i, j), sync()
+//   STORE             Direct: from the registers. WarpSlices: each warp through its slice of
+//                     shared memory; its accumulators lie on rows warp_row0() .. + WARP_ROWS - 1
+//                     (a multiple of 4) and all BN columns, col(j) increases with j, a thread holds
+//                     as many columns in every 128 bytes of a row, and no VEC straddles 16 bytes.
+//                     Tile: the whole tile through shared memory; VEC is 4, col(j) a multiple of
+//                     4 for j a multiple of 4, THREADS a multiple of BN / 4.
 //
-// Out: C's element type, float, kf::bf16 or kf::f16 (dtype.cuh); each value is rounded once to it.
-// Stores: VEC-wide vector stores where C is VEC-element aligned and ldc a multiple of VEC and
-// the VEC columns are inside n; guarded scalar stores otherwise. Rows past m are not written.
-// Addresses are computed in 64-bit. Where Statistics, the stored values replace the accumulators
-// they came from. Where Fragment::STORE is WarpSlices, the tile goes out in chunks of CHUNK = 128 /
-// sizeof(Out) columns: a warp first writes its values of a chunk, rounded to Out, to its own
-// WARP_ROWS x 128-byte slice of the scratch (epilogue_store_bytes<Fragment>(); 16-byte units
-// swizzled by row % 8, so neither side conflicts on banks), then stores the slice's rows to C as
-// 16-byte vectors, eight lanes to a row (guarded scalars where C or ldc is not 16-byte aligned
-// or the vector crosses n). Between two chunks' stores to C the epilogue writes only shared
-// memory, so the loads of the functor's inputs (a residual, say) of a whole chunk can be in
-// flight at once: a store to C, which the compiler cannot tell from them, holds back every
-// later load. Where Fragment::STORE is Tile, the accumulators go to shared scratch as they are
-// ([BM][rows_stage_ld] fp32, epilogue_tile_bytes<Fragment>(), which the mainloop provides), and a
-// loop over the tile's rows, not unrolled, applies the functor and stores: thread t takes columns
-// 4 * (t % (BN / 4)) .. + 3 (their Columns evaluated once) of rows t / (BN / 4), + THREADS /
-// (BN / 4), ...; a warp's stores are whole 512-byte row segments. The functor's code is then in
-// the kernel a few times instead of once per accumulator (a tile of 64 accumulators per thread
-// had it 128 times), which keeps the kernel small: shorter compiles, fewer instruction-cache
-// misses. Rows past m and columns past n are applied at m - 1 and n - 1 and not stored.
+// Stores: Out (C's type: float, kf::bf16 or kf::f16) is rounded to once per value. Vector stores
+// where C is VEC-aligned, ldc a multiple of VEC and the columns inside n, guarded scalars
+// otherwise; rows past m are not written; addresses are 64-bit. WarpSlices stores chunks of
+// 128 / sizeof(Out) columns through a WARP_ROWS x 128-byte slice (epilogue_store_bytes; 16-byte
+// units swizzled by row % 8, conflict-free) as 16-byte row vectors: between two chunks' stores
+// it writes only shared memory, so a chunk's functor inputs, loaded before the previous chunk is
+// applied, are in flight together (a store to C would hold back every later load). Tile stages
+// the raw accumulators ([BM][rows_stage_ld] fp32, epilogue_tile_bytes, which the mainloop
+// provides) and a rolled loop over rows applies the functor to four columns per thread and
+// stores whole 512-byte row segments: the functor's code appears a few times instead of once per
+// accumulator, which keeps kernels small (shorter compiles, fewer instruction-cache misses).
 //
-// Inputs: the epilogue loads the matrices' elements apply() is given. Where
-// Fragment::STORE is WarpSlices, those of a chunk are loaded into registers (2-byte elements two to
-// a register) before the chunk before it is applied, so that their latency passes while that chunk
-// is applied and stored: one load latency waited out per tile, not one per chunk.
+// Column statistics (partial_mean and partial_m2 both null or both valid): for row tile tm and
+// each valid column, the mean and M2 (sum of squared deviations from it) of the values stored,
+// in fp32 before rounding to Out, over rows [tm * BM, min(tm * BM + BM, m)), at
+// partial_mean[tm * n + col] and partial_m2[tm * n + col]: col_stats.cuh's merge_column layout
+// with tile_rows = BM. A fixed order (each warp's butterfly, then the ROW_GROUPS merged in order
+// with Chan's formula) makes it deterministic, without atomics. Its shared scratch
+// (epilogue_stats_bytes) may alias the mainloop's stages; the epilogue synchronises it. Where
+// statistics are written, the stored values replace the accumulators they came from.
 //
-// Column statistics (partial_mean != nullptr; partial_mean and partial_m2 are both null or both
-// valid): for the tile at row tile tm, rows [tm * BM, min(tm * BM + BM, m)), and each valid
-// column col, the mean and M2 (sum of squared deviations from that mean) of the values STORED
-// (in fp32, before their rounding to Out):
-//   partial_mean[tm * n + col], partial_m2[tm * n + col]
-// the layout col_stats.cuh's merge_column consumes with tile_rows = BM (the code generator reads
-// the statistics tile height from the scheduler's BM). Each warp reduces its rows of a column in a
-// fixed butterfly order (a two-pass mean, then M2 about it), then one thread per tile column
-// merges the ROW_GROUPS row sets in order with Chan's formula: deterministic, no atomics. It
-// uses epilogue_stats_bytes<Fragment>() bytes of shared scratch, which the epilogue
-// synchronises itself (the scratch may alias the mainloop's stages or the previous tile's
-// statistics).
+// Rows (gemm_row_epilogue, n <= BN: the tile holds whole rows): a row kernel's generated passes
+// over C's values, run here. Concept: ENABLED = true; LANES (row_kernel.cuh's row_team_lanes(n));
+// operator()(int row, const Staged *x, LaneTeam<LANES> team) over x[0 .. n - 1]. The tile is
+// staged as stored (rounded to Out; C may be null when only the rows need it) in
+// epilogue_tile_bytes of scratch, then team t of LANES lanes stores rows t, t + THREADS / LANES,
+// ... and runs their passes. NoRows: none.
 //
-// Rows (gemm_row_epilogue: the tile holds whole rows, n <= BN): the generated row passes of a
-// row kernel over C's values, run by the epilogue itself. Concept:
-//   static constexpr bool ENABLED = true;
-//   static constexpr int LANES;   the lanes of a row's team (row_kernel.cuh's row_team_lanes(n))
-//   __device__ void operator()(int row, const Staged *x, LaneTeam<LANES> team) const;
-//       runs the passes over row `row` of the product, whose n values are x[0 .. n - 1]
-// The epilogue stages the tile's values (as stored: rounded to Out where C is written; C may be
-// null, the values then being needed by the rows only) in shared scratch, [BM][rows_stage_ld]
-// fp32 (epilogue_tile_bytes<Fragment>() bytes, which the mainloop provides), then team t of
-// LANES lanes (lanes t * LANES .. of warp t * LANES / 32 of the epilogue) stores rows t,
-// t + THREADS / LANES, ... of the tile to C (where written) and runs their passes: a warp runs
-// 32 / LANES rows at once. NoRows: none.
+// Split-K (a unit with splits > 1): run() hands the partial accumulators to split_k_reduce
+// (split_k.cuh); only the tile's last split, holding the sum in split order, stores and writes
+// statistics, so each tile's epilogue runs exactly once. split_partials and split_counters may
+// be null when every unit is a whole tile.
 //
-// Split-K (the scheduler's work unit u with u.splits > 1): run() first hands the unit's partial
-// accumulators to split_k_reduce (split_k.cuh) with split_partials and split_counters, and only
-// the tile's last split, holding the sum of all of them in split order, goes on to the store and
-// the statistics above: each tile's epilogue runs exactly once. Both pointers may be null when
-// every unit is a whole tile.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// mainloops' geometry can read epilogue_stats_bytes.
+// Also valid host C++ (device code is compiled only by NVCC/NVRTC), so the mainloops' geometry
+// can read epilogue_stats_bytes.
 #pragma once
 
 #include "col_stats.cuh"

@@ -1,54 +1,37 @@
-// fp32 SIMT GEMM mainloop: the accumulators of one BM x BN tile in registers, handed to the
-// shared epilogue (gemm_epilogue.cuh), on the tile the scheduler (tile_scheduler.cuh) assigns.
+// fp32 SIMT GEMM mainloop: one BM x BN tile's accumulators in registers, on the tile the
+// scheduler (tile_scheduler.cuh) assigns, handed to the shared epilogue (gemm_epilogue.cuh).
 //
-//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row, k] * B'[k,
-//   col])
+//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row,k] * B'[k,col])
 //
-// A is [m, k] row-major (leading dim lda). B' is B^T when TransB (B is [n, k] row-major, a
-// PyTorch Linear weight) and B itself otherwise (B is [k, n] row-major). C is [m, n] row-major
-// (ldc) and aliases neither A, B nor any epilogue input.
+// A is [m, k] row-major (lda). B' is B^T when TransB (B [n, k] row-major, a Linear weight), else
+// B ([k, n] row-major). C is [m, n] row-major (ldc) and aliases neither A, B nor any epilogue
+// input.
 //
-// Configurations (SimtGemm<BM, BN, WARPS_M, WARPS_N, MIN_BLOCKS>): a block of WARPS_M x WARPS_N
-// warps computes a BM x BN tile; each thread holds TM x TN accumulators, TM (TN) being one group
-// of 4 rows (columns) or two groups BM / 2 (BN / 2) apart. SimtWide (128 x 128, 8 warps) is the
-// throughput tile; SimtNarrow (128 x 32, 4 warps) gives four times as many tiles to batches whose
-// wide tiles leave SMs idle, with the same tile height (the column statistics' partials are per
-// 128 rows in both).
+// SimtGemm<BM, BN, WARPS_M, WARPS_N, MIN_BLOCKS>: WARPS_M x WARPS_N warps per tile, each thread
+// TM x TN accumulators (one group of 4 rows/columns, or two groups BM / 2 (BN / 2) apart).
+// SimtWide (128 x 128) is the throughput tile; SimtNarrow (128 x 32) gives batches whose wide
+// tiles leave SMs idle four times the tiles at the same height (statistics partials per 128 rows
+// in both).
 //
-// Launch geometry (the generated entry point must use exactly this): block =
-// dim3(Config::THREADS), grid = one block per work unit (tile and K split) of the scheduler
-// TileScheduler<BM, BN, GROUP_M> (its K is split in k-blocks of BK), dynamic shared memory =
-// Config::SMEM_BYTES (above 48 KiB the launcher raises
-// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
-// __launch_bounds__(Config::THREADS, Config::MIN_BLOCKS), whose register cap keeps MIN_BLOCKS
-// blocks per SM. Blocks write disjoint tiles of C and of the partial statistics (split-K: the
-// tile's last split).
+// Launch (the generated entry point must use exactly this): block = THREADS; grid = one block
+// per work unit of TileScheduler<BM, BN, GROUP_M> (k-blocks of BK); dynamic shared memory =
+// SMEM_BYTES (above 48 KiB the launcher raises the limit); __launch_bounds__(THREADS,
+// MIN_BLOCKS). Blocks write disjoint tiles of C and of the partials (split-K: the last split).
 //
-// Mainloop: a STAGES-deep cp.async pipeline of BK = 16 K-slices into K-major shared tiles
-// ([BK][BM] for A, [BK][BN] for B), so that a thread reads its 4-wide row and column fragments
-// as float4 (LDS.128) and does 16 FFMAs per group pair (64 per 4 fragment loads at 8 x 8);
-// fragments of slice k + 1 are loaded while slice k is multiplied (double-buffered registers).
-// A k-contiguous operand (A, and B when TransB) is transposed by the copies themselves
-// (KMajorCopy): 4-byte cp.async, a warp covering 4 rows x 8 k (32-byte global segments, 32
-// distinct banks in shared memory), whose addresses cost one multiply-add per copied row, so
-// that a slice's copies cost little more than their own issue. B when !TransB is already
-// n-major and goes in with 16-byte cp.async.cg where allowed (NMajorCopy; see Sizes).
+// Mainloop: a STAGES-deep cp.async pipeline of BK = 16 K-slices into K-major shared tiles, so a
+// thread reads its 4-wide fragments as float4, registers double-buffered across slices. A
+// k-contiguous operand (A, and B when TransB) is transposed by its 4-byte copies (KMajorCopy: a
+// warp covers 4 rows x 8 k, 32-byte global segments, 32 distinct banks); B when !TransB goes in
+// with 16-byte cp.async.cg where allowed (NMajorCopy). The epilogue stages the whole tile
+// (Store::Tile) in the pipeline's shared memory, as do its statistics and row passes.
 //
-// Epilogue: gemm_epilogue.cuh's, with SimtFragment's layout, staging the whole tile
-// (Store::Tile: the functor applied by a loop over the tile's rows) in the pipeline's shared
-// memory, as do its statistics and row passes.
+// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). K-slice elements past k, and B's
+// columns past n when !TransB, are zero-filled (src-size 0, nothing read). A k-contiguous
+// operand's rows past m (n) repeat its last row: they reach only accumulators the epilogue
+// neither stores nor counts. 16-byte copies only where the base is 16-byte aligned and the
+// leading dimension a multiple of 4 (checked at run time, per matrix). 64-bit addresses.
 //
-// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Elements of a K-slice past k are
-// zero-filled by the copies (src-size 0, nothing read; the source address is then the matrix
-// base); so are B's columns past n when !TransB. A k-contiguous operand's rows past m (n)
-// repeat its last row: they reach only accumulators of rows (columns) past m (n), which the
-// epilogue neither stores nor counts in the statistics. 16-byte copies (of B when !TransB) are used
-// only where the base pointer is 16-byte aligned and the leading dimension is a multiple of 4
-// (checked at run time, uniformly per matrix); a 16-byte copy reads only its in-bounds bytes.
-// Addresses are computed in 64-bit.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// code generator can take the geometry constants from the same source.
+// Also valid host C++, so the code generator can take the geometry constants from this source.
 #pragma once
 
 #include "gemm_epilogue.cuh"
@@ -105,8 +88,8 @@ struct SimtGemm {
   static constexpr int TM = Fragment::ROWS, TN = Fragment::COLS;
   // What a split-K partial tile costs, in k-blocks (the launch's split rule): written and read
   // back, 8 bytes per element against a k-block's 2 * BK FLOP per element, so 0.25 B per FLOP;
-  // at the FMA rate one SM reaches here (about 0.35 TFLOP/s) against its share of DRAM
-  // bandwidth with every SM streaming (about 23 GB/s), about 4 k-blocks.
+  // at one SM's FMA rate against its share of DRAM bandwidth with every SM streaming, that
+  // traffic takes about as long as 4 k-blocks.
   static constexpr int SPLIT_COST_KBLOCKS = 4;
   // A k-block's time on an SM running one block, relative to the other configurations' (the
   // launch picks the tile of lowest estimated time, runtime/launch_geometry.cpp).
@@ -139,8 +122,8 @@ struct SimtGemm {
 using SimtWide = SimtGemm<128, 128, 4, 2, 2, 5>;
 // Four times the tiles at the same height, for batches whose wide tiles leave SMs idle or
 // split K into short units. A k-block takes 2/5 of a wide one's time alone on an SM (a quarter
-// of the FLOPs at about 1.6x the time per FLOP: 4 warps, 32 FFMAs per 3 fragment loads), fitted
-// to the H100 (docs/PERF.md, 2026-11-24).
+// of the FLOPs at 1.6x the time per FLOP: 4 warps, 32 FFMAs per 3 fragment loads), a ratio
+// fitted by timing whole waves of both tiles.
 using SimtNarrow = SimtGemm<128, 32, 4, 1, 4, 2>;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)

@@ -1,52 +1,42 @@
-// Hopper (sm_90a) GEMM: TMA loads into 128-byte-swizzled shared memory, an mbarrier pipeline,
-// one producer warpgroup and one or two consumer warpgroups issuing wgmma, a persistent grid. Same
-// epilogue (gemm_epilogue.cuh) and tile scheduler (tile_scheduler.cuh) as gemm_simt.cuh /
-// gemm_tc.cuh:
+// Hopper (sm_90a) GEMM: TMA loads into 128-byte-swizzled shared memory, an mbarrier pipeline, one
+// producer warpgroup and one or two consumer warpgroups issuing wgmma, a persistent grid; the
+// epilogue and tile scheduler of gemm_simt.cuh and gemm_tc.cuh.
 //
-//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row, k] * B[col, k])
+//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row,k] * B[col,k])
 //
-// A is [m, k] and B is [n, k] (a PyTorch Linear weight), both row-major, so both operands are
-// K-major as tf32 wgmma requires. They are read through tensor maps (the launcher encodes them,
-// see Sm90Gemm's traits); C is [m, n] row-major (ldc) and aliases neither A, B nor any epilogue
-// input. Operands: Tf32 (fp32 data, the tensor cores ignore the low 13 mantissa bits), Bf16, F16,
-// and Tf32x3: each fp32 value x is split into big = x rounded to tf32 and small = x - big (exact
-// in fp32), then acc += a_small*b_big + a_big*b_small + a_big*b_big (small*small dropped) with
-// three wgmma per k-step, small terms first. B's parts are written to shared memory by a
-// warpgroup of its own (the splitter: big in place, small into the stage's second B tile of the
-// same layout), beside the consumers, not on the tensor pipe's critical path; each consumer
-// loads its rows of A from the stage into registers, splits them there, and gives wgmma A from
-// registers, so A's parts never pass through shared memory (which bounds this kernel). Each stage's
-// products go into a zeroed partial sum that is added to the accumulator with an fp32 add: the
-// tensor cores' truncating accumulation would otherwise bias a long K (as in gemm_tc.cuh).
+// A [m, k] and B [n, k] (a Linear weight), both row-major and so K-major as tf32 wgmma requires,
+// read through tensor maps (see Sm90Gemm's traits); C is [m, n] row-major (ldc) and aliases
+// neither A, B nor any epilogue input. Operands: Tf32 (the tensor cores ignore the low 13
+// mantissa bits), Bf16, F16, and Tf32x3: x = big + small (big = x rounded to tf32, small exact in
+// fp32), acc += a_small*b_big + a_big*b_small + a_big*b_big, three wgmma per k-step, small terms
+// first. A splitter warpgroup writes B's parts to the stage (big in place, small into a second B
+// tile); each consumer splits its rows of A in registers and gives wgmma A from registers. Each
+// stage's products go into a zeroed partial sum added to the accumulator in fp32, as the tensor
+// cores' truncating accumulation would bias a long K.
 //
 // Launch (Sm90Gemm<Op, BN, BM, MIN_BLOCKS> holds every number): block = THREADS (128 per
-// warpgroup), grid = min(work units, MIN_BLOCKS * SMs) persistent blocks (a unit is a tile and
-// one of its K splits, in k-blocks of BK: tile_scheduler.cuh), dynamic shared memory =
-// smem_bytes(Epilogue::COLUMN_FLOATS) (above 48 KiB: the launcher raises the limit), entry point
-// __launch_bounds__(THREADS, 1), compiled for sm_90a. The tensor maps are 2-D {k, rows} with box
-// {BK, BM} for A and {BK, BN} for B, 128-byte swizzle, zero fill, and are passed as
-// __grid_constant__ parameters. TMA needs the matrices 16-byte aligned with row strides a multiple
-// of 16 bytes (k % 4 == 0 for fp32, k % 8 == 0 for bf16/f16): the code generator and the launcher
-// check both and use gemm_tc.cuh otherwise.
+// warpgroup); grid = min(work units, MIN_BLOCKS * SMs) persistent blocks (tile_scheduler.cuh's
+// units, k-blocks of BK); dynamic shared memory = smem_bytes(Epilogue::COLUMN_FLOATS) (above 48
+// KiB the launcher raises the limit); __launch_bounds__(THREADS, 1); sm_90a. Tensor maps: 2-D
+// {k, rows}, box {BK, BM} for A and {BK, BN} for B, 128-byte swizzle, zero fill, passed as
+// __grid_constant__. TMA needs 16-byte aligned matrices and row strides (k % 4 == 0 for fp32,
+// k % 8 == 0 for bf16/f16): the code generator and the launcher check both and use gemm_tc.cuh
+// otherwise.
 //
-// Roles: warpgroup 0 is the producer (one thread issues the TMA loads of stage after stage,
-// waiting on each stage's `empty` barrier); for 3xTF32, warpgroup 1 is the splitter (it waits
-// for a stage's `full` barrier, splits it, and signals its `split` barrier, which the
-// consumers wait for instead); the BM / 64 last warpgroups are consumers, each
-// computing 64 rows of the 128 x BN tile with wgmma m64nBNk{8,16} from shared memory, releasing a
-// stage once the wgmma that read it has completed (one k-block of wgmma stays in flight). The
-// producer runs ahead into the next tile while the consumers run the epilogue of this one.
+// Roles: warpgroup 0 produces (one thread issues each stage's TMA after its `empty` barrier); for
+// 3xTF32 warpgroup 1 splits (waits on `full`, signals `split`, which the consumers wait on); the
+// last BM / 64 warpgroups consume, 64 rows each with wgmma m64nBNk{8,16} from shared memory,
+// releasing a stage once the wgmma that read it completed (one k-block in flight). The producer
+// runs ahead into the next tile while the consumers run this one's epilogue.
 //
-// Tiles: the block takes the scheduler's work indices first(), first() + stride(), ... (the
-// TileScheduler<BM, BN, GROUP_M> of tile_scheduler.cuh), each unit the k-blocks of its split.
-// Tails in m, n and k are zero-filled by TMA and masked in the epilogue. Split-K's reduction
+// Tiles: work indices first(), first() + stride(), ... of TileScheduler<BM, BN, GROUP_M>. Tails
+// in m, n and k are zero-filled by TMA and masked in the epilogue. Split-K's reduction
 // (split_k.cuh) never waits on another block, so several units per block cannot deadlock.
 //
-// Epilogue: gemm_epilogue.cuh's, run by the consumers from registers with Sm90Fragment's
-// layout, a scratch of its own (statistics, or the tile staged for row passes where StagedRows).
-// Where caches_columns(COLUMN_FLOATS), consumer thread t
-// evaluates column(n0 + t) once per tile, while the tile's first wgmma runs, into shared memory
-// (fill_columns), and the epilogue reads Columns from there.
+// Epilogue: gemm_epilogue.cuh's, run by the consumers from registers (Sm90Fragment), with a
+// scratch of its own (statistics, or the tile staged for row passes where StagedRows). Where
+// caches_columns(COLUMN_FLOATS), consumer thread t evaluates column(n0 + t) into shared memory
+// once per tile, during the tile's first wgmma (fill_columns).
 #pragma once
 
 #include "gemm_epilogue.cuh"
@@ -69,13 +59,13 @@ struct Sm90Gemm {
   static constexpr int ELEMENT_BYTES = MMA == sm90::Operand::Tf32 ? 4 : 2;
   static constexpr int BK = 128 / ELEMENT_BYTES; // one 128-byte swizzled row of K per stage
   // A split-K partial tile's cost in k-blocks (gemm_simt.cuh's reasoning): 4 / BK B per FLOP
-  // at about 3 TFLOP/s per SM for tf32 (5 for 16-bit operands, 1 for 3xTF32) against about
-  // 23 GB/s per SM.
+  // at one SM's tensor-core rate (16-bit operands faster than tf32, 3xTF32 a third of it)
+  // against its share of DRAM bandwidth.
   static constexpr int SPLIT_COST_KBLOCKS = SPLIT ? 4 : 16;
   // A k-block's time on an SM, relative to the other 128-row tiles' (a variant is weighed
   // against the one it would replace, runtime/launch_geometry.cpp): 128 x 256 takes 5 where
-  // 128 x 128 takes 3, fitted to whole waves of both on the H100 (0.54-0.61 at tf32 and bf16,
-  // docs/PERF.md, 2026-11-24); 0 (not known) for the 64-row tiles.
+  // 128 x 128 takes 3, fitted by timing whole waves of both at tf32 and bf16; 0 (not known) for
+  // the 64-row tiles.
   static constexpr int KBLOCK_TIME = BM == 128 ? (BN == 256 ? 5 : 3) : 0;
   static constexpr int K_STEPS = 4;         // wgmma k-steps of 32 bytes per stage
   static constexpr int CONSUMERS = BM / 64; // consumer warpgroups

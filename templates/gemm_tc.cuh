@@ -1,41 +1,27 @@
 // Tensor-core (TF32 / 3xTF32) GEMM mainloop (mma.sync, cp.async) behind the same epilogue
 // (gemm_epilogue.cuh) and tile scheduler (tile_scheduler.cuh) as gemm_simt.cuh, so the code
-// generator can swap one for the other.
+// generator can swap one for the other. Operands and C as in gemm_simt.cuh:
 //
-//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row, k] * B'[k,
-//   col])
-//
-// A is [m, k] row-major (lda). B' is B^T when TransB (B is [n, k] row-major, a PyTorch Linear
-// weight) and B itself otherwise (B is [k, n] row-major). C is [m, n] row-major (ldc) and aliases
-// neither A, B nor any epilogue input.
+//   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row,k] * B'[k,col])
 //
 // Precision: 0 = TF32: inputs rounded to tf32 (cvt.rna), fp32 accumulation; rel. error ~1e-4..1e-3.
 //            1 = 3xTF32: x = hi + lo with hi = tf32(x), lo = x - hi (truncated to tf32 by the mma);
 //                acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (lo*lo dropped); fp32-level accuracy.
 //
-// Launch geometry (the generated entry point must use exactly this; P = Precision):
-//   block = dim3(GEMM_TC_THREADS), grid = one block per work unit (tile and K split) of the
-//   scheduler TileScheduler<GEMM_TC_BM, gemm_tc_bn(P), GEMM_TC_GROUP_M> (its K is split in
-//   k-blocks of GEMM_TC_BK), dynamic shared memory =
-//   gemm_tc_smem_bytes(P) (ABOVE 48 KiB: the launcher must raise
-//   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), entry point declared
-//   __launch_bounds__(GEMM_TC_THREADS, GEMM_TC_MIN_BLOCKS).
-//   The tile is GEMM_TC_BM x gemm_tc_bn(P): 128 x 256 for TF32, 128 x 128 for 3xTF32.
-// The scheduler's grouped rasterization keeps the streamed operand tiles in L2 (for the
-// 1024 x 8192 x 8192 Linear all 8 row tiles share each weight tile while it is hot). Blocks
-// write disjoint tiles of C and of the partial statistics (split-K: the tile's last split).
+// Launch (the generated entry point must use exactly this; P = Precision): block =
+// GEMM_TC_THREADS; grid = one block per work unit of TileScheduler<GEMM_TC_BM, gemm_tc_bn(P),
+// GEMM_TC_GROUP_M> (k-blocks of GEMM_TC_BK); dynamic shared memory = gemm_tc_smem_bytes(P) (above
+// 48 KiB the launcher raises the limit); __launch_bounds__(GEMM_TC_THREADS, GEMM_TC_MIN_BLOCKS).
+// Tiles are 128 x 256 for TF32, 128 x 128 for 3xTF32. Blocks write disjoint tiles of C and of
+// the partial statistics (split-K: the tile's last split). The epilogue (TcFragment's layout,
+// float2 stores) reuses the pipeline's shared memory for its statistics and staged rows.
 //
-// Epilogue: gemm_epilogue.cuh's, with TcFragment's layout (float2 stores of C); its statistics
-// scratch and staged rows reuse the pipeline's shared memory.
+// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). 16-byte cp.async only where the base
+// is 16-byte aligned and the leading dimension a multiple of 4 (checked at run time, per
+// matrix); a chunk straddling the k (or n) edge zero-fills the bytes past it (src-size), never
+// reads them. Otherwise 4-byte cp.async per element, guarded the same way. 64-bit addresses.
 //
-// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). Tiles are fetched with 16-byte
-// cp.async only where the matrix base is 16-byte aligned and its leading dimension a multiple
-// of 4 (checked at run time, uniformly per matrix); a chunk that straddles the k (or n) edge uses
-// the src-size operand so the bytes past the edge are zero-filled, never read. Otherwise 4-byte
-// cp.async per element, each guarded the same way. Addresses are computed in 64-bit.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// code generator can take the geometry constants from the same source.
+// Also valid host C++, so the code generator can take the geometry constants from this source.
 #pragma once
 
 #include "gemm_epilogue.cuh"
@@ -51,7 +37,7 @@ inline constexpr int GEMM_TC_THREADS = 256;  // 8 warps, 2 (rows) x 4 (cols), ea
 inline constexpr int GEMM_TC_MIN_BLOCKS = 1; // smem (216 / 144 KiB) allows one block per SM anyway
 inline constexpr int GEMM_TC_GROUP_M = 8;    // row tiles per rasterization group (L2 reuse)
 // A split-K partial tile's cost in k-blocks (gemm_simt.cuh's reasoning): 0.125 B per FLOP at
-// about 0.9 TFLOP/s per SM (tf32; 3xTF32 a third of it) against about 23 GB/s per SM.
+// one SM's mma.sync rate (tf32; 3xTF32 a third of it) against its share of DRAM bandwidth.
 inline constexpr int GEMM_TC_SPLIT_COST_KBLOCKS = 4;
 // k-contiguous tiles (A, and B when TransB) are stored [rows][BK] with the row stride padded by
 // 4 floats: 16-byte fragment reads by a quarter warp (rows r, r+1 x 4 column chunks 8 floats
@@ -60,10 +46,9 @@ inline constexpr int GEMM_TC_LDK = GEMM_TC_BK + 4;
 inline constexpr int GEMM_TC_A_FLOATS = GEMM_TC_BM * GEMM_TC_LDK;
 
 // Tile columns depend on the precision. With fp32 operands a 128 x 128 tile moves 1 KiB from L2
-// per 16 Ki multiply-adds, which caps TF32 near L2 bandwidth (~85 TFLOP/s measured on the H100);
-// 128 x 256 raises the intensity by a third. 3xTF32 does three times the math per byte, so it
-// keeps 128 x 128, and needs the registers a wider tile would take for its per-stage
-// accumulator (see the mainloop).
+// per 16 Ki multiply-adds, which caps TF32 near L2 bandwidth; 128 x 256 raises the intensity by
+// a third. 3xTF32 does three times the math per byte, so it keeps 128 x 128, and needs the
+// registers a wider tile would take for its per-stage accumulator (see the mainloop).
 KF_HOST_DEVICE constexpr int gemm_tc_bn(int precision) { return precision == 0 ? 256 : 128; }
 // One stage: A [BM][LDK] + B, either [BN][LDK] (TransB) or [BK][BN + 8] (!TransB, smaller).
 KF_HOST_DEVICE constexpr int gemm_tc_stage_floats(int precision) {

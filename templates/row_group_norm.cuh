@@ -1,29 +1,21 @@
-// groupnorm over each row of an [m, n] row-major matrix: the row's n features split into `groups`
-// contiguous groups of n / groups, each normalized by its own statistics, with a per-column
-// transform applied on load (the pending elementwise prologue) and the per-feature affine on
-// store:
+// groupnorm over each row of an [m, n] row-major matrix, as F.group_norm on [N, C]: the row's n
+// features in `groups` contiguous groups of n / groups, each normalized by its own mean and
+// biased variance, a per-column transform on load (the pending elementwise prologue) and the
+// per-feature affine on store:
 //
-//   y = pre(col, in[row, col])
-//   out[row, col] = post(col, (y - mean_g) / sqrt(var_g + eps))
+//   y = pre(col, in[row, col]);   out[row, col] = post(col, (y - mean_g) / sqrt(var_g + eps))
 //
-// with mean_g and the biased var_g over the group g holding col, as F.group_norm on [N, C].
-//
-// One block of Threads threads per row: the generated entry point calls
-//   row_group_norm<Threads>(blockIdx.x, n, groups, in, ld_in, out, ld_out, eps, pre, post,
-//                           smem, smem_floats)
-// with grid = dim3(m), block = dim3(Threads) and the resident-row shared memory of
-// row_kernel.cuh. The caller guarantees groups divides n (the compiler checks it, the runtime
-// checks a bound dim). A unit of the team (a warp of a kf::BlockTeam) owns a group at a time
-// (groups u, u + units, ...): it sums the group, then its squared deviations from the mean (two
-// exact passes, no cancellation), then writes it; no statistics are shared between units, so
-// one barrier (after the row is loaded) suffices. A kernel running rows per warp passes Threads =
-// Lanes, a last argument kf::LaneTeam<Lanes>{lane}, and smem = nullptr, smem_floats = 0: the team
-// owns every group in turn, streaming.
-// - resident (smem != nullptr and n <= smem_floats): the transformed row is loaded once into
-//   shared memory (float4 loads); one read and one write per element.
-// - streaming (longer rows): each unit re-reads its group from global memory for each pass.
-// Deterministic (a fixed butterfly per unit). in == out is allowed: a unit writes only the group
-// it has finished reading.
+// One block of Threads threads per row (grid = dim3(m), the resident-row shared memory of
+// row_kernel.cuh) calls row_group_norm<Threads>(blockIdx.x, n, groups, in, ld_in, out, ld_out,
+// eps, pre, post, smem, smem_floats); rows per warp: Threads = Lanes, a last argument
+// kf::LaneTeam<Lanes>{lane}, smem = nullptr, smem_floats = 0. groups divides n (the compiler and
+// the runtime check it). A unit of the team owns groups u, u + units, ...: it sums the group, then
+// its squared deviations from the mean (two exact passes), then writes it, so one barrier (after
+// the row is loaded) suffices. Resident (n <= smem_floats): the row is loaded once into shared
+// memory; streaming: each unit re-reads its group per pass. Deterministic; in == out is allowed
+// (a unit writes only the group it has finished reading).
+// Pre and Post: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16 or
+// kf::f16 (dtype.cuh), computed in float; In may be kf::Staged (a row staged in shared memory).
 #pragma once
 
 #include "row_kernel.cuh"

@@ -1,20 +1,14 @@
-// What every row kernel shares (row_softmax.cuh, row_norm.cuh, row_reduce.cuh): a team of
-// threads per row of an [m, n] row-major matrix (BlockTeam: the whole block, as generated row
-// kernels launch; LaneTeam: lanes of one warp, for a kernel that runs rows per warp, WarpTeam
-// the whole warp), the block size and the lanes of a team by row length, the shared-memory budget
-// of a resident row, the team's deterministic reductions, and vector loads of the row (any element
-// type of dtype.cuh, converted to float; kf::Staged for a row staged in shared memory) with the
-// per-column prologue applied on load.
+// What every row kernel shares: a team of threads per row of an [m, n] row-major matrix
+// (BlockTeam: the whole block; LaneTeam: lanes of one warp, for rows per warp; WarpTeam: the
+// warp), block size and team lanes by row length, the shared-memory budget of a resident row,
+// deterministic team reductions, and vector loads of the row (any dtype.cuh type or kf::Staged,
+// converted to float) with the per-column prologue applied on load.
 //
-// Resident rows: a kernel that keeps its transformed row in dynamic shared memory (smem,
-// 16-byte aligned) gets round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES and none
-// otherwise (smem_floats = 0: it streams, reading the row twice). A lane team streams.
-//
-// Deterministic: each thread visits its elements in a fixed order, warps reduce with a fixed
-// shuffle pattern, and the per-warp results are combined in warp order by every thread.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC), so the
-// code generator sizes blocks and shared memory with the same constants.
+// Resident rows: a kernel keeping its transformed row in dynamic shared memory (16-byte aligned)
+// gets round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES, else none (smem_floats = 0:
+// it streams, reading the row twice); a lane team streams. Deterministic: fixed element order per
+// thread, fixed shuffle pattern per warp, per-warp results combined in warp order. Also valid
+// host C++, so the code generator sizes blocks and shared memory with the same constants.
 #pragma once
 
 #include "dtype.cuh"
@@ -22,7 +16,7 @@
 
 namespace kf {
 
-// Default cap on the dynamic shared memory of one row block. An H100 block may opt in to
+// Default cap on the dynamic shared memory of one row block. An sm_90 block may opt in to
 // 227 KiB; above 48 KiB the launcher must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 inline constexpr int ROW_SMEM_CAP_BYTES = 200 * 1024;
 

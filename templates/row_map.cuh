@@ -1,17 +1,14 @@
-// An elementwise pass over one row of an [m, n] row-major matrix inside a row kernel:
+// An elementwise pass over one row of an [m, n] row-major matrix inside a row kernel, after the
+// passes that reduced the row (e.g. exp(h - max(h)) / sum(...)):
 //
 //   out[row, col] = f(col, in[row, col])
 //
-// where f is the generated functor of a value computed from the row and from the row's results
-// of earlier passes (a reduction's max or sum, held by f as members): the epilogue of a row
-// kernel, e.g. exp(h - max(h)) / sum(...) after the passes that reduced the row. One block of
-// Threads threads per row calls
-//   row_map<Threads>(row, n, in, ld_in, out, ld_out, f)
-// (a kernel running rows per warp: Threads = Lanes and a last argument
-// kf::LaneTeam<Lanes>{lane})
-// with the elements of each thread those of row_kernel.cuh's for_each_loaded, four elements per
-// access where the row's pointers are aligned to four elements. In, Out: float, kf::bf16 or
-// kf::f16 (dtype.cuh); f computes in float and the store rounds once to Out.
+// f is generated and holds the row's earlier results (a max, a sum). A team calls
+// row_map<Threads>(row, n, in, ld_in, out, ld_out, f) (rows per warp: Threads = Lanes and a last
+// argument kf::LaneTeam<Lanes>{lane}), each thread taking for_each_loaded's elements, four per
+// access where the row's pointers allow. F: __device__ float operator()(int col, float x) const.
+// In, Out: float, kf::bf16 or kf::f16, computed in float, rounded once on store; In may be
+// kf::Staged (a row staged in shared memory).
 #pragma once
 
 #include "row_kernel.cuh"

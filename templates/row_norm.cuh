@@ -1,27 +1,18 @@
-// layernorm / rmsnorm over each row of an [m, n] row-major matrix, with a per-column transform
-// applied on load (the pending elementwise prologue of the plan) and the per-feature affine
-// applied on store:
+// layernorm / rmsnorm over each row of an [m, n] row-major matrix, as F.layer_norm and F.rms_norm
+// (biased variance), with a per-column transform on load (the plan's pending elementwise
+// prologue) and post applying the optional weight and bias on store:
 //
 //   y = pre(col, in[row, col])
 //   layernorm: out[row, col] = post(col, (y - mean) * rstd),  rstd = 1 / sqrt(var + eps)
 //   rmsnorm:   out[row, col] = post(col, y * (1 / sqrt(mean(y^2) + eps)))
 //
-// with mean and the biased var over the row, as F.layer_norm and F.rms_norm compute them; post
-// applies the optional weight and bias (`* weight[col] + bias[col]`).
-//
-// One block of Threads threads per row: the generated entry point calls
-//   row_norm<Threads, Rms>(blockIdx.x, n, in, ld_in, out, ld_out, eps, pre, post, smem,
-//                          smem_floats)
-// with grid = dim3(m), block = dim3(Threads) and the resident-row shared memory of
-// row_kernel.cuh. A kernel running rows per warp passes Threads = Lanes, a last argument
-// kf::LaneTeam<Lanes>{lane}, and smem = nullptr, smem_floats = 0 (it streams). Two paths, chosen
-// per call:
-// - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared
-//   memory; the mean, then the squared deviations from it, are summed over it (two exact
-//   passes, no cancellation). One read and one write per element.
-// - streaming (longer rows): a Welford pass (layernorm) or a sum of squares (rmsnorm), then a
-//   second read of the row that writes it. Two reads, one write.
-// Deterministic (row_kernel.cuh). in == out (in place) is allowed as in row_softmax.cuh.
+// One block of Threads threads per row (grid = dim3(m), the resident-row shared memory of
+// row_kernel.cuh) calls row_norm<Threads, Rms>(blockIdx.x, n, in, ld_in, out, ld_out, eps, pre,
+// post, smem, smem_floats); rows per warp: Threads = Lanes, a last argument
+// kf::LaneTeam<Lanes>{lane}, smem = nullptr, smem_floats = 0. Resident (n <= smem_floats): the
+// mean, then the squared deviations from it, summed over the row in shared memory (two exact
+// passes); one read, one write. Streaming: a Welford pass (layernorm) or a sum of squares
+// (rmsnorm), then a second read that writes. Deterministic; in == out is allowed.
 #pragma once
 
 #include "row_kernel.cuh"

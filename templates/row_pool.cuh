@@ -1,19 +1,16 @@
-// max_pool1d / avg_pool1d over each row of an [m, n] row-major matrix, with a per-column
-// transform applied on load (the pending elementwise prologue of the plan):
+// max_pool1d / avg_pool1d over each row of an [m, n] row-major matrix, as on [m, 1, n] without
+// padding (width = (n - kernel) / stride + 1, from the code generator), with a per-column
+// transform on load (the plan's pending elementwise prologue):
 //
-//   y = pre(col, in[row, col])
-//   out[row, j] = max or mean of y[j * stride .. j * stride + kernel - 1],  j < width
+//   y = pre(col, in[row, col]);   out[row, j] = max or mean of y[j * stride .. + kernel - 1]
 //
-// as F.max_pool1d / F.avg_pool1d on [m, 1, n] (no padding, width = (n - kernel) / stride + 1,
-// computed by the code generator). max is NaN when the window holds a NaN, as PyTorch's.
-//
-// One block of Threads threads per row: the generated entry point calls
-//   row_pool<Threads, R>(blockIdx.x, in, ld_in, out, width, kernel, stride, pre)
-// with grid = dim3(m), block = dim3(Threads), R = Reduce::Max or Reduce::Mean (a kernel running
-// rows per warp passes Threads = Lanes and a last argument kf::LaneTeam<Lanes>{lane}). Member t of
-// the team computes windows t, t + Threads, ...: neighbouring threads read neighbouring windows, so
-// loads coalesce and overlapping windows (stride < kernel) hit L1. The window is summed in order,
-// in fp32.
+// One block of Threads threads per row (grid = dim3(m)) calls row_pool<Threads, R>(blockIdx.x,
+// in, ld_in, out, width, kernel, stride, pre), R = Reduce::Max or Reduce::Mean (rows per warp:
+// Threads = Lanes, a last argument kf::LaneTeam<Lanes>{lane}). Member t computes windows t, t +
+// Threads, ...: neighbouring windows on neighbouring threads, so loads coalesce and overlapping
+// windows hit L1. Windows are summed in order, in fp32; a NaN makes max NaN, as in PyTorch.
+// Pre: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16 or kf::f16;
+// In may be kf::Staged (a row staged in shared memory).
 #pragma once
 
 #include "math.cuh"

@@ -1,22 +1,18 @@
-// A reduction over each row of an [m, n] row-major matrix, with a per-column transform applied
-// on load (the pending elementwise prologue of the plan), giving one value per row:
+// A reduction over each row of an [m, n] row-major matrix, one value per row, with a per-column
+// transform on load (the plan's pending elementwise prologue): torch.sum / mean / amax / amin /
+// logsumexp / var / std along the last axis, keepdim or not (the same m floats).
 //
 //   y = pre(col, in[row, col]);   result = reduce over the row of y
 //
-// torch.sum / mean / amax (max) / amin (min) / logsumexp / var / std along the last axis,
-// keepdim or not (the [m, 1] and [m] results are the same m floats). One read of the row, no
-// shared memory beyond the block reduction: one block of Threads threads per row calls
-//   float r = row_reduce<Threads, R>(row, n, in, ld_in, correction, pre)
-// with grid = dim3(m), block = dim3(Threads) (row_kernel.cuh: row_threads(n)); a kernel running
-// rows per warp passes Threads = Lanes and a last argument kf::LaneTeam<Lanes>{lane} (shuffles
-// only, no shared memory). Every thread of the team gets the result, so later passes over the same
-// row (a pre reading r) follow without a barrier, and the entry point writes r where the plan
-// stores it. `correction` is var / std's (the divisor is max(0, n - correction)), unused by the
-// others.
+// float r = row_reduce<Threads, R>(row, n, in, ld_in, correction, pre): one block of
+// row_threads(n) threads per row, or rows per warp with Threads = Lanes and a last
+// argument kf::LaneTeam<Lanes>{lane} (shuffles only). One read of the row. Every member gets the
+// result, so later passes over the row follow without a barrier; the entry point stores r where
+// the plan says. `correction` is var / std's (divisor max(0, n - correction)).
 //
-// Accumulation in fp32, deterministic (row_kernel.cuh). Special values follow PyTorch: max / min
-// are NaN when the row holds a NaN; logsumexp is NaN with a NaN, +inf with a +inf, -inf for a
-// row of -inf; var and std are NaN with a NaN or an infinity.
+// fp32, deterministic (row_kernel.cuh). Special values as PyTorch: max / min NaN with a NaN;
+// logsumexp NaN with a NaN, +inf with a +inf, -inf for a row of -inf; var and std NaN with a NaN
+// or an infinity.
 #pragma once
 
 #include "math.cuh"

@@ -1,36 +1,23 @@
-// softmax / log_softmax over each row of an [m, n] row-major matrix, with a per-column transform
-// applied on load (the pending column affine of the plan: BN normalize, scale, bias):
+// softmax / log_softmax over each row of an [m, n] row-major matrix, as PyTorch computes them,
+// with a per-column transform on load (the plan's pending column affine: BN normalize, scale,
+// bias):
 //
 //   y = pre(col, in[row, col]);   out[row, col] = post(col, exp(y - max) / sum)
 //                                                   (Log: post(col, y - max - log(sum)))
 //
-// with max and sum = sum_col exp(y - max) taken over the row, as PyTorch computes them.
+// One block of Threads threads per row (a multiple of 32, at most 1024; grid = dim3(m), the
+// resident-row shared memory of row_kernel.cuh) calls row_softmax<Threads, Log>(blockIdx.x, n,
+// in, ld_in, out, ld_out, pre, post, smem, smem_floats); rows per warp: Threads = Lanes, a last
+// argument kf::LaneTeam<Lanes>{lane}, smem = nullptr, smem_floats = 0.
+// - resident (n <= smem_floats): the row is kept in shared memory; one read, one write.
+// - streaming: a pass keeps a per-thread online (max, sum), the pairs merge, a second pass
+//   re-reads the row and writes it; two reads, one write.
+// Four elements per access where the row's pointer is aligned to four (a scalar tail); 64-bit
+// addresses. in == out with ld_in == ld_out is allowed: every element is read before the row is
+// written (resident) or by the thread that overwrites it (streaming).
 //
-// One block of Threads threads per row: the generated entry point calls
-//   row_softmax<Threads, Log>(blockIdx.x, n, in, ld_in, out, ld_out, pre, post, smem,
-//                             smem_floats)
-// with grid = dim3(m), block = dim3(Threads), and smem / smem_floats its dynamic shared memory
-// (16-byte aligned): round_up(n, 4) floats where that fits in ROW_SMEM_CAP_BYTES, none otherwise
-// (smem_floats = 0: the kernel streams). Threads: a multiple of 32, at most 1024; row_threads(n)
-// is a reasonable choice. A kernel running rows per warp passes Threads = Lanes, a last argument
-// kf::LaneTeam<Lanes>{lane}, and smem = nullptr, smem_floats = 0 (it streams). The shared machinery
-// is in row_kernel.cuh.
-//
-// Two paths, chosen per call:
-// - resident (smem != nullptr and n <= smem_floats): the transformed row is kept in shared
-//   memory, so each input element is read from global memory once and each output written once.
-// - streaming (longer rows): a first pass keeps a per-thread online (max, sum) pair, the pairs
-//   are merged, a second pass re-reads the row and writes it. Two reads, one write.
-// Global accesses move four elements at once where the row's pointer is aligned to four
-// elements (decided per row), with a scalar tail for n % 4; otherwise scalar. Addresses are
-// computed in 64-bit.
-//
-// in == out with ld_in == ld_out (in place) is allowed: every element is read before any
-// element of the row is written (resident path), or by the thread that later overwrites it
-// (streaming path).
-//
-// Special values follow PyTorch: a NaN or a +inf in the row makes the row NaN; -inf elements give
-// 0 (-inf for Log); a row of only -inf gives NaN.
+// Special values as PyTorch: a NaN or +inf in the row makes it NaN; -inf elements give 0 (-inf
+// for Log); a row of only -inf gives NaN.
 #pragma once
 
 #include "row_kernel.cuh"

@@ -1,23 +1,17 @@
-// Split-K's reduction: the splits of one output tile (tile_scheduler.cuh's work units) add
-// their fp32 partial tiles in a fixed order, so a split GEMM gives the same bits on every run,
-// without float atomics and without any block waiting for another.
+// Split-K's reduction: the splits of one output tile (tile_scheduler.cuh's work units) add their
+// fp32 partial tiles in a fixed order, so a split GEMM gives the same bits on every run, without
+// float atomics and without a block waiting for another.
 //
-// Workspace (both in the pipeline's workspace, sized by the launcher from the launch geometry):
-//   partials: [tiles][splits][BM * BN] floats. Unit (tile, split) writes its accumulators at
-//             partials + (tile * splits + split) * BM * BN, in float4s: accumulators
-//             e = 4v .. 4v + 3 (e = i * COLS + j) of epilogue thread t at float4 v * THREADS + t
-//             (coalesced; the layout is the Fragment's, so any mainloop's tile fits BM * BN).
+// Workspace (sized by the launcher from the launch geometry):
+//   partials: [tiles][splits][BM * BN] floats; unit (tile, split) writes at
+//             partials + (tile * splits + split) * BM * BN in the Fragment's layout (below).
 //   counters: [tiles] unsigned, zero before the first launch; each launch leaves them zero.
 //
-// Protocol, per unit: every epilogue thread stores its partial (st.global.cg) and fences; after
-// a barrier one thread counts the arrival with an integer atomic. The split that arrives last
-// (the count reaches splits - 1) resets the counter (every split has counted: nobody else
-// touches it in this launch), fences, and sums the tile's partials in split order 0, 1, ...,
-// splits - 1, its own read back like the others, into its accumulators; it alone then runs the
-// epilogue (functor, stores, column statistics) of the tile. The other splits return. No
-// block ever waits on another, so any grid, persistent or not, is deadlock-free.
-//
-// This header is also valid host C++ (device code is compiled only by NVCC/NVRTC).
+// Per unit: every epilogue thread stores its partial (st.global.cg) and fences; after a barrier
+// one thread counts the arrival with an integer atomic. The last to arrive resets the counter,
+// fences, sums the partials in split order 0 .. splits - 1 (its own read back like the others)
+// and alone runs the tile's epilogue; the others return. No block waits on another, so any
+// grid, persistent or not, is deadlock-free. Also valid host C++.
 #pragma once
 
 #include "tile_scheduler.cuh"

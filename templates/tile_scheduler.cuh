@@ -1,28 +1,20 @@
 // Tile schedulers: which output tile, and which part of its K range, a block (or a persistent
 // block's i-th turn) computes.
 //
-// A GEMM's output is cut into BM x BN tiles. Split-K cuts each tile's K range into `splits`
-// contiguous runs of k-blocks (as even as integers allow), so that a problem with fewer tiles
-// than SMs still fills the GPU; the epilogue then adds the partial tiles in a fixed order
-// (gemm_epilogue.cuh). A work unit is one split of one tile, numbered by a linear work index in
-// one of two orders, which the launch picks (the kernel's split parameter: S, or -S for the
-// second):
-// - tile-major, a tile's splits consecutive: where all units run at once (one wave), a tile's
-//   splits then start together and its last one is not held back;
-// - split-major, every tile's first split, then every tile's second, and so on: where the units
-//   take more than one wave. (Tile-major there, the fp32 SIMT GEMM of bert_head_gelu_layernorm,
-//   384 units on 264 block slots, ran 0.172 ms where split-major runs 0.134, its last SMs
-//   finishing long after the others; docs/PERF.md, 2026-11-24.)
-// A block starts at work index first() = blockIdx.x
-// and, on a persistent grid (fewer blocks than units), steps by stride() = gridDim.x; on a grid
-// of one block per unit it computes unit(first()) only. No mainloop derives tile coordinates
-// or k ranges from blockIdx itself. splits = 1 is the plain GEMM; a mainloop must be given
-// splits <= its k-blocks (every split then has at least one; the launch geometry keeps more).
+// A GEMM's output is cut into BM x BN tiles; split-K cuts each tile's K range into `splits`
+// contiguous runs of k-blocks (as even as integers allow) so a problem with fewer tiles than SMs
+// still fills the GPU, the epilogue adding the partials in a fixed order (gemm_epilogue.cuh). A
+// work unit is one split of one tile, numbered in one of two orders the launch picks (the
+// kernel's split parameter S, or -S for the second): tile-major, a tile's splits consecutive, for
+// one wave (a tile's splits start together); split-major, every tile's first split, then every
+// tile's second, ..., for more than one wave (tile-major would leave the last SMs finishing long
+// after the others). A block starts at first() = blockIdx.x and, on a persistent grid, steps by
+// stride() = gridDim.x; no mainloop derives tile coordinates or k ranges from blockIdx. A
+// mainloop is given splits <= its k-blocks (the launch geometry keeps more).
 //
-// Grouped rasterization: tiles are visited in groups of `GROUP_M` row tiles, column-major inside a
-// group, so blocks running at the same time share the column tiles of B' (the streamed weight)
-// and the group's rows of A stay in L2. The map is a bijection from [0, tiles_m * tiles_n) onto
-// the (row tile, column tile) grid.
+// Grouped rasterization: tiles are visited in groups of GROUP_M row tiles, column-major inside
+// a group, so concurrent blocks share B's column tiles (the streamed weight) and the group's rows
+// of A stay in L2. The map is a bijection from [0, tiles_m * tiles_n) onto the tile grid.
 #pragma once
 
 #include "host_device.cuh"

@@ -1,19 +1,14 @@
 // kfuse's C++ API: compile a .kf pipeline once at program start, bind its parameters and
 // state to device memory, then run it on a stream as often as needed.
 //
-//   kfuse::Pipeline p = kfuse::Pipeline::from_file("gemm_bn_scale_softmax.kf",
-//   {kfuse::Mode::Eval}); p.bind("weight", {d_weight, {8192, 8192}});        // params and state,
-//   by name
-//   ...
+//   auto p = kfuse::Pipeline::from_file("gemm_bn_scale_softmax.kf", {kfuse::Mode::Eval});
+//   p.bind("weight", {d_weight, {8192, 8192}});  // params and state, by name
 //   p.run({{"x", {d_x, {1024, 8192}}}}, {{d_out, {1024, 8192}}}, stream);
 //
-// Every error is a kfuse::Error (kfuse/error.h) whose message names the pipeline, the
-// tensor and what was expected. Compiling is thread-safe; one Pipeline runs on one stream
-// at a time (its intermediates are its own), so use a Pipeline per concurrent stream.
-//
-// A Pipeline works in the CUDA context current on the calling thread when it first runs (the
-// CUDA runtime's, PyTorch's: the device you selected), or in device 0's primary context where
-// none is current; it then runs in that context only.
+// Every error is a kfuse::Error (kfuse/error.h) naming the pipeline, the tensor and what was
+// expected. Compiling is thread-safe; a Pipeline runs on one stream at a time (use one per
+// concurrent stream), in the CUDA context current on the thread when it first runs (else device
+// 0's primary context), and in that context only.
 #pragma once
 
 #include "kfuse/error.h"

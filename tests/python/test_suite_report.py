@@ -1,5 +1,6 @@
 # bench/suite_report.py on canned results, no GPU: the bf16 table puts kfuse bench's fused and
-# cuBLAS bf16 numbers beside PyTorch's bf16 rows, with the ratios, and says why a cell is empty.
+# cuBLAS bf16 numbers beside PyTorch's bf16 rows, with the ratios, and says why a cell is empty;
+# kfuse-results.json holds the same figures as flat rows.
 import importlib.util
 import json
 import pathlib
@@ -90,6 +91,31 @@ def test_bf16_table_ratios_and_empty_cells(work, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["schema"] == "kfuse-gpu-suite/1"
     assert len(results["bench"]) == 2
+
+
+def test_the_figures_as_flat_rows(work, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (work / "environment.txt").write_text("date: 2026-01-01T00:00:00Z\n"
+                                          "gpu: NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB, 1980 MHz\n"
+                                          "commit: 0123456789abcdef\n")
+    (work / "compile.tsv").write_text("gemm_scale_bn\ttf32\teval\tcold\t0\t1.2\tcompiled in 823.0 ms (NVRTC)\n"
+                                      "gemm_scale_bn\ttf32\teval\twarm\t0\t0.3\tcompiled in 0.9 ms (cache)\n")
+    suite_report.merge(str(work), str(out))
+    flat = json.loads((out / "kfuse-results.json").read_text())
+    assert (flat["schema"], flat["card"], flat["driver"], flat["date"]) == (
+        "kfuse-results/1", "NVIDIA H100 80GB HBM3", "580.159.04", "2026-01-01")
+    by = {(x["table"], x["case"], x["mode"]): x for x in flat["rows"]}
+    train = by[("founding", "gemm_scale_bn_bf16", "train")]
+    assert (train["precision"], train["dims"], train["kfuse_ms"], train["baseline"], train["baseline_ms"]) == (
+        "bf16", {"N": 1024}, 0.21, "cublas_gemm", 0.20)
+    assert train["ratio"] == pytest.approx(1.05) and train["ratio_of"] == "kfuse_ms / baseline_ms"
+    assert train["others_ms"] == {"unfused": 0.45, "eager": 0.30, "torch_compile": 0.29}
+    assert (train["command"], train["tree"], train["card"]) == ("kfuse bench ...", "0123456", "NVIDIA H100 80GB HBM3")
+    assert by[("founding", "gemm_scale_bn_bf16", "eval")]["others_ms"]["eager"] is None
+    cold = by[("cold_compile", "gemm_scale_bn", "eval")]
+    assert (cold["precision"], cold["kfuse_ms"], cold["ratio"]) == ("tf32", 823.0, None)
+    assert len(flat["rows"]) == 3  # the warm compile is not a row
 
 
 def test_summary_lists_bf16_rows(work, tmp_path, capsys):

@@ -202,7 +202,7 @@ std::string contender_json(const BenchReport &r, const Contender &c) {
 
 } // namespace
 
-// The schema is documented in docs/PERF.md ("kfuse-bench/1"); change both together.
+// The schema is documented in docs/FORMATS.md ("kfuse-bench/1"); change both together.
 std::string report_json(const BenchReport &r) {
   std::vector<std::string> dim_fields, shapes;
   for (const auto &[name, value] : r.dims)

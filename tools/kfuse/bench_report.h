@@ -1,6 +1,6 @@
 // What `kfuse bench` reports: the contenders' measurements beside the pipeline's figures,
 // printed as a table (report_text) and as JSON (report_json, schema "kfuse-bench/1",
-// docs/PERF.md). Built from plain values, so the unit tests check both without a GPU.
+// docs/FORMATS.md). Built from plain values, so the unit tests check both without a GPU.
 #pragma once
 
 #include "compiler/ir/interpreter.h"
@@ -86,7 +86,7 @@ struct BenchReport {
 };
 
 std::string report_text(const BenchReport &r);
-// The schema is documented in docs/PERF.md ("kfuse-bench/1"); change both together.
+// The schema is documented in docs/FORMATS.md ("kfuse-bench/1"); change both together.
 std::string report_json(const BenchReport &r);
 
 } // namespace kfuse::tool

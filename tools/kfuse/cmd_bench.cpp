@@ -1,21 +1,13 @@
 // kfuse bench F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32|bf16]
 //                  [--json FILE] [--iters 100] [--warmup 10] [--seed S] [--arch sm_90a]
-//                  [--max-split-k S] [--no-tuned]
+//                  [--max-split-k S (1: split-K off)] [--no-tuned]
 //
-// --max-split-k 1 times the fused pipeline with split-K off (GEMMs with few output tiles
-// otherwise split K across idle SMs), to compare with the default.
-//
-// Times three contenders in one process, on one stream, over the same device tensors:
-//   fused        the kfuse pipeline as planned;
-//   unfused      the same pipeline lowered unfused (LowerOptions::fuse false: one kfuse
-//                kernel per op, each result stored in its own type), its GEMMs run by cuBLAS
-//                at the requested precision or on the pipeline's bf16/f16 operands (at
-//                --precision bf16: the operands' roundings, kernels of their own);
-//   cublas_gemm  the pipeline's GEMMs alone through cuBLAS, same operand and product types:
-//                the floor a fused chain chases.
-// Every contender is timed the same way (runtime/gpu_timer.h). A contender that cannot run says so
-// ("fused: not supported at tf32 (...)"); no number is ever made up. docs/PERF.md describes
-// the printed table and the --json schema.
+// Times three contenders in one process, on one stream, over the same device tensors, the same
+// way (runtime/gpu_timer.h): fused, the pipeline as planned; unfused (LowerOptions::fuse false:
+// one kernel per op, each result stored in its own type, GEMMs by cuBLAS at the requested
+// precision or on the bf16/f16 operands); cublas_gemm, the pipeline's GEMMs alone, the floor a
+// fused chain chases. A contender that cannot run says why; no number is ever made up.
+// docs/FORMATS.md describes the printed table and the --json schema.
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/lower.h"

@@ -1,18 +1,14 @@
 // kfuse run F.kf --dim N=... [--mode] [--precision] [--seed S] [--steps K] [--save DIR]
-//               [--no-reference] [--max-split-k S (1: split-K off)] [--no-tuned]
-//               [--dropout-seed S]:
-// random inputs on the GPU (in each tensor's declared type), compared with the fp64 reference
-// interpreter. Exits 1 when an error is over the bound (the precision's; 2e-2 where a tensor is
-// bf16 or f16) or a result is not finite. --no-reference skips the
-// CPU reference (hours at the founding sizes) for runs another reference judges (--save).
-// --dropout-seed S: the seed of train-mode dropouts (offset 0, advanced by each step; default 0).
+//               [--no-reference] [--max-split-k S (1: split-K off)] [--no-tuned] [--dropout-seed S]
+// Random inputs in each tensor's declared type, checked against the fp64 reference interpreter;
+// exits 1 when an error is over the bound (the precision's; 2e-2 where a tensor is bf16/f16) or a
+// result is not finite. --no-reference skips the CPU reference (hours at the founding sizes).
+// --dropout-seed seeds train-mode dropout (offset 0, advanced by each step; default 0).
 //
-// kfuse run F.kf --inputs DIR [--steps K] [--save OUT] [--reference]:
-// the user's data: every input, param and state from DIR/<name>.npy (float32 or float16, C
-// order, rounded to the declared type; the dims come from the shapes), K steps, then the outputs
-// (out0.npy, ...) and the updated state
-// (<name>.out.npy) written to DIR, or everything to OUT with --save. The fp64 reference runs
-// only with --reference; without it results are only checked to be finite.
+// kfuse run F.kf --inputs DIR [--steps K] [--save OUT] [--reference]: every input, param and
+// state from DIR/<name>.npy (float32 or float16, C order, rounded to the declared type; the dims
+// come from the shapes); outputs and updated state back to DIR, or everything to OUT with --save
+// (docs/FORMATS.md). Checked against the fp64 reference only with --reference, else for finiteness.
 #include "compiler/dsl/source.h"
 #include "runtime/pipeline.h"
 #include "runtime/reference_check.h"
