@@ -75,22 +75,30 @@ std::string entry_header(const std::string &key, const std::string &payload) {
   return header;
 }
 
-// The payload of a well-formed entry for `key`, or nothing.
-std::optional<std::string> entry_payload(std::string_view bytes, const std::string &key) {
-  if (bytes.size() < kHeaderSize || bytes.substr(0, sizeof(kMagic)) != std::string_view(kMagic, 8))
-    return std::nullopt;
-  if (take_le(bytes, 8, 4) != DiskCache::kFormatVersion || take_le(bytes, 12, 4) != key.size())
-    return std::nullopt;
-  std::uint64_t payload_size = take_le(bytes, 16, 8);
-  if (bytes.size() < kHeaderSize + key.size() ||
-      bytes.size() - kHeaderSize - key.size() != payload_size)
-    return std::nullopt;
-  if (bytes.substr(kHeaderSize, key.size()) != key)
-    return std::nullopt;
-  std::string_view payload = bytes.substr(kHeaderSize + key.size());
+// Why `bytes` is not a well-formed entry for `key`, or "" when it is (`payload` is then set).
+std::string malformed(std::string_view bytes, const std::string &key, std::string_view &payload) {
+  if (bytes.empty())
+    return "an empty file";
+  if (bytes.size() < kHeaderSize)
+    return fmt::format("truncated: {} bytes, shorter than the {}-byte header", bytes.size(),
+                       kHeaderSize);
+  if (bytes.substr(0, sizeof(kMagic)) != std::string_view(kMagic, sizeof(kMagic)))
+    return "not a kfuse cache entry (no entry header)";
+  if (const std::uint64_t version = take_le(bytes, 8, 4); version != DiskCache::kFormatVersion)
+    return fmt::format("format version {} in a version-{} entry", version,
+                       DiskCache::kFormatVersion);
+  const std::uint64_t key_size = take_le(bytes, 12, 4), payload_size = take_le(bytes, 16, 8);
+  const std::uint64_t body = bytes.size() - kHeaderSize;
+  if (key_size > body || payload_size != body - key_size)
+    return fmt::format("its header gives a {}-byte key and a {}-byte payload, the file holds {} "
+                       "bytes after the header (truncated, or bytes appended)",
+                       key_size, payload_size, body);
+  if (bytes.substr(kHeaderSize, key_size) != key)
+    return "it holds the entry of another key";
+  payload = bytes.substr(kHeaderSize + key_size);
   if (hash64(payload, kChecksumSeed) != take_le(bytes, 24, 8))
-    return std::nullopt;
-  return std::string(payload);
+    return "checksum mismatch: the payload is torn or corrupt";
+  return "";
 }
 
 // ---- files ---------------------------------------------------------------------------------
@@ -135,15 +143,88 @@ int write_all(int fd, std::string_view data) {
   return 0;
 }
 
-void check_key(const std::string &key) {
+bool valid_key(std::string_view key) {
   bool ok = !key.empty() && key.size() <= 128;
   for (char c : key)
     ok = ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                 c == '_' || c == '-');
-  if (!ok)
+  return ok;
+}
+
+void check_key(const std::string &key) {
+  if (!valid_key(key))
     throw Error(fmt::format("kfuse cache: invalid key '{}' (expected 1-128 characters of "
                             "[0-9A-Za-z_-])",
                             key));
+}
+
+// The key of an entry file named `name` (KEY.kfcVERSION, any version) with its version, or
+// nothing where `name` is not an entry's.
+std::optional<std::pair<std::string, std::string>> entry_name(const std::string &name) {
+  const std::size_t dot = name.rfind(".kfc");
+  if (dot == std::string::npos || dot + 4 == name.size() || !valid_key(name.substr(0, dot)))
+    return std::nullopt;
+  const std::string version = name.substr(dot + 4);
+  if (version.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::make_pair(name.substr(0, dot), version);
+}
+
+// Creates `path` and every missing folder above it, each with mode 0700 whatever the umask
+// (chmod after mkdir): the cache trusts what is in them only because nobody else can write
+// there. Folders that exist are left as they are. 0, or the errno and the folder it failed on.
+int make_private_directories(const std::string &path, std::string &failed) {
+  for (std::size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string folder = path.substr(0, end);
+    if (!folder.empty() && folder.back() != '/') { // "a//b": an empty name between slashes
+      int error = 0;
+      struct stat st {};
+      if (::mkdir(folder.c_str(), 0700) == 0)
+        error = ::chmod(folder.c_str(), 0700) == 0 ? 0 : errno;
+      else if (errno != EEXIST)
+        error = errno;
+      else if (::stat(folder.c_str(), &st) != 0)
+        error = errno;
+      else if (!S_ISDIR(st.st_mode))
+        error = ENOTDIR;
+      if (error != 0) {
+        failed = folder;
+        return error;
+      }
+    }
+    if (end == std::string::npos)
+      return 0;
+  }
+}
+
+// Reads the open entry `fd`, which fstat said holds `size` bytes, to EOF but never more than
+// the limit; nothing (and `why`) where it cannot.
+std::optional<std::string> read_entry(int fd, std::uint64_t size, std::string &why) {
+  // Entries are only ever replaced by rename, never rewritten in place, so this file's
+  // contents are fixed; read to EOF all the same rather than trust st_size.
+  std::string bytes(static_cast<std::size_t>(size) + 1, '\0');
+  std::size_t got = 0;
+  for (;;) {
+    if (got == bytes.size()) {
+      if (bytes.size() > DiskCache::kMaxEntryBytes) {
+        why = fmt::format("over the limit of {} bytes", DiskCache::kMaxEntryBytes);
+        return std::nullopt;
+      }
+      bytes.resize(bytes.size() * 2);
+    }
+    ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      why = errno_text(errno);
+      return std::nullopt;
+    }
+    if (n == 0)
+      break;
+    got += static_cast<std::size_t>(n);
+  }
+  bytes.resize(got);
+  return bytes;
 }
 
 std::string temp_path(const std::string &directory, const std::string &key) {
@@ -241,21 +322,34 @@ std::string DiskCache::entry_path(const std::string &key) const {
 }
 
 std::vector<std::string> DiskCache::keys() const {
-  const std::string suffix = fmt::format(".kfc{}", kFormatVersion);
+  const std::string ours = std::to_string(kFormatVersion);
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto &e : std::filesystem::directory_iterator(directory_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > suffix.size() && name[0] != '.' &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      out.push_back(name.substr(0, name.size() - suffix.size()));
+  std::filesystem::directory_iterator it(directory_, ec);
+  for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name[0] == '.')
+      continue; // a store in progress, or one a killed process left
+    if (auto entry = entry_name(name)) {
+      if (entry->second == ours)
+        out.push_back(entry->first);
+      continue; // another format version: another build's entry
+    }
+    std::error_code type_error;
+    if (it->symlink_status(type_error).type() == std::filesystem::file_type::directory)
+      continue; // the cache's own structure: the tuning store lives in a folder of the cache
+    warn(fmt::format("kfuse cache: skipping '{}': not a cache entry (entries are KEY.kfc{}, KEY "
+                     "1-128 characters of [0-9A-Za-z_-])",
+                     it->path().string(), kFormatVersion));
   }
+  if (ec && ec != std::errc::no_such_file_or_directory) // no directory: no entries yet
+    warn(fmt::format("kfuse cache: cannot list '{}': {}", directory_, ec.message()));
   std::sort(out.begin(), out.end());
   return out;
 }
 
-std::optional<std::string> DiskCache::load(const std::string &key) const {
-  const std::string path = entry_path(key);
+std::optional<std::string> DiskCache::read_entry_file(const std::string &path,
+                                                      struct stat &seen) const {
   struct stat dir {};
   if (::stat(directory_.c_str(), &dir) != 0 && (errno == ENOENT || errno == ENOTDIR))
     return std::nullopt; // no cache yet
@@ -272,7 +366,6 @@ std::optional<std::string> DiskCache::load(const std::string &key) const {
                      errno == ELOOP ? "a symbolic link" : errno_text(errno)));
     return std::nullopt;
   }
-  struct stat seen {};
   std::string refused;
   if (::fstat(fd.get(), &seen) != 0)
     refused = errno_text(errno);
@@ -286,38 +379,32 @@ std::optional<std::string> DiskCache::load(const std::string &key) const {
     warn(fmt::format("kfuse cache: not reading '{}': {}", path, refused));
     return std::nullopt;
   }
+  std::string why;
+  std::optional<std::string> bytes =
+      read_entry(fd.get(), static_cast<std::uint64_t>(seen.st_size), why);
+  if (!bytes)
+    warn(fmt::format("kfuse cache: cannot read '{}': {}", path, why));
+  return bytes;
+}
 
-  // Entries are only ever replaced by rename, never rewritten in place, so this file's
-  // contents are fixed; read to EOF all the same rather than trust st_size, but never more
-  // than the limit.
-  std::string bytes(static_cast<std::size_t>(seen.st_size) + 1, '\0');
-  std::size_t got = 0;
-  for (;;) {
-    if (got == bytes.size()) {
-      if (bytes.size() > kMaxEntryBytes) {
-        warn(fmt::format("kfuse cache: not reading '{}': over the limit of {} bytes", path,
-                         kMaxEntryBytes));
-        return std::nullopt;
-      }
-      bytes.resize(bytes.size() * 2);
-    }
-    ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      warn(fmt::format("kfuse cache: cannot read '{}': {}", path, errno_text(errno)));
-      return std::nullopt;
-    }
-    if (n == 0)
-      break;
-    got += static_cast<std::size_t>(n);
+std::optional<std::string> DiskCache::load(const std::string &key, const PayloadCheck &check,
+                                           Corrupt corrupt) const {
+  const std::string path = entry_path(key);
+  struct stat seen {};
+  const std::optional<std::string> bytes = read_entry_file(path, seen);
+  if (!bytes)
+    return std::nullopt;
+  std::string_view payload;
+  std::string why = malformed(*bytes, key, payload);
+  if (why.empty() && check)
+    why = check(payload);
+  if (!why.empty()) {
+    warn(fmt::format("kfuse cache: ignoring corrupt entry '{}': {}", path, why));
+    if (corrupt == Corrupt::remove)
+      discard(path, seen);
+    return std::nullopt;
   }
-  bytes.resize(got);
-
-  std::optional<std::string> payload = entry_payload(bytes, key);
-  if (!payload)
-    discard(path, seen);
-  return payload;
+  return std::string(payload);
 }
 
 bool DiskCache::store(const std::string &key, const std::string &payload) const {
@@ -326,15 +413,9 @@ bool DiskCache::store(const std::string &key, const std::string &payload) const 
     warn(fmt::format("kfuse cache: not storing '{}': {}", path, why));
     return false;
   };
-  std::error_code ec;
-  std::filesystem::path dir(directory_);
-  if (dir.has_parent_path())
-    std::filesystem::create_directories(dir.parent_path(), ec);
-  if (ec)
-    return skip(
-        fmt::format("cannot create directory '{}': {}", dir.parent_path().string(), ec.message()));
-  if (::mkdir(directory_.c_str(), 0700) != 0 && errno != EEXIST)
-    return skip(fmt::format("cannot create directory '{}': {}", directory_, errno_text(errno)));
+  std::string failed;
+  if (int error = make_private_directories(directory_, failed); error != 0)
+    return skip(fmt::format("cannot create directory '{}': {}", failed, errno_text(error)));
   if (std::string why = untrusted_directory(); !why.empty())
     return skip(fmt::format("directory '{}': {}", directory_, why));
 

@@ -6,11 +6,15 @@
 //   over the entry's name. Readers therefore see a whole old entry, a whole new entry, or none;
 //   any number of processes and threads may store and load the same key at once.
 // - Every entry starts with a header (magic, format version, key, payload size, 64-bit checksum
-//   of the payload). load() verifies all of it; an entry that is torn, truncated, corrupt or
-//   filed under the wrong key is removed and reported as a miss, never returned.
+//   of the payload). load() verifies all of it, then lets the caller check that the payload
+//   decodes; an entry that is empty, torn, truncated, longer than its header says, of another
+//   format version or key, or whose payload does not decode is corrupt: a warning and a miss,
+//   never returned. A lookup removes it (the warning comes once; the next store() rewrites it),
+//   a listing keeps it (Corrupt::keep).
 //
 // Trust: the cache trusts only its directory's owner, who must be the current user. The
-// directory is created 0700 and entries 0600. A directory or entry owned by another user or
+// directory, and every folder above it that store() creates, is created 0700 whatever the
+// umask, and entries 0600. A directory or entry owned by another user or
 // writable by group or others is refused (as ssh and ccache refuse such files), so nobody else
 // can plant an entry: the checksum guards against torn and corrupt files, not against forgery.
 // Entries are opened without following symlinks and without blocking (O_NOFOLLOW, O_NONBLOCK),
@@ -18,15 +22,17 @@
 // read up to that limit only.
 //
 // Errors: the cache is an optimization, so a cache that cannot be used never fails the work
-// that uses it. load() reports a refused or unreadable entry or directory as a warning and a
-// miss; store() reports a directory that cannot be created or used, or an entry that cannot be
-// written, as a warning and returns false. Warnings name the path and the reason; they go to
-// the warning sink (stderr by default). A missing directory or entry is a plain miss. Failing
-// to remove a bad entry is not an error: it is still a miss, and the next store() replaces it.
+// that uses it. load() reports a refused, corrupt or unreadable entry or directory as a warning
+// and a miss; store() reports a directory that cannot be created or used, or an entry that cannot
+// be written, as a warning and returns false. Warnings name the path and the reason; they go to the
+// warning sink (stderr by default). A missing directory or entry is a plain miss. Failing to remove
+// a bad entry is not an error: it is still a miss, and the next store() replaces it.
 //
 // Temporary files left by a process killed mid-store are named ".<key>.tmp.*" and are never
 // read; deleting them (or the whole directory) at any time is safe.
 #pragma once
+
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <functional>
@@ -51,14 +57,24 @@ public:
 
   const std::string &directory() const { return directory_; }
 
+  // Why a payload that passed the entry's checks cannot be used, or "" when it can: the
+  // caller's decoder, so that an entry whose payload does not decode is one more corrupt entry.
+  using PayloadCheck = std::function<std::string(std::string_view payload)>;
+  // What load() does with a corrupt entry after the warning: a lookup removes it, a listing
+  // (which must change nothing) keeps it.
+  enum class Corrupt { remove, keep };
+
   // Keys are 1 to 128 characters of [0-9A-Za-z_-] (hash_hex() output qualifies); anything else
   // throws kfuse::Error.
-  std::optional<std::string> load(const std::string &key) const;
+  std::optional<std::string> load(const std::string &key, const PayloadCheck &check = {},
+                                  Corrupt corrupt = Corrupt::remove) const;
   // true when the entry was written; false (after a warning) when the cache is unusable.
   bool store(const std::string &key, const std::string &payload) const;
 
   // The keys of the entries in the directory (of this format version), sorted; none where the
-  // directory does not exist or cannot be listed.
+  // directory does not exist. A file whose name is not an entry's (KEY.kfcVERSION) is skipped
+  // with a warning, as is a directory that cannot be listed; entries of other format versions
+  // and subfolders are skipped silently.
   std::vector<std::string> keys() const;
 
   // Where the entry for `key` lives (tests corrupt it on purpose).
@@ -74,6 +90,9 @@ public:
 private:
   // Empty when the directory (which must exist) may be used, else why not.
   std::string untrusted_directory() const;
+  // The bytes of the entry file at `path` (`seen`: its fstat), or nothing: a miss, with a
+  // warning where the directory or file is refused or unreadable.
+  std::optional<std::string> read_entry_file(const std::string &path, struct stat &seen) const;
   void warn(const std::string &message) const;
 
   std::string directory_;

@@ -202,6 +202,8 @@ void write_npy(const std::string &path, const std::vector<int64_t> &shape,
   out << header;
   out.write(reinterpret_cast<const char *>(data.data()),
             static_cast<std::streamsize>(data.size() * sizeof(float)));
+  // A small file is still in the stream's buffer here: only closing writes it, and fails.
+  out.close();
   if (!out)
     throw Error(fmt::format("{}: cannot write", path));
 }

@@ -170,22 +170,51 @@ std::string encode(const CompiledModule &m) {
   return w.take();
 }
 
-std::optional<CompiledModule> decode(std::string_view payload) {
+// The ranges ptxas can report, so that a value read back from an entry is one a compile could
+// have given: 255 registers per thread on every architecture kfuse targets, 227 KiB of shared
+// memory per block (sm_90), 512 KiB of local memory per thread (stack frames and spills).
+constexpr std::int64_t kMaxRegisters = 255;
+constexpr std::int64_t kMaxSharedBytes = 227 * 1024;
+constexpr std::int64_t kMaxLocalBytes = 512 * 1024;
+
+// The module `payload` holds, or nothing with `why`.
+std::optional<CompiledModule> decode(std::string_view payload, std::string &why) {
   PayloadReader r(payload);
   CompiledModule m;
-  if (r.text() != kPayloadTag)
+  if (r.text() != kPayloadTag) {
+    why = "not a compiled module";
     return std::nullopt;
+  }
   m.cubin = r.text();
   m.log = r.text();
   std::uint64_t count = r.integer();
-  for (std::uint64_t i = 0; r.ok() && i < count; ++i) {
+  for (std::uint64_t i = 0; r.ok() && why.empty() && i < count; ++i) {
     KernelResources k;
     k.name = r.text();
-    for (int *v : {&k.registers, &k.shared_bytes, &k.stack_bytes, &k.spill_stores, &k.spill_loads})
-      *v = static_cast<int>(static_cast<std::int64_t>(r.integer()));
+    const struct {
+      const char *what;
+      int *value;
+      std::int64_t most;
+    } fields[] = {{"registers", &k.registers, kMaxRegisters},
+                  {"static shared bytes", &k.shared_bytes, kMaxSharedBytes},
+                  {"stack bytes", &k.stack_bytes, kMaxLocalBytes},
+                  {"spill store bytes", &k.spill_stores, kMaxLocalBytes},
+                  {"spill load bytes", &k.spill_loads, kMaxLocalBytes}};
+    for (const auto &field : fields) {
+      const auto v = static_cast<std::int64_t>(r.integer());
+      if (v >= 0 && v <= field.most)
+        *field.value = static_cast<int>(v);
+      else if (why.empty())
+        why = fmt::format("kernel '{}' has {} {}, outside [0, {}]", k.name, v, field.what,
+                          field.most);
+    }
     m.kernels.push_back(std::move(k));
   }
-  if (!r.ok() || !r.at_end() || m.cubin.empty())
+  if (why.empty() && (!r.ok() || !r.at_end()))
+    why = "the compiled module is truncated or has trailing bytes";
+  else if (why.empty() && m.cubin.empty())
+    why = "the compiled module has no CUBIN";
+  if (!why.empty())
     return std::nullopt;
   return m;
 }
@@ -395,15 +424,20 @@ CompiledModule compile(const CompileRequest &req, const DiskCache *cache) {
   const std::string key = compile_cache_key(req);
 
   if (cache != nullptr) {
-    if (std::optional<std::string> payload = cache->load(key)) {
-      // An entry that passed the cache's checksum but does not decode comes from a build
-      // that wrote a different payload under the same format version; recompile and replace.
-      if (std::optional<CompiledModule> hit = decode(*payload)) {
-        hit->cache_hit = true;
-        hit->key = key;
-        hit->compile_ms = milliseconds_since(start);
-        return std::move(*hit);
-      }
+    // An entry that passed the cache's checksum but does not decode is corrupt (or comes from
+    // a build that wrote another payload under the same format version): the cache warns, and
+    // the compile below replaces it.
+    std::optional<CompiledModule> hit;
+    auto decodes = [&](std::string_view payload) {
+      std::string why;
+      hit = decode(payload, why);
+      return why;
+    };
+    if (cache->load(key, decodes) && hit) {
+      hit->cache_hit = true;
+      hit->key = key;
+      hit->compile_ms = milliseconds_since(start);
+      return std::move(*hit);
     }
   }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -19,9 +20,17 @@ std::string at_text(const TunedAt &at) {
   return fmt::format("{} {:.6f} {:.6f} {}", at.rows, at.ms, at.heuristic_ms, at.date);
 }
 
+// The largest batch a tuning ran at: extents are 32-bit on the GPU.
+constexpr int64_t kMaxRows = (int64_t{1} << 31) - 1;
+// The largest split-K cap an entry may hold (as --max-split-k): the launch takes at most its
+// own maximum anyway, so a larger cap only means a corrupt entry.
+constexpr int kMaxSplitCap = 1024;
+
+bool positive_time(double ms) { return std::isfinite(ms) && ms > 0; }
+
 bool read_at(std::istringstream &in, TunedAt &at) {
   return static_cast<bool>(in >> at.rows >> at.ms >> at.heuristic_ms >> at.date) && at.rows > 0 &&
-         at.ms > 0 && at.heuristic_ms > 0;
+         at.rows <= kMaxRows && positive_time(at.ms) && positive_time(at.heuristic_ms);
 }
 
 // "at N=1024 (0.120 ms, heuristic 0.130 ms)"
@@ -91,7 +100,8 @@ std::optional<TuningEntry> parse_tuning_entry(const std::string &text, std::stri
     } else if (field == "split") {
       TunedSplit sp;
       if (!(in >> sp.tile >> sp.rows_class >> sp.max_splits) || !read_at(in, sp.at) ||
-          sp.rows_class < 0 || sp.rows_class > 31 || sp.max_splits < 0)
+          sp.rows_class < 0 || sp.rows_class > 31 || sp.max_splits < 0 ||
+          sp.max_splits > kMaxSplitCap)
         return fail("expected 'split TILE CLASS CAP ROWS MS HEURISTIC_MS DATE'");
       e.splits.push_back(sp);
     } else {
@@ -123,27 +133,30 @@ std::string TuningStore::key(const DeviceKey &device, const std::string &signatu
   return hash_hex(device.text() + "\n" + hash_hex(signature));
 }
 
-std::optional<TuningEntry> TuningStore::read(const std::string &key) const {
-  std::optional<std::string> text = cache_.load(key);
-  if (!text)
+std::optional<TuningEntry> TuningStore::read(const std::string &key, const DeviceKey *device,
+                                             const std::string *signature,
+                                             DiskCache::Corrupt corrupt) const {
+  std::optional<TuningEntry> entry;
+  auto parses = [&](std::string_view text) {
+    std::string why;
+    entry = parse_tuning_entry(std::string(text), &why);
+    if (!entry)
+      return "not a tuning entry: " + why;
+    // A hash collision or a moved file: the entry must be the one asked for.
+    if (device && (entry->device != device->text() || entry->signature != hash_hex(*signature))) {
+      entry.reset();
+      return std::string("it is the entry of another device or kernel");
+    }
+    return std::string();
+  };
+  if (!cache_.load(key, parses, corrupt))
     return std::nullopt;
-  std::string why;
-  std::optional<TuningEntry> e = parse_tuning_entry(*text, &why);
-  if (!e)
-    warn(fmt::format("kfuse tuning store: ignoring '{}': {}", cache_.entry_path(key), why));
-  return e;
+  return entry;
 }
 
 std::optional<TuningEntry> TuningStore::load(const DeviceKey &device,
                                              const std::string &signature) const {
-  std::optional<TuningEntry> e = read(key(device, signature));
-  // A hash collision or a moved file: the entry must be the one asked for.
-  if (e && (e->device != device.text() || e->signature != hash_hex(signature))) {
-    warn(fmt::format("kfuse tuning store: ignoring '{}': it is for another device or kernel",
-                     cache_.entry_path(key(device, signature))));
-    return std::nullopt;
-  }
-  return e;
+  return read(key(device, signature), &device, &signature, DiskCache::Corrupt::remove);
 }
 
 bool TuningStore::store(const DeviceKey &device, const std::string &signature,
@@ -156,7 +169,7 @@ bool TuningStore::store(const DeviceKey &device, const std::string &signature,
 std::vector<TuningEntry> TuningStore::entries() const {
   std::vector<TuningEntry> out;
   for (const std::string &k : cache_.keys())
-    if (std::optional<TuningEntry> e = read(k))
+    if (std::optional<TuningEntry> e = read(k, nullptr, nullptr, DiskCache::Corrupt::keep))
       out.push_back(std::move(*e));
   return out;
 }

@@ -9,8 +9,10 @@
 // measured with (they are chosen at run time when the dims are bound).
 //
 // Entries are DiskCache entries: written atomically, checksummed, trusted only from their
-// owner. An entry that is unreadable, corrupt, or names a tile the kernel cannot take is
+// owner. An entry that is unreadable, corrupt (its text does not parse, a value is out of
+// range, it is another device's or kernel's), or names a tile the kernel cannot take is
 // reported on the warning sink and ignored: the heuristics then choose, and nothing fails.
+// A lookup removes a corrupt entry; listing (entries()) changes nothing.
 #pragma once
 
 #include "compiler/codegen/program.h"
@@ -76,7 +78,8 @@ public:
   std::optional<TuningEntry> load(const DeviceKey &device, const std::string &signature) const;
   // Replaces the entry of (device, signature); false (after a warning) where it cannot.
   bool store(const DeviceKey &device, const std::string &signature, TuningEntry entry) const;
-  // Every readable entry, for `kfuse tune --show`.
+  // Every readable entry, for `kfuse tune --show`; stray files and corrupt entries are
+  // reported on the warning sink, skipped and left in place.
   std::vector<TuningEntry> entries() const;
 
   // The tuned configurations of `program`'s GEMM kernels on `device`, for codegen::generate.
@@ -85,7 +88,9 @@ public:
 
 private:
   std::string key(const DeviceKey &device, const std::string &signature) const;
-  std::optional<TuningEntry> read(const std::string &key) const;
+  // The entry under `key`; with `device` and `signature`, only if it is theirs.
+  std::optional<TuningEntry> read(const std::string &key, const DeviceKey *device,
+                                  const std::string *signature, DiskCache::Corrupt corrupt) const;
   void warn(const std::string &message) const;
 
   DiskCache cache_;

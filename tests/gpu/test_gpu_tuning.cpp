@@ -8,6 +8,7 @@
 #include "runtime/tuning_store.h"
 #include "tests/support/gpu_cases.h"
 #include "tests/support/run_tool.h"
+#include "tests/support/source_tree.h"
 #include "tests/support/temp_cache.h"
 
 #include <doctest/doctest.h>
@@ -52,13 +53,15 @@ TEST_CASE("tune: kfuse tune stores a config that later compiles load, and result
   if (entries[0].tile)
     CHECK(entries[0].tile->tile != "64x128x2");
 
-  Pipeline tuned = Pipeline::from_file(kExample, tf32(Mode::Eval));
+  Pipeline tuned = Pipeline::from_file(testing::source_path(kExample), tf32(Mode::Eval));
   CHECK(tuned.report().kernels.at(0).config.find("tuned on " + entries[0].device) !=
         std::string::npos);
   Options heuristic = tf32(Mode::Eval);
   heuristic.use_tuned = false;
-  CHECK(Pipeline::from_file(kExample, heuristic).report().kernels.at(0).config.find("tuned on") ==
-        std::string::npos);
+  CHECK(Pipeline::from_file(testing::source_path(kExample), heuristic)
+            .report()
+            .kernels.at(0)
+            .config.find("tuned on") == std::string::npos);
   testing::expect_match(testing::repo_file(kExample), kExample, Mode::Eval, 128, 7, 1,
                         Precision::TF32);
 }
@@ -67,8 +70,8 @@ TEST_CASE("tune: a stored tile other than the heuristic's and a split-K cap run 
   TempCache cache;
   const rt::DeviceKey device = rt::DeviceKey::current();
   for (Mode mode : {Mode::Train, Mode::Eval}) {
-    const Lowered l =
-        lower(dsl::SourceFile::read(kExample), rt::PipelineAccess::lower_options(tf32(mode), true));
+    const Lowered l = lower(dsl::SourceFile::read(testing::source_path(kExample)),
+                            rt::PipelineAccess::lower_options(tf32(mode), true));
     const codegen::KernelLaunch &gemm = l.program.launches.at(0);
     REQUIRE(gemm.tile == "64x128x2"); // the heuristic's for 1024 output features
     rt::TuningEntry e;
@@ -80,7 +83,7 @@ TEST_CASE("tune: a stored tile other than the heuristic's and a split-K cap run 
     REQUIRE(rt::TuningStore::from_environment().store(device, gemm.signature, e));
   }
   for (Mode mode : {Mode::Train, Mode::Eval}) {
-    Pipeline p = Pipeline::from_file(kExample, tf32(mode));
+    Pipeline p = Pipeline::from_file(testing::source_path(kExample), tf32(mode));
     CHECK(p.cuda_source().find("Sm90Gemm<kf::sm90::Operand::Tf32, 128>") != std::string::npos);
     const std::string &config = p.report().kernels.at(0).config;
     INFO(config);
@@ -97,7 +100,7 @@ TEST_CASE("tune: Options::tune_at_start tunes before the compile, which then use
   TempCache cache;
   Options o = tf32(Mode::Train);
   o.tune_at_start = {{"N", 128}};
-  Pipeline p = Pipeline::from_file(kExample, o);
+  Pipeline p = Pipeline::from_file(testing::source_path(kExample), o);
   REQUIRE(rt::TuningStore::from_environment().entries().size() == 1);
   CHECK(p.report().kernels.at(0).config.find("tuned on " + rt::DeviceKey::current().text()) !=
         std::string::npos);
@@ -122,8 +125,8 @@ TEST_CASE("tune: the heuristics' config keeps its variants, a candidate whose ru
     TempCache cache;
     Options o;
     o.mode = Mode::Eval;
-    const Lowered l =
-        lower(dsl::SourceFile::read(c.file), rt::PipelineAccess::lower_options(o, true));
+    const Lowered l = lower(dsl::SourceFile::read(testing::source_path(c.file)),
+                            rt::PipelineAccess::lower_options(o, true));
     const codegen::KernelLaunch &gemm = l.program.launches.at(0);
     REQUIRE_FALSE(gemm.by_rows.empty());
     const int sms = rt::DeviceKey::current().multiprocessors;

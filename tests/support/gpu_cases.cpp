@@ -2,6 +2,7 @@
 
 #include "compiler/dsl/parser.h"
 #include "runtime/reference_check.h"
+#include "tests/support/source_tree.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -63,8 +64,10 @@ std::string matmul_scale_bn(int in, int out) {
 }
 
 std::string repo_file(const std::string &path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
+  const std::string file = source_path(path);
+  std::ifstream in(file);
+  REQUIRE_MESSAGE(in.good(), "cannot read ", file,
+                  " (the source tree: $KFUSE_SOURCE_DIR, else found from the test binary)");
   std::stringstream s;
   s << in.rdbuf();
   return s.str();

@@ -24,7 +24,7 @@ std::string bn_scale_softmax(int in, int out, const std::string &dtype = "f32",
 // scale_bn with the GEMM's B not transposed: matmul(x, weight), weight [in, out].
 std::string matmul_scale_bn(int in, int out);
 
-// A file of the repository by its path from the root (where ctest runs the tests).
+// A file of the repository by its path from the root, in testing::source_dir().
 std::string repo_file(const std::string &path);
 // examples/<name>.
 std::string example(const std::string &name);

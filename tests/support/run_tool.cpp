@@ -1,5 +1,8 @@
 #include "tests/support/run_tool.h"
 
+#include "tests/support/source_tree.h"
+
+#include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +14,18 @@
 namespace kfuse::testing {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// `text` as one sh word.
+std::string shell_quoted(const std::string &text) {
+  std::string out = "'";
+  for (char c : text)
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+} // namespace
 
 std::string read_text(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
@@ -24,12 +39,12 @@ ToolRun run_kfuse(const std::string &args, const std::string &stdout_path) {
   fs::path base = fs::temp_directory_path() /
                   ("kfuse_tool_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
   fs::path out = base.string() + ".out", err = base.string() + ".err";
-  // KFUSE_TOOL in the environment names a kfuse built elsewhere (a build carried to the GPU
-  // machine); otherwise the one built beside these tests.
-  const char *tool = std::getenv("KFUSE_TOOL");
-  std::string cmd = "cd '" KFUSE_SOURCE_DIR "' && '" + std::string(tool ? tool : KFUSE_TOOL) +
-                    "' " + args + " >'" + (stdout_path.empty() ? out.string() : stdout_path) +
-                    "' 2>'" + err.string() + "'";
+  const std::string dir = source_dir(), tool = tool_path();
+  REQUIRE_MESSAGE(fs::is_directory(dir), "no source tree at '", dir,
+                  "': set KFUSE_SOURCE_DIR to the kfuse repository (tests/README.md)");
+  std::string cmd = "cd " + shell_quoted(dir) + " && " + shell_quoted(tool) + " " + args + " >" +
+                    shell_quoted(stdout_path.empty() ? out.string() : stdout_path) + " 2>" +
+                    shell_quoted(err.string());
   int status = std::system(cmd.c_str());
   ToolRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
   fs::remove(out);

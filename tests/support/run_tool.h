@@ -10,9 +10,10 @@ struct ToolRun {
   std::string out, err;
 };
 
-// Runs `kfuse ARGS` (shell syntax: redirections and quoting as in sh) in the source
-// directory, the kfuse of $KFUSE_TOOL where set, else the one of this build, so paths in messages are repository-relative. Standard output goes to
-// `stdout_path` when given (ToolRun::out is then empty).
+// Runs `kfuse ARGS` (shell syntax: redirections and quoting as in sh) in the source tree, so
+// that paths in messages are repository-relative; the tree and the tool are those of
+// tests/support/source_tree.h. Standard output goes to `stdout_path` when given (ToolRun::out
+// is then empty).
 ToolRun run_kfuse(const std::string &args, const std::string &stdout_path = "");
 
 // The whole file at `path` ("" when it cannot be read).

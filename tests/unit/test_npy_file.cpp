@@ -82,6 +82,10 @@ TEST_CASE("npy: numpy.save's layout is read, kfuse's writes round-trip") {
 
   rt::write_npy(dir.file("c.npy"), {2, 1}, {1, 2});
   CHECK(rt::read_npy(dir.file("c.npy")).shape == std::vector<int64_t>{2, 1});
+
+  // A write that fails only when the stream is flushed (`kfuse run --save` to a full disk).
+  if (std::filesystem::exists("/dev/full"))
+    CHECK_THROWS_WITH(rt::write_npy("/dev/full", {2}, {1, 2}), "/dev/full: cannot write");
 }
 
 TEST_CASE("npy: other dtypes, Fortran order, wrong sizes and non-npy files are refused by name") {

@@ -194,14 +194,18 @@ TEST_CASE("runtime: disk cache stores and loads entries") {
   CHECK_THROWS_AS(cache.store(std::string(129, 'a'), "x"), kfuse::Error);
 }
 
-TEST_CASE("runtime: corrupt disk cache entries are removed and never returned") {
+TEST_CASE("runtime: every corrupt disk cache entry is a warning saying why, a miss, and removed") {
   TempDir tmp;
-  DiskCache cache(tmp.path());
+  std::vector<std::string> warnings;
+  DiskCache cache(tmp.path(), [&](const std::string &w) { warnings.push_back(w); });
   const std::string payload = make_payload(1, 1) + std::string(64, 'z');
+  const std::string size_mismatch = "(truncated, or bytes appended)";
+  const std::string checksum = "checksum mismatch: the payload is torn or corrupt";
 
   struct Corruption {
     const char *name;
     std::string (*apply)(const std::string &entry);
+    std::string why; // in the warning
   };
   const Corruption corruptions[] = {
       {"flip the last payload byte",
@@ -209,43 +213,66 @@ TEST_CASE("runtime: corrupt disk cache entries are removed and never returned") 
          std::string c = e;
          c.back() ^= 0x40;
          return c;
-       }},
+       },
+       checksum},
       {"flip a payload byte in the middle",
        [](const std::string &e) {
          std::string c = e;
          c[c.size() / 2] ^= 0x01;
          return c;
-       }},
+       },
+       checksum},
       {"flip a checksum byte",
        [](const std::string &e) {
          std::string c = e;
          c[24] ^= 0x01;
          return c;
-       }},
+       },
+       checksum},
       {"flip a size byte",
        [](const std::string &e) {
          std::string c = e;
          c[16] ^= 0x01;
          return c;
-       }},
+       },
+       size_mismatch},
+      {"flip a key size byte",
+       [](const std::string &e) {
+         std::string c = e;
+         c[12] ^= 0x01;
+         return c;
+       },
+       size_mismatch},
+      {"flip a key byte",
+       [](const std::string &e) {
+         std::string c = e;
+         c[32] ^= 0x01;
+         return c;
+       },
+       "it holds the entry of another key"},
       {"flip the format version",
        [](const std::string &e) {
          std::string c = e;
          c[8] ^= 0x02;
          return c;
-       }},
-      {"truncate to half", [](const std::string &e) { return e.substr(0, e.size() / 2); }},
-      {"truncate by one byte", [](const std::string &e) { return e.substr(0, e.size() - 1); }},
-      {"truncate inside the header", [](const std::string &e) { return e.substr(0, 10); }},
-      {"empty file", [](const std::string &) { return std::string(); }},
-      {"append a byte", [](const std::string &e) { return e + "!"; }},
+       },
+       "format version 3 in a version-1 entry"},
+      {"truncate to half", [](const std::string &e) { return e.substr(0, e.size() / 2); },
+       size_mismatch},
+      {"truncate by one byte", [](const std::string &e) { return e.substr(0, e.size() - 1); },
+       size_mismatch},
+      {"truncate inside the header", [](const std::string &e) { return e.substr(0, 10); },
+       "truncated: 10 bytes, shorter than the 32-byte header"},
+      {"empty file", [](const std::string &) { return std::string(); }, "an empty file"},
+      {"append a byte", [](const std::string &e) { return e + "!"; }, size_mismatch},
       {"garbage",
        [](const std::string &) {
          std::string g;
          for (int i = 0; i < 5000; ++i)
            g.push_back(static_cast<char>(i * 131 + 7));
          return g;
-       }},
+       },
+       "not a kfuse cache entry (no entry header)"},
   };
 
   for (const Corruption &corruption : corruptions) {
@@ -256,9 +283,14 @@ TEST_CASE("runtime: corrupt disk cache entries are removed and never returned") 
     REQUIRE(fs::exists(path));
     write_file(path, corruption.apply(read_file(path)));
 
+    warnings.clear();
     CHECK_FALSE(cache.load(key).has_value());
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].rfind("kfuse cache: ignoring corrupt entry '" + path + "': ", 0) == 0);
+    CHECK(warnings[0].find(corruption.why) != std::string::npos);
     CHECK_FALSE(fs::exists(path)); // removed
     CHECK_FALSE(cache.load(key).has_value());
+    CHECK(warnings.size() == 1); // a removed entry is a plain miss
 
     cache.store(key, payload); // rebuilt
     CHECK(cache.load(key) == std::optional<std::string>(payload));
@@ -269,9 +301,29 @@ TEST_CASE("runtime: corrupt disk cache entries are removed and never returned") 
     const std::string b = hash_hex("b");
     cache.store(a, "payload of a");
     fs::copy_file(cache.entry_path(a), cache.entry_path(b));
+    warnings.clear();
     CHECK_FALSE(cache.load(b).has_value());
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0] == "kfuse cache: ignoring corrupt entry '" + cache.entry_path(b) +
+                             "': it holds the entry of another key");
     CHECK_FALSE(fs::exists(cache.entry_path(b)));
     CHECK(cache.load(a) == std::optional<std::string>("payload of a"));
+  }
+
+  SUBCASE("a payload its reader refuses is corrupt too; a listing keeps what it finds corrupt") {
+    const std::string key = hash_hex("decoded");
+    cache.store(key, "payload");
+    auto refuse = [](std::string_view bytes) {
+      return bytes == "payload" ? std::string("does not decode") : std::string();
+    };
+    warnings.clear();
+    CHECK_FALSE(cache.load(key, refuse, DiskCache::Corrupt::keep).has_value());
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0] ==
+          "kfuse cache: ignoring corrupt entry '" + cache.entry_path(key) + "': does not decode");
+    CHECK(cache.load(key) == std::optional<std::string>("payload")); // kept
+    CHECK_FALSE(cache.load(key, refuse).has_value());
+    CHECK_FALSE(fs::exists(cache.entry_path(key)));
   }
 }
 
@@ -323,6 +375,49 @@ TEST_CASE("runtime: the cache directory is created 0700 and entries 0600") {
   CHECK(mode_of(w.cache.directory()) == 0700);
   CHECK(mode_of(w.path("key")) == 0600);
   CHECK(w.warnings.empty());
+}
+
+TEST_CASE("runtime: every folder the cache creates is 0700 whatever the umask") {
+  TempDir tmp;
+  std::vector<std::string> warnings;
+  DiskCache cache(tmp.path() + "/a/b//cache/",
+                  [&](const std::string &w) { warnings.push_back(w); });
+  const mode_t old_umask = ::umask(0);
+  const bool stored = cache.store("key", "payload");
+  ::umask(old_umask);
+  REQUIRE(stored);
+  CHECK(warnings.empty());
+  for (const char *folder : {"/a", "/a/b", "/a/b/cache"}) {
+    CAPTURE(folder);
+    CHECK(mode_of(tmp.path() + folder) == 0700);
+  }
+  CHECK(mode_of(cache.entry_path("key")) == 0600);
+  CHECK(mode_of(tmp.path()) == 0700); // a folder that existed is left as it was (mkdtemp's)
+}
+
+TEST_CASE("runtime: listing the cache skips and reports files that are not entries") {
+  WatchedCache w;
+  REQUIRE(w.cache.store("good", "payload"));
+  const std::string dir = w.cache.directory();
+  write_file(dir + "/bad.name.kfc1", "x");
+  write_file(dir + "/notes.txt", "x");
+  write_file(dir + "/other.kfc2", "another format version's entry");
+  write_file(dir + "/.good.tmp.1.2.3", "a store in progress");
+  fs::create_directory(dir + "/tuning");
+  CHECK(w.cache.keys() == std::vector<std::string>{"good"});
+  REQUIRE(w.warnings.size() == 2);
+  for (const char *stray : {"bad.name.kfc1", "notes.txt"})
+    CHECK(w.warned("kfuse cache: skipping '" + dir + "/" + stray +
+                   "': not a cache entry (entries are KEY.kfc1, KEY 1-128 characters of "
+                   "[0-9A-Za-z_-])"));
+  CHECK(fs::exists(dir + "/bad.name.kfc1")); // listing deletes nothing
+  CHECK(fs::exists(dir + "/notes.txt"));
+
+  // No directory yet is no entries, and nothing to say.
+  std::vector<std::string> warnings;
+  DiskCache none(w.tmp.path() + "/absent", [&](const std::string &m) { warnings.push_back(m); });
+  CHECK(none.keys().empty());
+  CHECK(warnings.empty());
 }
 
 TEST_CASE("runtime: the cache refuses entries and directories others could have written") {
@@ -588,6 +683,61 @@ TEST_CASE("runtime: compile cache hits, misses and rebuilds") {
   }
 }
 
+namespace {
+
+std::string le64(std::int64_t v) {
+  std::string out;
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("runtime: a compiled module that does not decode, or whose resources are out of range, "
+          "is a warning and a recompile") {
+  TempDir tmp;
+  std::vector<std::string> warnings;
+  DiskCache cache(tmp.path(), [&](const std::string &w) { warnings.push_back(w); });
+  const CompileRequest req = scale_request();
+  const CompiledModule first = compile(req, &cache);
+  REQUIRE(first.kernels.size() == 1);
+  const std::optional<std::string> stored = cache.load(first.key);
+  REQUIRE(stored.has_value());
+  // The payload: "kfuse-module", the cubin, the log, the kernel count, then per kernel its
+  // name and five 64-bit resource values (registers first); every text after its 64-bit size.
+  const std::size_t registers_at =
+      8 + 12 + 8 + first.cubin.size() + 8 + first.log.size() + 8 + 8 + first.kernels[0].name.size();
+  REQUIRE(stored->substr(registers_at, 8) == le64(first.kernels[0].registers));
+  auto with_registers = [&](std::int64_t registers) {
+    std::string p = *stored;
+    p.replace(registers_at, 8, le64(registers));
+    return p;
+  };
+  struct Case {
+    std::string payload, why;
+  };
+  for (const Case &c : {
+           Case{"not a module", "not a compiled module"},
+           Case{*stored + "x", "the compiled module is truncated or has trailing bytes"},
+           Case{stored->substr(0, stored->size() - 3),
+                "the compiled module is truncated or has trailing bytes"},
+           Case{with_registers(999), "kernel 'scale' has 999 registers, outside [0, 255]"},
+           Case{with_registers(-1), "kernel 'scale' has -1 registers, outside [0, 255]"},
+       }) {
+    CAPTURE(c.why);
+    REQUIRE(cache.store(first.key, c.payload)); // a valid checksum over it
+    warnings.clear();
+    const CompiledModule again = compile(req, &cache);
+    CHECK_FALSE(again.cache_hit);
+    CHECK(again.cubin == first.cubin);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0] ==
+          "kfuse cache: ignoring corrupt entry '" + cache.entry_path(first.key) + "': " + c.why);
+    CHECK(compile(req, &cache).cache_hit); // replaced by the recompile
+  }
+}
+
 TEST_CASE("runtime: a cache that cannot be written is skipped, never a failed compile") {
   TempDir tmp;
   const std::string file = tmp.path() + "/file";
@@ -614,9 +764,12 @@ TEST_CASE("runtime: a read-only cache directory with a corrupt entry still compi
   ::chmod(tmp.path().c_str(), 0700);
   CHECK_FALSE(m.cubin.empty());
   CHECK_FALSE(m.cache_hit);
+  REQUIRE_FALSE(warnings.empty());
+  CHECK(warnings[0] == "kfuse cache: ignoring corrupt entry '" + path +
+                           "': truncated: 7 bytes, shorter than the 32-byte header");
   // Root writes read-only directories; anyone else gets the warning that the store was skipped.
   if (::geteuid() != 0)
-    CHECK(warnings.size() == 1);
+    CHECK(warnings.size() == 2);
   else
     CHECK(cache.load(compile_cache_key(req)).has_value());
 }

@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -71,6 +73,94 @@ TEST_CASE("cli: a failed write is reported and fails the command") {
   ToolRun o = run_kfuse("emit " + kf + " -o /dev/full");
   CHECK(o.exit_code == 1);
   CHECK(o.err == "kfuse emit: error: cannot write '/dev/full': No space left on device\n");
+
+  // Commands that print with stdio rather than one checked write, and the usage texts.
+  const std::string values = "/tmp/kfuse-cli-values-" + std::to_string(::getpid());
+  std::ofstream(values) << "1\n-2\n";
+  for (const std::string &args :
+       {std::string("--help"), std::string("-h"), std::string("check --help"),
+        "compile " + kf + " --arch sm_90a", "eval-op 'neg(a)' <" + values}) {
+    INFO(args);
+    ToolRun r = run_kfuse(args, "/dev/full");
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(": error: cannot write to standard output: No space left on device\n") !=
+          std::string::npos);
+  }
+  std::filesystem::remove(values);
+}
+
+TEST_CASE("cli: an option given twice is an error naming it, whichever the option") {
+  struct Case {
+    std::string args, reason;
+  };
+  const std::string kf = "examples/gemm_scale_bn.kf";
+  for (const Case &c : {
+           Case{"plan " + kf + " --mode train --mode eval",
+                "option '--mode' is given twice ('train' and 'eval')"},
+           Case{"plan " + kf + " --mode=eval --mode eval",
+                "option '--mode' is given twice ('eval' and 'eval')"},
+           Case{"plan " + kf + " --precision fp32 --precision tf32",
+                "option '--precision' is given twice ('fp32' and 'tf32')"},
+           Case{"emit " + kf + " --arch sm_90a --arch sm_80",
+                "option '--arch' is given twice ('sm_90a' and 'sm_80')"},
+           Case{"emit " + kf + " -o a.cu --output b.cu",
+                "option '--output' is given twice ('a.cu' and 'b.cu')"},
+           Case{"plan " + kf + " --json --json", "option '--json' is given twice"},
+           Case{"run " + kf + " --steps 1 --steps 2",
+                "option '--steps' is given twice ('1' and '2')"},
+           Case{"tune --show --show", "option '--show' is given twice"},
+           Case{"plan " + kf + " --dim N=4 --dim N=8", "--dim N is given twice (4 and 8)"},
+       }) {
+    INFO(c.args);
+    ToolRun r = run_kfuse(c.args);
+    CHECK(r.exit_code == 2);
+    const std::string command = c.args.substr(0, c.args.find(' '));
+    CHECK(r.err.rfind("kfuse " + command + ": " + c.reason + "\n", 0) == 0);
+    CHECK(r.out.empty());
+  }
+  ToolRun check = run_kfuse("check " + kf + " --print --print");
+  CHECK(check.exit_code == 2);
+  CHECK(check.err.rfind("kfuse check: error: option '--print' is given twice\n", 0) == 0);
+}
+
+TEST_CASE("cli: an empty option value is an error, not the option's absence") {
+  const std::string kf = "examples/gemm_scale_bn.kf";
+  for (const char *args : {"emit EXAMPLE -o ''", "emit EXAMPLE --output=", "emit EXAMPLE --arch ''",
+                           "plan EXAMPLE --mode=", "run EXAMPLE --inputs ''"}) {
+    std::string line(args);
+    line.replace(line.find("EXAMPLE"), 7, kf);
+    INFO(line);
+    ToolRun r = run_kfuse(line);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(": option '--") != std::string::npos);
+    CHECK(r.err.find("' needs a value, got ''\n") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("cli: '--' ends the options, as the usage text says") {
+  const std::string kf = "examples/gemm_scale_bn.kf";
+  ToolRun help = run_kfuse("--help");
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("'--' ends the options") != std::string::npos);
+
+  ToolRun plain = run_kfuse("check --print -- " + kf);
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.out.find("pipeline gemm_scale_bn") == 0);
+  // After '--', what looks like an option is a file name.
+  ToolRun file = run_kfuse("check -- --print");
+  CHECK(file.exit_code == 1);
+  CHECK(file.err == "error: cannot read '--print': No such file or directory\n");
+  ToolRun output = run_kfuse("emit -- -o");
+  CHECK(output.exit_code == 1);
+  CHECK(output.err.find("cannot read '-o'") != std::string::npos);
+  ToolRun two = run_kfuse("check " + kf + " -- --print");
+  CHECK(two.exit_code == 2);
+  CHECK(two.err.rfind("kfuse check: error: expected one .kf file, got 2 arguments\n", 0) == 0);
+  // Only the first '--' is special.
+  ToolRun again = run_kfuse("check -- -- " + kf);
+  CHECK(again.exit_code == 2);
+  CHECK(again.err.rfind("kfuse check: error: expected one .kf file, got 2 arguments\n", 0) == 0);
 }
 
 TEST_CASE("cli: an input file larger than the limit is refused before it is read whole") {

@@ -77,6 +77,17 @@ TEST_CASE("tuning: an entry round-trips through its text, bad text says why") {
   CHECK(why == "line 1: expected 'kfuse-tuning 1'");
   CHECK_FALSE(rt::parse_tuning_entry("kfuse-tuning 1\ntile 64x256x1 zero\n", &why));
   CHECK(why == "line 2: expected 'tile NAME ROWS MS HEURISTIC_MS DATE'");
+  // Values out of range are as unreadable as text that does not parse.
+  for (const char *line :
+       {"tile 64x256x1 2147483648 0.25 0.3 D", "tile 64x256x1 128 inf 0.3 D",
+        "tile 64x256x1 128 0.25 nan D", "tile 64x256x1 -1 0.25 0.3 D",
+        "split 64x256x1 7 1025 128 0.25 0.3 D", "split 64x256x1 7 -1 128 0.25 0.3 D",
+        "split 64x256x1 32 2 128 0.25 0.3 D"}) {
+    CAPTURE(line);
+    why.clear();
+    CHECK_FALSE(rt::parse_tuning_entry(std::string("kfuse-tuning 1\n") + line + "\n", &why));
+    CHECK(why.rfind("line 2: expected '", 0) == 0);
+  }
 }
 
 TEST_CASE("tuning: the store keys entries by device and kernel signature") {
@@ -110,16 +121,30 @@ TEST_CASE("tuning: a corrupt or unreadable entry is reported and ignored") {
   REQUIRE(cache.store(keys[0], "kfuse-tuning 1\nsplit nonsense\n"));
   CHECK_FALSE(store.load(kH100, "sig"));
   REQUIRE(warnings.size() == 1);
-  CHECK(warnings[0].find("ignoring") != std::string::npos);
-  CHECK(warnings[0].find("line 2") != std::string::npos);
+  CHECK(warnings[0] == "kfuse cache: ignoring corrupt entry '" + cache.entry_path(keys[0]) +
+                           "': not a tuning entry: line 2: expected 'split TILE CLASS CAP ROWS "
+                           "MS HEURISTIC_MS DATE'");
   CHECK(store.entries().empty());
-  // Torn bytes: the disk cache's checks catch them.
+  // Torn bytes: the disk cache's checks catch them, and say so.
   REQUIRE(store.store(kH100, "sig", entry("128x128x1", 1024)));
   {
     std::ofstream f(cache.entry_path(keys[0]), std::ios::binary | std::ios::app);
     f << "trailing";
   }
+  warnings.clear();
   CHECK_FALSE(store.load(kH100, "sig"));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("ignoring corrupt entry '" + cache.entry_path(keys[0]) + "'") !=
+        std::string::npos);
+  // A whole entry of another device under this one's key (as a hash collision would give).
+  rt::TuningEntry other = entry("128x128x1", 1024);
+  other.device = kH200.text();
+  other.signature = rt::hash_hex("sig");
+  REQUIRE(cache.store(keys[0], rt::format_tuning_entry(other)));
+  warnings.clear();
+  CHECK_FALSE(store.load(kH100, "sig"));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("it is the entry of another device or kernel") != std::string::npos);
 }
 
 TEST_CASE("codegen: a tile override instantiates that tile, NVRTC compiles every candidate") {
@@ -231,6 +256,30 @@ TEST_CASE("kfuse tune --show lists the stored entries and reports a corrupt one"
   CHECK(r.out.find("split-K <= 2    for N in class 7 with tile 64x256x1") != std::string::npos);
   CHECK(r.err.find("0badc0de") != std::string::npos);
   CHECK(r.err.find("line 1: expected 'kfuse-tuning 1'") != std::string::npos);
+}
+
+TEST_CASE("kfuse tune --show skips and reports stray and malformed files, and deletes nothing") {
+  TempCache tmp;
+  const std::string dir = tmp.dir + "/tuning";
+  rt::TuningStore store(dir);
+  REQUIRE(store.store(kH100, "sig", entry("64x256x1", 128)));
+  rt::DiskCache cache(dir);
+  REQUIRE(cache.store("0badc0de", "kfuse-tuning 1\n"));
+  {
+    std::ofstream(cache.entry_path("0badc0de"), std::ios::binary | std::ios::app) << "torn";
+    std::ofstream(dir + "/bad.name.kfc1") << "a stray file named almost like an entry";
+  }
+  testing::ToolRun r = testing::run_kfuse("tune --show"); // KFUSE_CACHE_DIR: tmp.dir
+  INFO(r.out, r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("1 tuned GEMM kernel in " + dir + "\n") == 0);
+  CHECK(r.out.find("gemm_bn_scale_softmax k0_gemm") != std::string::npos);
+  CHECK(r.err.find("kfuse: warning: kfuse cache: skipping '" + dir +
+                   "/bad.name.kfc1': not a cache entry") != std::string::npos);
+  CHECK(r.err.find("kfuse: warning: kfuse cache: ignoring corrupt entry '" +
+                   cache.entry_path("0badc0de") + "': ") != std::string::npos);
+  CHECK(std::filesystem::exists(dir + "/bad.name.kfc1"));
+  CHECK(std::filesystem::exists(cache.entry_path("0badc0de")));
 }
 
 TEST_CASE("api: Options::tune_at_start refuses what it cannot tune, before the GPU") {

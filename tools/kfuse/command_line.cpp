@@ -81,11 +81,16 @@ CommandLine parse_command_line(int argc, char **argv, const std::set<std::string
   CommandLine cl;
   if (argc >= 2)
     cl.command = argv[1];
+  bool options_ended = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "-o")
+    if (!options_ended && a == "--") {
+      options_ended = true; // what follows is operands, even where it starts with "-"
+      continue;
+    }
+    if (!options_ended && a == "-o")
       a = "--output";
-    if (a.rfind("--", 0) != 0 || a == "--") {
+    if (options_ended || a.rfind("--", 0) != 0) {
       cl.positional.push_back(a);
       continue;
     }
@@ -102,7 +107,8 @@ CommandLine parse_command_line(int argc, char **argv, const std::set<std::string
         throw UsageError("unknown option '--" + name + "'");
       if (inline_value)
         throw UsageError("option '--" + name + "' takes no value");
-      cl.flags.insert(name);
+      if (!cl.flags.insert(name).second)
+        throw UsageError("option '--" + name + "' is given twice");
       continue;
     }
     if (!inline_value) {
@@ -110,10 +116,15 @@ CommandLine parse_command_line(int argc, char **argv, const std::set<std::string
         throw UsageError("option '--" + name + "' needs a value");
       value = argv[++i];
     }
+    // An empty value would read as the option's absence (standard output for --output, the
+    // GPU's architecture for --arch, random inputs for --inputs).
+    if (value.empty())
+      throw UsageError("option '--" + name + "' needs a value, got ''");
     if (name == "dim") {
       add_dim(cl.dims, value);
-    } else {
-      cl.options[name] = value;
+    } else if (auto [it, added] = cl.options.emplace(name, value); !added) {
+      throw UsageError(
+          fmt::format("option '--{}' is given twice ('{}' and '{}')", name, it->second, value));
     }
   }
   return cl;
