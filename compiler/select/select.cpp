@@ -138,14 +138,7 @@ private:
     const bool sm90 = use_sm90(mm);
     const DType operands = g_[spec.a].type.dtype;
     const bool split_tf32 = math_ == GemmMath::Tf32x3 && operands == DType::F32;
-    if (const codegen::GemmTuning *t = tuning(k); t && t->tile && !(sm90 && !rows && !split_tf32))
-      throw CodegenError(fmt::format(
-          "pipeline '{}': {}: tile {} was asked for, but this GEMM's tiles are not tuned ({})",
-          g_.name, k.name, codegen::tile_name(*t->tile),
-          !sm90  ? (math_ == GemmMath::Fp32 ? "the SIMT GEMM's are chosen by the batch"
-                                            : "the mma.sync GEMM has one")
-          : rows ? "it has one, 128x128x1, staged for its row passes"
-                 : "3xtf32 has one, 128x128x1"));
+    check_tuned_tile(k, sm90, rows, split_tf32);
     if (sm90) {
       const Operand op = split_tf32                ? Operand::Tf32x3
                          : operands == DType::BF16 ? Operand::Bf16
@@ -206,6 +199,21 @@ private:
       for (GemmTile &v : spec.by_rows)
         with_split(v);
     return spec;
+  }
+
+  // A tuned tile is for the Hopper mainloop's tf32, bf16 and f16 GEMMs without row passes: the
+  // others have one tile each, or choose it by the batch.
+  void check_tuned_tile(const Kernel &k, bool sm90, bool rows, bool split_tf32) const {
+    const codegen::GemmTuning *t = tuning(k);
+    if (!t || !t->tile || (sm90 && !rows && !split_tf32))
+      return;
+    throw CodegenError(fmt::format(
+        "pipeline '{}': {}: tile {} was asked for, but this GEMM's tiles are not tuned ({})",
+        g_.name, k.name, codegen::tile_name(*t->tile),
+        !sm90  ? (math_ == GemmMath::Fp32 ? "the SIMT GEMM's are chosen by the batch"
+                                          : "the mma.sync GEMM has one")
+        : rows ? "it has one, 128x128x1, staged for its row passes"
+               : "3xtf32 has one, 128x128x1"));
   }
 
   // A GEMM whose epilogue runs row passes: 128 x 128 tiles, one block per SM, the epilogue's
