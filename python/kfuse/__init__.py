@@ -24,7 +24,7 @@ from . import _kfuse
 from ._kfuse import Error
 from ._kfuse import Pipeline as _CorePipeline
 
-__all__ = ["Error", "Pipeline", "compile_many", "dropout_keep", "interpret", "program"]
+__all__ = ["Error", "Pipeline", "compile_many", "dropout_keep", "interpret", "ops", "program"]
 
 _UINT64_MAX = 2**64 - 1
 
@@ -312,6 +312,13 @@ def program(file=None, *, text=None, file_name="<text>"):
     "name", "dims", "values" and "outputs" (docs/PYTHON.md, "The program of a .kf"). Needs no
     GPU; a .kf error raises kfuse.Error with its diagnostic."""
     return _kfuse.program(*_source("kfuse.program", file, text, file_name))
+
+
+def ops():
+    """kfuse's op table, one dict per op: "name", "class", "operands" (as documented, "bias?"
+    where optional), "attrs" ([{"name", "kind"}]), "internal" and "torch", PyTorch's spelling
+    of the op: a Python expression of the operands and attributes by name (docs/PYTHON.md)."""
+    return _kfuse.ops()
 
 
 def dropout_keep(seed, offset, stream, count, p):

@@ -160,6 +160,7 @@ NB_MODULE(_kfuse, m) {
       },
       nb::arg("path").none(), nb::arg("text"), nb::arg("file_name"),
       "The pipeline of a .kf file (path) or text as parsed and verified (python/src/program.h).");
+  m.def("ops", &kfuse::python::op_table, "kfuse's op table (python/src/program.h).");
   m.def(
       "interpret",
       [](const std::optional<std::string> &path, const std::string &text,
