@@ -134,7 +134,7 @@ class Reference(nn.Module):
         self._where = f"kfuse.torch.Reference({kf_file if kf_file is not None else file_name})"
         values = self.program["values"]
         self.input_names = [v["name"] for v in values if v["kind"] == "input"]
-        dims = dict(dims or {})
+        dims = kfuse._dims(self._where, dims or {})
         for v in values:
             if v["kind"] in ("param", "state"):
                 shape = [self._extent(e, dims, v["name"]) for e in v["shape"]]
@@ -164,6 +164,7 @@ class Reference(nn.Module):
     def random_inputs(self, dims, generator=None, device=None):
         """Standard normal inputs in their declared dtypes, in declaration order; `dims` gives
         every dim an input's shape names (N=64, or B=3, T=5)."""
+        dims = kfuse._dims(f"{self._where}: random_inputs", dims)
         inputs = []
         for v in self.program["values"]:
             if v["kind"] == "input":

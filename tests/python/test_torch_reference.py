@@ -80,13 +80,21 @@ def test_params_and_state_carry_the_kf_names_for_fused(examples):
     assert isinstance(ref.running_mean, torch.Tensor) and "running_mean" not in dict(ref.named_parameters())
 
 
-def test_a_wrong_input_is_an_error():
+def test_a_wrong_input_or_argument_is_an_error():
     text = "pipeline p {\n  dim N\n  input x: f32[N, 4]\n  return mish(x)\n}\n"
     ref = kfuse.torch.Reference(text=text, file_name="p.kf")
     with pytest.raises(kfuse.Error, match=r"input 'x' is torch.float32 \[3, 5\], declared f32\[N, 4\]"):
         ref(torch.ones(3, 5))
     with pytest.raises(kfuse.Error, match="takes the inputs x"):
         ref()
+    with pytest.raises(kfuse.Error, match=r"random_inputs: dims\['N'\] must be an int, got str"):
+        ref.random_inputs({"N": "3"})
+    with pytest.raises(kfuse.Error, match=r"dims\['N'\] must be in \[1, 2147483647\], got 0"):
+        kfuse.torch.Reference(text="pipeline q {\n  dim N\n  input x: f32[4, N]\n  param w: f32[N]\n"
+                              "  return mul(x, w)\n}\n", file_name="q.kf", dims={"N": 0})
+    with pytest.raises(kfuse.Error, match=r"kfuse.torch.Fused\(p.kf\): mapping must be a mapping of kf names to "
+                                          r"state_dict keys, got list"):
+        kfuse.torch.Fused(ref, "p.kf", mapping=[("x", "y")])
 
 
 # One use of every op of kfuse's table (user and internal), over x, y: f32[N, 8] with entries in
