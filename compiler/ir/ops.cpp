@@ -113,34 +113,37 @@ constexpr std::string_view kAny = "";
 
 // A pointwise op: unary (1 operand) or binary (2, broadcast).
 constexpr OpInfo unary(OpKind k, std::string_view name, ScalarFn f, std::string_view cuda,
-                       std::string_view semantics, Span<AttrSpec> attrs = {},
-                       AttrRule rule = nullptr) {
+                       std::string_view semantics, std::string_view torch,
+                       Span<AttrSpec> attrs = {}, AttrRule rule = nullptr) {
   return {k, name, OpClass::Unary, 1,    1,         "x",     attrs, false,
-          f, cuda, rule,           kAny, semantics, nullptr, {}};
+          f, cuda, rule,           kAny, semantics, nullptr, {},    torch};
 }
 constexpr OpInfo binary(OpKind k, std::string_view name, ScalarFn f, std::string_view cuda,
-                        std::string_view semantics) {
+                        std::string_view semantics, std::string_view torch) {
   return {k, name, OpClass::Binary, 2,    2,         "a, b",  {}, false,
-          f, cuda, nullptr,         kAny, semantics, nullptr, {}};
+          f, cuda, nullptr,         kAny, semantics, nullptr, {}, torch};
 }
 
 // A row normalization along `dim`.
-constexpr OpInfo row(OpKind k, std::string_view name, std::string_view semantics) {
+constexpr OpInfo row(OpKind k, std::string_view name, std::string_view semantics,
+                     std::string_view torch) {
   return {k,       name, OpClass::Row, 1,    1,         "x",     kDimAttrs, false,
-          nullptr, {},   nullptr,      kAny, semantics, nullptr, {}};
+          nullptr, {},   nullptr,      kAny, semantics, nullptr, {},        torch};
 }
 
 // A normalization over the feature axis (the last) with optional per-feature vectors.
 constexpr OpInfo row_norm(OpKind k, std::string_view name, int max_args, std::string_view operands,
-                          Span<AttrSpec> attrs, std::string_view semantics, AttrRule rule = nullptr,
+                          Span<AttrSpec> attrs, std::string_view semantics, std::string_view torch,
+                          AttrRule rule = nullptr,
                           std::string_view shapes = "`x: [N, F]`, the others `[F]` → `[N, F]`") {
   return {k,  name, OpClass::RowNorm, 1,         max_args, operands, attrs, false, nullptr,
-          {}, rule, shapes,           semantics, nullptr,  {}};
+          {}, rule, shapes,           semantics, nullptr,  {},       torch};
 }
 
 // A reduction along `dim`; `reducer` names its kf::Reduce in templates/row_reduce.cuh.
 constexpr OpInfo reduction(OpKind k, std::string_view name, ReduceFn f, std::string_view reducer,
-                           std::string_view semantics, Span<AttrSpec> attrs = kReduceAttrs) {
+                           std::string_view semantics, std::string_view torch,
+                           Span<AttrSpec> attrs = kReduceAttrs) {
   return {k,
           name,
           OpClass::Reduce,
@@ -156,13 +159,14 @@ constexpr OpInfo reduction(OpKind k, std::string_view name, ReduceFn f, std::str
           "(`dim=0`)",
           semantics,
           f,
-          reducer};
+          reducer,
+          torch};
 }
 
 // A pooling over windows of the feature axis; `f` and `reducer` (as for a reduction) apply to
 // each window.
 constexpr OpInfo pool(OpKind k, std::string_view name, ReduceFn f, std::string_view reducer,
-                      std::string_view semantics) {
+                      std::string_view semantics, std::string_view torch) {
   return {k,
           name,
           OpClass::Pool,
@@ -177,14 +181,15 @@ constexpr OpInfo pool(OpKind k, std::string_view name, ReduceFn f, std::string_v
           "`x: [N, F]` → `[N, (F - kernel_size) / stride + 1]` (rounded down); `F` a number",
           semantics,
           f,
-          reducer};
+          reducer,
+          torch};
 }
 
 // A view: its result is its argument's buffer under another shape (compiler/ir/views.h).
 constexpr OpInfo view(OpKind k, std::string_view name, Span<AttrSpec> attrs,
-                      std::string_view shapes, std::string_view semantics) {
+                      std::string_view shapes, std::string_view semantics, std::string_view torch) {
   return {k,       name, OpClass::View, 1,      1,         "x",     attrs, false,
-          nullptr, {},   nullptr,       shapes, semantics, nullptr, {}};
+          nullptr, {},   nullptr,       shapes, semantics, nullptr, {},    torch};
 }
 
 namespace pw = pointwise;
@@ -205,7 +210,8 @@ constexpr OpInfo kOps[] = {
      "`x: [N, K]`, `weight: [M, K]`, `bias: [M]` → `[N, M]`",
      "`F.linear(x, weight, bias)` = `x @ weight.T + bias`",
      nullptr,
-     {}},
+     {},
+     "F.linear(x, weight, bias)"},
     {OpKind::Matmul,
      "matmul",
      OpClass::Gemm,
@@ -220,7 +226,8 @@ constexpr OpInfo kOps[] = {
      "`a: [N, K]`, `b: [K, M]` → `[N, M]`",
      "`a @ b`",
      nullptr,
-     {}},
+     {},
+     "torch.matmul(a, b)"},
     {OpKind::BatchNorm,
      "batchnorm",
      OpClass::Norm,
@@ -236,106 +243,133 @@ constexpr OpInfo kOps[] = {
      "`F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)`; "
      "below",
      nullptr,
-     {}},
+     {},
+     "F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)"},
 
-    binary(OpKind::Add, "add", pw::add, "{0} + {1}", "`a + b`"),
-    binary(OpKind::Sub, "sub", pw::sub, "{0} - {1}", "`a - b`"),
-    binary(OpKind::Mul, "mul", pw::mul, "{0} * {1}", "`a * b`"),
-    binary(OpKind::Div, "div", pw::div, "{0} / {1}", "`a / b` (true division)"),
+    binary(OpKind::Add, "add", pw::add, "{0} + {1}", "`a + b`", "torch.add(a, b)"),
+    binary(OpKind::Sub, "sub", pw::sub, "{0} - {1}", "`a - b`", "torch.sub(a, b)"),
+    binary(OpKind::Mul, "mul", pw::mul, "{0} * {1}", "`a * b`", "torch.mul(a, b)"),
+    binary(OpKind::Div, "div", pw::div, "{0} / {1}", "`a / b` (true division)", "torch.div(a, b)"),
     binary(OpKind::Maximum, "maximum", pw::maximum, "kf::maximum({0}, {1})",
-           "`torch.maximum(a, b)`: NaN if either is NaN"),
+           "`torch.maximum(a, b)`: NaN if either is NaN", "torch.maximum(a, b)"),
     binary(OpKind::Minimum, "minimum", pw::minimum, "kf::minimum({0}, {1})",
-           "`torch.minimum(a, b)`: NaN if either is NaN"),
-    binary(OpKind::Pow, "pow", pw::pow, "powf({0}, {1})", "`torch.pow(a, b)`"),
+           "`torch.minimum(a, b)`: NaN if either is NaN", "torch.minimum(a, b)"),
+    binary(OpKind::Pow, "pow", pw::pow, "powf({0}, {1})", "`torch.pow(a, b)`", "torch.pow(a, b)"),
 
     unary(OpKind::Relu, "relu", pw::relu, "kf::relu({0})",
-          "`torch.relu`: `max(x, 0)`, NaN stays NaN"),
+          "`torch.relu`: `max(x, 0)`, NaN stays NaN", "torch.relu(x)"),
     unary(OpKind::LeakyRelu, "leaky_relu", pw::leaky_relu, "kf::leaky_relu({0}, {negative_slope})",
-          "`F.leaky_relu`: `x > 0 ? x : x * negative_slope`", kLeakyReluAttrs),
+          "`F.leaky_relu`: `x > 0 ? x : x * negative_slope`", "F.leaky_relu(x, negative_slope)",
+          kLeakyReluAttrs),
     unary(OpKind::Gelu, "gelu", pw::gelu, "kf::gelu_{approximate}({0})",
           "`F.gelu`: `0.5 x (1 + erf(x / √2))`; with `approximate=\"tanh\"`, "
           "`0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`",
-          kGeluAttrs),
-    unary(OpKind::Silu, "silu", pw::silu, "kf::silu({0})", "`F.silu`: `x / (1 + exp(-x))`"),
-    unary(OpKind::Sigmoid, "sigmoid", pw::sigmoid, "kf::sigmoid({0})", "`1 / (1 + exp(-x))`"),
-    unary(OpKind::Tanh, "tanh", pw::tanh, "tanhf({0})", "`torch.tanh`"),
+          "F.gelu(x, approximate=approximate)", kGeluAttrs),
+    unary(OpKind::Silu, "silu", pw::silu, "kf::silu({0})", "`F.silu`: `x / (1 + exp(-x))`",
+          "F.silu(x)"),
+    unary(OpKind::Sigmoid, "sigmoid", pw::sigmoid, "kf::sigmoid({0})", "`1 / (1 + exp(-x))`",
+          "torch.sigmoid(x)"),
+    unary(OpKind::Tanh, "tanh", pw::tanh, "tanhf({0})", "`torch.tanh`", "torch.tanh(x)"),
     unary(OpKind::Hardtanh, "hardtanh", pw::clamp, "kf::clamp({0}, {min_val}, {max_val})",
-          "`F.hardtanh`: `clamp(x, min_val, max_val)`; needs `min_val < max_val`", kHardtanhAttrs,
-          min_below_max),
+          "`F.hardtanh`: `clamp(x, min_val, max_val)`; needs `min_val < max_val`",
+          "F.hardtanh(x, min_val, max_val)", kHardtanhAttrs, min_below_max),
     unary(OpKind::Clamp, "clamp", pw::clamp, "kf::clamp({0}, {min}, {max})",
-          "`torch.clamp`: `min(max(x, min), max)`, NaN stays NaN; at least one bound", kClampAttrs,
-          some_bound),
+          "`torch.clamp`: `min(max(x, min), max)`, NaN stays NaN; at least one bound",
+          "torch.clamp(x, min, max)", kClampAttrs, some_bound),
     unary(OpKind::Hardsigmoid, "hardsigmoid", pw::hardsigmoid, "kf::hardsigmoid({0})",
-          "`F.hardsigmoid`: `min(max(x + 3, 0), 6) / 6`"),
+          "`F.hardsigmoid`: `min(max(x + 3, 0), 6) / 6`", "F.hardsigmoid(x)"),
     unary(OpKind::Hardswish, "hardswish", pw::hardswish, "kf::hardswish({0})",
-          "`F.hardswish`: `x * min(max(x + 3, 0), 6) / 6`"),
-    unary(OpKind::Mish, "mish", pw::mish, "kf::mish({0})", "`F.mish`: `x * tanh(log1p(exp(x)))`"),
+          "`F.hardswish`: `x * min(max(x + 3, 0), 6) / 6`", "F.hardswish(x)"),
+    unary(OpKind::Mish, "mish", pw::mish, "kf::mish({0})", "`F.mish`: `x * tanh(log1p(exp(x)))`",
+          "F.mish(x)"),
     unary(OpKind::Softplus, "softplus", pw::softplus, "kf::softplus({0}, {beta}, {threshold})",
-          "`F.softplus`: `x * beta > threshold ? x : log1p(exp(beta x)) / beta`", kSoftplusAttrs),
+          "`F.softplus`: `x * beta > threshold ? x : log1p(exp(beta x)) / beta`",
+          "F.softplus(x, beta, threshold)", kSoftplusAttrs),
     unary(OpKind::Elu, "elu", pw::elu, "kf::elu({0}, {alpha})",
-          "`F.elu`: `x > 0 ? x : alpha * (exp(x) - 1)`", kEluAttrs),
+          "`F.elu`: `x > 0 ? x : alpha * (exp(x) - 1)`", "F.elu(x, alpha)", kEluAttrs),
     unary(OpKind::Selu, "selu", pw::selu, "kf::selu({0})",
-          "`F.selu`: `scale * elu(x, alpha)` with PyTorch's constants"),
+          "`F.selu`: `scale * elu(x, alpha)` with PyTorch's constants", "F.selu(x)"),
     unary(OpKind::LogSigmoid, "logsigmoid", pw::logsigmoid, "kf::logsigmoid({0})",
-          "`F.logsigmoid`: `log(sigmoid(x))`, computed as `min(x, 0) - log1p(exp(-|x|))`"),
-    unary(OpKind::Exp, "exp", pw::exp, "expf({0})", "`torch.exp`"),
-    unary(OpKind::Log, "log", pw::log, "logf({0})", "`torch.log`: NaN below 0, -inf at 0"),
-    unary(OpKind::Abs, "abs", pw::abs, "fabsf({0})", "`torch.abs`"),
-    unary(OpKind::Neg, "neg", pw::neg, "-{0}", "`-x`"),
-    unary(OpKind::Sqrt, "sqrt", pw::sqrt, "sqrtf({0})", "`torch.sqrt`"),
+          "`F.logsigmoid`: `log(sigmoid(x))`, computed as `min(x, 0) - log1p(exp(-|x|))`",
+          "F.logsigmoid(x)"),
+    unary(OpKind::Exp, "exp", pw::exp, "expf({0})", "`torch.exp`", "torch.exp(x)"),
+    unary(OpKind::Log, "log", pw::log, "logf({0})", "`torch.log`: NaN below 0, -inf at 0",
+          "torch.log(x)"),
+    unary(OpKind::Abs, "abs", pw::abs, "fabsf({0})", "`torch.abs`", "torch.abs(x)"),
+    unary(OpKind::Neg, "neg", pw::neg, "-{0}", "`-x`", "torch.neg(x)"),
+    unary(OpKind::Sqrt, "sqrt", pw::sqrt, "sqrtf({0})", "`torch.sqrt`", "torch.sqrt(x)"),
     // Correctly rounded sqrt and division: rsqrtf's 2 ulp would show in batchnorm.
-    unary(OpKind::Rsqrt, "rsqrt", pw::rsqrt, "1.0f / sqrtf({0})", "`torch.rsqrt`: `1 / sqrt(x)`"),
-    unary(OpKind::Square, "square", pw::square, "{0} * {0}", "`torch.square`: `x * x`"),
+    unary(OpKind::Rsqrt, "rsqrt", pw::rsqrt, "1.0f / sqrtf({0})", "`torch.rsqrt`: `1 / sqrt(x)`",
+          "torch.rsqrt(x)"),
+    unary(OpKind::Square, "square", pw::square, "{0} * {0}", "`torch.square`: `x * x`",
+          "torch.square(x)"),
     unary(OpKind::Reciprocal, "reciprocal", pw::reciprocal, "1.0f / {0}",
-          "`torch.reciprocal`: `1 / x`"),
+          "`torch.reciprocal`: `1 / x`", "torch.reciprocal(x)"),
 
-    row(OpKind::Softmax, "softmax", "`torch.softmax(x, dim)`; `dim` in `[-rank, rank)`, required"),
+    row(OpKind::Softmax, "softmax", "`torch.softmax(x, dim)`; `dim` in `[-rank, rank)`, required",
+        "torch.softmax(x, dim)"),
     row(OpKind::LogSoftmax, "log_softmax",
-        "`torch.log_softmax(x, dim)`, computed as `(x - max) - log(Σ exp(x - max))`"),
+        "`torch.log_softmax(x, dim)`, computed as `(x - max) - log(Σ exp(x - max))`",
+        "torch.log_softmax(x, dim)"),
 
     row_norm(OpKind::LayerNorm, "layernorm", 3, "x, weight?, bias?", kLayerNormAttrs,
              "`F.layer_norm(x, [F], weight, bias, eps)`: `(x - mean) / sqrt(var + eps) * weight + "
-             "bias`, biased variance over the feature axis"),
+             "bias`, biased variance over the feature axis",
+             "F.layer_norm(x, x.shape[-1:], weight, bias, eps)"),
     row_norm(OpKind::RmsNorm, "rmsnorm", 2, "x, weight?", kRmsNormAttrs,
              "`F.rms_norm(x, [F], weight, eps)`: `x * rsqrt(mean(x²) + eps) * weight` over the "
-             "feature axis; `eps` defaults to PyTorch's `finfo(float32).eps`"),
+             "feature axis; `eps` defaults to PyTorch's `finfo(float32).eps`",
+             "F.rms_norm(x, x.shape[-1:], weight, eps)"),
     row_norm(OpKind::GroupNorm, "groupnorm", 3, "x, weight?, bias?", kGroupNormAttrs,
              "`F.group_norm(x, groups, weight, bias, eps)`: each row's `F` features split into "
              "`groups` contiguous groups of `F / groups`, each normalized by its own mean and "
              "biased variance, then the per-feature `* weight + bias`",
-             positive_groups,
+             "F.group_norm(x, groups, weight, bias, eps)", positive_groups,
              "`x: [N, F]`, the others `[F]` → `[N, F]`; `groups` divides `F` (checked at run time "
              "where `F` is a dim name)"),
     row_norm(OpKind::InstanceNorm, "instancenorm", 1, "x", kLayerNormAttrs,
              "`F.instance_norm(x.unsqueeze(1), eps=eps).squeeze(1)`: each row of `x` is one "
              "instance of one channel over `F` positions, normalized by its mean and biased "
              "variance, no affine and no running statistics",
-             nullptr, "`x: [N, F]` → `[N, F]`"),
+             "F.instance_norm(x.unsqueeze(1), eps=eps).squeeze(1)", nullptr,
+             "`x: [N, F]` → `[N, F]`"),
 
-    reduction(OpKind::Sum, "sum", rd::sum, "Sum", "`torch.sum(x, dim, keepdim)`"),
-    reduction(OpKind::Mean, "mean", rd::mean, "Mean", "`torch.mean(x, dim, keepdim)`"),
+    reduction(OpKind::Sum, "sum", rd::sum, "Sum", "`torch.sum(x, dim, keepdim)`",
+              "torch.sum(x, dim, keepdim=keepdim)"),
+    reduction(OpKind::Mean, "mean", rd::mean, "Mean", "`torch.mean(x, dim, keepdim)`",
+              "torch.mean(x, dim, keepdim=keepdim)"),
     reduction(OpKind::Max, "max", rd::max, "Max",
-              "the values of `torch.max(x, dim, keepdim)`: NaN if the slice holds a NaN"),
+              "the values of `torch.max(x, dim, keepdim)`: NaN if the slice holds a NaN",
+              "torch.max(x, dim, keepdim=keepdim).values"),
     reduction(OpKind::Min, "min", rd::min, "Min",
-              "the values of `torch.min(x, dim, keepdim)`: NaN if the slice holds a NaN"),
-    reduction(OpKind::Amax, "amax", rd::max, "Max", "`torch.amax(x, dim, keepdim)`"),
-    reduction(OpKind::Amin, "amin", rd::min, "Min", "`torch.amin(x, dim, keepdim)`"),
+              "the values of `torch.min(x, dim, keepdim)`: NaN if the slice holds a NaN",
+              "torch.min(x, dim, keepdim=keepdim).values"),
+    reduction(OpKind::Amax, "amax", rd::max, "Max", "`torch.amax(x, dim, keepdim)`",
+              "torch.amax(x, dim, keepdim=keepdim)"),
+    reduction(OpKind::Amin, "amin", rd::min, "Min", "`torch.amin(x, dim, keepdim)`",
+              "torch.amin(x, dim, keepdim=keepdim)"),
     reduction(OpKind::Logsumexp, "logsumexp", rd::logsumexp, "LogSumExp",
               "`torch.logsumexp(x, dim, keepdim)`: `max + log(Σ exp(x - max))`, the max taken as "
-              "0 where infinite"),
+              "0 where infinite",
+              "torch.logsumexp(x, dim, keepdim=keepdim)"),
     reduction(OpKind::Var, "var", rd::var, "Var",
               "`torch.var(x, dim, correction, keepdim)`: `Σ (x - mean)² / max(0, n - correction)`",
-              kVarAttrs),
+              "torch.var(x, dim, correction=correction, keepdim=keepdim)", kVarAttrs),
     reduction(OpKind::Std, "std", rd::std, "Std",
-              "`torch.std(x, dim, correction, keepdim)`: `sqrt(var)`", kVarAttrs),
+              "`torch.std(x, dim, correction, keepdim)`: `sqrt(var)`",
+              "torch.std(x, dim, correction=correction, keepdim=keepdim)", kVarAttrs),
 
     pool(OpKind::MaxPool1d, "max_pool1d", rd::max, "Max",
          "`F.max_pool1d(x.unsqueeze(1), kernel_size, stride).squeeze(1)`: the max of each window "
          "`x[:, j * stride : j * stride + kernel_size]`, NaN if it holds a NaN; no padding, "
-         "`stride` defaults to `kernel_size`"),
+         "`stride` defaults to `kernel_size`",
+         "F.max_pool1d(x.unsqueeze(1), kernel_size, None if stride is None else "
+         "int(stride)).squeeze(1)"),
     pool(OpKind::AvgPool1d, "avg_pool1d", rd::mean, "Mean",
          "`F.avg_pool1d(x.unsqueeze(1), kernel_size, stride).squeeze(1)`: the mean of each "
-         "window; no padding, `stride` defaults to `kernel_size`"),
+         "window; no padding, `stride` defaults to `kernel_size`",
+         "F.avg_pool1d(x.unsqueeze(1), kernel_size, None if stride is None else "
+         "int(stride)).squeeze(1)"),
 
     {OpKind::Dropout,
      "dropout",
@@ -354,19 +388,23 @@ constexpr OpInfo kOps[] = {
      "from the run's Philox stream (below); `p` in `[0, 1)`; `stream` (< 65536) defaults to "
      "the op's ordinal among the pipeline's dropouts",
      nullptr,
-     {}},
+     {},
+     "F.dropout(x, p, training)"},
     view(OpKind::Reshape, "reshape", kShapeAttrs,
          "`x` → `shape`: the same elements, the last extent unchanged, the rows' product equal",
          "`torch.reshape(x, shape)`: at most one extent `-1`, inferred from the others; the last "
-         "(feature) axis keeps its extent"),
+         "(feature) axis keeps its extent",
+         "torch.reshape(x, shape)"),
     view(OpKind::Unsqueeze, "unsqueeze", kDimAttrs,
          "`x` → `x` with an axis of extent 1 at `dim`, before the last axis (rank ≤ 4)",
          "`torch.unsqueeze(x, dim)`; `dim` in `[-rank - 1, rank)` other than `-1`: a new last "
-         "axis would change the feature axis"),
+         "axis would change the feature axis",
+         "torch.unsqueeze(x, dim)"),
     view(OpKind::Squeeze, "squeeze", kDimAttrs,
          "`x` → `x` without axis `dim`, whose extent is the constant 1",
          "`torch.squeeze(x, dim)`; `dim` in `[-rank, rank)` other than the feature axis "
-         "(`rank - 1`, `-1`); an axis of another extent is an error (PyTorch leaves it as is)"),
+         "(`rank - 1`, `-1`); an axis of another extent is an error (PyTorch leaves it as is)",
+         "torch.squeeze(x, dim)"),
     {OpKind::ColMean,
      "col_mean",
      OpClass::ColReduce,
@@ -381,7 +419,8 @@ constexpr OpInfo kOps[] = {
      kAny,
      "`y.mean(0)`",
      nullptr,
-     {}},
+     {},
+     "torch.mean(y, 0)"},
     {OpKind::ColVar,
      "col_var",
      OpClass::ColReduce,
@@ -396,7 +435,8 @@ constexpr OpInfo kOps[] = {
      kAny,
      "`y.var(0, unbiased=False)` (biased)",
      nullptr,
-     {}},
+     {},
+     "torch.var(y, 0, correction=0)"},
     // The shift is subtracted first, as batchnorm does: `(y - mean) * alpha + beta` loses
     // nothing to cancellation on a column whose spread is tiny next to its mean (a constant
     // column gives exact zeros), where `y * alpha + (beta - mean * alpha)` cancels. The code
@@ -415,7 +455,8 @@ constexpr OpInfo kOps[] = {
      "`y: [N, C]`, `alpha`, `beta`, `shift`: `[C]` or `[1]` → `[N, C]`",
      "`(y - shift) * alpha + beta`, per column; without `shift`, `y * alpha + beta`",
      nullptr,
-     {}},
+     {},
+     "(y if shift is None else y - shift) * alpha + beta"},
     {OpKind::BnUpdate,
      "bn_update",
      OpClass::Effect,
@@ -431,7 +472,9 @@ constexpr OpInfo kOps[] = {
      "`running_mean ← (1 - momentum) * running_mean + momentum * mean`, `running_var ← (1 - "
      "momentum) * running_var + momentum * var * count / (count - 1)`",
      nullptr,
-     {}},
+     {},
+     "(running_mean.lerp_(mean, momentum), running_var.lerp_(var * (count / (count - 1)), "
+     "momentum))"},
     // What precision bf16 makes of a GEMM's f32 operands (compiler/passes/autocast_bf16.cpp),
     // and of its result: back to f32, which rounds nothing (kernels hold fp32).
     {OpKind::Cast,
@@ -448,7 +491,8 @@ constexpr OpInfo kOps[] = {
      "`x` → the same shape, of type `dtype`",
      "`x.to(dtype)`: rounded to the nearest value of `dtype`, ties to even",
      nullptr,
-     {}},
+     {},
+     "x.to(dtype)"},
     {OpKind::Constant,
      "constant",
      OpClass::Constant,
@@ -463,7 +507,8 @@ constexpr OpInfo kOps[] = {
      "no arguments → `dtype[1]`",
      "a one-element tensor holding `value`",
      nullptr,
-     {}},
+     {},
+     "torch.full((1,), value, dtype=dtype, device=device)"},
 };
 
 constexpr bool in_enum_order() {
@@ -473,6 +518,15 @@ constexpr bool in_enum_order() {
   return std::size(kOps) == kOpCount;
 }
 static_assert(in_enum_order(), "kOps must list every OpKind once, in enum order");
+
+// The Python Reference computes every op of a .kf with its PyTorch spelling.
+constexpr bool torch_complete() {
+  for (const OpInfo &op : kOps)
+    if (op.torch.empty())
+      return false;
+  return true;
+}
+static_assert(torch_complete(), "every op needs its PyTorch spelling");
 
 // The checks below compare function addresses, which the sanitized build (KFUSE_SANITIZED, see
 // CMakeLists.txt) cannot do at compile time; every other build makes them.

@@ -205,6 +205,9 @@ struct OpInfo {
   std::string_view semantics; // DSL.md: the meaning, PyTorch's spelling
   ReduceFn reduce = nullptr;  // reductions and pools (over each window); nullptr otherwise
   std::string_view reducer;   // reductions and pools: the template's kf::Reduce value ("Sum", ...)
+  std::string_view torch;     // PyTorch's spelling: a Python expression of the operands and the
+                              // attributes by name, `torch`, `F` (torch.nn.functional),
+                              // `training`, `device` and `int`; the Python Reference evaluates it
 };
 
 const OpInfo &op_info(OpKind k);

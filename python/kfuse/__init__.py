@@ -13,14 +13,82 @@ device. Compiling and planning need no GPU. docs/PYTHON.md has the details and
 ``kfuse.torch.Fused`` (an ``nn.Module`` wrapper).
 """
 
+import collections.abc
 import concurrent.futures
+import numbers
+import operator
+import os
 import sys
 
 from . import _kfuse
 from ._kfuse import Error
 from ._kfuse import Pipeline as _CorePipeline
 
-__all__ = ["Error", "Pipeline", "compile_many", "dropout_keep", "interpret", "program"]
+__all__ = ["Error", "Pipeline", "compile_many", "dropout_keep", "interpret", "ops", "program"]
+
+_UINT64_MAX = 2**64 - 1
+
+
+# Every argument a user gives is checked here, before the core sees it, so that a misuse is a
+# kfuse.Error naming the argument rather than a TypeError, an IndexError or a crash.
+def _text(where, arg, value):
+    """`value`, a str without NUL characters (one would end every message that quotes it)."""
+    if not isinstance(value, str):
+        raise Error(f"{where}: {arg} must be a str, got {type(value).__name__}")
+    if "\0" in value:
+        raise Error(f"{where}: {arg} must not contain a NUL character, got {value!r}")
+    return value
+
+
+def _path(where, arg, value):
+    """A file name: a str or an os.PathLike, as str."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise Error(f"{where}: {arg} must be a path (str or os.PathLike), got {type(value).__name__}")
+    path = os.fspath(value)
+    return _text(where, arg, path if isinstance(path, str) else os.fsdecode(path))
+
+
+def _integer(where, arg, value, lo, hi):
+    """`value` as an int in [lo, hi]: an int or an integer type (numpy's); not a bool."""
+    if isinstance(value, bool):
+        raise Error(f"{where}: {arg} must be an int, got a bool")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise Error(f"{where}: {arg} must be an int, got {type(value).__name__}") from None
+    if not lo <= n <= hi:
+        raise Error(f"{where}: {arg} must be in [{lo}, {hi}], got {n}")
+    return n
+
+
+def _number(where, arg, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise Error(f"{where}: {arg} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _mapping(where, arg, value, what):
+    """A Mapping whose keys are names (str without NUL), as a dict."""
+    if not isinstance(value, collections.abc.Mapping):
+        raise Error(f"{where}: {arg} must be a mapping of {what}, got {type(value).__name__}")
+    for name in value:
+        _text(where, f"a name in {arg}", name)
+    return dict(value)
+
+
+def _dims(where, dims):
+    """{dim name: extent}, every extent in the range the compiler takes ([1, 2**31 - 1])."""
+    dims = _mapping(where, "dims", dims, "dim names to extents")
+    return {name: _integer(where, f"dims[{name!r}]", n, 1, _kfuse.MAX_EXTENT) for name, n in dims.items()}
+
+
+def _rng(where, rng):
+    """(seed, offset), two ints in [0, 2**64)."""
+    if not isinstance(rng, (tuple, list)) or len(rng) != 2:
+        shown = f"a {type(rng).__name__} of {len(rng)}" if isinstance(rng, (tuple, list)) else type(rng).__name__
+        raise Error(f"{where}: rng must be a tuple (seed, offset), got {shown}")
+    return (_integer(where, "rng's seed", rng[0], 0, _UINT64_MAX),
+            _integer(where, "rng's offset", rng[1], 0, _UINT64_MAX))
 
 _CUDA_DEVICES = (2, 13)  # DLPack's kDLCUDA and kDLCUDAManaged
 
@@ -54,8 +122,9 @@ def _run_stream(t, stream):
     """(the stream handle kfuse launches on, the `stream` argument for __dlpack__)."""
     if stream is not None:
         handle = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
-        if not isinstance(handle, int):
-            raise TypeError(f"stream must be an int handle or have .cuda_stream or .ptr, got {type(stream).__name__}")
+        if isinstance(handle, bool) or not isinstance(handle, int) or not 0 <= handle <= _UINT64_MAX:
+            raise Error(f"stream must be an int handle in [0, 2**64) or have .cuda_stream or .ptr, got "
+                        f"{handle if isinstance(handle, int) else type(stream).__name__}")
         # DLPack: 1 names the legacy default stream; the producer orders its work before ours.
         return handle, handle if handle != 0 else 1
     library = _library(t)
@@ -101,15 +170,18 @@ def _empty_like(where, t, shape, dtype):
 
 
 class Pipeline:
-    """A .kf pipeline compiled for `mode` ("train" or "eval") and `precision` ("fp32",
-    "3xtf32", "tf32"; "bf16" is refused for now). `arch` ("sm_90a") defaults to the current
-    GPU's, or sm_90a without one. Give a file, or the .kf text as text= (named file_name=)."""
+    """A .kf pipeline compiled for `mode` ("train" or "eval") and `precision`: "fp32",
+    "3xtf32", "tf32" or "bf16" (GEMM operands rounded to bf16 as torch.autocast does, f32
+    results; docs/PYTHON.md). `arch` ("sm_90a") defaults to the current GPU's, or sm_90a
+    without one. Give a file, or the .kf text as text= (named file_name=)."""
 
     def __init__(self, file=None, mode="train", precision="fp32", *, text=None, file_name="<text>", arch=""):
-        if (file is None) == (text is None):
-            raise TypeError("kfuse.Pipeline takes a .kf file or text=, not both or neither")
-        if text is None:
-            self._core = _CorePipeline.from_file(str(file), mode, precision, arch)
+        where = "kfuse.Pipeline"
+        path, text, file_name = _source(where, file, text, file_name)
+        mode, precision, arch = (_text(where, "mode", mode), _text(where, "precision", precision),
+                                 _text(where, "arch", arch))
+        if path is not None:
+            self._core = _CorePipeline.from_file(path, mode, precision, arch)
         else:
             self._core = _CorePipeline.from_string(text, file_name, mode, precision, arch)
         self.mode = mode
@@ -132,6 +204,7 @@ class Pipeline:
         """Binds params and state by name. State (BatchNorm running statistics) is updated in
         place by every train-mode call. The tensors must stay alive; kfuse keeps a reference."""
         for name, t in tensors.items():
+            _text(self._where, "a tensor name", name)
             dl_stream = _run_stream(t, None)[1] if _on_cuda(t) else None
             capsule = _capsule(self._where, name, t, dl_stream)
             self._core.bind(name, capsule)
@@ -151,8 +224,13 @@ class Pipeline:
         capsules = [_capsule(self._where, name, t, dl_stream) for name, t in zip(self._inputs, args)]
         if out is None:
             outs = [_empty_like(self._where, first, shape, dtype) for shape, dtype in self._outputs_for(args, capsules)]
+        elif hasattr(out, "__dlpack__"):
+            outs = [out]
+        elif isinstance(out, (list, tuple)):
+            outs = list(out)
         else:
-            outs = [out] if hasattr(out, "__dlpack__") else list(out)
+            raise Error(f"{self._where}: out must be a DLPack tensor or a list or tuple of them, got "
+                        f"{type(out).__module__}.{type(out).__name__}")
         out_capsules = [_capsule(self._where, f"output {i}", o, dl_stream) for i, o in enumerate(outs)]
         self._core.run(capsules, out_capsules, handle)
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -160,13 +238,15 @@ class Pipeline:
     def workspace_size(self, **dims):
         """Bytes of device memory a run at these dims (every dim by name, e.g. N=1024) keeps its
         intermediates in (0: it keeps none): the size set_workspace needs."""
-        return self._core.workspace_size(dims)
+        return self._core.workspace_size(_dims(f"{self._where}: workspace_size", dims))
 
     def set_rng(self, seed, offset=0):
         """Where train-mode dropouts draw (docs/DSL.md, "dropout"): each call of a pipeline that
         draws uses (seed, offset), then advances the offset by one. Both are integers in
         [0, 2**64)."""
-        self._core.set_rng(seed, offset)
+        where = f"{self._where}: set_rng"
+        self._core.set_rng(_integer(where, "seed", seed, 0, _UINT64_MAX),
+                           _integer(where, "offset", offset, 0, _UINT64_MAX))
 
     @property
     def rng_state(self):
@@ -217,47 +297,62 @@ class Pipeline:
         return f"kfuse.Pipeline('{self.name}', mode='{self.mode}', precision='{self.precision}')"
 
 
-def _source(what, file, text, file_name):
-    """(.kf text, the name its diagnostics give) of a file or of text=."""
+def _source(where, file, text, file_name):
+    """(path, text, file_name) of a .kf file or of text=: the core reads a file itself, with
+    the front end's reader, so Python and the command line refuse the same files alike."""
     if (file is None) == (text is None):
-        raise TypeError(f"kfuse.{what} takes a .kf file or text=, not both or neither")
+        raise Error(f"{where} takes a .kf file or text=, not both or neither")
     if text is None:
-        try:
-            with open(file) as f:
-                return f.read(), str(file)
-        except OSError as e:  # as the C++ front end words it
-            raise Error(f"error: cannot read '{file}': {e.strerror}") from None
-    return text, file_name
+        return _path(where, "file", file), "", ""
+    return None, _text(where, "text", text), _text(where, "file_name", file_name)
 
 
 def program(file=None, *, text=None, file_name="<text>"):
     """A .kf pipeline as parsed and verified, before any of kfuse's rewrites: a dict with
     "name", "dims", "values" and "outputs" (docs/PYTHON.md, "The program of a .kf"). Needs no
     GPU; a .kf error raises kfuse.Error with its diagnostic."""
-    return _kfuse.program(*_source("program", file, text, file_name))
+    return _kfuse.program(*_source("kfuse.program", file, text, file_name))
+
+
+def ops():
+    """kfuse's op table, one dict per op: "name", "class", "operands" (as documented, "bias?"
+    where optional), "attrs" ([{"name", "kind"}]), "internal" and "torch", PyTorch's spelling
+    of the op: a Python expression of the operands and attributes by name (docs/PYTHON.md)."""
+    return _kfuse.ops()
 
 
 def dropout_keep(seed, offset, stream, count, p):
     """The keep mask of dropout stream `stream` in a train-mode call at rng state (seed, offset):
     `count` bytes, 1 where element i (row-major) is kept, as the kernels and the reference
-    interpreter draw it (docs/DSL.md, "dropout")."""
-    return _kfuse.dropout_keep(seed, offset, stream, count, p)
+    interpreter draw it (docs/DSL.md, "dropout"). `count` is at most 2**31 - 1, the elements of
+    one tensor."""
+    where = "kfuse.dropout_keep"
+    return _kfuse.dropout_keep(_integer(where, "seed", seed, 0, _UINT64_MAX),
+                               _integer(where, "offset", offset, 0, _UINT64_MAX),
+                               _integer(where, "stream", stream, 0, _UINT64_MAX),
+                               _integer(where, "count", count, 0, _UINT64_MAX), _number(where, "p", p))
 
 
 def interpret(file=None, *, text=None, file_name="<text>", mode, dims, tensors, rng=(0, 0)):
     """One call of the pipeline on kfuse's fp64 reference interpreter, on the CPU (no GPU):
     `tensors` maps every input, param and state name to (shape, bytes of float64, row-major),
     `dims` every dim name to its extent, `rng` is the (seed, offset) train-mode dropouts draw at.
+    A name in `tensors` or `dims` that the pipeline does not declare is an error.
     Returns {"outputs": [(shape, bytes)], "state": {name: (shape, bytes)}} (the updated state),
     rounded to their declared types as kernels store them."""
-    text, file_name = _source("interpret", file, text, file_name)
-    return _kfuse.interpret(text, file_name, mode, dict(dims), dict(tensors), rng[0], rng[1])
+    where = "kfuse.interpret"
+    path, text, file_name = _source(where, file, text, file_name)
+    tensors = _mapping(where, "tensors", tensors, "tensor names to (shape, bytes)")
+    seed, offset = _rng(where, rng)
+    return _kfuse.interpret(path, text, file_name, _text(where, "mode", mode), _dims(where, dims), tensors,
+                            seed, offset)
 
 
 def compile_many(files, modes=("train", "eval"), precision="fp32", workers=8):
     """Compiles every (file, mode) pipeline on `workers` threads (NVRTC runs without the GIL), so
     that later compiles of them, in this process or another, are disk cache hits. Returns
     {(file, mode): Pipeline, or the kfuse.Error it raised}."""
+    workers = _integer("kfuse.compile_many", "workers", workers, 1, 1024)
     def compile_one(key):
         try:
             return Pipeline(key[0], mode=key[1], precision=precision)

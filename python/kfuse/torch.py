@@ -33,7 +33,8 @@ class Fused(nn.Module):
         self.kf_file = str(kf_file)
         self.precision = precision
         self.arch = arch
-        self._mapping = dict(mapping or {})
+        self._mapping = kfuse._mapping(f"kfuse.torch.Fused({self.kf_file})", "mapping", mapping or {},
+                                       "kf names to state_dict keys")
         self._pipelines = {}  # (mode, precision, dtype, device) -> kfuse.Pipeline (one per device)
         self._bound = {}  # same key -> {kf name: (data_ptr, shape) bound last}
         self._owners = None  # kf name -> (owning submodule, attribute), resolved once

@@ -7,13 +7,14 @@
 
 It is built from kfuse.program (the compiler's parsed graph; no second .kf parser): every
 param and state is a parameter or buffer under its .kf name, so Fused maps them by name, and
-forward applies one PyTorch implementation per op of the table (OPS) with the .kf's attributes:
-batchnorm is F.batch_norm (running statistics updated in train mode with the .kf's momentum and
-eps), dropout F.dropout, tensors of rank 1 to 4 and bf16/f16 declarations as PyTorch holds them.
-An op without a PyTorch implementation here is an error naming it. Every value's dtype and
-shape are checked against the program's, so a translation that departs from kfuse's type rules
-fails loudly. With float64 inputs (after .double()) every value is float64: the reference the
-GPU results are judged against.
+forward computes each op with its PyTorch spelling from kfuse's op table (kfuse.ops(): a Python
+expression of the op's operands and attributes, such as "F.leaky_relu(x, negative_slope)"), so
+every op the compiler knows has its translation: batchnorm is F.batch_norm (running statistics
+updated in train mode with the .kf's momentum and eps), dropout F.dropout, tensors of rank 1 to
+4 and bf16/f16 declarations as PyTorch holds them. Every value's dtype and shape are checked
+against the program's, so a translation that departs from kfuse's type rules fails loudly.
+With float64 inputs (after .double()) every value is float64: the reference the GPU results are
+judged against.
 
 Dropout: in train mode F.dropout draws PyTorch's own masks, which no other generator repeats.
 Set `kfuse_rng = (seed, offset)` and train-mode dropouts keep exactly what a kfuse call at that
@@ -41,127 +42,59 @@ def _norm_input(x, params):
     return x
 
 
-def _normalized(fn):
-    def run(args, attrs, ctx):
-        x, params = args[0], args[1:]
-        return fn(_norm_input(x, params), params, attrs, ctx).to(x.dtype)
-
-    return run
-
-
-def _batchnorm(x, params, a, ctx):
-    # (x, running_mean, running_var) or (x, weight, bias, running_mean, running_var)
-    weight, bias = (params[0], params[1]) if len(params) == 4 else (None, None)
-    running_mean, running_var = params[-2], params[-1]
-    return F.batch_norm(x, running_mean, running_var, weight, bias, ctx.training, a["momentum"], a["eps"])
-
-
-def _layernorm(x, params, a, ctx):
-    weight = params[0] if len(params) > 0 else None
-    bias = params[1] if len(params) > 1 else None
-    return F.layer_norm(x, [x.shape[-1]], weight, bias, a["eps"])
-
-
-def _rmsnorm(x, params, a, ctx):
-    return F.rms_norm(x, [x.shape[-1]], params[0] if params else None, a["eps"])
-
-
-def _groupnorm(x, params, a, ctx):
-    weight = params[0] if len(params) > 0 else None
-    bias = params[1] if len(params) > 1 else None
-    return F.group_norm(x, a["groups"], weight, bias, a["eps"])
-
-
-def _instancenorm(x, params, a, ctx):
-    return F.instance_norm(x.unsqueeze(1), eps=a["eps"]).squeeze(1)
-
-
-def _pool(fn):
-    def run(args, a, ctx):
-        stride = None if a["stride"] is None else int(a["stride"])  # an integer, checked by kfuse
-        return fn(args[0].unsqueeze(1), a["kernel_size"], stride).squeeze(1)
-
-    return run
-
-
-def _dropout(args, a, ctx):
-    x = args[0]
-    if not ctx.training or ctx.rng is None:
-        return F.dropout(x, a["p"], ctx.training)
-    seed, offset = ctx.rng
-    keep = kfuse.dropout_keep(seed, offset, a["stream"], x.numel(), a["p"])
+def _dropout_as_kfuse(x, p, stream, rng):
+    """F.dropout's train mode with the mask a kfuse call at rng state `rng` draws."""
+    seed, offset = rng
+    keep = kfuse.dropout_keep(seed, offset, stream, x.numel(), p)
     mask = torch.frombuffer(bytearray(keep), dtype=torch.uint8).to(device=x.device, dtype=torch.bool)
-    return torch.where(mask.view(x.shape), x * (1.0 / (1.0 - a["p"])), x * 0.0)
+    return torch.where(mask.view(x.shape), x * (1.0 / (1.0 - p)), x * 0.0)
 
 
-def _unary(fn):
-    return lambda args, a, ctx: fn(args[0], a)
+# The names an op's PyTorch spelling may use besides its operands and attributes.
+_SPELLING_NAMES = {"__builtins__": {}, "torch": torch, "F": F, "int": int}
 
 
-def _binary(fn):
-    return lambda args, a, ctx: fn(args[0], args[1])
+class _Op:
+    """One op of kfuse's table (kfuse.ops()) and its PyTorch spelling, compiled once."""
+
+    def __init__(self, info):
+        self.name = info["name"]
+        self.cls = info["class"]
+        self.attr_kinds = {a["name"]: a["kind"] for a in info["attrs"]}
+        self.optional = [o[:-1] for o in info["operands"] if o.endswith("?")]  # None where absent
+        self.spelling = info["torch"]
+        self.code = compile(self.spelling, f"<kfuse op {self.name}: {self.spelling}>", "eval")
+
+    def __call__(self, v, operands, ctx):
+        """The op on `operands` (one tensor per arg), with v's attributes."""
+        names = dict.fromkeys(self.optional)
+        names.update(zip(v["operands"], operands))
+        for name, value in v["attrs"].items():
+            names[name] = self._attribute(self.attr_kinds[name], value, ctx)
+        names.update(training=ctx.training, device=ctx.device)
+        if self.cls == "random pointwise" and ctx.training and ctx.rng is not None:
+            return _dropout_as_kfuse(names["x"], names["p"], names["stream"], ctx.rng)
+        if self.cls not in ("batch normalization", "feature normalization"):
+            return eval(self.code, _SPELLING_NAMES, names)
+        x = names["x"]
+        names["x"] = _norm_input(x, [t for o, t in names.items() if o != "x" and isinstance(t, torch.Tensor)])
+        return eval(self.code, _SPELLING_NAMES, names).to(x.dtype)
+
+    @staticmethod
+    def _attribute(kind, value, ctx):
+        """An attribute as PyTorch takes it: extents as ints under the dims bound so far, element
+        types as torch dtypes (float64 throughout an exact run)."""
+        if kind == "shape":
+            return [_extent_value(e, ctx.dims) for e in value]
+        if kind == "extent":
+            return _extent_value(value, ctx.dims)
+        if kind == "dtype":
+            return torch.float64 if ctx.exact else DTYPES[value]
+        return value
 
 
-def _reduce(fn):
-    return lambda args, a, ctx: fn(args[0], a)
-
-
-# op name (kfuse's op table) -> fn(operands, attributes, context) with PyTorch's semantics.
-OPS = {
-    "linear": lambda args, a, ctx: F.linear(*args),
-    "matmul": lambda args, a, ctx: torch.matmul(*args),
-    "batchnorm": _normalized(_batchnorm),
-    "add": _binary(torch.add),
-    "sub": _binary(torch.sub),
-    "mul": _binary(torch.mul),
-    "div": _binary(torch.div),
-    "maximum": _binary(torch.maximum),
-    "minimum": _binary(torch.minimum),
-    "pow": _binary(torch.pow),
-    "relu": _unary(lambda x, a: torch.relu(x)),
-    "leaky_relu": _unary(lambda x, a: F.leaky_relu(x, a["negative_slope"])),
-    "gelu": _unary(lambda x, a: F.gelu(x, approximate=a["approximate"])),
-    "silu": _unary(lambda x, a: F.silu(x)),
-    "sigmoid": _unary(lambda x, a: torch.sigmoid(x)),
-    "tanh": _unary(lambda x, a: torch.tanh(x)),
-    "hardtanh": _unary(lambda x, a: F.hardtanh(x, a["min_val"], a["max_val"])),
-    "clamp": _unary(lambda x, a: torch.clamp(x, a["min"], a["max"])),
-    "hardsigmoid": _unary(lambda x, a: F.hardsigmoid(x)),
-    "hardswish": _unary(lambda x, a: F.hardswish(x)),
-    "mish": _unary(lambda x, a: F.mish(x)),
-    "softplus": _unary(lambda x, a: F.softplus(x, a["beta"], a["threshold"])),
-    "elu": _unary(lambda x, a: F.elu(x, a["alpha"])),
-    "selu": _unary(lambda x, a: F.selu(x)),
-    "exp": _unary(lambda x, a: torch.exp(x)),
-    "log": _unary(lambda x, a: torch.log(x)),
-    "abs": _unary(lambda x, a: torch.abs(x)),
-    "neg": _unary(lambda x, a: torch.neg(x)),
-    "sqrt": _unary(lambda x, a: torch.sqrt(x)),
-    "rsqrt": _unary(lambda x, a: torch.rsqrt(x)),
-    "square": _unary(lambda x, a: torch.square(x)),
-    "reciprocal": _unary(lambda x, a: torch.reciprocal(x)),
-    "softmax": _unary(lambda x, a: torch.softmax(x, a["dim"])),
-    "log_softmax": _unary(lambda x, a: torch.log_softmax(x, a["dim"])),
-    "layernorm": _normalized(_layernorm),
-    "rmsnorm": _normalized(_rmsnorm),
-    "groupnorm": _normalized(_groupnorm),
-    "instancenorm": _normalized(_instancenorm),
-    "sum": _reduce(lambda x, a: torch.sum(x, a["dim"], keepdim=a["keepdim"])),
-    "mean": _reduce(lambda x, a: torch.mean(x, a["dim"], keepdim=a["keepdim"])),
-    "max": _reduce(lambda x, a: torch.max(x, a["dim"], keepdim=a["keepdim"]).values),
-    "min": _reduce(lambda x, a: torch.min(x, a["dim"], keepdim=a["keepdim"]).values),
-    "amax": _reduce(lambda x, a: torch.amax(x, a["dim"], keepdim=a["keepdim"])),
-    "amin": _reduce(lambda x, a: torch.amin(x, a["dim"], keepdim=a["keepdim"])),
-    "logsumexp": _reduce(lambda x, a: torch.logsumexp(x, a["dim"], keepdim=a["keepdim"])),
-    "var": _reduce(lambda x, a: torch.var(x, a["dim"], correction=a["correction"], keepdim=a["keepdim"])),
-    "std": _reduce(lambda x, a: torch.std(x, a["dim"], correction=a["correction"], keepdim=a["keepdim"])),
-    "max_pool1d": _pool(F.max_pool1d),
-    "avg_pool1d": _pool(F.avg_pool1d),
-    "dropout": _dropout,
-    "reshape": lambda args, a, ctx: args[0].reshape([_extent_value(e, ctx.dims) for e in a["shape"]]),
-    "unsqueeze": lambda args, a, ctx: args[0].unsqueeze(a["dim"]),
-    "squeeze": lambda args, a, ctx: args[0].squeeze(a["dim"]),
-}
+# op name -> the op with PyTorch's semantics: every op of kfuse's table, spelled by the table.
+OPS = {info["name"]: _Op(info) for info in kfuse.ops()}
 
 
 def _extent_value(e, dims):
@@ -181,10 +114,12 @@ def _extent_value(e, dims):
 
 
 class _Context:
-    def __init__(self, training, rng, dims):
+    def __init__(self, training, rng, dims, exact, device):
         self.training = training
         self.rng = rng
         self.dims = dims  # the dims bound so far (a reshape's extents name them)
+        self.exact = exact  # every value float64
+        self.device = device  # where constants are made: the inputs' device
 
 
 class Reference(nn.Module):
@@ -198,12 +133,8 @@ class Reference(nn.Module):
         self.kfuse_rng = None  # (seed, offset): train-mode dropouts keep what kfuse keeps there
         self._where = f"kfuse.torch.Reference({kf_file if kf_file is not None else file_name})"
         values = self.program["values"]
-        for v in values:
-            if v["kind"] == "op" and v["op"] not in OPS and v["op"] != "constant":
-                raise kfuse.Error(f"{self._where}: line {v['line']}: op '{v['op']}' has no PyTorch "
-                                  "implementation in kfuse.torch_reference.OPS")
         self.input_names = [v["name"] for v in values if v["kind"] == "input"]
-        dims = dict(dims or {})
+        dims = kfuse._dims(self._where, dims or {})
         for v in values:
             if v["kind"] in ("param", "state"):
                 shape = [self._extent(e, dims, v["name"]) for e in v["shape"]]
@@ -233,6 +164,7 @@ class Reference(nn.Module):
     def random_inputs(self, dims, generator=None, device=None):
         """Standard normal inputs in their declared dtypes, in declaration order; `dims` gives
         every dim an input's shape names (N=64, or B=3, T=5)."""
+        dims = kfuse._dims(f"{self._where}: random_inputs", dims)
         inputs = []
         for v in self.program["values"]:
             if v["kind"] == "input":
@@ -272,20 +204,18 @@ class Reference(nn.Module):
         exact = all(t.dtype == torch.float64 for t in given.values())
         dims = {}
         env = []
-        ctx = _Context(self.training, self.kfuse_rng, dims)
+        device = next(iter(given.values())).device if given else None
+        ctx = _Context(self.training, self.kfuse_rng, dims, exact, device)
         for v in values:
             if v["kind"] == "input":
                 t = given[v["name"]]
                 self._check(v, t, dims, exact, what=f"input '{v['name']}'")
             elif v["kind"] in ("param", "state"):
                 t = getattr(self, v["name"])
-            elif v["op"] == "constant":
-                dtype = torch.float64 if exact else DTYPES[v["attrs"]["dtype"]]
-                device = next(iter(given.values())).device
-                t = torch.full((1,), v["attrs"]["value"], dtype=dtype, device=device)
             else:
-                t = OPS[v["op"]]([env[a] for a in v["args"]], v["attrs"], ctx)
-                self._check(v, t, dims, exact, what=f"line {v['line']}: {v['op']}")
+                t = OPS[v["op"]](v, [env[a] for a in v["args"]], ctx)
+                if v["class"] != "effect":  # an effect updates state and has no value
+                    self._check(v, t, dims, exact, what=f"line {v['line']}: {v['op']}")
             env.append(t)
         outputs = [env[o] for o in self.program["outputs"]]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -2,6 +2,9 @@
 // capsules, made by python/kfuse/__init__.py with __dlpack__ on the stream kfuse runs on;
 // every kfuse::Error (DSL diagnostics included) is raised as kfuse.Error.
 #include "compiler/dsl/parser.h"
+#include "compiler/dsl/source.h"
+#include "compiler/ir/ops.h"
+#include "compiler/ir/verifier.h"
 #include "kfuse/kfuse.h"
 #include "python/src/device_scope.h"
 #include "python/src/dlpack_tensor.h"
@@ -12,11 +15,14 @@
 #include <fmt/format.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <cstring>
+#include <optional>
 
 namespace nb = nanobind;
 using kfuse::Pipeline;
@@ -108,47 +114,83 @@ int read_all(const PyPipeline &p, nb::list capsules, const std::vector<std::stri
   return device;
 }
 
-// .kf text parsed and verified; a DSL error throws with its diagnostics text.
-kfuse::ir::Graph parse_text(const std::string &text, const std::string &file_name) {
-  kfuse::dsl::SourceFile source(file_name, text);
+// The .kf file at `path`, read by the front end's reader (which refuses what is not a file or
+// is larger than a .kf can be), or else `text` named `file_name`, parsed and verified; a DSL
+// error throws with its diagnostics text.
+kfuse::ir::Graph parse(const std::optional<std::string> &path, const std::string &text,
+                       const std::string &file_name) {
+  kfuse::dsl::SourceFile source =
+      path ? kfuse::dsl::SourceFile::read(*path) : kfuse::dsl::SourceFile(file_name, text);
   kfuse::dsl::Diagnostics diags(source);
   return kfuse::dsl::parse_kf(source, diags);
+}
+
+// A mask of more elements than one tensor may hold is a mistake, not a request for gigabytes.
+constexpr uint64_t kMaxMaskElements = kfuse::ir::kMaxExtent;
+
+// kfuse::Error as kfuse.Error. A diagnostic quotes its source line, which may hold bytes that
+// are not UTF-8 (a binary file read as .kf): they are escaped rather than lost to a
+// UnicodeDecodeError.
+void raise_error(const std::exception_ptr &p, void *error_type) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const kfuse::Error &e) {
+    nb::object message = nb::steal(PyUnicode_DecodeUTF8(
+        e.what(), static_cast<Py_ssize_t>(std::strlen(e.what())), "backslashreplace"));
+    PyErr_SetObject(static_cast<PyObject *>(error_type), message.ptr());
+  }
 }
 
 } // namespace
 
 NB_MODULE(_kfuse, m) {
   m.doc() = "kfuse's C++ API; use the kfuse package (kfuse.Pipeline), which wraps it";
-  nb::exception<kfuse::Error>(m, "Error");
+  nb::object error = nb::steal(PyErr_NewException("kfuse._kfuse.Error", PyExc_Exception, nullptr));
+  m.attr("Error") = error;
+  nb::register_exception_translator(raise_error, error.ptr());
+  m.attr("MAX_EXTENT") = kfuse::ir::kMaxExtent;
+  m.attr("MAX_DROPOUT_STREAM") = kfuse::ir::kMaxDropoutStream;
+  m.attr("MAX_MASK_ELEMENTS") = kMaxMaskElements;
 
   m.def(
       "program",
-      [](const std::string &text, const std::string &file_name) {
-        return kfuse::python::program_dict(parse_text(text, file_name));
+      [](const std::optional<std::string> &path, const std::string &text,
+         const std::string &file_name) {
+        return kfuse::python::program_dict(parse(path, text, file_name));
       },
-      nb::arg("text"), nb::arg("file_name"),
-      "The pipeline of .kf text as parsed and verified (python/src/program.h).");
+      nb::arg("path").none(), nb::arg("text"), nb::arg("file_name"),
+      "The pipeline of a .kf file (path) or text as parsed and verified (python/src/program.h).");
+  m.def("ops", &kfuse::python::op_table, "kfuse's op table (python/src/program.h).");
   m.def(
       "interpret",
-      [](const std::string &text, const std::string &file_name, const std::string &mode,
+      [](const std::optional<std::string> &path, const std::string &text,
+         const std::string &file_name, const std::string &mode,
          const std::map<std::string, int64_t> &dims, nb::dict tensors, uint64_t seed,
          uint64_t offset) {
-        return kfuse::python::interpret(parse_text(text, file_name), mode, dims, tensors, seed,
+        return kfuse::python::interpret(parse(path, text, file_name), mode, dims, tensors, seed,
                                         offset);
       },
-      nb::arg("text"), nb::arg("file_name"), nb::arg("mode"), nb::arg("dims"), nb::arg("tensors"),
-      nb::arg("seed"), nb::arg("offset"));
+      nb::arg("path").none(), nb::arg("text"), nb::arg("file_name"), nb::arg("mode"),
+      nb::arg("dims"), nb::arg("tensors"), nb::arg("seed"), nb::arg("offset"));
   m.def(
       "dropout_keep",
-      [](uint64_t seed, uint64_t offset, unsigned stream, uint64_t count, double p) {
+      [](uint64_t seed, uint64_t offset, uint64_t stream, uint64_t count, double p) {
         // The kernels' keep rule (templates/dropout.cuh), one byte per element in row-major
         // order: what a train-mode run at (seed, offset) keeps of dropout stream `stream`.
         if (!(p >= 0 && p < 1))
           throw kfuse::Error(fmt::format("dropout_keep: p must be in [0, 1), got {}", p));
+        if (stream > static_cast<uint64_t>(kfuse::ir::kMaxDropoutStream))
+          throw kfuse::Error(fmt::format("dropout_keep: stream must be in [0, {}], got {}",
+                                         kfuse::ir::kMaxDropoutStream, stream));
+        if (count > kMaxMaskElements)
+          throw kfuse::Error(fmt::format("dropout_keep: count must be in [0, {}] (the elements "
+                                         "of one tensor), got {}",
+                                         kMaxMaskElements, count));
         std::string keep(count, '\0');
         const unsigned threshold = kf::dropout_threshold(static_cast<float>(p));
         for (uint64_t i = 0; i < count; ++i)
-          keep[i] = kf::dropout_keep(seed, offset, stream, i, threshold) ? 1 : 0;
+          keep[i] =
+              kf::dropout_keep(seed, offset, static_cast<unsigned>(stream), i, threshold) ? 1 : 0;
         return nb::bytes(keep.data(), keep.size());
       },
       nb::arg("seed"), nb::arg("offset"), nb::arg("stream"), nb::arg("count"), nb::arg("p"));

@@ -53,6 +53,60 @@ nb::object attr_object(const ir::AttrSpec &spec, const ir::AttrValue &a) {
   throw std::logic_error("an attribute kind the program dict does not convert");
 }
 
+std::string_view attr_kind_name(ir::AttrKind kind) {
+  switch (kind) {
+  case ir::AttrKind::Number:
+    return "number";
+  case ir::AttrKind::Int:
+    return "int";
+  case ir::AttrKind::Extent:
+    return "extent";
+  case ir::AttrKind::DType:
+    return "dtype";
+  case ir::AttrKind::Choice:
+    return "choice";
+  case ir::AttrKind::OptNumber:
+    return "optional number";
+  case ir::AttrKind::Bool:
+    return "bool";
+  case ir::AttrKind::Shape:
+    return "shape";
+  }
+  throw std::logic_error("an attribute kind without a name");
+}
+
+// The operands as documented ("x, weight?, bias?"), each name with its '?' where optional.
+std::vector<std::string> documented_operands(const ir::OpInfo &info) {
+  std::vector<std::string> out;
+  std::string_view rest = info.operands;
+  while (!rest.empty()) {
+    size_t comma = rest.find(", ");
+    out.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 2);
+  }
+  return out;
+}
+
+// The operand each of `args` operands binds: optional operands are given in their documented
+// order, so that batchnorm's 3 operands are x, running_mean and running_var.
+nb::list bound_operands(const ir::OpInfo &info, size_t args) {
+  std::vector<std::string> documented = documented_operands(info);
+  size_t optional = 0;
+  for (const std::string &o : documented)
+    optional += o.back() == '?';
+  size_t present = args - (documented.size() - optional); // the verifier checked the count
+  nb::list out;
+  for (const std::string &o : documented) {
+    if (o.back() != '?')
+      out.append(o);
+    else if (present > 0) {
+      out.append(o.substr(0, o.size() - 1));
+      --present;
+    }
+  }
+  return out;
+}
+
 } // namespace
 
 nb::dict program_dict(const ir::Graph &g) {
@@ -74,6 +128,8 @@ nb::dict program_dict(const ir::Graph &g) {
       for (ir::ValueId a : v.args)
         args.append(a);
       d["args"] = args;
+      d["operands"] = bound_operands(info, v.args.size());
+      d["torch"] = std::string(info.torch);
       nb::dict attrs;
       for (const ir::AttrSpec &spec : info.attrs)
         attrs[nb::str(spec.name.data(), spec.name.size())] =
@@ -91,6 +147,28 @@ nb::dict program_dict(const ir::Graph &g) {
   p["values"] = values;
   p["outputs"] = outputs;
   return p;
+}
+
+nb::list op_table() {
+  nb::list ops;
+  for (const ir::OpInfo &info : ir::all_ops()) {
+    nb::list attrs;
+    for (const ir::AttrSpec &spec : info.attrs) {
+      nb::dict a;
+      a["name"] = std::string(spec.name);
+      a["kind"] = std::string(attr_kind_name(spec.kind));
+      attrs.append(a);
+    }
+    nb::dict d;
+    d["name"] = std::string(info.name);
+    d["class"] = std::string(ir::op_class_name(info.cls));
+    d["operands"] = documented_operands(info);
+    d["attrs"] = attrs;
+    d["internal"] = info.internal;
+    d["torch"] = std::string(info.torch);
+    ops.append(d);
+  }
+  return ops;
 }
 
 } // namespace kfuse::python

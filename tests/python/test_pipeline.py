@@ -76,7 +76,7 @@ def test_bad_options_and_files_are_kfuse_errors(examples):
                        "  return matmul(x, w)\n}\n", file_name="m.kf", precision="bf16", arch="sm_90a")
     with pytest.raises(kfuse.Error, match="no_such.kf"):
         kfuse.Pipeline(examples / "no_such.kf")
-    with pytest.raises(TypeError, match="a .kf file or text="):
+    with pytest.raises(kfuse.Error, match="a .kf file or text="):
         kfuse.Pipeline()
 
 
