@@ -60,6 +60,7 @@ CASES = {
     "elu": [("elu(a)", lambda a, b: F.elu(a)), ("elu(a, alpha=0.5)", lambda a, b: F.elu(a, 0.5))],
     "selu": [("selu(a)", lambda a, b: F.selu(a))],
     "logsigmoid": [("logsigmoid(a)", lambda a, b: F.logsigmoid(a))],
+    "softsign": [("softsign(a)", lambda a, b: F.softsign(a))],
     "exp": [("exp(a)", lambda a, b: torch.exp(a))],
     "log": [("log(a)", lambda a, b: torch.log(a))],
     "abs": [("abs(a)", lambda a, b: torch.abs(a))],

@@ -292,6 +292,12 @@ constexpr OpInfo kOps[] = {
     unary(OpKind::LogSigmoid, "logsigmoid", pw::logsigmoid, "kf::logsigmoid({0})",
           "`F.logsigmoid`: `log(sigmoid(x))`, computed as `min(x, 0) - log1p(exp(-|x|))`",
           "F.logsigmoid(x)"),
+    // A one-expression op carries both definitions in its entry.
+    unary(
+        OpKind::Softsign, "softsign",
+        [](double x, double, const double *) { return x / (1 + std::fabs(x)); },
+        "({0} / (1.0f + fabsf({0})))", "`F.softsign`: `x / (1 + abs(x))`; NaN at +-inf, as PyTorch",
+        "F.softsign(x)"),
     unary(OpKind::Exp, "exp", pw::exp, "expf({0})", "`torch.exp`", "torch.exp(x)"),
     unary(OpKind::Log, "log", pw::log, "logf({0})", "`torch.log`: NaN below 0, -inf at 0",
           "torch.log(x)"),

@@ -56,6 +56,7 @@ enum class OpKind : uint8_t {
   Elu,
   Selu,
   LogSigmoid,
+  Softsign,
   Exp,
   Log,
   Abs,

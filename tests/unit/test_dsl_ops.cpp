@@ -88,7 +88,7 @@ TEST_CASE("op table: names are unique, and ops are listed by class and arity") {
                                           ir::OpKind::Div, ir::OpKind::Maximum, ir::OpKind::Minimum,
                                           ir::OpKind::Pow});
   CHECK(ir::ops_of_class(ir::OpClass::Binary, 1).empty());
-  CHECK(ir::ops_of_class(ir::OpClass::Unary).size() == 23);
+  CHECK(ir::ops_of_class(ir::OpClass::Unary).size() == 24);
   CHECK(ir::ops_of_class(ir::OpClass::ColReduce).empty()); // internal only
   CHECK(ir::ops_of_class(ir::OpClass::ColReduce, -1, true).size() == 2);
   CHECK(ir::ops_of_class(ir::OpClass::Gemm, 3) == std::vector<ir::OpKind>{ir::OpKind::Linear});

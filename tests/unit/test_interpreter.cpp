@@ -912,6 +912,9 @@ TEST_CASE("interpreter: pointwise activations match PyTorch's definitions") {
               -0.04858735157374206});
   check_same(apply(OpKind::LogSigmoid, {-kInfinity, kInfinity, -1000, kNaN}),
              {-kInfinity, 0, -1000, kNaN});
+  check_same(apply(OpKind::Softsign, kXs), {-0.75, -1.0 / 3, 0.0, 1.0 / 3, 0.75});
+  check_same(apply(OpKind::Softsign, {-0.0, kInfinity, -kInfinity, kNaN}),
+             {-0.0, kNaN, kNaN, kNaN});
 }
 
 TEST_CASE("interpreter: softplus follows its threshold as PyTorch does") {
