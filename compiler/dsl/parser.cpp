@@ -260,8 +260,10 @@ private:
         diags_.error(peek().range(), "too many extents: tensors have rank 1 to 4");
       type.shape.push_back(extent());
     } while (accept(TokenKind::Comma));
-    expect(TokenKind::RBracket, "',' or ']' after an extent",
-           {{open.range(), "to match this '['"}});
+    const Token &close = expect(TokenKind::RBracket, "',' or ']' after an extent",
+                                {{open.range(), "to match this '['"}});
+    if (auto problem = ir::size_problem(type))
+      diags_.error(span(dtype, close), *problem);
     return type;
   }
 

@@ -151,8 +151,11 @@ std::optional<std::vector<Dim>> broadcast(const std::vector<Dim> &a, const std::
   return out;
 }
 
-TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
-                      const std::map<std::string, AttrValue> &attrs) {
+namespace {
+
+// The result type by the op's shape rule, before the size model checks it.
+TensorType result_type(OpKind kind, const std::vector<TensorType> &args,
+                       const std::map<std::string, AttrValue> &attrs) {
   const OpInfo &op = op_info(kind);
   int n = static_cast<int>(args.size());
   if (n < op.min_args || n > op.max_args)
@@ -317,5 +320,17 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
   }
   throw TypeError(-1, "unknown op");
 }
+
+} // namespace
+
+TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
+                      const std::map<std::string, AttrValue> &attrs) {
+  TensorType t = result_type(kind, args, attrs);
+  // A broadcast or a GEMM can make a result larger than any argument.
+  if (auto problem = size_problem(t))
+    throw TypeError(-1, fmt::format("{}: the result {}", op_info(kind).name, *problem));
+  return t;
+}
+
 
 } // namespace kfuse::ir

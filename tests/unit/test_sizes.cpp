@@ -1,0 +1,104 @@
+// The size model: every extent, product, element and byte count is checked in int64 at `check`
+// time; integer attributes stay within what the generated code's ints hold; every entry point
+// that binds dims checks them with one function; the host memory of the fp64 interpreter is
+// estimated before it allocates; and no kernel computes more than kMaxOpsPerKernel ops inline.
+#include "compiler/dsl/diagnostics.h"
+#include "compiler/dsl/parser.h"
+#include "compiler/ir/host_memory.h"
+#include "compiler/ir/interpreter.h"
+#include "compiler/ir/ops.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/lower.h"
+#include "compiler/plan/agreement.h"
+#include "compiler/plan/partition.h"
+#include "compiler/plan/planner.h"
+#include "kfuse/kfuse.h"
+#include "tests/support/run_tool.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <limits>
+
+using namespace kfuse;
+using ir::Dim;
+using kfuse::testing::run_kfuse;
+using kfuse::testing::ToolRun;
+
+namespace {
+
+constexpr int64_t kMax = ir::kMaxExtent;
+
+ir::Graph parse_text(const std::string &text) {
+  dsl::SourceFile src("sizes.kf", text);
+  dsl::Diagnostics diags(src);
+  return dsl::parse_kf(src, diags);
+}
+
+// The first line of the diagnostic `text` gives.
+std::string check_error(const std::string &text) {
+  try {
+    parse_text(text);
+  } catch (const dsl::DiagnosticError &e) {
+    std::string s = e.what();
+    return s.substr(0, s.find('\n'));
+  }
+  return "";
+}
+
+std::string pipeline_with(const std::string &body) {
+  return "pipeline p {\n  dim N\n" + body + "}\n";
+}
+
+} // namespace
+
+TEST_CASE("sizes: a product that overflows int64 is an error, not undefined behaviour") {
+  const Dim big = Dim::constant(kMax);
+  CHECK(Dim::product({big, big}).value == kMax * kMax);
+  CHECK_THROWS_WITH_AS(Dim::product({big, big, big}),
+                       "the product of the extents [2147483647, 2147483647, 2147483647] "
+                       "overflows int64",
+                       Error);
+  const Dim btu = Dim::product({Dim::symbol("B"), Dim::symbol("T"), Dim::symbol("U")});
+  CHECK(btu.evaluate({{"B", kMax}, {"T", 2}, {"U", 3}}) == kMax * 6);
+  CHECK_THROWS_WITH_AS(btu.evaluate({{"B", kMax}, {"T", kMax}, {"U", kMax}}),
+                       "extent B*T*U overflows int64 at B=2147483647, T=2147483647, U=2147483647",
+                       Error);
+  const ir::TensorType t{ir::DType::F32, {Dim::symbol("N"), big, big}};
+  CHECK(ir::element_count(t, {{"N", 1}}) == kMax * kMax);
+  CHECK(ir::element_count(t, {{"N", 2}}) == 2 * kMax * kMax);
+  CHECK(ir::element_count(t, {{"N", 3}}) == std::nullopt);
+}
+
+TEST_CASE("sizes: check refuses rows, elements and bytes beyond the size model, located") {
+  CHECK(check_error(pipeline_with("  input x: f32[2147483647, 2147483647, 2147483647, 1]\n"
+                                  "  return relu(x)\n")) ==
+        "sizes.kf:3:12: error: f32[2147483647, 2147483647, 2147483647, 1] has "
+        "2147483647*2147483647*2147483647 rows (the product of its leading extents); kfuse takes "
+        "at most 2147483647");
+  CHECK(check_error(pipeline_with("  input x: f32[N, 65536, 65536, 4]\n  return relu(x)\n")) ==
+        "sizes.kf:3:12: error: f32[N, 65536, 65536, 4] has N*65536*65536 rows (the product of its "
+        "leading extents), at least 4294967296; kfuse takes at most 2147483647");
+  CHECK(check_error(pipeline_with("  input x: f32[2147483647, 2147483647]\n  return relu(x)\n")) ==
+        "sizes.kf:3:12: error: f32[2147483647, 2147483647] has 4611686014132420609 elements of 4 "
+        "bytes: more bytes than int64 holds (9223372036854775807)");
+  // bf16 has 2 bytes an element: the same extents fit.
+  CHECK(check_error(pipeline_with("  input x: bf16[2147483647, 2147483647]\n"
+                                  "  return relu(x)\n")) == "");
+  // A broadcast (or a GEMM) can make a result larger than its operands: checked at the op.
+  CHECK(check_error(pipeline_with("  input a: f32[2147483647, 1]\n  input b: f32[1, 2147483647]\n"
+                                  "  return add(a, b)\n")) ==
+        "sizes.kf:5:10: error: add: the result f32[2147483647, 2147483647] has "
+        "4611686014132420609 elements of 4 bytes: more bytes than int64 holds "
+        "(9223372036854775807)");
+}
+
+TEST_CASE("sizes: the verifier applies the size model to graphs built in code") {
+  ir::GraphBuilder b("big");
+  ir::ValueId x = b.declare(ir::ValueKind::Input, "x",
+                            {ir::DType::F32, {Dim::constant(kMax), Dim::constant(kMax)}});
+  b.add_output(x);
+  CHECK_THROWS_WITH_AS(ir::verify(b.graph()), doctest::Contains("more bytes than int64 holds"),
+                       ir::VerifyError);
+}
