@@ -51,6 +51,14 @@ std::string pipeline_with(const std::string &body) {
   return "pipeline p {\n  dim N\n" + body + "}\n";
 }
 
+const char *kGemm = R"(pipeline gemm {
+  dim N
+  input  x: f32[N, 64]
+  param  weight: f32[32, 64]
+  return relu(linear(x, weight))
+}
+)";
+
 } // namespace
 
 TEST_CASE("sizes: a product that overflows int64 is an error, not undefined behaviour") {
@@ -101,4 +109,28 @@ TEST_CASE("sizes: the verifier applies the size model to graphs built in code") 
   b.add_output(x);
   CHECK_THROWS_WITH_AS(ir::verify(b.graph()), doctest::Contains("more bytes than int64 holds"),
                        ir::VerifyError);
+}
+
+TEST_CASE("dims: every entry point refuses a dim outside [1, 2^31 - 1] with the same message") {
+  Options o;
+  o.arch = "sm_90a";
+  Pipeline p = Pipeline::from_string(kGemm, "gemm.kf", o);
+  const ir::Graph g = parse_text(kGemm);
+  const ir::TensorMap no_tensors;
+  for (int64_t n :
+       {int64_t{0}, int64_t{-1}, kMax + 1, int64_t{1} << 60, std::numeric_limits<int64_t>::max()}) {
+    INFO(n);
+    const std::string problem =
+        fmt::format("dim N = {} is out of range; dims are integers in [1, 2147483647]", n);
+    CHECK(ir::dim_value_problem("N", n) == problem);
+    CHECK_THROWS_WITH_AS(p.workspace_size({{"N", n}}), doctest::Contains(problem.c_str()), Error);
+    CHECK_THROWS_WITH_AS(p.shape("x", {{"N", n}}), doctest::Contains(problem.c_str()), Error);
+    CHECK_THROWS_WITH_AS(p.output_shape(0, {{"N", n}}), doctest::Contains(problem.c_str()), Error);
+    CHECK_THROWS_WITH_AS(p.dims({{"x", {n, 64}}}), doctest::Contains(problem.c_str()), Error);
+    CHECK_THROWS_WITH_AS(ir::Interpreter(g, ir::Mode::Eval, {{"N", n}}, no_tensors),
+                         doctest::Contains(problem.c_str()), ir::InterpretError);
+  }
+  // The largest dim is sized without wrapping around or looping.
+  CHECK(p.workspace_size({{"N", kMax}}) >= p.workspace_size({{"N", 4096}}));
+  CHECK(p.output_shape(0, {{"N", kMax}}) == std::vector<int64_t>{kMax, 32});
 }

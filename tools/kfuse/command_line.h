@@ -33,13 +33,10 @@ struct CommandLine {
   ir::DimBindings dims_of(const ir::Graph &g, bool all) const;
 };
 
-// The largest --dim value: extents are 32-bit on the GPU.
-constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
-
 // `valued` names the options that take a value (`dim` among them for the commands that take
 // --dim); every other --name is a flag. `-o X` is the same as `--output X`. Throws UsageError
-// on an unknown option, and on a --dim that is not NAME=DIGITS in [1, kMaxDim] or repeats a
-// name.
+// on an unknown option, and on a --dim that is not NAME=DIGITS that ir::dim_value_problem accepts
+// or repeats a name.
 CommandLine parse_command_line(int argc, char **argv, const std::set<std::string> &valued,
                                const std::set<std::string> &known_flags);
 
