@@ -249,7 +249,7 @@ TensorType result_type(OpKind kind, const std::vector<TensorType> &args,
       expect_feature_vector(op, args, i, f, names[i]);
       expect_param_dtype(op, args, i, names[i]);
     }
-    // A symbolic F is checked once bound (group_size_problem); groups < 1 is the rule's.
+    // A symbolic F is checked once bound (group_size_problem); groups < 1 is the range's.
     if (attrs.count("groups") && !f.is_symbolic())
       if (auto problem = group_size_problem(op, attrs, f.value))
         throw TypeError(-1, *problem);
@@ -284,8 +284,9 @@ TensorType result_type(OpKind kind, const std::vector<TensorType> &args,
       throw TypeError(0, fmt::format("{} needs a constant feature count, got {}: the output width "
                                      "(F - kernel_size) / stride + 1 would have no dim name",
                                      op.name, args[0].str()));
-    if (auto problem = op.rule(attrs)) // before the width, which assumes a valid window
-      throw TypeError(-1, *problem);
+    for (const AttrSpec &spec : op.attrs) // before the width, which assumes a valid window
+      if (auto problem = check_attr(spec, attrs.at(std::string(spec.name))))
+        throw TypeError(-1, fmt::format("{}: attribute '{}' {}", op.name, spec.name, *problem));
     std::vector<Dim> shape = args[0].shape;
     shape.back() = Dim::constant(pool_width(attrs, f.value));
     if (shape.back().value < 1)
@@ -331,6 +332,5 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     throw TypeError(-1, fmt::format("{}: the result {}", op_info(kind).name, *problem));
   return t;
 }
-
 
 } // namespace kfuse::ir

@@ -111,6 +111,48 @@ TEST_CASE("sizes: the verifier applies the size model to graphs built in code") 
                        ir::VerifyError);
 }
 
+TEST_CASE("attributes: every integer attribute is range-checked against an int by the op table") {
+  int checked = 0;
+  for (const ir::OpInfo &op : ir::all_ops())
+    for (const ir::AttrSpec &spec : op.attrs) {
+      if (spec.kind != ir::AttrKind::Int && !spec.range.integer)
+        continue;
+      INFO(op.name, " ", spec.name);
+      ++checked;
+      for (double beyond : {2147483648.0, 4294967296.0, 1e19, -1e19})
+        CHECK(ir::check_attr(spec, ir::AttrValue(beyond)).has_value());
+    }
+  CHECK(checked >= 5); // dim, groups, kernel_size, stride, stream
+  const ir::OpInfo &pool = ir::op_info(ir::OpKind::MaxPool1d);
+  CHECK(ir::check_attr(pool.attrs[1], ir::AttrValue(4294967296.0)) ==
+        "must be an integer in [1, 2147483647], got 4294967296");
+  CHECK(ir::check_attr(pool.attrs[1], ir::AttrValue(1.5)) ==
+        "must be an integer in [1, 2147483647], got 1.5");
+  CHECK(ir::check_attr(pool.attrs[1], ir::AttrValue(ir::kInf)) == std::nullopt); // none
+  CHECK(ir::check_attr(pool.attrs[1], ir::AttrValue(2147483647.0)) == std::nullopt);
+  CHECK(ir::check_attr(pool.attrs[0], ir::AttrValue(0.0)) ==
+        "must be an integer in [1, 2147483647], got 0");
+}
+
+TEST_CASE("attributes: out-of-range strides, windows and groups are located diagnostics") {
+  CHECK(check_error(pipeline_with("  input x: f32[N, 8]\n"
+                                  "  return max_pool1d(x, kernel_size=1, stride=1e19)\n")) ==
+        "sizes.kf:4:46: error: attribute 'stride' of max_pool1d must be an integer in [1, "
+        "2147483647], got 1e19");
+  CHECK(check_error(pipeline_with("  input x: f32[N, 8]\n"
+                                  "  return max_pool1d(x, kernel_size=1, stride=4294967296)\n")) ==
+        "sizes.kf:4:46: error: attribute 'stride' of max_pool1d must be an integer in [1, "
+        "2147483647], got 4294967296");
+  CHECK(check_error(pipeline_with("  input x: f32[N, 8]\n"
+                                  "  return avg_pool1d(x, kernel_size=4294967296)\n")) ==
+        "sizes.kf:4:36: error: attribute 'kernel_size' of avg_pool1d must be an integer in [1, "
+        "2147483647], got 4294967296");
+  CHECK(check_error(pipeline_with("  input x: f32[N, 64]\n"
+                                  "  return groupnorm(x, groups=4294967296)\n")) ==
+        "sizes.kf:4:30: error: attribute 'groups' of groupnorm must be an integer in [1, "
+        "2147483647], got 4294967296");
+}
+
 TEST_CASE("dims: every entry point refuses a dim outside [1, 2^31 - 1] with the same message") {
   Options o;
   o.arch = "sm_90a";
