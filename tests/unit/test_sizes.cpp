@@ -176,3 +176,42 @@ TEST_CASE("dims: every entry point refuses a dim outside [1, 2^31 - 1] with the 
   CHECK(p.workspace_size({{"N", kMax}}) >= p.workspace_size({{"N", 4096}}));
   CHECK(p.output_shape(0, {{"N", kMax}}) == std::vector<int64_t>{kMax, 32});
 }
+
+TEST_CASE("host memory: the interpreter's memory is estimated and refused above the limit") {
+  ir::Graph g = parse_text(kGemm);
+  // x [N, 64], weight [32, 64], three copies; the linear and the relu [N, 32] once each.
+  CHECK(ir::fp64_host_bytes(g, {{"N", 10}}, 3, false) == 8 * 3 * (10 * 64 + 32 * 64));
+  CHECK(ir::fp64_host_bytes(g, {{"N", 10}}, 3, true) ==
+        8 * (3 * (10 * 64 + 32 * 64) + 2 * 10 * 32));
+  ::setenv(ir::kHostMemoryVariable, "0.001", 1); // 1 MB
+  CHECK_NOTHROW(ir::check_host_memory("kfuse run", {{"N", 10}}, 1000000));
+  CHECK_THROWS_WITH_AS(ir::check_host_memory("kfuse run", {{"N", 10}}, 2500000),
+                       "kfuse run at N=10 needs 0.0 GB of host memory, more than the limit of 0.0 "
+                       "GB (KFUSE_HOST_MEMORY_GB); set KFUSE_HOST_MEMORY_GB=<GB> to raise it",
+                       Error);
+  ::setenv(ir::kHostMemoryVariable, "lots", 1);
+  CHECK_THROWS_WITH_AS(
+      ir::check_host_memory("kfuse run", {}, 1),
+      doctest::Contains(
+          "KFUSE_HOST_MEMORY_GB must be a positive number of GB (1e9 bytes), got 'lots'"),
+      Error);
+  ::unsetenv(ir::kHostMemoryVariable);
+  // No machine holds a petabyte: refused by the machine's own limit.
+  CHECK_THROWS_WITH_AS(ir::check_host_memory("kfuse run", {}, int64_t{1} << 50),
+                       doctest::Contains("GB of host memory, more than the limit of"), Error);
+}
+
+TEST_CASE("host memory: plan --prove and run say what they need before they allocate") {
+  const std::string kf = "examples/gemm_bn_scale_softmax.kf --dim N=2147483647";
+  ToolRun prove = run_kfuse("plan " + kf + " --prove");
+  CHECK(prove.exit_code == 1);
+  CHECK(prove.err.find("kfuse plan: error: kfuse plan --prove at N=2147483647 needs ") == 0);
+  CHECK(prove.err.find(" GB of host memory, more than the limit of ") != std::string::npos);
+  CHECK(prove.err.find("set KFUSE_HOST_MEMORY_GB=<GB> to raise it") != std::string::npos);
+  // Without a GPU, run says so before any host work; with one, what the reference needs.
+  ToolRun run = run_kfuse("run " + kf);
+  CHECK(run.exit_code == 1);
+  INFO(run.err);
+  CHECK((run.err.find("kfuse run: error: CUDA driver unavailable") == 0 ||
+         run.err.find("kfuse run: error: kfuse run at N=2147483647 needs ") == 0));
+}
