@@ -51,6 +51,15 @@ std::string pipeline_with(const std::string &body) {
   return "pipeline p {\n  dim N\n" + body + "}\n";
 }
 
+// A chain of `n` ops after a relu: `h = OP` each, with h and w: f32[8] in scope.
+std::string chain(int n, const std::string &op) {
+  std::string s = "pipeline chain {\n  dim N\n  input x: f32[N, 8]\n  param w: f32[8]\n"
+                  "  h = relu(x)\n";
+  for (int i = 1; i < n; ++i)
+    s += "  h = " + op + "\n";
+  return s + "  return h\n}\n";
+}
+
 const char *kGemm = R"(pipeline gemm {
   dim N
   input  x: f32[N, 64]
@@ -214,4 +223,26 @@ TEST_CASE("host memory: plan --prove and run say what they need before they allo
   INFO(run.err);
   CHECK((run.err.find("kfuse run: error: CUDA driver unavailable") == 0 ||
          run.err.find("kfuse run: error: kfuse run at N=2147483647 needs ") == 0));
+}
+
+TEST_CASE("planner: no kernel computes more than kMaxOpsPerKernel ops inline") {
+  // tanh: a chain of matrix ops; mul by w: folded into one per-column scale, a chain of column
+  // values (w * w * ...) that the scaling kernel would compute inline.
+  for (const char *op : {"tanh(h)", "mul(h, w)"})
+    for (int n : {40, 1000}) {
+      INFO(std::string(op), " ", n);
+      const std::string text = chain(n, op);
+      ir::Graph g = parse_text(text);
+      for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
+        plan::Plan p = plan::make_plan(g, mode);
+        for (const plan::Kernel &k : p.kernels)
+          CHECK(static_cast<int64_t>(k.computes.size()) <= plan::kMaxOpsPerKernel);
+        CHECK((p.kernels.size() > 1) == (n > 40));
+        plan::StageError worst = plan::first_failure(
+            plan::check_planner(g, mode, {{"N", 3}}, 7, passes::pipeline()), 1e-9);
+        CHECK(worst.error <= 1e-9);
+      }
+      LowerOptions o;
+      CHECK_NOTHROW(lower(dsl::SourceFile("chain.kf", text), o)); // every kernel emits
+    }
 }
