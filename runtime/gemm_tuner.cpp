@@ -29,9 +29,8 @@ void check_dims(const ir::Graph &g, const std::map<std::string, int64_t> &dims) 
     if (std::find(g.dims.begin(), g.dims.end(), name) == g.dims.end())
       throw Error(
           fmt::format("pipeline '{}': tuning was given dim {}, which it has not", g.name, name));
-    if (value < 1 || value > 0x7fffffff)
-      throw Error(fmt::format("pipeline '{}': tuning was given {} = {}; dims are in [1, {}]",
-                              g.name, name, value, 0x7fffffff));
+    if (auto problem = ir::dim_value_problem(name, value))
+      throw Error(fmt::format("pipeline '{}': tuning: {}", g.name, *problem));
   }
 }
 

@@ -91,9 +91,9 @@ void unify(const std::string &where, const std::string &tensor, const ir::Tensor
                                 type.str(), ir::shape_text(shape), d.str(), d.evaluate(dims)));
       continue;
     }
-    if (shape[i] <= 0 || shape[i] > INT_MAX)
-      throw Error(fmt::format("{}: tensor '{}' has extent {} for dim {}; dims must be in [1, {}]",
-                              where, tensor, shape[i], d.sym, INT_MAX));
+    if (auto problem = ir::dim_value_problem(d.sym, shape[i]))
+      throw Error(fmt::format("{}: tensor '{}' of shape {}: {}", where, tensor,
+                              ir::shape_text(shape), *problem));
     auto [it, fresh] = dims.emplace(d.sym, shape[i]);
     if (!fresh && it->second != shape[i])
       throw Error(fmt::format("{}: dim {} is {} from tensor '{}' but {} from tensor '{}' {}", where,
@@ -245,6 +245,8 @@ namespace {
 
 std::vector<int64_t> bound_shape(const std::string &where, const ir::TensorType &t,
                                  const std::map<std::string, int64_t> &dims) {
+  if (auto problem = ir::dim_values_problem(dims))
+    throw Error(fmt::format("{}: {}", where, *problem));
   std::vector<int64_t> shape;
   for (const ir::Dim &d : t.shape) {
     // A view's extent may be a product of dims (`B*T`): each of them must be bound.

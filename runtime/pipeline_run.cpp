@@ -344,13 +344,11 @@ RngState Pipeline::rng_state() const {
 
 size_t Pipeline::workspace_size(const std::map<std::string, int64_t> &dims) const {
   const Impl &im = impl();
-  for (const std::string &d : im.plan.graph.dims) {
-    auto it = dims.find(d);
-    if (it == dims.end())
+  for (const std::string &d : im.plan.graph.dims)
+    if (!dims.count(d))
       throw Error(fmt::format("{}: dim {} is not bound", im.where, d));
-    if (it->second <= 0)
-      throw Error(fmt::format("{}: dim {} is {}; dims must be positive", im.where, d, it->second));
-  }
+  if (auto problem = ir::dim_values_problem(dims))
+    throw Error(fmt::format("{}: {}", im.where, *problem));
   // The SM count decides split-K's share; where no GEMM can split, any count gives the same size.
   int multiprocessors = im.multiprocessors;
   if (multiprocessors == 0 && im.table->may_split(dims)) {

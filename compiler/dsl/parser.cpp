@@ -260,8 +260,10 @@ private:
         diags_.error(peek().range(), "too many extents: tensors have rank 1 to 4");
       type.shape.push_back(extent());
     } while (accept(TokenKind::Comma));
-    expect(TokenKind::RBracket, "',' or ']' after an extent",
-           {{open.range(), "to match this '['"}});
+    const Token &close = expect(TokenKind::RBracket, "',' or ']' after an extent",
+                                {{open.range(), "to match this '['"}});
+    if (auto problem = ir::size_problem(type))
+      diags_.error(span(dtype, close), *problem);
     return type;
   }
 
@@ -626,7 +628,7 @@ private:
         diags_.error(at, fmt::format("{} must be an integer, got {}", what, got));
       int64_t x = 0;
       auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), x);
-      if (ec != std::errc() || x > ir::kMaxExtent)
+      if (ec != std::errc()) // beyond int64; check_attr says the range of the rest
         diags_.error(at, fmt::format("{} is out of range: {}", what, got));
       value = {static_cast<double>(minus ? -x : x), {}};
       break;

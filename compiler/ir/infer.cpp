@@ -151,8 +151,11 @@ std::optional<std::vector<Dim>> broadcast(const std::vector<Dim> &a, const std::
   return out;
 }
 
-TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
-                      const std::map<std::string, AttrValue> &attrs) {
+namespace {
+
+// The result type by the op's shape rule, before the size model checks it.
+TensorType result_type(OpKind kind, const std::vector<TensorType> &args,
+                       const std::map<std::string, AttrValue> &attrs) {
   const OpInfo &op = op_info(kind);
   int n = static_cast<int>(args.size());
   if (n < op.min_args || n > op.max_args)
@@ -246,7 +249,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
       expect_feature_vector(op, args, i, f, names[i]);
       expect_param_dtype(op, args, i, names[i]);
     }
-    // A symbolic F is checked once bound (group_size_problem); groups < 1 is the rule's.
+    // A symbolic F is checked once bound (group_size_problem); groups < 1 is the range's.
     if (attrs.count("groups") && !f.is_symbolic())
       if (auto problem = group_size_problem(op, attrs, f.value))
         throw TypeError(-1, *problem);
@@ -281,8 +284,9 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
       throw TypeError(0, fmt::format("{} needs a constant feature count, got {}: the output width "
                                      "(F - kernel_size) / stride + 1 would have no dim name",
                                      op.name, args[0].str()));
-    if (auto problem = op.rule(attrs)) // before the width, which assumes a valid window
-      throw TypeError(-1, *problem);
+    for (const AttrSpec &spec : op.attrs) // before the width, which assumes a valid window
+      if (auto problem = check_attr(spec, attrs.at(std::string(spec.name))))
+        throw TypeError(-1, fmt::format("{}: attribute '{}' {}", op.name, spec.name, *problem));
     std::vector<Dim> shape = args[0].shape;
     shape.back() = Dim::constant(pool_width(attrs, f.value));
     if (shape.back().value < 1)
@@ -316,6 +320,17 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
     break;
   }
   throw TypeError(-1, "unknown op");
+}
+
+} // namespace
+
+TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
+                      const std::map<std::string, AttrValue> &attrs) {
+  TensorType t = result_type(kind, args, attrs);
+  // A broadcast or a GEMM can make a result larger than any argument.
+  if (auto problem = size_problem(t))
+    throw TypeError(-1, fmt::format("{}: the result {}", op_info(kind).name, *problem));
+  return t;
 }
 
 } // namespace kfuse::ir

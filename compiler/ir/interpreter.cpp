@@ -328,10 +328,12 @@ int64_t concrete_extent(const Dim &d, const DimBindings &dims, const std::string
     auto it = dims.find(name);
     if (it == dims.end())
       throw InterpretError(fmt::format("dim '{}' of {} is not bound", name, where));
-    if (it->second < 1)
-      throw InterpretError(fmt::format("dim '{}' of {} is bound to {}; extents must be positive",
-                                       name, where, it->second));
-    extent *= it->second;
+    if (auto problem = dim_value_problem(name, it->second))
+      throw InterpretError(fmt::format("{}: {}", where, *problem));
+    std::optional<int64_t> product = checked_mul(extent, it->second);
+    if (!product)
+      throw InterpretError(fmt::format("{}: extent {} overflows int64", where, d.str()));
+    extent = *product;
   }
   return extent;
 }

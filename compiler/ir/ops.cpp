@@ -25,8 +25,14 @@ constexpr AttrSpec required(std::string_view name, AttrKind kind) {
 constexpr AttrSpec choice(std::string_view name, std::string_view words) {
   return {name, AttrKind::Choice, false, 0, words, {}};
 }
-constexpr AttrSpec optional_number(std::string_view name, double none) {
-  return {name, AttrKind::OptNumber, false, none, {}, {}};
+constexpr AttrSpec optional_number(std::string_view name, double none, Range r = {}) {
+  return {name, AttrKind::OptNumber, false, none, {}, r};
+}
+constexpr AttrSpec required_int(std::string_view name, Range r = {}) {
+  return {name, AttrKind::Int, true, 0, {}, r};
+}
+constexpr AttrSpec optional_int(std::string_view name, double def, Range r) {
+  return {name, AttrKind::Int, false, def, {}, r};
 }
 constexpr AttrSpec boolean(std::string_view name, bool def) {
   return {name, AttrKind::Bool, false, def ? 1.0 : 0.0, {}, {}};
@@ -34,6 +40,8 @@ constexpr AttrSpec boolean(std::string_view name, bool def) {
 constexpr Range positive{0, kInf, true, false};
 constexpr Range non_negative{0, kInf, false, false};
 constexpr Range unit{0, 1, false, false};
+// A count or a width the kernels take as an int: an integer in [1, kMaxKernelInt].
+constexpr Range positive_int{1, kMaxKernelInt, false, false, true};
 
 constexpr AttrSpec kBatchNormAttrs[] = {number("eps", 1e-5, positive),
                                         number("momentum", 0.1, unit)};
@@ -43,22 +51,22 @@ constexpr AttrSpec kHardtanhAttrs[] = {number("min_val", -1.0), number("max_val"
 constexpr AttrSpec kClampAttrs[] = {optional_number("min", -kInf), optional_number("max", kInf)};
 constexpr AttrSpec kSoftplusAttrs[] = {number("beta", 1.0, positive), number("threshold", 20.0)};
 constexpr AttrSpec kEluAttrs[] = {number("alpha", 1.0)};
-constexpr AttrSpec kDimAttrs[] = {required("dim", AttrKind::Int)};
-constexpr AttrSpec kReduceAttrs[] = {required("dim", AttrKind::Int), boolean("keepdim", false)};
-constexpr AttrSpec kVarAttrs[] = {required("dim", AttrKind::Int), boolean("keepdim", false),
+constexpr AttrSpec kDimAttrs[] = {required_int("dim")};
+constexpr AttrSpec kReduceAttrs[] = {required_int("dim"), boolean("keepdim", false)};
+constexpr AttrSpec kVarAttrs[] = {required_int("dim"), boolean("keepdim", false),
                                   number("correction", 1.0, non_negative)};
 constexpr AttrSpec kLayerNormAttrs[] = {number("eps", 1e-5, positive)};
 // PyTorch's F.rms_norm default: eps=None means torch.finfo(torch.float32).eps.
 constexpr AttrSpec kRmsNormAttrs[] = {number("eps", 1.1920928955078125e-07, positive)};
-constexpr AttrSpec kGroupNormAttrs[] = {required("groups", AttrKind::Int),
+constexpr AttrSpec kGroupNormAttrs[] = {required_int("groups", positive_int),
                                         number("eps", 1e-5, positive)};
 // PyTorch's stride=None: the window's own width.
-constexpr AttrSpec kPoolAttrs[] = {required("kernel_size", AttrKind::Int),
-                                   optional_number("stride", kInf)};
+constexpr AttrSpec kPoolAttrs[] = {required_int("kernel_size", positive_int),
+                                   optional_number("stride", kInf, positive_int)};
 // PyTorch's default p; `stream` defaults to the op's ordinal among the graph's dropouts
 // (GraphBuilder::op), so that every dropout draws its own stream.
 constexpr AttrSpec kDropoutAttrs[] = {number("p", 0.5, {0, 1, false, true}),
-                                      {"stream", AttrKind::Int, false, 0, {}, {}}};
+                                      optional_int("stream", 0, {0, kMaxDropoutStream})};
 constexpr AttrSpec kShapeAttrs[] = {required("shape", AttrKind::Shape)};
 constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {}, unit},
                                        required("count", AttrKind::Extent)};
@@ -81,30 +89,6 @@ std::optional<std::string> some_bound(const AttrMap &a) {
   if (std::isfinite(a.at("min").number) || std::isfinite(a.at("max").number))
     return std::nullopt;
   return std::string("clamp needs at least one of the attributes 'min' and 'max'");
-}
-
-std::optional<std::string> positive_groups(const AttrMap &a) {
-  double g = a.at("groups").number;
-  if (g >= 1)
-    return std::nullopt;
-  return fmt::format("groupnorm needs groups >= 1, got {}", format_number(g));
-}
-
-std::optional<std::string> pool_window(const AttrMap &a) {
-  double k = a.at("kernel_size").number, s = a.at("stride").number;
-  if (k < 1)
-    return fmt::format("kernel_size must be >= 1, got {}", format_number(k));
-  if (std::isfinite(s) && (s < 1 || std::floor(s) != s))
-    return fmt::format("stride must be an integer >= 1, got {}", format_number(s));
-  return std::nullopt;
-}
-
-std::optional<std::string> stream_in_range(const AttrMap &a) {
-  double s = a.at("stream").number;
-  if (s >= 0 && s <= kMaxDropoutStream)
-    return std::nullopt;
-  return fmt::format("dropout's stream must be in [0, {}], got {}", kMaxDropoutStream,
-                     format_number(s));
 }
 
 // --- the table ----------------------------------------------------------------------------
@@ -177,7 +161,7 @@ constexpr OpInfo pool(OpKind k, std::string_view name, ReduceFn f, std::string_v
           false,
           nullptr,
           {},
-          pool_window,
+          nullptr,
           "`x: [N, F]` → `[N, (F - kernel_size) / stride + 1]` (rounded down); `F` a number",
           semantics,
           f,
@@ -330,7 +314,7 @@ constexpr OpInfo kOps[] = {
              "`F.group_norm(x, groups, weight, bias, eps)`: each row's `F` features split into "
              "`groups` contiguous groups of `F / groups`, each normalized by its own mean and "
              "biased variance, then the per-feature `* weight + bias`",
-             "F.group_norm(x, groups, weight, bias, eps)", positive_groups,
+             "F.group_norm(x, groups, weight, bias, eps)", nullptr,
              "`x: [N, F]`, the others `[F]` → `[N, F]`; `groups` divides `F` (checked at run time "
              "where `F` is a dim name)"),
     row_norm(OpKind::InstanceNorm, "instancenorm", 1, "x", kLayerNormAttrs,
@@ -387,7 +371,7 @@ constexpr OpInfo kOps[] = {
      false,
      nullptr,
      "kf::dropout({0}, {p}, {stream}, rng_seed, rng_offset, {index})",
-     stream_in_range,
+     nullptr,
      "`x` → the same shape",
      "`F.dropout(x, p, training)`: the identity in eval mode; in train mode each element is "
      "kept with probability `1 - p` and scaled by `1 / (1 - p)`, else multiplied by 0, drawn "
@@ -565,6 +549,40 @@ static_assert(reductions_complete(), "every reduction and pool needs fp64 semant
 
 std::string bound_text(double v) { return format_number(v); }
 
+// The interval a number attribute's value must lie in: its spec's range, and for an integer
+// (every Int; a Number or OptNumber whose range says so) what an `int` of the generated code
+// holds, so that no value is cut when it is emitted.
+Range value_range(const AttrSpec &spec) {
+  Range r = spec.range;
+  r.integer = r.integer || spec.kind == AttrKind::Int;
+  if (r.integer) {
+    r.lo = std::max(r.lo, -kMaxKernelInt);
+    r.hi = std::min(r.hi, kMaxKernelInt);
+  }
+  return r;
+}
+
+// "a number > 0", "an integer in [1, 2147483647]", "a number".
+std::string range_expectation(const Range &r) {
+  std::string_view what = r.integer ? "an integer" : "a number";
+  bool lo = std::isfinite(r.lo), hi = std::isfinite(r.hi);
+  if (lo && hi)
+    return fmt::format("{} in {}{}, {}{}", what, r.lo_open ? "(" : "[", bound_text(r.lo),
+                       bound_text(r.hi), r.hi_open ? ")" : "]");
+  if (lo)
+    return fmt::format("{} {} {}", what, r.lo_open ? ">" : "≥", bound_text(r.lo));
+  if (hi)
+    return fmt::format("{} {} {}", what, r.hi_open ? "<" : "≤", bound_text(r.hi));
+  return std::string(what);
+}
+
+bool in_range(const Range &r, double x) {
+  if (!std::isfinite(x) || x < r.lo || x > r.hi || (r.lo_open && x == r.lo) ||
+      (r.hi_open && x == r.hi))
+    return false;
+  return !r.integer || std::floor(x) == x;
+}
+
 } // namespace
 
 std::string_view op_class_name(OpClass c) {
@@ -639,24 +657,13 @@ std::vector<std::string_view> choice_words(const AttrSpec &spec) {
 
 std::string attr_expectation(const AttrSpec &spec) {
   switch (spec.kind) {
-  case AttrKind::Number: {
-    const Range &r = spec.range;
-    bool lo = std::isfinite(r.lo), hi = std::isfinite(r.hi);
-    if (lo && hi)
-      return fmt::format("a number in {}{}, {}{}", r.lo_open ? "(" : "[", bound_text(r.lo),
-                         bound_text(r.hi), r.hi_open ? ")" : "]");
-    if (lo)
-      return fmt::format("a number {} {}", r.lo_open ? ">" : "≥", bound_text(r.lo));
-    if (hi)
-      return fmt::format("a number {} {}", r.hi_open ? "<" : "≤", bound_text(r.hi));
-    return "a number";
-  }
-  case AttrKind::OptNumber:
-    return "a number";
+  case AttrKind::Number:
+  case AttrKind::Int:
+    return range_expectation(value_range(spec));
+  case AttrKind::OptNumber: // none is written by leaving the attribute out
+    return range_expectation(value_range(spec));
   case AttrKind::Bool:
     return "true or false";
-  case AttrKind::Int:
-    return "an integer";
   case AttrKind::Extent:
     return "a positive integer, a dim name or a product of them";
   case AttrKind::DType:
@@ -683,21 +690,14 @@ std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a) 
     return a.dim.empty() ? format_number(a.number) : fmt::format("'{}'", a.dim);
   };
   auto wrong = [&] { return fmt::format("must be {}, got {}", attr_expectation(spec), got()); };
-  bool is_integer = std::isfinite(a.number) && std::floor(a.number) == a.number;
   switch (spec.kind) {
-  case AttrKind::Number: {
-    const Range &r = spec.range;
-    if (!a.dim.empty() || !std::isfinite(a.number) || a.number < r.lo || a.number > r.hi ||
-        (r.lo_open && a.number == r.lo) || (r.hi_open && a.number == r.hi))
-      return wrong();
-    return std::nullopt;
-  }
-  case AttrKind::OptNumber:
-    if (!a.dim.empty() || !(std::isfinite(a.number) || a.number == spec.number))
-      return wrong();
-    return std::nullopt;
+  case AttrKind::Number:
   case AttrKind::Int:
-    if (!a.dim.empty() || !is_integer || std::fabs(a.number) > kMaxExtent)
+    if (!a.dim.empty() || !in_range(value_range(spec), a.number))
+      return wrong();
+    return std::nullopt;
+  case AttrKind::OptNumber: // none is the spec's infinite default
+    if (!a.dim.empty() || !(a.number == spec.number || in_range(value_range(spec), a.number)))
       return wrong();
     return std::nullopt;
   case AttrKind::Bool:

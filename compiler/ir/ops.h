@@ -152,10 +152,17 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 // Dropout streams take 16 bits of the Philox counter (templates/dropout.cuh).
 inline constexpr int kMaxDropoutStream = 65535;
 
-// The interval a Number attribute must lie in; an infinite end is no bound.
+// The largest value of an `int`: integer attributes (kernel_size, stride, groups, a dim, a
+// stream) are emitted into `int` arguments and template parameters of the generated code.
+inline constexpr double kMaxKernelInt = 2147483647;
+
+// The interval a Number, Int or OptNumber (when given) attribute must lie in; an infinite end
+// is no bound. `integer`: the value must be an integer, and then within [-kMaxKernelInt,
+// kMaxKernelInt] whatever the interval says (Int attributes always are).
 struct Range {
   double lo = -kInf, hi = kInf;
   bool lo_open = false, hi_open = false;
+  bool integer = false;
 };
 
 struct AttrSpec {
@@ -164,7 +171,7 @@ struct AttrSpec {
   bool required;
   double number;            // the default (Number, Int, OptNumber: +-inf for "none")
   std::string_view choices; // Choice: the words, '|'-separated, the default first
-  Range range;              // Number
+  Range range;              // Number, Int, OptNumber
 };
 
 // A read-only view of a table's array (C++17 has no std::span).

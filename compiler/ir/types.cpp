@@ -1,5 +1,7 @@
 #include "compiler/ir/types.h"
 
+#include "kfuse/error.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -60,14 +62,33 @@ double round_to(DType t, double x) {
   return x;
 }
 
+std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> checked_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    return std::nullopt;
+  return r;
+}
+
 Dim Dim::product(const std::vector<Dim> &extents) {
   Dim p = constant(1);
   for (const Dim &d : extents) {
     if (!d.sym.empty())
       p.factors.push_back(d.sym);
     p.factors.insert(p.factors.end(), d.factors.begin(), d.factors.end());
-    if (d.sym.empty())
-      p.value *= d.value;
+    if (!d.sym.empty())
+      continue;
+    std::optional<int64_t> v = checked_mul(p.value, d.value);
+    if (!v)
+      throw Error(fmt::format("the product of the extents {} overflows int64",
+                              TensorType{DType::F32, extents}.shape_str()));
+    p.value = *v;
   }
   // Sorted, so that equal products compare equal (T*B is B*T).
   std::sort(p.factors.begin(), p.factors.end());
@@ -80,8 +101,16 @@ int64_t Dim::evaluate(const std::map<std::string, int64_t> &dims) const {
   if (!sym.empty())
     return dims.at(sym);
   int64_t n = value;
-  for (const std::string &f : factors)
-    n *= dims.at(f);
+  for (const std::string &f : factors) {
+    std::optional<int64_t> v = checked_mul(n, dims.at(f));
+    if (!v) {
+      std::string at;
+      for (const std::string &name : factors)
+        at += fmt::format("{}{}={}", at.empty() ? "" : ", ", name, dims.at(name));
+      throw Error(fmt::format("extent {} overflows int64 at {}", str(), at));
+    }
+    n = *v;
+  }
   return n;
 }
 
@@ -107,5 +136,68 @@ std::string TensorType::shape_str() const {
 }
 
 std::string TensorType::str() const { return std::string(dtype_name(dtype)) + shape_str(); }
+
+namespace {
+
+// The constant factor of an extent: its value, a product's constant, 1 for a dim name.
+int64_t constant_factor(const Dim &d) { return d.sym.empty() ? d.value : 1; }
+
+} // namespace
+
+std::optional<std::string> size_problem(const TensorType &t) {
+  for (const Dim &d : t.shape)
+    if (!d.is_symbolic() && (d.value < 1 || d.value > kMaxExtent))
+      return fmt::format("{} has the extent {}; extents are integers in [1, {}]", t.str(), d.value,
+                         kMaxExtent);
+  if (t.shape.empty()) // an effect
+    return std::nullopt;
+  // With dims, these are the constant factors: the counts are at least that (dims are >= 1).
+  bool symbolic = false;
+  std::string rows_text;
+  std::optional<int64_t> rows = 1;
+  for (size_t a = 0; a + 1 < t.shape.size(); ++a) {
+    symbolic = symbolic || t.shape[a].is_symbolic();
+    rows_text += (a ? "*" : "") + t.shape[a].str();
+    rows = rows ? checked_mul(*rows, constant_factor(t.shape[a])) : std::nullopt;
+  }
+  if (!rows || *rows > kMaxExtent)
+    return fmt::format("{} has {} rows (the product of its leading extents){}; kfuse takes at "
+                       "most {}",
+                       t.str(), rows_text,
+                       symbolic && rows ? fmt::format(", at least {}", *rows) : "", kMaxExtent);
+  // Rows and the last extent's constant are each at most kMaxExtent: elements fit int64.
+  symbolic = symbolic || t.shape.back().is_symbolic();
+  const int64_t elements = *rows * constant_factor(t.shape.back());
+  if (!checked_mul(elements, dtype_bytes(t.dtype)))
+    return fmt::format("{} has {}{} elements of {} bytes: more bytes than int64 holds ({})",
+                       t.str(), symbolic ? "at least " : "", elements, dtype_bytes(t.dtype),
+                       std::numeric_limits<int64_t>::max());
+  return std::nullopt;
+}
+
+std::optional<int64_t> element_count(const TensorType &t,
+                                     const std::map<std::string, int64_t> &dims) {
+  std::optional<int64_t> n = 1;
+  for (const Dim &d : t.shape) {
+    n = n ? checked_mul(*n, d.sym.empty() ? d.value : dims.at(d.sym)) : std::nullopt;
+    for (const std::string &f : d.factors)
+      n = n ? checked_mul(*n, dims.at(f)) : std::nullopt;
+  }
+  return n;
+}
+
+std::optional<std::string> dim_value_problem(std::string_view name, int64_t value) {
+  if (value >= 1 && value <= kMaxExtent)
+    return std::nullopt;
+  return fmt::format("dim {} = {} is out of range; dims are integers in [1, {}]", name, value,
+                     kMaxExtent);
+}
+
+std::optional<std::string> dim_values_problem(const std::map<std::string, int64_t> &dims) {
+  for (const auto &[name, value] : dims)
+    if (auto problem = dim_value_problem(name, value))
+      return problem;
+  return std::nullopt;
+}
 
 } // namespace kfuse::ir

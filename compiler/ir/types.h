@@ -23,6 +23,18 @@ DType promote(DType a, DType b);
 // f32 result is its exact value.
 double round_to(DType t, double x);
 
+// The size model. Every extent, and a tensor's rows (the product of its leading extents), is an
+// integer in [1, kMaxExtent]: kernels index rows and features in int. Every product, element
+// count and byte count is computed in int64 with overflow detection. A type's constant part is
+// checked when the type is made (size_problem, at `check` with the declaration's or the op's
+// location); dims are checked when a run or a query binds them (dim_value_problem), and a
+// product of bound dims when it is evaluated (Dim::evaluate).
+inline constexpr int64_t kMaxExtent = 2147483647;
+
+// a * b and a + b in int64; nullopt where the result does not fit.
+std::optional<int64_t> checked_mul(int64_t a, int64_t b);
+std::optional<int64_t> checked_add(int64_t a, int64_t b);
+
 // One extent of a tensor: a constant, a symbolic dim (`dim N`) bound at run time, or a
 // product of dims and a constant: the row count of a rank-3/4 tensor's matrix view (B*T).
 struct Dim {
@@ -35,9 +47,12 @@ struct Dim {
   static Dim constant(int64_t v) { return Dim{{}, v, {}}; }
   static Dim symbol(std::string name) { return Dim{std::move(name), 0, {}}; }
   // The product of extents: a constant where all are, a dim name where one name remains.
+  // Throws kfuse::Error where the constant part overflows int64 (size_problem rules that out
+  // for the extents of every type the IR holds).
   static Dim product(const std::vector<Dim> &extents);
   bool is_symbolic() const { return !sym.empty() || !factors.empty(); }
-  // The extent under bound dims; throws std::out_of_range where a dim is unbound.
+  // The extent under bound dims; throws std::out_of_range where a dim is unbound, and
+  // kfuse::Error where a product of bound dims overflows int64.
   int64_t evaluate(const std::map<std::string, int64_t> &dims) const;
   std::string str() const; // "N", "8192", "B*T", "4*T"
   bool operator==(const Dim &o) const {
@@ -62,6 +77,23 @@ struct TensorType {
   bool operator==(const TensorType &o) const { return dtype == o.dtype && shape == o.shape; }
   bool operator!=(const TensorType &o) const { return !(*this == o); }
 };
+
+// nullopt where a tensor of type `t` can exist, else the problem ("f32[...] has ... rows; the
+// limit is 2147483647"): its constant extents and rows in [1, kMaxExtent], the constant part of
+// its element and byte counts within int64. With dims, the rest is checked once they are bound.
+std::optional<std::string> size_problem(const TensorType &t);
+
+// The element count of `t` with its dims bound as in `dims` (every one must be), in int64;
+// nullopt where it overflows.
+std::optional<int64_t> element_count(const TensorType &t,
+                                     const std::map<std::string, int64_t> &dims);
+
+// nullopt where `value` is a valid value for dim `name`, else the problem. Every entry point
+// that binds dims (the command line, Pipeline::dims/shape/output_shape/workspace_size, a run's
+// tensors, tuning, Python) checks them with this one function.
+std::optional<std::string> dim_value_problem(std::string_view name, int64_t value);
+// The first of `dims` that dim_value_problem refuses; nullopt where all are valid.
+std::optional<std::string> dim_values_problem(const std::map<std::string, int64_t> &dims);
 
 // Line and column (1-based) in the source buffer a Diagnostics engine owns; 0 means unknown.
 struct SourceLoc {

@@ -69,6 +69,8 @@ private:
         fail(id, fmt::format("type {} has an extent that is not a declared dim or an integer in "
                              "[1, {}]{}",
                              g_[id].type.str(), kMaxExtent, op ? " or a product of them" : ""));
+    if (auto problem = size_problem(g_[id].type))
+      fail(id, *problem);
   }
 
   // A declared dim, a constant in [1, kMaxExtent], or (where `products`) a product of declared

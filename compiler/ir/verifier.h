@@ -7,7 +7,8 @@
 //     (ir::check_attr: kind and range; the dims of an Extent or a Shape are declared), and they
 //     satisfy the op's constraint between attributes (hardtanh: min_val < max_val);
 //   - every tensor has rank 1 to 4 (effects rank 0), every symbolic extent is a declared
-//     dim and every constant extent is in [1, kMaxExtent];
+//     dim, every constant extent is in [1, kMaxExtent], and its sizes are within the size
+//     model (ir::size_problem);
 //   - the pipeline, its dims and its declarations have distinct .kf names;
 //   - outputs exist and are not effects;
 //   - the running statistics an op updates (train-mode batchnorm, bn_update) are states,
@@ -21,10 +22,6 @@
 #include <stdexcept>
 
 namespace kfuse::ir {
-
-// Constant extents are at most int32's maximum, so a rank-2 tensor's element count fits
-// in int64 without a check at every use.
-inline constexpr int64_t kMaxExtent = 2147483647;
 
 struct VerifyError : kfuse::Error {
   VerifyError(ValueId value_id, const std::string &message)

@@ -14,6 +14,10 @@ using namespace ir;
 
 namespace {
 
+// A value whose inline tree reaches this many ops is stored: an op of up to four operands
+// (col_affine), each such a tree less one, then computes at most kMaxOpsPerKernel ops.
+constexpr int64_t kMaxInlineOps = kMaxOpsPerKernel / 4;
+
 bool is_elementwise(const Value &v) {
   OpClass c = op_info(v.op).cls;
   return v.is_op() && (c == OpClass::Binary || c == OpClass::Unary || c == OpClass::Random ||
@@ -50,6 +54,7 @@ public:
     size_t n = g.values.size();
     stored_.assign(n, false);
     stats_dep_.assign(n, false);
+    inline_ops_.assign(n, 0);
     kernel_of_.assign(n, -1);
     for (ValueId o : g.outputs)
       is_output_.insert(o);
@@ -80,8 +85,10 @@ private:
         stored_[i] = true; // declared tensors live in the caller's buffers
         continue;
       }
-      if (is_view(v)) // read by nothing in the matrix view: its readers read what it views
+      if (is_view(v)) { // read by nothing in the matrix view: its readers read what it views
+        inline_ops_[i] = inline_ops(v, 0);
         continue;
+      }
       for (ValueId a : v.args)
         stats_dep_[i] = stats_dep_[i] || stats_dep_[static_cast<size_t>(a)] || is_stats(val(a));
       // A row op's result is a buffer its kernel stores, even when rank 1 ([N] per row):
@@ -91,8 +98,15 @@ private:
       if (v.is_effect())
         continue;
       bool out = is_output_.count(id) != 0;
+      const int64_t ops = inline_ops(v, 1);
+      auto split = [] {
+        return fmt::format("its inline tree reaches {} ops, a quarter of the {} a kernel holds",
+                           kMaxInlineOps, kMaxOpsPerKernel);
+      };
       if (is_matrix_elementwise(v)) {
         std::string why = !fuse_ ? "unfused plan" : out ? "output" : not_inline_because(id);
+        if (why.empty() && ops >= kMaxInlineOps)
+          why = split();
         stored_[i] = !why.empty();
         if (stored_[i])
           because_[id] = why;
@@ -103,10 +117,25 @@ private:
           needs_buffer =
               needs_buffer || (!is_elementwise(val(u)) && !val(u).is_effect() && !is_stats(val(u)));
         stored_[i] = needs_buffer || stats_dep_[i] || is_stats(v);
+        if (!stored_[i] && ops >= kMaxInlineOps) {
+          stored_[i] = true;
+          because_[id] = split();
+        }
       } else {
         stored_[i] = true; // GEMM, row op, stats results: kernels of their own
       }
+      inline_ops_[i] = stored_[i] ? 0 : ops;
     }
+  }
+
+  // An upper bound on the ops of the inline tree of `v` (`own` for v itself, and each inline
+  // argument's count; a value two of them share counts twice), saturating at kMaxOpsPerKernel.
+  int64_t inline_ops(const Value &v, int64_t own) const {
+    std::set<ValueId> args(v.args.begin(), v.args.end());
+    int64_t n = own;
+    for (ValueId a : args)
+      n = std::min(n + inline_ops_[static_cast<size_t>(a)], kMaxOpsPerKernel);
+    return n;
   }
 
   // "op@line" of a value, for the plan's reasons.
@@ -901,6 +930,7 @@ private:
   std::set<ValueId> is_output_;
   std::vector<bool> stored_;
   std::vector<bool> stats_dep_;
+  std::vector<int64_t> inline_ops_; // inline_ops() of each value not stored, 0 where stored
   std::vector<int> kernel_of_;
   std::map<ValueId, ValueId> epilogue_of_; // chain end -> GEMM
   std::map<ValueId, std::string> because_; // stored value -> why, where the rule decided

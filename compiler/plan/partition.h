@@ -5,6 +5,13 @@
 
 namespace kfuse::plan {
 
+// The most ops a kernel computes in one inline tree. NVRTC's compile time grows faster than
+// linearly in a kernel's length, so a chain of tens of thousands of pointwise ops in one kernel
+// compiles for minutes; split into kernels of at most this many ops, each compiles in well
+// under a second, at the cost of one write and read of a matrix per split. Fused kernels of
+// real chains hold tens of ops.
+inline constexpr int64_t kMaxOpsPerKernel = 256;
+
 // Never fails on a verified graph: the worst case is one kernel per op. An elementwise value
 // is computed inline wherever it is read (a value read by several ops of one kernel is computed
 // once per element there); it is stored only when it is returned, when a reader takes it from
@@ -39,6 +46,8 @@ namespace kfuse::plan {
 //                      epilogue over the tile staged in shared memory, unless the GEMM writes
 //                      column statistics or a kernel between them stores a value it reads
 //   elementwise        any other elementwise chain is one kernel, stored once
+//                      (a value whose inline tree holds a quarter of kMaxOpsPerKernel ops
+//                      is stored: it ends one kernel and the chain goes on in the next)
 //   state_update_after_readers
 //                      a running-statistics update whose states another kernel reads is a
 //                      column kernel of its own (reads of a state see its entry value)

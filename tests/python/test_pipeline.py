@@ -184,6 +184,14 @@ def test_workspace_size_grows_with_the_rows_and_a_host_workspace_is_refused(exam
     p.set_workspace(None)  # back to the pipeline's own: always allowed
 
 
+def test_workspace_size_takes_dims_in_the_range_every_entry_point_checks(examples):
+    p = kfuse.Pipeline(examples / "gemm_bn_scale_softmax.kf", mode="train", arch="sm_90a")
+    for n in (0, 2**31, 2**60, 2**63 - 1):  # 2**60 wrapped around, 2**63 - 1 never returned
+        with pytest.raises(kfuse.Error, match=rf"dim N = {n} is out of range; dims are integers in \[1, 2147483647\]"):
+            p.workspace_size(N=n)
+    assert p.workspace_size(N=2**31 - 1) > p.workspace_size(N=4096)
+
+
 def test_dropout_rng_state_is_set_and_read_without_a_gpu(examples):
     p = kfuse.Pipeline(examples / "gpt2_mlp_dropout.kf", mode="train", arch="sm_90a")
     assert "kf::dropout(" in p.cuda_source

@@ -190,7 +190,9 @@ TEST_CASE("parser: errors and where they point") {
        "running_var), got 4 arguments",
        8, 10},
       {"  return softmax(x, dim=99999999999)\n",
-       "attribute 'dim' of softmax is out of range: 99999999999", 8, 25},
+       "attribute 'dim' of softmax must be an integer in [-2147483647, 2147483647], got "
+       "99999999999",
+       8, 25},
       {"  return softmax(x, dim=N)\n", "attribute 'dim' of softmax must be an integer, got 'N'", 8,
        25},
       {"  return batchnorm(x, rm, rv, eps=N)\n",

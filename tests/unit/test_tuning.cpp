@@ -300,7 +300,8 @@ TEST_CASE("api: Options::tune_at_start refuses what it cannot tune, before the G
                     doctest::Contains("tuning was given dim M, which it has not"));
   o.tune_at_start = {{"N", 0}};
   CHECK_THROWS_WITH(Pipeline::from_file(file, o),
-                    doctest::Contains("tuning was given N = 0; dims are in [1, 2147483647]"));
+                    doctest::Contains("tuning: dim N = 0 is out of range; dims are "
+                                      "integers in [1, 2147483647]"));
   Options no_gemm;
   no_gemm.tune_at_start = {{"N", 4}};
   CHECK_THROWS_WITH(Pipeline::from_string("pipeline relu_only {\n  dim N\n  input x: f32[N, 8]\n"

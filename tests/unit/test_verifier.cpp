@@ -98,7 +98,9 @@ TEST_CASE("verifier: attributes are complete and of the right kind") {
   check_fails(changed([](ir::Graph &g) {
                 g.values[6].attrs["dim"] = {1.5, {}};
               }),
-              6, "'s' (%6, softmax): attribute 'dim' must be an integer, got 1.5");
+              6,
+              "'s' (%6, softmax): attribute 'dim' must be an integer in "
+              "[-2147483647, 2147483647], got 1.5");
   check_fails(changed([](ir::Graph &g) {
                 g.values[5].attrs["eps"] = {0, {}};
               }),

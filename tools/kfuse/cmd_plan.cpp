@@ -5,8 +5,10 @@
 // modes, on random data at several sizes (every dim bound to 1, 2 and 5, a dim that a view
 // equates with a product of others to that product, or the --dim values given; a size the file
 // cannot run at is said and skipped); exits 1 when a pass or the partition disagrees with the
-// file, or when the file runs at none of the sizes.
+// file, or when the file runs at none of the sizes. The host memory of the proof is estimated
+// first and refused above KFUSE_HOST_MEMORY_GB (default: the machine's memory).
 #include "compiler/dsl/diagnostics.h"
+#include "compiler/ir/host_memory.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/views.h"
 #include "compiler/lower.h"
@@ -34,6 +36,10 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
     for (int64_t n : {1, 2, 5})
       sizes.push_back(ir::view_consistent_dims(g, n));
   }
+  // Before any tensor is made. The proof holds the file's tensors, the reference run's copy and
+  // a stage's, and every value of one interpretation.
+  for (const ir::DimBindings &dims : sizes)
+    ir::check_host_memory("kfuse plan --prove", dims, ir::fp64_host_bytes(g, dims, 3, true));
   std::string out;
   bool agree = true;
   int proved = 0;

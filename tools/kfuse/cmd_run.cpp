@@ -4,17 +4,22 @@
 // exits 1 when an error is over the bound (the precision's; 2e-2 where a tensor is bf16/f16) or a
 // result is not finite. --no-reference skips the CPU reference (hours at the founding sizes).
 // --dropout-seed seeds train-mode dropout (offset 0, advanced by each step; default 0).
+// With random inputs, the GPU is looked for first, then the host memory the reference needs is
+// estimated and refused above KFUSE_HOST_MEMORY_GB (default: the machine's memory).
 //
 // kfuse run F.kf --inputs DIR [--steps K] [--save OUT] [--reference]: every input, param and
 // state from DIR/<name>.npy (float32 or float16, C order, rounded to the declared type; the dims
 // come from the shapes); outputs and updated state back to DIR, or everything to OUT with --save
 // (docs/FORMATS.md). Checked against the fp64 reference only with --reference, else for finiteness.
 #include "compiler/dsl/source.h"
+#include "compiler/ir/host_memory.h"
+#include "runtime/driver.h"
 #include "runtime/pipeline.h"
 #include "runtime/reference_check.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -57,13 +62,21 @@ int cmd_run(int argc, char **argv) {
   req.file_name = cl.file();
   req.options = pipeline_options(cl);
   Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
-  req.dims = cl.dims_of(rt::PipelineAccess::graph(pipeline), /*all=*/false);
+  const ir::Graph &g = rt::PipelineAccess::graph(pipeline);
+  req.dims = cl.dims_of(g, /*all=*/false);
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
   req.rng = {unsigned64(cl, "dropout-seed"), 0};
   req.save_dir = cl.option("save", "");
   req.inputs_dir = cl.option("inputs", "");
   req.reference = req.inputs_dir.empty() ? !cl.flag("no-reference") : cl.flag("reference");
+  if (req.inputs_dir.empty()) { // (--inputs checks the user's files first: no GPU needed)
+    // Random inputs cost host work in proportion to the sizes: first the GPU, then the memory.
+    rt::Driver::get().require();
+    if (std::all_of(g.dims.begin(), g.dims.end(), [&](const auto &d) { return req.dims.count(d); }))
+      ir::check_host_memory("kfuse run", req.dims,
+                            ir::fp64_host_bytes(g, req.dims, 3, req.reference));
+  }
   rt::CheckResult r = rt::check_against_reference(pipeline, req);
   double bound = rt::error_bound(req.options.precision, rt::PipelineAccess::graph(pipeline));
   std::printf("%-16s %12s %14s  (bound %.0e, %d step%s, seed %llu%s)\n", "tensor", "max abs err",

@@ -47,9 +47,9 @@ static void add_dim(std::map<std::string, int64_t> &dims, const std::string &bin
   bool digits = !text.empty() && text.size() <= 10 &&
                 std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
   int64_t v = digits ? std::stoll(text) : 0;
-  if (!digits || v < 1 || v > kMaxDim)
+  if (!digits || ir::dim_value_problem(name, v))
     throw UsageError(
-        fmt::format("--dim {}: '{}' is not an integer in [1, {}]", name, text, kMaxDim));
+        fmt::format("--dim {}: '{}' is not an integer in [1, {}]", name, text, ir::kMaxExtent));
   if (!dims.emplace(name, v).second)
     throw UsageError(fmt::format("--dim {} is given twice ({} and {})", name, dims[name], v));
 }

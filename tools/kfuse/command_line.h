@@ -33,14 +33,11 @@ struct CommandLine {
   ir::DimBindings dims_of(const ir::Graph &g, bool all) const;
 };
 
-// The largest --dim value: extents are 32-bit on the GPU.
-constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
-
 // `valued` names the options that take a value (`dim` among them for the commands that take
 // --dim); every other --name is a flag. `-o X` is the same as `--output X`; `--` ends the
 // options (every later argument is an operand). Throws UsageError on an unknown option, an
 // option given twice (--dim once per name), an empty value, and a --dim that is not
-// NAME=DIGITS in [1, kMaxDim].
+// NAME=DIGITS that ir::dim_value_problem accepts.
 CommandLine parse_command_line(int argc, char **argv, const std::set<std::string> &valued,
                                const std::set<std::string> &known_flags);
 
