@@ -794,7 +794,7 @@ TEST_CASE("simplify_identities: a zero shift is dropped, an identity map removed
   input  x: f32[N, 4]
   param  a: f32[4]
   param  b: f32[4]
-  return col_affine(x, a, b, constant(value=0, dtype=f32)), col_affine(x, constant(value=1, dtype=f32), constant(value=0, dtype=f32), constant(value=0, dtype=f32))
+  return col_affine(x, a, b, constant(value=0, dtype=f32)), col_affine(x, constant(value=1, dtype=f32), constant(value=-0, dtype=f32), constant(value=0, dtype=f32))
 }
 )");
   ir::Graph simple = passes::simplify_identities(g, Mode::Eval);
@@ -802,6 +802,24 @@ TEST_CASE("simplify_identities: a zero shift is dropped, an identity map removed
   REQUIRE(maps.size() == 1);
   CHECK(maps[0]->args.size() == 3);
   CHECK(simple[simple.outputs[1]].name == "x");
+}
+
+TEST_CASE("simplify_identities: only the identities of signed zeros go") {
+  // x + 0 is +0 where x is -0 and x - (-0) is x + 0: both stay; x + (-0) and x - 0 are x.
+  ir::Graph g = parse_text(R"(pipeline signed_zeros {
+  dim N
+  input  x: f32[N, 4]
+  param  a: f32[4]
+  return add(x, constant(value=0, dtype=f32)), sub(x, constant(value=-0, dtype=f32)), col_affine(x, a, constant(value=0, dtype=f32), constant(value=-0, dtype=f32)), add(x, constant(value=-0, dtype=f32)), sub(x, constant(value=0, dtype=f32))
+}
+)");
+  ir::Graph simple = passes::simplify_identities(g, Mode::Eval);
+  CHECK(simple[simple.outputs[0]].op == ir::OpKind::Add);
+  CHECK(simple[simple.outputs[1]].op == ir::OpKind::Sub);
+  REQUIRE(col_affines(simple).size() == 1);
+  CHECK(col_affines(simple)[0]->args.size() == 4);
+  CHECK(simple[simple.outputs[3]].name == "x");
+  CHECK(simple[simple.outputs[4]].name == "x");
 }
 
 TEST_CASE("batchnorm -> batchnorm folded: exact zeros on constant columns in fp32") {
