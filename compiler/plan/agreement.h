@@ -34,8 +34,19 @@ struct StageError {
   double error;
 };
 
+// `tensors` (declarations of `g`) with about one element in eight of each input replaced by a
+// special value: +-0, +-inf, NaN, +-1e30 or +-1e-30, rounded to the input's type. Params and
+// states (the per-feature vectors the passes fold algebraically) keep their values: a fold
+// distributes a vector over a sum and multiplies vectors together, (y * a1 + b1) * a2 =
+// y * (a1 * a2) + b1 * a2, exact in real arithmetic and for every special value of y, but not
+// for a zero or infinite vector (a1 = 0, a2 = 1 / 0: 0 * inf is NaN where the file gives inf).
+// Deterministic in `seed`.
+ir::TensorMap with_special_values(const ir::Graph &g, ir::TensorMap tensors, uint64_t seed);
+
 // Runs `passes` in order, then partitions; returns each stage's disagreement with the
-// input graph, in order. Tensors are random (seeded); `tweak` may edit them first. Where the
+// input graph, in order, the worse of two draws: random tensors (seeded; `tweak` may edit them
+// first), and the same with special values (with_special_values), where a rewrite that changes
+// the sign of a zero, an infinity or a NaN (1 / (x * 0) from -inf to +inf) disagrees. Where the
 // input graph itself fails at `dims` (a view whose rows the dims make differ), every stage that
 // fails alike agrees; `file_error`, where given, receives that failure (empty where it runs).
 std::vector<StageError> check_planner(const ir::Graph &g, ir::Mode mode,

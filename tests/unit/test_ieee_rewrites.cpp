@@ -3,6 +3,7 @@
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/passes/passes.h"
+#include "compiler/passes/rewriter.h"
 #include "compiler/plan/agreement.h"
 #include "compiler/plan/planner.h"
 
@@ -124,4 +125,46 @@ TEST_CASE("ieee: a constant -0 is -0 in the generated source") {
   const std::string source = codegen::generate(plan::make_plan(g, Mode::Eval)).source;
   CHECK(source.find("-0.0f") != std::string::npos);
   CHECK(source.find("float(-0)") == std::string::npos);
+}
+
+namespace {
+
+// x * c as x * c + 0, the fold that turned 1 / (x * 0) from -inf into +inf.
+ir::Graph mul_plus_zero(const ir::Graph &g, Mode) {
+  return passes::Rewriter(g, "mul_plus_zero").run([](passes::Rewriter &r, ir::ValueId old) {
+    const ir::Value &v = r.old_graph()[old];
+    if (v.op != ir::OpKind::Mul)
+      return ir::ValueId{-1};
+    return r.op(ir::OpKind::Add, {r.op(ir::OpKind::Mul, {r.map(v.args[0]), r.map(v.args[1])}),
+                                  r.constant(0, ir::DType::F32)});
+  });
+}
+
+} // namespace
+
+TEST_CASE("ieee: the proof's special values catch a fold that loses a zero's sign") {
+  ir::Graph g = parse_text(R"(pipeline lost_sign {
+  dim N
+  input  x: f32[N, 4]
+  param  c: f32[4]
+  return reciprocal(mul(x, c))
+}
+)");
+  const std::vector<passes::Pass> broken = {{"mul_plus_zero", mul_plus_zero}};
+  const ir::DimBindings dims{{"N", 8}};
+  int caught = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    // On normal random data alone the broken pass is exact.
+    ir::TensorMap t = ir::random_tensors(g, dims, seed);
+    CHECK(plan::disagreement(plan::run_graph(g, Mode::Eval, dims, t),
+                             plan::run_graph(mul_plus_zero(g, Mode::Eval), Mode::Eval, dims, t)) ==
+          0);
+    caught +=
+        !(plan::first_failure(plan::check_planner(g, Mode::Eval, dims, seed, broken), 1e-9).error <=
+          1e-9);
+    CHECK(plan::first_failure(plan::check_planner(g, Mode::Eval, dims, seed, passes::pipeline()),
+                              1e-9)
+              .error <= 1e-9);
+  }
+  CHECK(caught > 0);
 }
