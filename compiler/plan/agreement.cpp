@@ -93,13 +93,11 @@ double disagreement(const RunResult &a, const RunResult &b) {
   return worst;
 }
 
-TensorMap with_special_values(const Graph &g, TensorMap tensors, uint64_t seed, bool huge) {
+TensorMap with_special_values(const Graph &g, TensorMap tensors, uint64_t seed) {
   static const double inf = std::numeric_limits<double>::infinity();
-  // Zeros of both signs most often: they are what a fold's sign errors show on. The huge values
-  // come last, so the draw without them picks among the others alike.
+  // Zeros of both signs most often: they are what a fold's sign errors show on.
   static const double specials[] = {0.0,   -0.0,   0.0, -0.0, inf,  -inf,
                                     1e-30, -1e-30, NAN, 1e30, -1e30};
-  const size_t choices = std::size(specials) - (huge ? 0 : 2);
   uint64_t state = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
   auto next = [&state] { // splitmix64: fixed by its definition on every platform
     uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
@@ -113,7 +111,7 @@ TensorMap with_special_values(const Graph &g, TensorMap tensors, uint64_t seed, 
       continue;
     for (double &x : it->second.data)
       if (uint64_t r = next(); r % 8 == 0)
-        x = round_to(v.type.dtype, specials[(r >> 3) % choices]);
+        x = round_to(v.type.dtype, specials[(r >> 3) % std::size(specials)]);
   }
   return tensors;
 }
@@ -134,9 +132,7 @@ std::vector<StageError> check_planner(const Graph &g, Mode mode, const DimBindin
   if (tweak)
     tweak(tensors);
   const std::pair<const char *, TensorMap> draws[] = {
-      {"random", tensors},
-      {"special values", with_special_values(g, tensors, seed, false)},
-      {"special values and +-1e30", with_special_values(g, tensors, seed, true)}};
+      {"random", tensors}, {"special values", with_special_values(g, tensors, seed)}};
   std::vector<StageError> stages;
   for (const auto &[draw, values] : draws) {
     RunResult reference = run_graph(g, mode, dims, values);

@@ -30,14 +30,15 @@ RunResult run_plan(const Plan &p, const ir::DimBindings &dims, ir::TensorMap ten
 double disagreement(const RunResult &a, const RunResult &b);
 
 // `tensors` (declarations of `g`) with about one element in eight of each input replaced by a
-// special value: +-0, +-inf, NaN, +-1e-30 and, where `huge`, +-1e30, rounded to the input's
-// type. Params and states (the per-feature vectors the passes fold algebraically) keep their
-// values: a fold distributes a vector over a sum and multiplies vectors together,
+// special value: +-0, +-inf, NaN, +-1e-30 or +-1e30, rounded to the input's type. Params and
+// states (the per-feature vectors the passes fold algebraically) keep their values: a fold
+// distributes a vector over a sum and multiplies vectors together,
 // (y * a1 + b1) * a2 = y * (a1 * a2) + b1 * a2, exact in real arithmetic and for every special
 // value of y, but not for a zero or infinite vector (a1 = 0, a2 = 1 / 0: 0 * inf is NaN where
-// the file gives inf). Deterministic in `seed`.
-ir::TensorMap with_special_values(const ir::Graph &g, ir::TensorMap tensors, uint64_t seed,
-                                  bool huge);
+// the file gives inf) or a huge one (a product overflows in one order only). A statistic of an
+// input is such a vector where the input holds an infinity or 1e30 (col_mean(x) as a scale).
+// Deterministic in `seed`.
+ir::TensorMap with_special_values(const ir::Graph &g, ir::TensorMap tensors, uint64_t seed);
 
 struct StageError {
   std::string stage;   // a pass name, or "plan"
@@ -47,14 +48,11 @@ struct StageError {
 };
 
 // Runs `passes` in order, then partitions; returns each stage's disagreement with the input
-// graph, in order, the worst of three draws: random tensors (seeded; `tweak` may edit them
-// first), the same with special values, where a rewrite that changes the sign of a zero, an
-// infinity or a NaN (1 / (x * 0) from -inf to +inf) disagrees, and the same with +-1e30 too,
-// where a product of two large values overflows in the file's order and not in a folded one
-// (y * mean(y) rounded to the file's type, where a fold takes the statistic of the product from
-// those of y). Where the input graph itself fails at `dims` (a view whose rows the dims make
-// differ), every stage that fails alike agrees; `file_error`, where given, receives that
-// failure (empty where it runs).
+// graph, in order, the worse of two draws: random tensors (seeded; `tweak` may edit them
+// first), and the same with special values (with_special_values), where a rewrite that changes
+// the sign of a zero, an infinity or a NaN (1 / (x * 0) from -inf to +inf) disagrees. Where the
+// input graph itself fails at `dims` (a view whose rows the dims make differ), every stage that
+// fails alike agrees; `file_error`, where given, receives that failure (empty where it runs).
 std::vector<StageError> check_planner(const ir::Graph &g, ir::Mode mode,
                                       const ir::DimBindings &dims, uint64_t seed,
                                       const std::vector<passes::Pass> &passes,
