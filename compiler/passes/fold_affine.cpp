@@ -11,14 +11,16 @@
 // Both are exact in real arithmetic, and keep IEEE's special values: a map without a bias adds
 // -0, the additive identity (x + -0 = x for every x, -0 included), where + 0 would turn the -0
 // of x * 0 (x negative) or of x / inf into +0, and 1 / (x * 0) from -inf into +inf. Products
-// and sums of the vectors reassociate, which keeps the sign of every zero, infinity and NaN
-// except at an exact cancellation. In floating point the subtraction of a shift (a
-// batchnorm's mean) happens before any scaling, as PyTorch does it: on a column whose spread
-// is tiny next to its mean, (y - s) and (b1 - s2) are exact where y * a + (b - s * a) would
-// cancel catastrophically; the rest reassociates per-column products, well inside every
-// precision's error bound. A map is merged into its consumer only when nothing else reads
-// it, so no value is computed twice. The vectors are built from the parameters at run time (a
-// few ops per column), nothing is baked in.
+// and sums of the vectors reassociate, which keeps the sign of every zero, infinity and NaN of
+// y; distributing a vector over a sum is not exact where the vector is zero, infinite or huge
+// (a1 = 0 and a2 = 1 / 0 give 0 * inf, NaN, where the file gives inf), which no fold can know
+// of run-time parameters (compiler/plan/agreement.h). In floating point the subtraction of a shift
+// (a batchnorm's mean) happens before any scaling, as PyTorch does it: on a column whose spread is
+// tiny next to its mean, (y - s) and (b1 - s2) are exact where y * a + (b - s * a) would cancel
+// catastrophically; the rest reassociates per-column products, well inside every precision's error
+// bound. A map is merged into its consumer only when nothing else reads it, so no value is computed
+// twice. The vectors are built from the parameters at run time (a few ops per column), nothing is
+// baked in.
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
 
