@@ -35,8 +35,9 @@ double disagreement(const RunResult &a, const RunResult &b);
 // distributes a vector over a sum and multiplies vectors together,
 // (y * a1 + b1) * a2 = y * (a1 * a2) + b1 * a2, exact in real arithmetic and for every special
 // value of y, but not for a zero or infinite vector (a1 = 0, a2 = 1 / 0: 0 * inf is NaN where
-// the file gives inf) or a huge one (a product overflows in one order only). A statistic of an
-// input is such a vector where the input holds an infinity or 1e30 (col_mean(x) as a scale).
+// the file gives inf) or a huge one, and a product of values near the type's range overflows in
+// one order only ((y * a1) * a2 against y * (a1 * a2)). A statistic of an input is such a vector
+// where the input holds an infinity or 1e30 (col_mean(x) as a scale).
 // Deterministic in `seed`.
 ir::TensorMap with_special_values(const ir::Graph &g, ir::TensorMap tensors, uint64_t seed);
 

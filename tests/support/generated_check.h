@@ -14,8 +14,9 @@ enum class Verdict {
   InternalError, // a message that says "internal error": the compiler's own bug
   Disagreement,  // a pass or the plan changed what the pipeline computes
   // A disagreement only on inputs with special values (compiler/plan/agreement.h), where a
-  // per-feature vector computed from them (a column mean used as a scale) is infinite or huge:
-  // folds distribute vectors over sums, exact in real arithmetic but not for such vectors
+  // per-feature vector computed from them (a column mean used as a scale) is infinite or huge,
+  // or a product near the type's range overflows in one order only: folds distribute vectors
+  // over sums and reassociate products, exact in real arithmetic but not there
   // (inf * (y - mean(y)) at y = mean(y)). Kept apart from the disagreements on random data.
   SpecialValues,
   Rejected, // any other error on a pipeline the language accepts
