@@ -13,6 +13,8 @@ using namespace ir;
 std::string float_literal(double v) {
   if (std::isinf(v))
     return v < 0 ? "-kf::inf()" : "kf::inf()";
+  if (v == 0) // "float(-0)" would be +0: the integer 0 negated
+    return std::signbit(v) ? "-0.0f" : "0.0f";
   return "float(" + format_number(v) + ")";
 }
 

@@ -1,17 +1,27 @@
 // absorb_affine_into_stats: column statistics of an affine map come from the statistics
-// of its input.
+// of its input, and a map centred on its input's mean reads the matrix under the maps.
 //
 //   col_mean(col_affine(y, a, b, s)) = (col_mean(y) - s) * a + b
 //   col_var(col_affine(y, a, b, s))  = col_var(y) * a^2
 // (no shift: s = 0, nothing subtracted), applied through every map stacked on y. Exact per
 // column for every real a (zero and negative included: the variance of a*y is a^2 times the
-// variance of y, never negative). The mean subtracts the shift first, as the map does: when s
-// is col_mean(y) itself (a batchnorm after a batchnorm), col_mean(y) - s is an exact 0 and
-// the mean is exactly b. This is what lets train-mode batchnorm after `linear -> * s (+ t)`
-// take its statistics from the bare GEMM output in the GEMM's epilogue, while the scale moves
-// across into the one affine map applied after it.
+// variance of y, never negative). This is what lets train-mode batchnorm after
+// `linear -> * s (+ t)` take its statistics from the bare GEMM output in the GEMM's epilogue,
+// while the scale moves across into the one affine map applied after it.
+//
+// A train-mode batchnorm's map subtracts the mean of its own input x = col_affine(y, a1, b1, s1):
+//   col_affine(x, a2, b2, col_mean(x)) = col_affine(y, a1 * a2, b2, col_mean(y))
+// since x - col_mean(x) = (y - col_mean(y)) * a1 exactly. Folding the maps instead would give
+// y * (a1 * a2) + (b1 - col_mean(x)) * a2, two terms that cancel catastrophically on a column of
+// small spread (a constant column scaled by 1e20 is off by 1e3, where the batchnorm gives
+// exactly b2); the centred form subtracts the mean before any scaling, as PyTorch does, and
+// gives exactly b2 there. Special values stay: an infinity or NaN in a column of y makes its
+// mean and variance non-finite in both forms.
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
+
+#include <map>
+#include <utility>
 
 namespace kfuse::passes {
 
@@ -19,14 +29,25 @@ using namespace ir;
 
 namespace {
 
+// Each statistic of each matrix is made once, so the centred map and the running-stat
+// update share the column mean they read.
+using Statistics = std::map<std::pair<OpKind, ValueId>, ValueId>;
+
+ValueId bare_statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y) {
+  auto [it, fresh] = made.emplace(std::make_pair(kind, y), -1);
+  if (fresh)
+    it->second = r.op(kind, {y});
+  return it->second;
+}
+
 // The statistic `kind` (col_mean or col_var) of new value `y`, from the statistics of the
 // matrix under every map stacked on it (a batchnorm after a batchnorm after a bias), so
 // that matrix is the only one whose statistics are taken and the maps can fold into one.
-ValueId statistic(Rewriter &r, OpKind kind, ValueId y) {
+ValueId statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y) {
   const Value in = r.new_value(y); // a copy: r.op() grows the graph
   if (!(in.is_op() && in.op == OpKind::ColAffine))
-    return r.op(kind, {y});
-  ValueId inner = statistic(r, kind, in.args[0]), a = in.args[1], b = in.args[2];
+    return bare_statistic(r, made, kind, y);
+  ValueId inner = statistic(r, made, kind, in.args[0]), a = in.args[1], b = in.args[2];
   if (kind == OpKind::ColVar)
     return r.op(OpKind::Mul, {inner, r.op(OpKind::Mul, {a, a})});
   if (in.args.size() == 4)
@@ -34,18 +55,43 @@ ValueId statistic(Rewriter &r, OpKind kind, ValueId y) {
   return r.op(OpKind::Add, {r.op(OpKind::Mul, {inner, a}), b});
 }
 
+// col_affine(x, a2, b2, col_mean(x)) over maps x = col_affine(...(y)) as the centred map of y,
+// or -1.
+ValueId centred(Rewriter &r, Statistics &made, const Value &v) {
+  const Graph &g = r.old_graph();
+  if (v.op != OpKind::ColAffine || v.args.size() != 4)
+    return -1;
+  const Value &shift = g[v.args[3]];
+  if (!(shift.is_op() && shift.op == OpKind::ColMean && shift.args[0] == v.args[0]))
+    return -1;
+  ValueId y = r.map(v.args[0]), scale = r.map(v.args[1]);
+  bool through_map = false;
+  for (Value in = r.new_value(y); in.is_op() && in.op == OpKind::ColAffine; in = r.new_value(y)) {
+    scale = r.op(OpKind::Mul, {in.args[1], scale});
+    y = in.args[0];
+    through_map = true;
+  }
+  if (!through_map)
+    return -1;
+  return r.op(OpKind::ColAffine,
+              {y, scale, r.map(v.args[2]), bare_statistic(r, made, OpKind::ColMean, y)});
+}
+
 } // namespace
 
 Graph absorb_affine_into_stats(const Graph &g, Mode) {
-  return Rewriter(g, "absorb_affine_into_stats").run([](Rewriter &r, ValueId old) -> ValueId {
+  Statistics made;
+  return Rewriter(g, "absorb_affine_into_stats").run([&made](Rewriter &r, ValueId old) -> ValueId {
     const Value &v = r.old_graph()[old];
+    if (v.op == OpKind::ColAffine)
+      return centred(r, made, v);
     if (v.op != OpKind::ColMean && v.op != OpKind::ColVar)
       return -1;
     ValueId y = r.map(v.args[0]);
     const Value &in = r.new_value(y);
     if (!(in.is_op() && in.op == OpKind::ColAffine))
       return -1;
-    return statistic(r, v.op, y);
+    return statistic(r, made, v.op, y);
   });
 }
 

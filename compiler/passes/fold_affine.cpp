@@ -2,26 +2,44 @@
 //
 // For a matrix y[N, C] and per-feature vectors c ([C] or [1], broadcast over rows), with
 // col_affine(y, a, b, s) = (y - s) * a + b and no shift meaning s = 0:
-//   y + c = col_affine(y, 1, c)     y - c = col_affine(y, 1, 0, c)    c - y = col_affine(y, -1, c)
-//   y * c = col_affine(y, c, 0)     y / c = col_affine(y, 1/c, 0)
+//   y + c = col_affine(y, 1, c)    y - c = col_affine(y, 1, -0, c)    c - y = col_affine(y, -1, c)
+//   y * c = col_affine(y, c, -0)   y / c = col_affine(y, 1/c, -0)
 // and a chain of two maps is one map:
 //   col_affine(col_affine(y, a1, b1, s1), a2, b2, s2)
-//       = col_affine(y, a1*a2, (b1 - s2)*a2 + b2, s1).
-// Both are exact in real arithmetic. In floating point the subtraction of a shift (a
-// batchnorm's mean) happens before any scaling, as PyTorch does it: on a column whose spread
-// is tiny next to its mean, (y - s) and (b1 - s2) are exact where y * a + (b - s * a) would
-// cancel catastrophically; the rest reassociates per-column products, well inside every
-// precision's error bound. A map is merged into its consumer only when nothing else reads
-// it, so no value is computed twice. The vectors are built from the parameters at run time (a
-// few ops per column), nothing is baked in.
+//       = col_affine(y, a1*a2, (b1 - s2)*a2 + b2, s1),
+// where a bias of -0 (no bias) adds no term: (-0)*a2 is +0 for a negative a2.
+// Both are exact in real arithmetic, and keep IEEE's special values: a map without a bias adds
+// -0, the additive identity (x + -0 = x for every x, -0 included), where + 0 would turn the -0
+// of x * 0 (x negative) or of x / inf into +0, and 1 / (x * 0) from -inf into +inf. Products
+// and sums of the vectors reassociate, which keeps the sign of every zero, infinity and NaN of
+// y; distributing a vector over a sum is not exact where the vector is zero, infinite or huge
+// (a1 = 0 and a2 = 1 / 0 give 0 * inf, NaN, where the file gives inf), which no fold can know
+// of run-time parameters (compiler/plan/agreement.h). In floating point the subtraction of a shift
+// (a batchnorm's mean) happens before any scaling, as PyTorch does it: on a column whose spread is
+// tiny next to its mean, (y - s) and (b1 - s2) are exact where y * a + (b - s * a) would cancel
+// catastrophically; the rest reassociates per-column products, well inside every precision's error
+// bound. A map is merged into its consumer only when nothing else reads it, so no value is computed
+// twice. The vectors are built from the parameters at run time (a few ops per column), nothing is
+// baked in.
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
+
+#include <cmath>
+#include <optional>
 
 namespace kfuse::passes {
 
 using namespace ir;
 
 namespace {
+
+// The bias of a map that adds nothing: -0, IEEE's additive identity.
+ValueId no_bias(Rewriter &r, DType dt) { return r.constant(-0.0, dt); }
+
+bool is_no_bias(const Rewriter &r, ValueId id) {
+  auto c = r.constant_value(id);
+  return c && *c == 0 && std::signbit(*c);
+}
 
 bool is_column_vector(const Value &v, const Value &matrix) {
   return v.type.rank() == 1 &&
@@ -47,11 +65,18 @@ ValueId binary_to_affine(Rewriter &r, const Value &v) {
     return matrix_first ? r.op(OpKind::ColAffine, {y, r.constant(1, dt), r.constant(0, dt), c})
                         : r.op(OpKind::ColAffine, {y, r.constant(-1, dt), c});
   if (v.op == OpKind::Mul)
-    return r.op(OpKind::ColAffine, {y, c, r.constant(0, dt)});
+    return r.op(OpKind::ColAffine, {y, c, no_bias(r, dt)});
   if (v.op == OpKind::Div && matrix_first)
-    return r.op(OpKind::ColAffine,
-                {y, r.op(OpKind::Div, {r.constant(1, dt), c}), r.constant(0, dt)});
+    return r.op(OpKind::ColAffine, {y, r.op(OpKind::Div, {r.constant(1, dt), c}), no_bias(r, dt)});
   return -1; // maximum, minimum, pow, c / y: not affine in y
+}
+
+// The merged map's bias (b1 - s2) * a2 + b2, leaving out the terms of an absent bias or shift.
+ValueId merged_bias(Rewriter &r, ValueId b1, ValueId a2, ValueId b2, std::optional<ValueId> s2) {
+  if (!s2 && is_no_bias(r, b1))
+    return b2;
+  ValueId term = r.op(OpKind::Mul, {s2 ? r.op(OpKind::Sub, {b1, *s2}) : b1, a2});
+  return is_no_bias(r, b2) ? term : r.op(OpKind::Add, {term, b2});
 }
 
 } // namespace
@@ -75,12 +100,12 @@ Graph fold_affine(const Graph &g, Mode) {
     if (!(inner.is_op() && inner.op == OpKind::ColAffine && r.old_uses(input_old) == 1))
       return affine;
     // Both maps' vectors are column vectors of the same matrix, so the products broadcast.
-    ValueId a2 = outer[1], b2 = outer[2];
-    ValueId b1 = inner.args[2];
+    ValueId a2 = outer[1];
+    std::optional<ValueId> s2;
     if (outer.size() == 4)
-      b1 = r.op(OpKind::Sub, {b1, outer[3]});
+      s2 = outer[3];
     std::vector<ValueId> args = {inner.args[0], r.op(OpKind::Mul, {inner.args[1], a2}),
-                                 r.op(OpKind::Add, {r.op(OpKind::Mul, {b1, a2}), b2})};
+                                 merged_bias(r, inner.args[2], a2, outer[2], s2)};
     if (inner.args.size() == 4)
       args.push_back(inner.args[3]);
     ValueId merged = r.op(OpKind::ColAffine, args);

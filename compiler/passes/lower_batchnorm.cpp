@@ -9,7 +9,8 @@
 //          count = rows of x: N, 64 or B*T), and the same affine map with m, v in place of rm, rv.
 //
 // alpha is a [C] vector derived from parameters and statistics at run time; no
-// weight is rewritten. Without weight/bias, w = 1 and b = 0 (constants).
+// weight is rewritten. Without weight/bias, w = 1 and b = -0 (constants: -0 adds nothing, the
+// sign of a zero included, as PyTorch adds no bias).
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
 
@@ -25,7 +26,7 @@ Graph lower_batchnorm(const Graph &g, Mode mode) {
     bool affine = v.args.size() == 5;
     ValueId x = r.map(v.args[0]);
     ValueId weight = affine ? r.map(v.args[1]) : r.constant(1.0, DType::F32);
-    ValueId bias = affine ? r.map(v.args[2]) : r.constant(0.0, DType::F32);
+    ValueId bias = affine ? r.map(v.args[2]) : r.constant(-0.0, DType::F32);
     ValueId rm = r.map(v.args[affine ? 3 : 1]);
     ValueId rv = r.map(v.args[affine ? 4 : 2]);
     ValueId mean = rm, var = rv;

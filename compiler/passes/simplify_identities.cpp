@@ -1,14 +1,16 @@
 // simplify_identities: removes the identities and constant arithmetic the other passes
 // leave behind, so plans and generated code read like the math.
 //
-//   x * 1 = 1 * x = x + 0 = 0 + x = x - 0 = x / 1 = x     col_affine(y, 1, 0) = y
+//   x * 1 = 1 * x = x + -0 = -0 + x = x - 0 = x / 1 = x     col_affine(y, 1, -0) = y
 //   col_affine(y, a, b, 0) = col_affine(y, a, b)   (no subtraction, no shift vector read)
 //   dropout(x) = x in eval mode, and dropout(x, p=0) = x in both (nothing is dropped, the
 //   scale is 1)
 //   op(constants) = the constant it evaluates to (the interpreter's scalar semantics)
+// The zeros are signed as IEEE arithmetic requires: x + -0 and x - +0 are x for every x, while
+// x + 0 is +0 where x is -0 (PyTorch's -0 + 0 is +0), so adding +0 or subtracting -0 stays.
 // An identity is removed only where x already has the result's type (no broadcast is
 // lost). Constant folding is done in double and stored as the constant's value; it only
-// meets the few scalars the passes introduce (1, -1, 0, eps).
+// meets the few scalars the passes introduce (1, -1, -0, eps).
 #include "compiler/ir/pointwise.h"
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
@@ -28,9 +30,10 @@ std::optional<double> fold(const Value &v_op, double a, double b) {
   return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
 }
 
+// Whether `id` is the constant `c`, a zero's sign included.
 bool is(const Rewriter &r, ValueId id, double c) {
   auto v = r.constant_value(id);
-  return v && *v == c;
+  return v && *v == c && std::signbit(*v) == std::signbit(c);
 }
 
 } // namespace
@@ -44,10 +47,10 @@ Graph simplify_identities(const Graph &g, Mode mode) {
     auto same_type = [&](ValueId id) { return r.new_value(id).type == v.type ? id : -1; };
     if (v.op == OpKind::ColAffine && args.size() == 4 && is(r, args[3], 0)) {
       args.pop_back();
-      if (!is(r, args[1], 1) || !is(r, args[2], 0))
+      if (!is(r, args[1], 1) || !is(r, args[2], -0.0))
         return r.op(OpKind::ColAffine, args);
     }
-    if (v.op == OpKind::ColAffine && args.size() == 3 && is(r, args[1], 1) && is(r, args[2], 0))
+    if (v.op == OpKind::ColAffine && args.size() == 3 && is(r, args[1], 1) && is(r, args[2], -0.0))
       return args[0];
     if (v.op == OpKind::Dropout && (mode == Mode::Eval || v.attr("p") == 0))
       return args[0];
@@ -61,7 +64,9 @@ Graph simplify_identities(const Graph &g, Mode mode) {
     if (args.size() != 2)
       return -1;
     if (v.op == OpKind::Add)
-      return is(r, args[1], 0) ? same_type(args[0]) : is(r, args[0], 0) ? same_type(args[1]) : -1;
+      return is(r, args[1], -0.0)   ? same_type(args[0])
+             : is(r, args[0], -0.0) ? same_type(args[1])
+                                    : -1;
     if (v.op == OpKind::Mul)
       return is(r, args[1], 1) ? same_type(args[0]) : is(r, args[0], 1) ? same_type(args[1]) : -1;
     if (v.op == OpKind::Sub)

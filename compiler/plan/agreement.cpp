@@ -5,6 +5,7 @@
 #include "compiler/plan/partition.h"
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace kfuse::plan {
@@ -92,31 +93,68 @@ double disagreement(const RunResult &a, const RunResult &b) {
   return worst;
 }
 
+TensorMap with_special_values(const Graph &g, TensorMap tensors, uint64_t seed) {
+  static const double inf = std::numeric_limits<double>::infinity();
+  // Zeros of both signs most often: they are what a fold's sign errors show on.
+  static const double specials[] = {0.0,   -0.0,   0.0, -0.0, inf,  -inf,
+                                    1e-30, -1e-30, NAN, 1e30, -1e30};
+  uint64_t state = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
+  auto next = [&state] { // splitmix64: fixed by its definition on every platform
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  for (const Value &v : g.values) {
+    auto it = v.kind == ValueKind::Input ? tensors.find(v.name) : tensors.end();
+    if (it == tensors.end())
+      continue;
+    for (double &x : it->second.data)
+      if (uint64_t r = next(); r % 8 == 0)
+        x = round_to(v.type.dtype, specials[(r >> 3) % std::size(specials)]);
+  }
+  return tensors;
+}
+
 std::vector<StageError> check_planner(const Graph &g, Mode mode, const DimBindings &dims,
                                       uint64_t seed, const std::vector<passes::Pass> &passes,
                                       const std::function<void(TensorMap &)> &tweak,
                                       std::string *file_error) {
-  TensorMap tensors = random_tensors(g, dims, seed);
-  if (tweak)
-    tweak(tensors);
-  RunResult reference = run_graph(g, mode, dims, tensors);
-  if (file_error)
-    *file_error = reference.error;
-  std::vector<StageError> stages;
+  std::vector<std::pair<std::string, Graph>> rewritten;
   Graph cur = g;
   for (const passes::Pass &p : passes) {
     cur = p.run(cur, mode);
     verify(cur);
-    stages.push_back(
-        {std::string(p.name), disagreement(reference, run_graph(cur, mode, dims, tensors))});
+    rewritten.emplace_back(p.name, cur);
   }
-  stages.push_back(
-      {"plan", disagreement(reference, run_plan(partition(cur, mode), dims, tensors))});
+  const Plan plan = partition(cur, mode);
+  TensorMap tensors = random_tensors(g, dims, seed);
+  if (tweak)
+    tweak(tensors);
+  const std::pair<const char *, TensorMap> draws[] = {
+      {"random", tensors}, {"special values", with_special_values(g, tensors, seed)}};
+  std::vector<StageError> stages;
+  for (const auto &[draw, values] : draws) {
+    RunResult reference = run_graph(g, mode, dims, values);
+    if (file_error && stages.empty())
+      *file_error = reference.error;
+    std::vector<double> errors;
+    for (const auto &[name, graph] : rewritten)
+      errors.push_back(disagreement(reference, run_graph(graph, mode, dims, values)));
+    errors.push_back(disagreement(reference, run_plan(plan, dims, values)));
+    for (size_t i = 0; i < errors.size(); ++i) {
+      if (i == stages.size())
+        stages.push_back({i < rewritten.size() ? rewritten[i].first : "plan", 0, draw, errors[i]});
+      // The first draw that shows a stage's worst error names it.
+      if (!(errors[i] <= stages[i].error))
+        stages[i].error = errors[i], stages[i].draw = draw;
+    }
+  }
   return stages;
 }
 
 StageError first_failure(const std::vector<StageError> &stages, double tolerance) {
-  StageError worst{"", 0};
+  StageError worst{"", 0, "", 0};
   for (const StageError &s : stages) {
     if (!(s.error <= tolerance))
       return s;

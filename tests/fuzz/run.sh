@@ -5,25 +5,40 @@
 #   plan   the planner and code generator on pipelines from the structure-aware generator.
 # A finding leaves a crash-*, timeout-* or oom-* file in build-fuzz/findings-TARGET; replay it
 # with  build-fuzz/kfuse_TARGET_fuzzer build-fuzz/findings-TARGET/crash-...
+#   generated  the generator's pipelines by seed, as CI's unit test checks them (plan, the proof
+#          with special values, CUDA generation; tests/support/generated_check.h), each in its
+#          own process, built with ASan + UBSan in build-asan (as scripts/test.sh builds it, no
+#          clang needed); prints the counts of pipelines, internal errors, disagreements,
+#          rejections, crashes and hangs, and writes each failing pipeline to
+#          build-asan/findings-generated/seed-S.kf. Further arguments go to the runner:
+#          --no-column-views (leave out views of per-feature vectors), --huge-literals (+-inf
+#          and +-1e30 literals too), --first-seed S.
 #
-#   tests/fuzz/run.sh [SECONDS] [parse|plan]
+#   tests/fuzz/run.sh [SECONDS] [parse|plan|generated] [runner arguments]
 #
-# Needs clang++ and libFuzzer (Debian/Ubuntu: apt-get install clang-14 libclang-rt-14-dev).
+# parse and plan need clang++ and libFuzzer (Debian/Ubuntu: apt-get install clang-14 libclang-rt-14-dev).
 # Warnings are not errors here: clang warns where the project's gcc build does not.
 set -euo pipefail
 seconds="${1:-60}"
 target="${2:-parse}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-fuzz"
-cxx="${CXX:-$(command -v clang++ || command -v clang++-14)}"
 case "$target" in
 parse | plan) ;;
+generated)
+  build="$root/build-asan"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKFUSE_SANITIZE=ON \
+    >/dev/null
+  ninja -C "$build" kfuse_generated_pipelines
+  exec "$build/kfuse_generated_pipelines" "$seconds" "$build/findings-generated" "${@:3}"
+  ;;
 *)
-  echo "run.sh: the target is parse or plan, got '$target'" >&2
+  echo "run.sh: the target is parse, plan or generated, got '$target'" >&2
   exit 2
   ;;
 esac
 
+cxx="${CXX:-$(command -v clang++ || command -v clang++-14)}"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DKFUSE_FUZZ=ON \
   -DKFUSE_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$build" "kfuse_${target}_fuzzer"

@@ -334,7 +334,7 @@ private:
   // undoes it (either dim spelled from the front or the back), or a vector unsqueezed to
   // [1, F] as the operand of a total binary op.
   Tensor view(const Tensor &h) {
-    switch (c_.below(3)) {
+    switch (c_.below(shape_.column_views ? 4 : 3)) {
     case 0: {
       if (h.dims.size() > 2)
         return matrix(h);
@@ -357,6 +357,13 @@ private:
       return assign(fmt::format("squeeze({}, dim={})", u.name, coin(2) ? d : d - rank - 1), h.dims,
                     h.dtype);
     }
+    case 3: {
+      if (total_binaries_.empty())
+        return h;
+      Tensor v = column_through_op(column(h.dims.back(), h.dtype));
+      return assign(fmt::format("{}({}, {})", op_info(pick(total_binaries_)).name, h.name, v.name),
+                    h.dims, promote(h.dtype, v.dtype));
+    }
     default: {
       if (total_binaries_.empty())
         return h;
@@ -366,6 +373,47 @@ private:
       return assign(fmt::format("{}({}, {})", op_info(pick(total_binaries_)).name, h.name, u.name),
                     h.dims, promote(h.dtype, u.dtype));
     }
+    }
+  }
+
+  // Vector `c` ([F] or [1]) as the row [1, F] (an unsqueeze or a reshape), through a total unary
+  // op or a row op over its one row, and back to a vector (a squeeze or a reshape): a per-feature
+  // value in scope for later ops.
+  Tensor column_through_op(const Tensor &c) {
+    const std::string f = c.dims[0];
+    Tensor row = assign(coin(2) ? fmt::format("unsqueeze({}, dim={})", c.name, coin(2) ? "0" : "-2")
+                                : fmt::format("reshape({}, shape=[1, {}])", c.name, f),
+                        {"1", f}, c.dtype);
+    auto rows = by_class_.find(OpClass::Row);
+    if (coin(3) && rows != by_class_.end()) {
+      OpKind op = pick(rows->second);
+      row = assign(fmt::format("{}({}{})", op_info(op).name, row.name, attrs(op, 2)), row.dims,
+                   row.dtype);
+    } else if (!total_unaries_.empty()) {
+      OpKind op = pick(total_unaries_);
+      row = assign(fmt::format("{}({}{})", op_info(op).name, row.name, attrs(op, 2)), row.dims,
+                   op == OpKind::Cast ? DType::F32 : row.dtype);
+    }
+    return assign(coin(2) ? fmt::format("squeeze({}, dim={})", row.name, coin(2) ? "0" : "-2")
+                          : fmt::format("reshape({}, shape=[{}])", row.name, f),
+                  {f}, row.dtype);
+  }
+
+  // A literal: an ordinary number, or now and then (special_literals) +-0 or +-1e-30, and
+  // (huge_literals) +-1e30 or +-inf.
+  std::string literal() {
+    if (!shape_.special_literals || coin(2))
+      return fmt::format("constant(value={}, dtype=f32)", 0.25 + c_.below(8));
+    switch (c_.below(shape_.huge_literals ? 4 : 2)) {
+    case 0:
+      return coin(2) ? "constant(value=0, dtype=f32)" : "constant(value=-0, dtype=f32)";
+    case 1:
+      return coin(2) ? "constant(value=1e-30, dtype=f32)" : "constant(value=-1e-30, dtype=f32)";
+    case 2:
+      return coin(2) ? "constant(value=1e30, dtype=f32)" : "constant(value=-1e30, dtype=f32)";
+    default:
+      return fmt::format("div(constant(value={}, dtype=f32), constant(value=0, dtype=f32))",
+                         coin(2) ? "1" : "-1");
     }
   }
 
@@ -471,8 +519,8 @@ private:
     }
     case OpClass::Effect:
       return effect(op, matrix(h));
-    case OpClass::Constant:
-      assign(fmt::format("{}(value={}, dtype=f32)", name, 0.25 + c_.below(8)), {"1"}, DType::F32);
+    case OpClass::Constant: // a [1] value in scope: later ops read it as a per-feature operand
+      assign(literal(), {"1"}, DType::F32);
       return h;
     case OpClass::View:
       return view(h);
@@ -604,6 +652,7 @@ private:
   std::map<OpClass, std::vector<OpKind>> by_class_;
   std::vector<OpKind> total_binaries_ = ops_where(OpClass::Binary, total_binary);
   std::vector<OpKind> bounded_ = ops_where(OpClass::Unary, bounded_unary);
+  std::vector<OpKind> total_unaries_ = ops_where(OpClass::Unary, total_unary);
   std::vector<std::string> rows_ = {"N"}; // the leading extents of the pipeline's input
   std::string width_, one_;
   int counter_ = 0;
@@ -623,6 +672,8 @@ std::string random_pipeline(uint64_t seed) {
   shape.second_dim = false;
   shape.mixed_types = false;
   shape.ranks = false;
+  shape.column_views = false;
+  shape.special_literals = false;
   return random_pipeline(c, shape, fmt::format("random_{}", seed));
 }
 

@@ -18,7 +18,9 @@
 // start from a rank-3/4 input: ops that run on rank 3/4 (GEMMs, pointwise, softmax, layernorm,
 // reductions along the last axis) take it as it is, the others its [rows, F] matrix, reached
 // through a reshape (batchnorm then counts N*T rows); views (reshape back and forth, unsqueeze /
-// squeeze pairs, a vector unsqueezed to [1, F] as a pointwise operand) come up as ops of their own.
+// squeeze pairs, a vector unsqueezed to [1, F] as a pointwise operand, a vector through an op as
+// [1, F] and back) come up as ops of their own. Literals include +-0 and +-1e-30 (+-inf and
+// +-1e30 with `huge_literals`).
 #pragma once
 
 #include <cstddef>
@@ -65,11 +67,24 @@ struct PipelineShape {
   // Activations of rank 3 or 4 ([N, T, F], [2, N, F], [N, 2, T, F]) now and then, and views
   // (reshape to and from their [rows, F] matrix, unsqueeze / squeeze, vectors as [1, F]).
   bool ranks = true;
+  // Views of per-feature vectors: a column value or param unsqueezed or reshaped to [1, F],
+  // through a pointwise or row op, and squeezed or reshaped back to [F]
+  // (squeeze(silu(unsqueeze(col_mean(x), dim=0)), dim=0)), then an operand like any vector.
+  bool column_views = true;
+  // Literals of special values beside ordinary ones: +-0 and +-1e-30.
+  bool special_literals = true;
+  // Literals +-1e30 and +-inf (written div(constant(value=+-1), constant(value=0)): the language
+  // has no infinite literal). A literal is a per-feature vector to the passes, which distribute
+  // such vectors over sums and multiply them together: exact in real arithmetic, not where a
+  // vector is infinite (inf * (a - a) is NaN, (y + inf) - mean(y + inf) too) or overflows in one
+  // order only; the proof's special values go in inputs only for this reason
+  // (compiler/plan/agreement.h).
+  bool huge_literals = false;
 };
 
 std::string random_pipeline(Choices &choices, const PipelineShape &shape, const std::string &name);
 
-// The small pipelines of the GPU test: one dim N, a few ops, rank 2, no views.
+// The small pipelines of the GPU test: one dim N, a few ops, rank 2, no views, ordinary literals.
 std::string random_pipeline(uint64_t seed);
 
 } // namespace kfuse::testing
