@@ -1,7 +1,7 @@
 // dropout on the GPU: the examples within the bound in both modes, and in train mode the GPU's
 // mask equal to the interpreter's (the zeros exactly where the reference's are), over runs that
 // advance the offset.
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "tests/support/gpu_cases.h"
 
 #include <doctest/doctest.h>

@@ -5,7 +5,7 @@
 #include "compiler/lower.h"
 #include "runtime/error.h"
 #include "runtime/pipeline.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "tests/support/gpu_cases.h"
 
 #include <doctest/doctest.h>

@@ -7,7 +7,7 @@
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
 #include "runtime/pipeline.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "tests/support/temp_cache.h"
 
 #include <cstdlib>

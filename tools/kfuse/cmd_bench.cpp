@@ -29,7 +29,7 @@
 #include "runtime/host_elements.h"
 #include "runtime/pipeline.h"
 #include "runtime/random_tensors.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "runtime/stream.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/utc_time.h"

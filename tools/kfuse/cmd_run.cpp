@@ -15,7 +15,7 @@
 // only with --reference; without it results are only checked to be finite.
 #include "compiler/dsl/source.h"
 #include "runtime/pipeline.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 

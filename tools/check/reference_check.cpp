@@ -1,4 +1,4 @@
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
