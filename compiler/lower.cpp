@@ -15,7 +15,7 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   Lowered l;
   dsl::Diagnostics diags(src);
   l.graph = dsl::parse_kf(src, diags);
-  const Dump dump(l.graph.name, options.mode);
+  const Dump dump(l.graph.name, ir::mode_name(options.mode));
   if (dump.wants("ir"))
     dump.emit("0-parsed", ".kf", ir::print_kf(l.graph));
   int step = 0;

@@ -162,11 +162,9 @@ std::vector<TuningEntry> TuningStore::entries() const {
 }
 
 codegen::GemmTunings TuningStore::tunings(const DeviceKey &device,
-                                          const codegen::Program &program) const {
+                                          const std::vector<exec::TunableGemm> &gemms) const {
   codegen::GemmTunings out;
-  for (const codegen::KernelLaunch &l : program.launches) {
-    if (l.signature.empty())
-      continue;
+  for (const exec::TunableGemm &l : gemms) {
     std::optional<TuningEntry> e = load(device, l.signature);
     if (!e)
       continue;

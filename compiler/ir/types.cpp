@@ -1,5 +1,7 @@
 #include "compiler/ir/types.h"
 
+#include "compiler/rounding.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -32,30 +34,14 @@ int64_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
 DType promote(DType a, DType b) { return a == b ? a : DType::F32; }
 
-namespace {
-
-// x rounded to `digits` significant bits, ties to even (nearbyint in the default rounding
-// mode), with exponents below `min_exp` rounded on the subnormal grid, and values beyond
-// `max` to infinity (IEEE round to nearest overflows where the rounded value would exceed it).
-double round_significand(double x, int digits, int min_exp, double max) {
-  if (x == 0 || !std::isfinite(x))
-    return x;
-  int e = std::max(std::ilogb(x), min_exp);
-  double quantum = std::ldexp(1.0, e - (digits - 1));
-  double r = std::nearbyint(x / quantum) * quantum;
-  return std::fabs(r) > max ? std::copysign(std::numeric_limits<double>::infinity(), x) : r;
-}
-
-} // namespace
-
 double round_to(DType t, double x) {
   switch (t) {
   case DType::F32:
     return x;
-  case DType::F16: // 11 significant bits, exponents from -14, largest 65504
-    return round_significand(static_cast<float>(x), 11, -14, 65504.0);
-  case DType::BF16: // fp32's exponent range with 8 significant bits
-    return round_significand(static_cast<float>(x), 8, -126, 0x1.FEp127);
+  case DType::F16:
+    return round_to_element(kfuse::DType::F16, x);
+  case DType::BF16:
+    return round_to_element(kfuse::DType::BF16, x);
   }
   return x;
 }

@@ -1,6 +1,7 @@
 // Tuned GEMM configurations without a GPU: the tuning store (round trip, keys, corrupt entries,
 // classes of N), the code generator's tile override (each candidate instantiated and compiled by
 // NVRTC for sm_90a), and tuned configurations reaching the compile report and the launch.
+#include "compiler/build_executable.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/lower.h"
@@ -47,6 +48,15 @@ rt::TuningEntry entry(const std::string &tile, int64_t rows) {
   e.splits.push_back(
       {tile, codegen::rows_class(rows), 2, {rows, 0.25, 0.3, "2026-11-23T12:00:00Z"}});
   return e;
+}
+
+// The GEMM kernels of `p` as the tuning store keys them.
+std::vector<exec::TunableGemm> tunable(const codegen::Program &p) {
+  std::vector<exec::TunableGemm> gemms;
+  for (const codegen::KernelLaunch &l : p.launches)
+    if (!l.signature.empty())
+      gemms.push_back({l.entry, l.signature, l.tile, l.tiles});
+  return gemms;
 }
 
 } // namespace
@@ -151,7 +161,7 @@ TEST_CASE("codegen: a tile override instantiates that tile, NVRTC compiles every
     Options o;
     o.arch = "sm_90a";
     o.precision = Precision::TF32;
-    Pipeline p = rt::PipelineAccess::compile(std::move(l), o, true);
+    Pipeline p = rt::PipelineAccess::compile(build_executable(l), o);
     for (const KernelReport &k : p.report().kernels) {
       CHECK(k.spill_stores == 0);
       CHECK(k.stack_bytes == 0);
@@ -182,11 +192,12 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   REQUIRE(store.store(kH100, signature, entry("64x256x1", 1024)));
 
   LowerOptions o = tf32_options();
-  o.tunings = [&](const codegen::Program &p) { return store.tunings(kH100, p); };
+  o.tunings = [&](const codegen::Program &p) { return store.tunings(kH100, tunable(p)); };
   Options options;
   options.arch = "sm_90a";
   options.precision = Precision::TF32;
-  Pipeline p = rt::PipelineAccess::compile(lowered("gemm_bn_scale_softmax", o), options, true);
+  Pipeline p =
+      rt::PipelineAccess::compile(build_executable(lowered("gemm_bn_scale_softmax", o)), options);
   const std::string &config = p.report().kernels.at(0).config;
   INFO(config);
   CHECK(config.find("tf32 64x256x1 tile: tuned on NVIDIA H100 80GB HBM3, 132 SMs, sm_90 at "
@@ -196,17 +207,17 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
 
   // The cap is data: at N in (512, 1024] S is at most 2, other classes keep the rule's S.
   const Lowered tuned = lowered("gemm_bn_scale_softmax", o);
-  const codegen::LaunchGeometry &geo = tuned.program.launches.at(0).geometry;
+  const exec::Geometry geo = geometry_of(tuned.program.launches.at(0).geometry);
   CHECK(geo.max_splits_by_class.at(10) == 2);
   CHECK(rt::split_count(geo, {{"N", 64}}, 132, 0) > 2);
   CHECK(rt::split_count(geo, {{"N", 1000}}, 13200, 0) == 2);
   CHECK(rt::split_count(geo, {{"N", 1000}}, 13200, 4) == 4); // Options::max_split_k first
 
   // Another device, or the same device with a tile the kernel cannot take: the heuristics.
-  CHECK(store.tunings(kH200, heuristic.program).empty());
+  CHECK(store.tunings(kH200, tunable(heuristic.program)).empty());
   rt::TuningEntry bad = entry("32x32x1", 1024);
   REQUIRE(store.store(kH100, signature, bad));
-  CHECK(store.tunings(kH100, heuristic.program).empty());
+  CHECK(store.tunings(kH100, tunable(heuristic.program)).empty());
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("ignoring the tile '32x32x1' tuned for k0_gemm") != std::string::npos);
 }

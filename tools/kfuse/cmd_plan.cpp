@@ -6,6 +6,7 @@
 // equates with a product of others to that product, or the --dim values given; a size the file
 // cannot run at is said and skipped); exits 1 when a pass or the partition disagrees with the
 // file, or when the file runs at none of the sizes.
+#include "compiler/build_executable.h"
 #include "compiler/dsl/diagnostics.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/views.h"
@@ -72,7 +73,7 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
 // why there is none: a pipeline the GPU path does not run still has a plan.
 std::string gemm_configs(const dsl::SourceFile &src, const Options &options,
                          const CommandLine &cl) {
-  const LowerOptions lo = rt::PipelineAccess::lower_options(options, true);
+  const LowerOptions lo = lower_options(rt::PipelineAccess::request(options, true));
   const char *source = !options.use_tuned ? ", --no-tuned: the heuristics'"
                        : lo.tunings       ? ""
                                           : ", the heuristics': no GPU to look tuned ones up for";

@@ -13,7 +13,9 @@
 // (out0.npy, ...) and the updated state
 // (<name>.out.npy) written to DIR, or everything to OUT with --save. The fp64 reference runs
 // only with --reference; without it results are only checked to be finite.
+#include "compiler/build_executable.h"
 #include "compiler/dsl/source.h"
+#include "compiler/lower.h"
 #include "runtime/pipeline.h"
 #include "tools/check/reference_check.h"
 #include "tools/kfuse/command_line.h"
@@ -60,16 +62,17 @@ int cmd_run(int argc, char **argv) {
   req.kf_text = src.text();
   req.file_name = cl.file();
   req.options = pipeline_options(cl);
-  Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
-  req.dims = cl.dims_of(rt::PipelineAccess::graph(pipeline), /*all=*/false);
+  const Lowered lowered = lower(src, lower_options(rt::PipelineAccess::request(req.options, true)));
+  Pipeline pipeline = rt::PipelineAccess::compile(build_executable(lowered), req.options);
+  req.dims = cl.dims_of(lowered.graph, /*all=*/false);
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
   req.rng = {unsigned64(cl, "dropout-seed"), 0};
   req.save_dir = cl.option("save", "");
   req.inputs_dir = cl.option("inputs", "");
   req.reference = req.inputs_dir.empty() ? !cl.flag("no-reference") : cl.flag("reference");
-  rt::CheckResult r = rt::check_against_reference(pipeline, req);
-  double bound = rt::error_bound(req.options.precision, rt::PipelineAccess::graph(pipeline));
+  rt::CheckResult r = rt::check_against_reference(pipeline, lowered.graph, req);
+  double bound = rt::error_bound(req.options.precision, lowered.graph);
   std::printf("%-16s %12s %14s  (bound %.0e, %d step%s, seed %llu%s)\n", "tensor", "max abs err",
               "rel err", bound, req.steps, req.steps == 1 ? "" : "s",
               static_cast<unsigned long long>(req.seed),
