@@ -349,28 +349,26 @@ void Builder::add_constraints() {
 
 } // namespace
 
-exec::Executable build_executable(const plan::Plan &plan, const codegen::Program &program) {
-  return Builder(plan, program).build();
+exec::Executable build_executable(const plan::Plan &plan, const codegen::Program &program,
+                                  const Target &target) {
+  exec::Executable e = Builder(plan, program).build();
+  e.target = target;
+  return e;
 }
 
 exec::Executable build_executable(const Lowered &lowered) {
-  return build_executable(lowered.plan, lowered.program);
+  return build_executable(lowered.plan, lowered.program, lowered.target);
 }
 
 LowerOptions lower_options(const exec::Request &request) {
   if (request.mode != Mode::Train && request.mode != Mode::Eval)
     throw Error(
         fmt::format("{} is not a kfuse::Mode value (Train, Eval)", static_cast<int>(request.mode)));
-  const Precision p = request.precision;
-  exec::require_supported(p);
+  require_supported(request.target.precision);
   LowerOptions lo;
   lo.mode = request.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
-  lo.math = p == Precision::TF32     ? codegen::GemmMath::Tf32
-            : p == Precision::FP32x3 ? codegen::GemmMath::Tf32x3
-                                     : codegen::GemmMath::Fp32;
+  lo.target = request.target;
   lo.fuse = request.fuse;
-  lo.arch = request.arch;
-  lo.autocast_bf16 = p == Precision::BF16;
   if (request.tunings)
     lo.tunings = [tunings = request.tunings](const codegen::Program &program) {
       std::vector<exec::TunableGemm> gemms;
@@ -385,13 +383,6 @@ LowerOptions lower_options(const exec::Request &request) {
 namespace exec {
 
 std::string read_kf_file(const std::string &path) { return dsl::SourceFile::read(path).text(); }
-
-void require_supported(Precision p) {
-  if (p != Precision::FP32 && p != Precision::TF32 && p != Precision::BF16 &&
-      p != Precision::FP32x3)
-    throw Error(fmt::format("{} is not a kfuse::Precision value (FP32, TF32, BF16, FP32x3)",
-                            static_cast<int>(p)));
-}
 
 Executable compile_executable(const std::string &kf_text, const std::string &file_name,
                               const Request &request) {

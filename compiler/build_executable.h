@@ -9,7 +9,8 @@ namespace kfuse {
 
 // `lowered` must be lowered to CUDA (LowerOptions::Until::Cuda).
 exec::Executable build_executable(const Lowered &lowered);
-exec::Executable build_executable(const plan::Plan &plan, const codegen::Program &program);
+exec::Executable build_executable(const plan::Plan &plan, const codegen::Program &program,
+                                  const Target &target = {});
 
 // What lower() is asked for `request`. Throws kfuse::Error for a value that is no Mode or
 // Precision.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "compiler/codegen/gemm_tuning.h"
+#include "compiler/target.h"
 #include "kfuse/kfuse.h"
 
 #include <cstdint>
@@ -191,6 +192,7 @@ std::optional<std::string> violation(const Constraint &c, const Dims &dims);
 struct Executable {
   Interface interface;
   Mode mode = Mode::Train;
+  Target target; // what the source was generated for: NVRTC compiles it for target.arch
   std::string file_name, source; // the translation unit NVRTC compiles
   std::string plan_text;
   std::vector<Kernel> kernels; // in launch order
@@ -215,9 +217,8 @@ struct TunableGemm {
 // What the runtime asks of the compiler for a pipeline: the .kf text lowered all the way.
 struct Request {
   Mode mode = Mode::Train;
-  Precision precision = Precision::FP32;
+  Target target;
   bool fuse = true; // false: the unfused baseline benchmarks compare against
-  std::string arch; // the NVRTC target
   // The tuned configurations to make the GEMM kernels with; empty: the heuristics'.
   std::function<codegen::GemmTunings(const std::vector<TunableGemm> &)> tunings = {};
 };
@@ -225,9 +226,6 @@ struct Request {
 // The text of a .kf file; throws as the parser's reading does (a missing, unreadable or
 // oversized file).
 std::string read_kf_file(const std::string &path);
-
-// Throws kfuse::Error for a value that is no Precision.
-void require_supported(Precision p);
 
 // Throws dsl::DiagnosticError (a kfuse::Error) for a .kf error, as lower() does.
 Executable compile_executable(const std::string &kf_text, const std::string &file_name,

@@ -84,7 +84,7 @@ TuningRun tune_gemms(const std::string &kf_text, const std::string &file_name, c
     exec::Executable l = lowered_with(tunings);
     if (sources.insert(l.source).second)
       ++run.compiles;
-    Pipeline p = PipelineAccess::compile(std::move(l), options);
+    Pipeline p = PipelineAccess::compile(std::move(l));
     data.bind_all(p);
     return p;
   };

@@ -111,8 +111,7 @@ Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &fi
     rt::tune_gemms(kf_text, file_name, options, request);
   }
   return PipelineAccess::compile(
-      exec::compile_executable(kf_text, file_name, PipelineAccess::request(options, true)),
-      options);
+      exec::compile_executable(kf_text, file_name, PipelineAccess::request(options, true)));
 }
 
 const exec::Executable &rt::PipelineAccess::executable(const Pipeline &p) {
@@ -120,7 +119,8 @@ const exec::Executable &rt::PipelineAccess::executable(const Pipeline &p) {
 }
 
 exec::Request rt::PipelineAccess::request(const Options &options, bool fuse) {
-  exec::Request r{options.mode, options.precision, fuse, rt::target_arch(options.arch), {}};
+  const Target target{rt::target_arch(options.arch), options.precision, options.max_split_k};
+  exec::Request r{options.mode, target, fuse, {}};
   // Tuned configurations are per device: without one there is nothing to look up.
   if (fuse && options.use_tuned && rt::Driver::get().available())
     r.tunings = [](const std::vector<exec::TunableGemm> &gemms) {
@@ -162,10 +162,10 @@ void Pipeline::Impl::compile_module(const std::string &arch) {
     }
 }
 
-Pipeline rt::PipelineAccess::compile(exec::Executable executable, const Options &options) {
+Pipeline rt::PipelineAccess::compile(exec::Executable executable) {
   auto impl = std::make_unique<Pipeline::Impl>();
-  impl->options = options;
   impl->executable = std::move(executable);
+  const Target &target = impl->executable.target;
   const exec::Interface &in = impl->executable.interface;
   impl->where = "pipeline '" + in.name + "'";
   impl->input_position.assign(in.declared.size(), -1);
@@ -176,13 +176,13 @@ Pipeline rt::PipelineAccess::compile(exec::Executable executable, const Options 
     }
   for (size_t i = 0; i < in.outputs.size(); ++i)
     impl->output_names.push_back(fmt::format("output {}", i));
-  if (options.max_split_k < 0)
+  if (target.max_split_k < 0)
     throw Error(fmt::format("{}: Options::max_split_k is {}; it must be 0 (the shape's choice) "
                             "or a positive cap",
-                            impl->where, options.max_split_k));
-  impl->compile_module(rt::target_arch(options.arch));
+                            impl->where, target.max_split_k));
+  impl->compile_module(target.arch);
   rt::drop_spilling_variants(impl->executable, impl->report);
-  impl->table = std::make_unique<rt::LaunchTable>(impl->executable, options.max_split_k);
+  impl->table = std::make_unique<rt::LaunchTable>(impl->executable, target.max_split_k);
   return Pipeline(std::move(impl));
 }
 

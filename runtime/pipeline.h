@@ -52,9 +52,9 @@ struct PipelineAccess {
   // a bare product). Fused, with Options::use_tuned and a GPU present, the GEMMs take the
   // configurations the tuning store (runtime/tuning_store.h) holds for that GPU.
   static exec::Request request(const Options &options, bool fuse);
-  // Every Pipeline is made here: NVRTC (through the disk cache) on `executable`, which the
-  // compiler built for request(options, ...), so each front end lowers once.
-  static Pipeline compile(exec::Executable executable, const Options &options);
+  // Every Pipeline is made here: NVRTC (through the disk cache) on `executable`, for its target
+  // (the compiler built it for request(options, ...)), so each front end lowers once.
+  static Pipeline compile(exec::Executable executable);
   static const exec::Executable &executable(const Pipeline &p);
   // Every later run hands its bare-product GEMM kernels (exec::Kernel::bare_gemm) to `hook`
   // instead of launching them; an empty hook launches them again.

@@ -24,7 +24,6 @@
 namespace kfuse {
 
 struct Pipeline::Impl {
-  Options options;
   exec::Executable executable;
   rt::CompiledModule compiled;
   CompileReport report;

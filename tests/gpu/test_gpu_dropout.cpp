@@ -38,7 +38,7 @@ TEST_CASE("gpu: dropout drops exactly the interpreter's elements, runs advance t
     req.steps = 3;
     req.rng = {0x123456789abcdefULL, 7};
     const Lowered l = lowered(req);
-    Pipeline pipeline = rt::PipelineAccess::compile(build_executable(l), req.options);
+    Pipeline pipeline = rt::PipelineAccess::compile(build_executable(l));
     rt::CheckResult r = rt::check_against_reference(pipeline, l.graph, req);
     const double bound = rt::error_bound(precision);
     for (const rt::CheckEntry &e : r.entries) {
@@ -58,7 +58,7 @@ TEST_CASE("gpu: dropout drops exactly the interpreter's elements, runs advance t
   req.dims = {{"N", 5}};
   req.steps = 2;
   const Lowered l = lowered(req);
-  Pipeline pipeline = rt::PipelineAccess::compile(build_executable(l), req.options);
+  Pipeline pipeline = rt::PipelineAccess::compile(build_executable(l));
   rt::CheckResult r = rt::check_against_reference(pipeline, l.graph, req);
   for (const rt::CheckEntry &e : r.entries)
     CHECK(e.relative <= rt::error_bound(Precision::FP32));

@@ -24,7 +24,7 @@ void expect_unfused_match(const std::string &text, const std::string &file, Mode
   o.mode = mode;
   const Lowered l = lower(dsl::SourceFile(file, text),
                           lower_options(rt::PipelineAccess::request(o, /*fuse=*/false)));
-  Pipeline p = rt::PipelineAccess::compile(build_executable(l), o);
+  Pipeline p = rt::PipelineAccess::compile(build_executable(l));
   rt::CheckRequest req;
   req.kf_text = text;
   req.file_name = file;

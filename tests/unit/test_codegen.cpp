@@ -154,8 +154,7 @@ TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unf
         o.arch = "sm_90a";
         Pipeline p = rt::PipelineAccess::compile(
             build_executable(lower(dsl::SourceFile::read(entry.path().string()),
-                                   lower_options(rt::PipelineAccess::request(o, fuse)))),
-            o);
+                                   lower_options(rt::PipelineAccess::request(o, fuse)))));
         const CompileReport &r = p.report();
         CHECK(r.cache_hit == !compiled.insert(p.cuda_source()).second);
         REQUIRE(!r.kernels.empty());

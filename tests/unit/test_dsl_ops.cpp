@@ -136,8 +136,7 @@ TEST_CASE("nvrtc: every pointwise op compiles in a GEMM epilogue, a row prologue
     auto compile = [&](const std::string &text) {
       return rt::PipelineAccess::compile(
           build_executable(lower(dsl::SourceFile("every_op.kf", text),
-                                 lower_options(rt::PipelineAccess::request(o, fuse)))),
-          o);
+                                 lower_options(rt::PipelineAccess::request(o, fuse)))));
     };
     Pipeline epilogue = compile(every_pointwise_op("  return h\n"));
     Pipeline prologue = compile(every_pointwise_op("  return softmax(h, dim=1)\n"));

@@ -30,7 +30,8 @@ const rt::DeviceKey kH100{"NVIDIA H100 80GB HBM3", 132, 90};
 const rt::DeviceKey kH200{"NVIDIA H200", 132, 90};
 
 LowerOptions tf32_options(codegen::GemmTunings tunings = {}) {
-  LowerOptions o{ir::Mode::Train, codegen::GemmMath::Tf32, true, "sm_90a"};
+  LowerOptions o;
+  o.target = {"sm_90a", Precision::TF32};
   if (!tunings.empty())
     o.tunings = [tunings](const codegen::Program &) { return tunings; };
   return o;
@@ -158,10 +159,7 @@ TEST_CASE("codegen: a tile override instantiates that tile, NVRTC compiles every
     // The signature leaves the tile out: the store finds the kernel whatever tile it took.
     CHECK(k0.signature == gemm.signature);
     CHECK(k0.config.find("asked for") != std::string::npos);
-    Options o;
-    o.arch = "sm_90a";
-    o.precision = Precision::TF32;
-    Pipeline p = rt::PipelineAccess::compile(build_executable(l), o);
+    Pipeline p = rt::PipelineAccess::compile(build_executable(l));
     for (const KernelReport &k : p.report().kernels) {
       CHECK(k.spill_stores == 0);
       CHECK(k.stack_bytes == 0);
@@ -173,7 +171,7 @@ TEST_CASE("codegen: a tile override a GEMM cannot take is an error naming the ke
   codegen::GemmTunings t;
   t["k0_gemm"].tile = codegen::Sm90Tile::M64N256;
   LowerOptions x3 = tf32_options(t);
-  x3.math = codegen::GemmMath::Tf32x3;
+  x3.target.precision = Precision::FP32x3;
   CHECK_THROWS_WITH(lowered("gemm_bn_scale_softmax", x3),
                     doctest::Contains("k0_gemm: tile 64x256x1 was asked for, but this GEMM's "
                                       "tiles are not tuned (3xtf32 has one, 128x128x1)"));
@@ -193,11 +191,7 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
 
   LowerOptions o = tf32_options();
   o.tunings = [&](const codegen::Program &p) { return store.tunings(kH100, tunable(p)); };
-  Options options;
-  options.arch = "sm_90a";
-  options.precision = Precision::TF32;
-  Pipeline p =
-      rt::PipelineAccess::compile(build_executable(lowered("gemm_bn_scale_softmax", o)), options);
+  Pipeline p = rt::PipelineAccess::compile(build_executable(lowered("gemm_bn_scale_softmax", o)));
   const std::string &config = p.report().kernels.at(0).config;
   INFO(config);
   CHECK(config.find("tf32 64x256x1 tile: tuned on NVIDIA H100 80GB HBM3, 132 SMs, sm_90 at "

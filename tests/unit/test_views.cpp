@@ -212,7 +212,7 @@ TEST_CASE("views: dims a view equates with a product of others are bound to that
 
 TEST_CASE("views: a view is no kernel and no copy, `kfuse plan` lists it as the buffer it views") {
   LowerOptions o;
-  o.arch = "sm_90a";
+  o.target.arch = "sm_90a";
   Lowered with = lower(dsl::SourceFile("projection.kf", kProjection), o);
   Lowered without = lower(dsl::SourceFile("projection.kf", kProjectionNoViews), o);
   CHECK(with.plan.kernels.size() == without.plan.kernels.size());

@@ -131,7 +131,7 @@ TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::strin
 CheckResult check_against_reference(const CheckRequest &req) {
   Lowered lowered = lower(dsl::SourceFile(req.file_name, req.kf_text),
                           lower_options(PipelineAccess::request(req.options, true)));
-  Pipeline pipeline = PipelineAccess::compile(build_executable(lowered), req.options);
+  Pipeline pipeline = PipelineAccess::compile(build_executable(lowered));
   return check_against_reference(pipeline, lowered.graph, req);
 }
 

@@ -222,8 +222,7 @@ int cmd_bench(int argc, char **argv) {
     c_unfused.error = "its GEMMs need cuBLAS: " + cublas_error;
   } else {
     try {
-      unfused.emplace(
-          rt::PipelineAccess::compile(build_executable(unfused_lowered), unfused_options));
+      unfused.emplace(rt::PipelineAccess::compile(build_executable(unfused_lowered)));
       if (cublas)
         rt::PipelineAccess::set_gemm_hook(*unfused, [&](const rt::GemmCall &c, CUstream st) {
           cublas->gemm(math, {ir_dtype(c.operands), ir_dtype(c.result)}, c.trans_b, c.m, c.n, c.k,
@@ -242,14 +241,14 @@ int cmd_bench(int argc, char **argv) {
   std::optional<Pipeline> fused;
   std::vector<DeviceTensor> fused_out = make_outputs();
   try {
-    exec::require_supported(options.precision);
+    require_supported(options.precision);
   } catch (const Error &e) {
     c_fused.supported = false;
     c_fused.reason = e.what();
   }
   if (c_fused.supported) {
     try {
-      fused.emplace(rt::PipelineAccess::compile(fused_executable, options));
+      fused.emplace(rt::PipelineAccess::compile(fused_executable));
       bind_all(*fused);
       c_fused.compile_ms = fused->report().milliseconds;
       c_fused.cache_hit = fused->report().cache_hit;

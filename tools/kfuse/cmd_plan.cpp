@@ -77,8 +77,8 @@ std::string gemm_configs(const dsl::SourceFile &src, const Options &options,
   const char *source = !options.use_tuned ? ", --no-tuned: the heuristics'"
                        : lo.tunings       ? ""
                                           : ", the heuristics': no GPU to look tuned ones up for";
-  std::string s =
-      fmt::format("\nGEMM configs ({}, {}{}):\n", cl.option("precision", "fp32"), lo.arch, source);
+  std::string s = fmt::format("\nGEMM configs ({}, {}{}):\n", cl.option("precision", "fp32"),
+                              lo.target.arch, source);
   try {
     const Lowered l = lower(src, lo);
     for (const codegen::KernelLaunch &k : l.program.launches)
@@ -108,7 +108,7 @@ int cmd_plan(int argc, char **argv) {
   options.until = LowerOptions::Until::Plan;
   // Precision bf16 changes the graph (its roundings), not only the GEMMs' math: the plan, and
   // --prove, are of the graph with them.
-  options.autocast_bf16 = pipeline_options(cl).precision == Precision::BF16;
+  options.target.precision = pipeline_options(cl).precision;
   if (cl.flag("dump-after-each-pass"))
     options.after_pass = [](const passes::Pass &pass, const ir::Graph &out) {
       std::fprintf(stderr, "# IR after %.*s\n%s\n", static_cast<int>(pass.name.size()),

@@ -63,7 +63,7 @@ int cmd_run(int argc, char **argv) {
   req.file_name = cl.file();
   req.options = pipeline_options(cl);
   const Lowered lowered = lower(src, lower_options(rt::PipelineAccess::request(req.options, true)));
-  Pipeline pipeline = rt::PipelineAccess::compile(build_executable(lowered), req.options);
+  Pipeline pipeline = rt::PipelineAccess::compile(build_executable(lowered));
   req.dims = cl.dims_of(lowered.graph, /*all=*/false);
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
