@@ -11,8 +11,8 @@
 
 namespace kfuse {
 
-Dump::Dump(const std::string &pipeline, ir::Mode mode)
-    : prefix_(fmt::format("{}.{}", pipeline, ir::mode_name(mode))) {
+Dump::Dump(const std::string &pipeline, std::string_view mode)
+    : prefix_(fmt::format("{}.{}", pipeline, mode)) {
   const char *env = std::getenv("KFUSE_DUMP");
   std::stringstream items(env ? env : "");
   for (std::string item; std::getline(items, item, ',');) {

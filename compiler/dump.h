@@ -2,10 +2,9 @@
 // dumps ir, plan, cuda and launch; the runtime, after NVRTC, ptx and sass.
 #pragma once
 
-#include "compiler/ir/graph.h"
-
 #include <set>
 #include <string>
+#include <string_view>
 
 namespace kfuse {
 
@@ -15,7 +14,7 @@ class Dump {
 public:
   // Throws kfuse::Error for an item KFUSE_DUMP names that is none of ir, plan, cuda, launch,
   // ptx, sass.
-  Dump(const std::string &pipeline, ir::Mode mode);
+  Dump(const std::string &pipeline, std::string_view mode); // mode: "train" or "eval"
 
   bool wants(const char *item) const { return what_.count(item) != 0; }
 

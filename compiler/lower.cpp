@@ -12,15 +12,28 @@
 
 namespace kfuse {
 
+namespace {
+
+// How codegen multiplies the GEMMs of f32 operands at precision p (bf16 leaves none: autocast
+// rounded their operands).
+codegen::GemmMath gemm_math(Precision p) {
+  return p == Precision::TF32     ? codegen::GemmMath::Tf32
+         : p == Precision::FP32x3 ? codegen::GemmMath::Tf32x3
+                                  : codegen::GemmMath::Fp32;
+}
+
+} // namespace
+
 Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   Lowered l;
+  l.target = options.target;
   dsl::Diagnostics diags(src);
   l.graph = dsl::parse_kf(src, diags);
-  const Dump dump(l.graph.name, options.mode);
+  const Dump dump(l.graph.name, ir::mode_name(options.mode));
   if (dump.wants("ir"))
     dump.emit("0-parsed", ".kf", ir::print_kf(l.graph));
   int step = 0;
-  if (options.autocast_bf16) {
+  if (options.target.precision == Precision::BF16) {
     static const passes::Pass autocast{"autocast_bf16", passes::autocast_bf16};
     l.graph = autocast.run(l.graph, options.mode);
     if (options.after_pass)
@@ -29,7 +42,8 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
       dump.emit(fmt::format("{}-{}", ++step, autocast.name), ".kf", ir::print_kf(l.graph));
   }
   const bool to_cuda = options.until == LowerOptions::Until::Cuda;
-  if (auto unsupported = codegen::gpu_unsupported(l.graph, options.arch); unsupported && to_cuda)
+  if (auto unsupported = codegen::gpu_unsupported(l.graph, options.target.arch);
+      unsupported && to_cuda)
     diags.error(l.graph[unsupported->value].loc, unsupported->message);
   l.plan = plan::make_plan(
       l.graph, options.mode,
@@ -44,13 +58,14 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
     dump.emit("plan", ".txt", plan::print_plan_text(l.plan, {}));
   if (!to_cuda)
     return l;
+  const codegen::GemmMath math = gemm_math(options.target.precision);
   const plan::Plan kernels = select::kernel_view(l.plan);
-  select::Selection specs = select::select_kernels(kernels, options.math, options.arch);
+  select::Selection specs = select::select_kernels(kernels, math, options.target.arch);
   if (options.tunings)
     if (const codegen::GemmTunings tuned = options.tunings(select::gemm_keys(kernels, specs));
         !tuned.empty())
-      specs = select::select_kernels(kernels, options.math, options.arch, tuned);
-  l.program = codegen::emit(kernels, specs, options.arch);
+      specs = select::select_kernels(kernels, math, options.target.arch, tuned);
+  l.program = codegen::emit(kernels, specs, options.target.arch);
   if (dump.wants("cuda"))
     dump.emit("cuda", ".cu", l.program.source);
   if (dump.wants("launch"))

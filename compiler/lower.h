@@ -12,10 +12,12 @@
 
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/source.h"
+#include "compiler/executable.h"
 #include "compiler/ir/graph.h"
 #include "compiler/passes/passes.h"
 #include "compiler/plan/plan.h"
 #include "compiler/select/spec.h"
+#include "compiler/target.h"
 
 #include <cstdint>
 #include <functional>
@@ -24,18 +26,16 @@ namespace kfuse {
 
 struct LowerOptions {
   ir::Mode mode = ir::Mode::Train;
-  codegen::GemmMath math = codegen::GemmMath::Fp32;
-  bool fuse = true;      // false: the unfused baseline benchmarks compare against
-  std::string arch = {}; // the NVRTC target: "sm_90a" gives tf32 GEMMs the Hopper mainloop
   // Precision bf16 on f32 tensors: GEMM operands rounded to bf16 (passes::autocast_bf16), the
-  // products on the bf16 Hopper mainloop; `math` then meets no GEMM of f32 operands.
-  bool autocast_bf16 = false;
+  // products on the bf16 Hopper mainloop.
+  Target target;
+  bool fuse = true; // false: the unfused baseline benchmarks compare against
   // Plan: stop after the plan, with no CUDA (`kfuse plan` shows plans of pipelines the GPU
   // path does not run yet).
   enum class Until : uint8_t { Plan, Cuda } until = Until::Cuda;
   // Given the GEMM kernels the heuristics selected, the tuned configurations to select instead
   // (runtime/tuning_store.h looks them up); empty, or none returned: the heuristics' choices.
-  std::function<codegen::GemmTunings(const std::vector<select::GemmKey> &)> tunings = {};
+  std::function<codegen::GemmTunings(const std::vector<exec::TunableGemm> &)> tunings = {};
   // Called with the IR after every pass (`kfuse plan --dump-after-each-pass`).
   std::function<void(const passes::Pass &, const ir::Graph &)> after_pass = {};
 };
@@ -44,6 +44,7 @@ struct Lowered {
   ir::Graph graph;          // as parsed, with autocast_bf16's roundings where asked for
   plan::Plan plan;          // its graph is the IR after every pass
   codegen::Program program; // empty when lowered until the plan
+  Target target;            // LowerOptions::target
 };
 
 // Throws dsl::DiagnosticError for a .kf error or (lowering to CUDA) what the GPU path does not

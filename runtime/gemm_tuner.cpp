@@ -1,6 +1,6 @@
 #include "runtime/gemm_tuner.h"
+#include "compiler/dim_range.h"
 
-#include "compiler/lower.h"
 #include "runtime/driver.h"
 #include "runtime/gpu_timer.h"
 #include "runtime/launch_geometry.h"
@@ -21,7 +21,7 @@ namespace kfuse::rt {
 namespace {
 
 // Every dim of `g` bound in `dims`, and nothing else.
-void check_dims(const ir::Graph &g, const std::map<std::string, int64_t> &dims) {
+void check_dims(const exec::Interface &g, const std::map<std::string, int64_t> &dims) {
   for (const std::string &d : g.dims)
     if (!dims.count(d))
       throw Error(fmt::format("pipeline '{}': tuning needs a value for dim {}", g.name, d));
@@ -29,29 +29,35 @@ void check_dims(const ir::Graph &g, const std::map<std::string, int64_t> &dims) 
     if (std::find(g.dims.begin(), g.dims.end(), name) == g.dims.end())
       throw Error(
           fmt::format("pipeline '{}': tuning was given dim {}, which it has not", g.name, name));
-    if (auto problem = ir::dim_value_problem(name, value))
+    if (auto problem = dim_value_problem(name, value))
       throw Error(fmt::format("pipeline '{}': tuning: {}", g.name, *problem));
   }
 }
 
 } // namespace
 
-TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
+TuningRun tune_gemms(const std::string &kf_text, const std::string &file_name, const Options &asked,
                      const TuningRequest &request) {
   Options options = asked;
   options.use_tuned = false; // every candidate is given explicitly
   options.tune_at_start.clear();
   options.max_split_k = 0; // the candidates' caps decide
   const auto started = std::chrono::steady_clock::now();
-  const Lowered heuristic = lower(src, PipelineAccess::lower_options(options, true));
-  const ir::Graph &g = heuristic.graph;
+  // Lowered with `tunings` (the heuristics' own where empty).
+  auto lowered_with = [&](const codegen::GemmTunings &tunings) {
+    exec::Request r = PipelineAccess::request(options, true);
+    r.tunings = [&tunings](const std::vector<exec::TunableGemm> &) { return tunings; };
+    return exec::compile_executable(kf_text, file_name, r);
+  };
+  const exec::Executable heuristic = lowered_with({});
+  const exec::Interface &g = heuristic.interface;
   check_dims(g, request.dims);
-  const ir::DimBindings dims(request.dims.begin(), request.dims.end());
+  const exec::Dims &dims = request.dims;
   // Each tunable GEMM kernel, and its index among the GEMM kernels (PipelineAccess::gemm_launches).
-  std::vector<std::pair<const codegen::KernelLaunch *, size_t>> gemms;
+  std::vector<std::pair<const exec::Kernel *, size_t>> gemms;
   size_t gemm_kernels = 0;
-  for (const codegen::KernelLaunch &l : heuristic.program.launches)
-    if (l.kind == plan::KernelKind::Gemm) {
+  for (const exec::Kernel &l : heuristic.kernels)
+    if (l.gemm) {
       if (!l.signature.empty())
         gemms.emplace_back(&l, gemm_kernels);
       ++gemm_kernels;
@@ -73,17 +79,12 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
   L2Flush flush;
   std::set<std::string> sources;
 
-  auto lowered_with = [&](const codegen::GemmTunings &tunings) {
-    LowerOptions lo = PipelineAccess::lower_options(options, true);
-    lo.tunings = [&tunings](const std::vector<select::GemmKey> &) { return tunings; };
-    return lower(src, lo);
-  };
   // The pipeline with `tunings`, compiled (through the disk cache) and bound.
   auto compiled_with = [&](const codegen::GemmTunings &tunings) {
-    Lowered l = lowered_with(tunings);
-    if (sources.insert(l.program.source).second)
+    exec::Executable l = lowered_with(tunings);
+    if (sources.insert(l.source).second)
       ++run.compiles;
-    Pipeline p = PipelineAccess::compile(std::move(l), options, true);
+    Pipeline p = PipelineAccess::compile(std::move(l));
     data.bind_all(p);
     return p;
   };
@@ -108,14 +109,14 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
       codegen::GemmTuning &mine = tunings[gemm->entry];
       mine.tile = tile;
       mine.tile_why = "a candidate of kfuse tune";
-      const Lowered l = lowered_with(tunings);
-      const codegen::KernelLaunch &launch =
-          *std::find_if(l.program.launches.begin(), l.program.launches.end(),
-                        [&](const codegen::KernelLaunch &x) { return x.entry == gemm->entry; });
+      const exec::Executable l = lowered_with(tunings);
+      const exec::Kernel &launch =
+          *std::find_if(l.kernels.begin(), l.kernels.end(),
+                        [&](const exec::Kernel &x) { return x.entry == gemm->entry; });
       const bool same_as_heuristic = tile && launch.tile == gemm->tile;
       std::set<int> seen; // caps that give the same S are one candidate
       for (int cap : codegen::kSplitLimits) {
-        const codegen::KernelLaunch &runs =
+        const exec::Kernel &runs =
             variant(launch, variant_of(launch, dims, run.device.multiprocessors, cap));
         const int splits = split_count(runs.geometry, dims, run.device.multiprocessors, cap);
         if (!seen.insert(splits).second || (same_as_heuristic && unpinned_alone.count(splits)))
@@ -136,7 +137,7 @@ TuningRun tune_gemms(const dsl::SourceFile &src, const Options &asked,
           c.ran = "ran as " + launched.kernel + " " + launched.tile;
         else if (!tile)
           unpinned_alone.insert(launched.splits);
-        else if (same_as_heuristic && !gemm->by_rows.empty())
+        else if (same_as_heuristic && !gemm->variants.empty())
           c.ran = "pinned: no variant at any N";
         if (!tile && cap == 0)
           k.heuristic = k.candidates.size();

@@ -10,7 +10,6 @@
 // bench` times: CUDA events, L2 flushed, the median. The winners go to the tuning store.
 #pragma once
 
-#include "compiler/dsl/source.h"
 #include "kfuse/kfuse.h"
 #include "runtime/tuning_store.h"
 
@@ -59,10 +58,11 @@ struct TuningRun {
   std::string directory; // the tuning store's
 };
 
-// Tunes the pipeline in `src` as `options` compiles it (use_tuned and tune_at_start aside) and
-// stores the winners. Throws kfuse::Error without a GPU, for a pipeline without GEMM kernels, for
-// dims that are not exactly the pipeline's, and where the store cannot be written.
-TuningRun tune_gemms(const dsl::SourceFile &src, const Options &options,
-                     const TuningRequest &request);
+// Tunes the pipeline in `kf_text` (from `file_name`) as `options` compiles it (use_tuned and
+// tune_at_start aside) and stores the winners. Throws kfuse::Error without a GPU, for a pipeline
+// without GEMM kernels, for dims that are not exactly the pipeline's, and where the store cannot
+// be written.
+TuningRun tune_gemms(const std::string &kf_text, const std::string &file_name,
+                     const Options &options, const TuningRequest &request);
 
 } // namespace kfuse::rt

@@ -1,5 +1,8 @@
 #include "runtime/host_elements.h"
 
+#include "compiler/executable.h"
+#include "compiler/rounding.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -47,26 +50,26 @@ double from_f16(uint16_t h) {
 
 } // namespace
 
-std::vector<uint8_t> encode_elements(const std::vector<double> &values, ir::DType t) {
-  std::vector<uint8_t> out(values.size() * static_cast<size_t>(ir::dtype_bytes(t)));
+std::vector<uint8_t> encode_elements(const std::vector<double> &values, DType t) {
+  std::vector<uint8_t> out(values.size() * static_cast<size_t>(exec::dtype_bytes(t)));
   for (size_t i = 0; i < values.size(); ++i) {
-    if (t == ir::DType::F32) {
+    if (t == DType::F32) {
       float f = static_cast<float>(values[i]);
       std::memcpy(out.data() + 4 * i, &f, 4);
       continue;
     }
-    double r = ir::round_to(t, values[i]);
-    uint16_t h = t == ir::DType::BF16 ? bf16_bits(r) : f16_bits(r);
+    double r = round_to_element(t, values[i]);
+    uint16_t h = t == DType::BF16 ? bf16_bits(r) : f16_bits(r);
     std::memcpy(out.data() + 2 * i, &h, 2);
   }
   return out;
 }
 
-std::vector<double> decode_elements(const void *bytes, size_t count, ir::DType t) {
+std::vector<double> decode_elements(const void *bytes, size_t count, DType t) {
   std::vector<double> out(count);
   const auto *p = static_cast<const uint8_t *>(bytes);
   for (size_t i = 0; i < count; ++i) {
-    if (t == ir::DType::F32) {
+    if (t == DType::F32) {
       float f;
       std::memcpy(&f, p + 4 * i, 4);
       out[i] = f;
@@ -74,7 +77,7 @@ std::vector<double> decode_elements(const void *bytes, size_t count, ir::DType t
     }
     uint16_t h;
     std::memcpy(&h, p + 2 * i, 2);
-    out[i] = t == ir::DType::BF16 ? from_bf16(h) : from_f16(h);
+    out[i] = t == DType::BF16 ? from_bf16(h) : from_f16(h);
   }
   return out;
 }

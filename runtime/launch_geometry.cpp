@@ -9,7 +9,7 @@ namespace kfuse::rt {
 
 namespace {
 
-int64_t extent(const ir::Dim &d, const std::map<std::string, int64_t> &dims) {
+int64_t extent(const exec::Extent &d, const std::map<std::string, int64_t> &dims) {
   return d.evaluate(dims);
 }
 
@@ -23,15 +23,15 @@ unsigned grid_extent(int64_t blocks, const char *axis) {
 }
 
 // A GEMM launch's output tiles at `dims`.
-int64_t tile_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims) {
+int64_t tile_count(const exec::Geometry &g, const std::map<std::string, int64_t> &dims) {
   return ceil_div(extent(g.rows, dims), g.tile_rows) * ceil_div(extent(g.cols, dims), g.tile_cols);
 }
 
 // Split-K's cost model, in k-block times of one tile: `tiles` tiles split S ways take
 // ceil(tiles * S / slots) waves of units, each ceil(kblocks / S) k-blocks plus, where split, the
 // unit's partial tile (split_cost_kblocks).
-int64_t kblock_times(const codegen::LaunchGeometry &g, int64_t tiles, int64_t kblocks,
-                     int64_t slots, int64_t s) {
+int64_t kblock_times(const exec::Geometry &g, int64_t tiles, int64_t kblocks, int64_t slots,
+                     int64_t s) {
   return ceil_div(tiles * s, slots) * (ceil_div(kblocks, s) + (s > 1 ? g.split_cost_kblocks : 0));
 }
 
@@ -47,8 +47,8 @@ int64_t kblock_times(const codegen::LaunchGeometry &g, int64_t tiles, int64_t kb
 constexpr int64_t kMaxSplits = 8;
 constexpr int64_t kMinSplitKBlocks = 2;
 
-int64_t split_bound_by_k(const codegen::LaunchGeometry &g,
-                         const std::map<std::string, int64_t> &dims, int max_splits) {
+int64_t split_bound_by_k(const exec::Geometry &g, const std::map<std::string, int64_t> &dims,
+                         int max_splits) {
   if (g.tile_k == 0)
     return 1;
   int64_t bound =
@@ -65,7 +65,7 @@ int64_t split_bound_by_k(const codegen::LaunchGeometry &g,
 
 } // namespace
 
-int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+int split_count(const exec::Geometry &g, const std::map<std::string, int64_t> &dims,
                 int multiprocessors, int max_splits) {
   const int64_t bound = split_bound_by_k(g, dims, max_splits);
   const int64_t tiles = tile_count(g, dims);
@@ -81,7 +81,7 @@ int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, in
   return 10 * time(best) <= 9 * time(1) ? static_cast<int>(best) : 1;
 }
 
-bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+bool may_split(const exec::Geometry &g, const std::map<std::string, int64_t> &dims,
                int max_splits) {
   return split_bound_by_k(g, dims, max_splits) > 1;
 }
@@ -90,7 +90,7 @@ namespace {
 
 // The time of a GEMM launch at `dims`, in kblock_time units: split-K's k-block times at the
 // S its rule picks.
-int64_t estimated_time(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+int64_t estimated_time(const exec::Geometry &g, const std::map<std::string, int64_t> &dims,
                        int multiprocessors, int max_splits) {
   return kblock_times(g, tile_count(g, dims), ceil_div(extent(g.inner, dims), g.tile_k),
                       static_cast<int64_t>(g.blocks_per_sm) * multiprocessors,
@@ -100,18 +100,18 @@ int64_t estimated_time(const codegen::LaunchGeometry &g, const std::map<std::str
 
 } // namespace
 
-size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, int64_t> &dims,
+size_t variant_of(const exec::Kernel &l, const std::map<std::string, int64_t> &dims,
                   int multiprocessors, int max_splits) {
   if (multiprocessors <= 0) // no device: the launch itself
     return 0;
   bool timed = l.geometry.kblock_time > 0 && l.geometry.tile_k > 0;
-  for (const codegen::KernelLaunch &v : l.by_rows)
+  for (const exec::Kernel &v : l.variants)
     timed = timed && v.geometry.kblock_time > 0 && v.geometry.tile_k > 0;
   if (timed) { // the lowest estimate; the earliest of equal ones
     size_t best = 0;
     int64_t best_time = estimated_time(l.geometry, dims, multiprocessors, max_splits);
-    for (size_t i = 0; i < l.by_rows.size(); ++i) {
-      const int64_t t = estimated_time(l.by_rows[i].geometry, dims, multiprocessors, max_splits);
+    for (size_t i = 0; i < l.variants.size(); ++i) {
+      const int64_t t = estimated_time(l.variants[i].geometry, dims, multiprocessors, max_splits);
       if (t < best_time) {
         best = i + 1;
         best_time = t;
@@ -120,8 +120,8 @@ size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, in
     return best;
   }
   size_t taken = 0;
-  for (size_t i = 0; i < l.by_rows.size(); ++i) {
-    const codegen::LaunchGeometry &g = l.by_rows[i].geometry, &t = variant(l, taken).geometry;
+  for (size_t i = 0; i < l.variants.size(); ++i) {
+    const exec::Geometry &g = l.variants[i].geometry, &t = variant(l, taken).geometry;
     const bool weighed = taken > 0 && g.kblock_time > 0 && t.kblock_time > 0;
     const bool better = weighed ? estimated_time(g, dims, multiprocessors, max_splits) <
                                       estimated_time(t, dims, multiprocessors, max_splits)
@@ -133,13 +133,13 @@ size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, in
   return taken;
 }
 
-const codegen::KernelLaunch &variant(const codegen::KernelLaunch &l, size_t index) {
-  return index == 0 ? l : l.by_rows.at(index - 1);
+const exec::Kernel &variant(const exec::Kernel &l, size_t index) {
+  return index == 0 ? l : l.variants.at(index - 1);
 }
 
-LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+LaunchShape resolve(const exec::Geometry &g, const std::map<std::string, int64_t> &dims,
                     int multiprocessors, int max_splits) {
-  using Grid = codegen::LaunchGeometry::Grid;
+  using Grid = exec::Geometry::Grid;
   const int64_t rows = extent(g.rows, dims), cols = extent(g.cols, dims);
   const int64_t row_tiles = ceil_div(rows, g.tile_rows), col_tiles = ceil_div(cols, g.tile_cols);
   const int64_t cap = static_cast<int64_t>(g.blocks_per_sm) * multiprocessors;

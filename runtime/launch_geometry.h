@@ -1,9 +1,9 @@
-// A kernel's launch description (codegen::LaunchGeometry) evaluated for bound dims and a device:
-// the grid, block and dynamic shared memory to launch with. The formulas are the ones
-// compiler/codegen/program.h documents; nothing here knows a template.
+// A kernel's launch description (exec::Geometry, from codegen::LaunchGeometry) evaluated for bound
+// dims and a device: the grid, block and dynamic shared memory to launch with. The formulas are the
+// ones compiler/codegen/program.h documents; nothing here knows a template.
 #pragma once
 
-#include "compiler/codegen/program.h"
+#include "compiler/executable.h"
 #include "runtime/module.h"
 
 #include <cstdint>
@@ -27,30 +27,29 @@ struct LaunchShape {
 };
 
 // `max_splits` caps split-K's count (Options::max_split_k; 0: no cap but the rule's own).
-LaunchShape resolve(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+LaunchShape resolve(const exec::Geometry &g, const std::map<std::string, int64_t> &dims,
                     int multiprocessors, int max_splits);
 
 // The K split count S a GEMM launch resolves to (1 for other kernels), by the rule in
 // launch_geometry.cpp.
-int split_count(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
+int split_count(const exec::Geometry &g, const std::map<std::string, int64_t> &dims,
                 int multiprocessors, int max_splits);
 
 // Which of a launch's compiled variants runs at `dims` on a device of `multiprocessors` SMs
 // with split-K capped at `max_splits` (as split_count): 0 the launch itself, i > 0 its
-// by_rows[i - 1]. Where every one knows its kblock_time, the one of lowest estimated time
+// variants[i - 1]. Where every one knows its kblock_time, the one of lowest estimated time
 // (waves of work units x (k-blocks per split + the partial tile's cost) x kblock_time);
-// otherwise, in by_rows order, each variant replaces the one taken so far where its tiles at
+// otherwise, in variants order, each variant replaces the one taken so far where its tiles at
 // `dims` fill its min_waves full waves (blocks_per_sm x multiprocessors tiles each: the wider
 // tile then needs no split of K), or, where both know their kblock_time and a variant was
 // taken, where its estimated time is the lower.
 // variant() is the launch of that index.
-size_t variant_of(const codegen::KernelLaunch &l, const std::map<std::string, int64_t> &dims,
+size_t variant_of(const exec::Kernel &l, const std::map<std::string, int64_t> &dims,
                   int multiprocessors, int max_splits);
-const codegen::KernelLaunch &variant(const codegen::KernelLaunch &l, size_t index);
+const exec::Kernel &variant(const exec::Kernel &l, size_t index);
 
 // Whether some device could split this launch's K at `dims` (K is deep enough): where not,
 // split_count is 1 whatever the SM count.
-bool may_split(const codegen::LaunchGeometry &g, const std::map<std::string, int64_t> &dims,
-               int max_splits);
+bool may_split(const exec::Geometry &g, const std::map<std::string, int64_t> &dims, int max_splits);
 
 } // namespace kfuse::rt

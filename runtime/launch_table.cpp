@@ -1,172 +1,112 @@
 #include "runtime/launch_table.h"
 
-#include "compiler/ir/views.h"
 #include "runtime/driver.h"
 
 #include <fmt/format.h>
 
 namespace kfuse::rt {
 
-using codegen::KernelLaunch;
-using codegen::LaunchParam;
-using ir::ValueId;
+using exec::Param;
+using exec::WorkspaceEntry;
 
 namespace {
 
 // Every intermediate starts on a 256-byte boundary (what cuMemAlloc guarantees a buffer).
 constexpr size_t kWorkspaceAlignment = 256;
 
-int64_t extent(const ir::Dim &d, const Dims &dims) { return d.evaluate(dims); }
-
-size_t elements(const ir::TensorType &t, const Dims &dims) {
-  size_t n = 1;
-  for (const ir::Dim &d : t.shape)
-    n *= static_cast<size_t>(extent(d, dims));
-  return n;
-}
+int64_t extent(const exec::Extent &d, const Dims &dims) { return d.evaluate(dims); }
 
 } // namespace
 
-LaunchTable::LaunchTable(const codegen::Program &program, const plan::Plan &plan,
-                         const std::vector<std::string> &names, int max_splits)
-    : program_(program), plan_(plan), max_splits_(max_splits) {
-  const ir::Graph &g = plan.graph;
-  for (const plan::Kernel &k : plan.kernels)
-    if (k.per_bind)
-      per_bind_values_.insert(per_bind_values_.end(), k.stores.begin(), k.stores.end());
-  slots_ = g.values.size() + g.outputs.size() + per_bind_values_.size();
-  launches_.resize(program.launches.size());
+LaunchTable::LaunchTable(const exec::Executable &executable, int max_splits)
+    : executable_(executable), max_splits_(max_splits) {
+  launches_.resize(executable.kernels.size());
   size_t functions = 0;
-  for (size_t k = 0; k < program.launches.size(); ++k) {
-    const KernelLaunch &l = program.launches[k];
+  for (size_t k = 0; k < executable.kernels.size(); ++k) {
+    const exec::Kernel &l = executable.kernels[k];
     Launch &launch = launches_[k];
     launch.function = functions;
-    functions += 1 + l.by_rows.size();
-    launch.per_bind = plan.kernels[k].per_bind;
+    functions += 1 + l.variants.size();
+    launch.per_bind = l.per_bind;
     launch.args.resize(l.params.size());
     for (size_t i = 0; i < l.params.size(); ++i) {
-      const LaunchParam &p = l.params[i];
+      const Param &p = l.params[i];
       Arg &a = launch.args[i];
       a.param = p;
       switch (p.kind) {
-      case LaunchParam::Kind::Buffer:
-        a.from = pointer_of(p.value);
+      case Param::Kind::Buffer:
+      case Param::Kind::PartialMean:
+      case Param::Kind::PartialM2:
+      case Param::Kind::SplitPartials:
+      case Param::Kind::SplitCounters:
+        a.from = pointer_of(p.buffer);
         launch.arg_pointers.push_back(&a.ptr);
         break;
-      case LaunchParam::Kind::PartialMean:
-      case LaunchParam::Kind::PartialM2:
-        a.from = {true,
-                  key_of({p.value,
-                          p.kind == LaunchParam::Kind::PartialMean ? WorkspaceKey::Kind::PartialMean
-                                                                   : WorkspaceKey::Kind::PartialM2,
-                          p.tile_rows, 0})};
-        launch.arg_pointers.push_back(&a.ptr);
-        break;
-      case LaunchParam::Kind::SplitPartials:
-      case LaunchParam::Kind::SplitCounters:
-        a.from = {true, key_of({p.value,
-                                p.kind == LaunchParam::Kind::SplitPartials
-                                    ? WorkspaceKey::Kind::SplitPartials
-                                    : WorkspaceKey::Kind::SplitCounters,
-                                0, k})};
-        launch.arg_pointers.push_back(&a.ptr);
-        break;
-      case LaunchParam::Kind::Dim:
-      case LaunchParam::Kind::SmemFloats:
-      case LaunchParam::Kind::Splits:
+      case Param::Kind::Dim:
+      case Param::Kind::SmemFloats:
+      case Param::Kind::Splits:
         launch.arg_pointers.push_back(&a.value);
         break;
-      case LaunchParam::Kind::RngSeed:
-      case LaunchParam::Kind::RngOffset:
+      case Param::Kind::RngSeed:
+      case Param::Kind::RngOffset:
         draws_ = true;
         launch.arg_pointers.push_back(&a.rng);
         break;
-      case LaunchParam::Kind::TensorMap:
-        a.from = pointer_of(p.value);
-        a.tensor = names[static_cast<size_t>(p.value)];
+      case Param::Kind::TensorMap:
+        a.from = pointer_of(p.buffer);
+        a.tensor = executable.buffers.at(p.buffer).name;
         launch.arg_pointers.push_back(&a.map.map);
         break;
       }
     }
-    // A GEMM's operands and product, for the unfused baseline's override (whose GEMMs are bare
-    // products: they store their result). An operand that is a view is read where its source
-    // lies, as the kernel's own parameters are (codegen works on the plan's matrix view).
-    const plan::Kernel &kernel = plan.kernels[k];
-    if (l.kind == plan::KernelKind::Gemm && kernel.row_stages.empty()) {
-      const ir::Value &mm = g[kernel.anchor];
+    if (l.bare_gemm) {
       launch.gemm = true;
-      launch.trans_b = mm.op == ir::OpKind::Linear;
-      launch.a = pointer_of(ir::view_source(g, mm.args[0]));
-      launch.b = pointer_of(ir::view_source(g, mm.args[1]));
-      launch.c = pointer_of(kernel.stores.at(0));
-      launch.operands = plan::buffer_type(plan, mm.args[0]).dtype;
-      launch.result = plan::buffer_type(plan, kernel.stores.at(0)).dtype;
+      launch.trans_b = l.bare_gemm->trans_b;
+      launch.a = pointer_of(l.bare_gemm->a);
+      launch.b = pointer_of(l.bare_gemm->b);
+      launch.c = pointer_of(l.bare_gemm->c);
+      launch.operands = l.bare_gemm->operands;
+      launch.result = l.bare_gemm->result;
     }
   }
-  for (size_t i = 0; i < g.outputs.size(); ++i) {
-    const ValueId source = ir::view_source(g, g.outputs[i]);
-    copies_.push_back({i, pointer_of(source), !g[source].is_op()});
+  for (size_t i = 0; i < executable.output_buffers.size(); ++i) {
+    const size_t from = executable.output_buffers[i];
+    copies_.push_back(
+        {i, pointer_of(from), executable.buffers.at(from).home == exec::Buffer::Home::Declared});
   }
 }
 
-// A declared tensor's own slot; an op value returned as output i, itself or through views,
-// writes output i's memory (the last such i where it is returned twice: the others are copied
-// from it); a value a per-bind kernel stores has its slot after the outputs'; any other op
-// value is an intermediate.
-LaunchTable::Pointer LaunchTable::pointer_of(ValueId v) {
-  const ir::Graph &g = plan_.graph;
-  if (!g[v].is_op())
-    return {false, static_cast<size_t>(v)};
-  for (size_t i = g.outputs.size(); i-- > 0;)
-    if (ir::view_source(g, g.outputs[i]) == v)
-      return {false, g.values.size() + i};
-  for (size_t i = 0; i < per_bind_values_.size(); ++i)
-    if (per_bind_values_[i] == v)
-      return {false, per_bind_slot(i)};
-  return {true, key_of({v, WorkspaceKey::Kind::Value, 0, 0})};
+LaunchTable::Pointer LaunchTable::pointer_of(size_t buffer) const {
+  const exec::Buffer &b = executable_.buffers.at(buffer);
+  if (b.home == exec::Buffer::Home::Workspace)
+    return {true, b.index};
+  return {false, executable_.slot(b)};
 }
 
-size_t LaunchTable::key_of(const WorkspaceKey &key) {
-  for (size_t i = 0; i < workspace_keys_.size(); ++i) {
-    const WorkspaceKey &k = workspace_keys_[i];
-    if (k.value == key.value && k.kind == key.kind && k.tile_rows == key.tile_rows &&
-        k.launch == key.launch)
-      return i;
-  }
-  workspace_keys_.push_back(key);
-  return workspace_keys_.size() - 1;
-}
-
-size_t LaunchTable::value_bytes(ir::ValueId v, const Dims &dims) const {
-  return elements(plan_.graph[v].type, dims) *
-         static_cast<size_t>(ir::dtype_bytes(plan::buffer_type(plan_, v).dtype));
-}
-
-size_t LaunchTable::key_bytes(const WorkspaceKey &k, const Dims &dims, int multiprocessors) const {
-  // Partials summarize the columns of the value as a matrix (a rank-3/4 input under a view).
-  const ir::TensorType t = plan_.graph[k.value].type.matrix_view();
+size_t LaunchTable::entry_bytes(const WorkspaceEntry &k, const Dims &dims,
+                                int multiprocessors) const {
+  const exec::TensorType &t = k.type;
   switch (k.kind) {
-  case WorkspaceKey::Kind::Value:
-    return value_bytes(k.value, dims);
-  case WorkspaceKey::Kind::PartialMean: // mean or M2 per column per row tile
-  case WorkspaceKey::Kind::PartialM2:
+  case WorkspaceEntry::Kind::Value:
+    return t.bytes(dims);
+  case WorkspaceEntry::Kind::PartialMean: // mean or M2 per column per row tile
+  case WorkspaceEntry::Kind::PartialM2:
     return static_cast<size_t>((extent(t.shape[0], dims) + k.tile_rows - 1) / k.tile_rows) *
            static_cast<size_t>(extent(t.shape[1], dims)) * sizeof(float);
-  case WorkspaceKey::Kind::SplitPartials:
-  case WorkspaceKey::Kind::SplitCounters: {
+  case WorkspaceEntry::Kind::SplitPartials:
+  case WorkspaceEntry::Kind::SplitCounters: {
     // program.h: tiles * S partial tiles of tile_rows x tile_cols floats, a counter per tile;
     // nothing where the launch does not split.
-    const codegen::LaunchGeometry &geo =
-        variant(program_.launches[k.launch],
-                variant_of(program_.launches[k.launch], dims, multiprocessors, max_splits_))
-            .geometry;
+    const exec::Kernel &kernel = executable_.kernels.at(k.kernel);
+    const exec::Geometry &geo =
+        variant(kernel, variant_of(kernel, dims, multiprocessors, max_splits_)).geometry;
     const int splits = split_count(geo, dims, multiprocessors, max_splits_);
     if (splits == 1)
       return 0;
     const size_t tiles =
         static_cast<size_t>((extent(geo.rows, dims) + geo.tile_rows - 1) / geo.tile_rows) *
         static_cast<size_t>((extent(geo.cols, dims) + geo.tile_cols - 1) / geo.tile_cols);
-    if (k.kind == WorkspaceKey::Kind::SplitCounters)
+    if (k.kind == WorkspaceEntry::Kind::SplitCounters)
       return tiles * sizeof(unsigned);
     return tiles * static_cast<size_t>(splits) * static_cast<size_t>(geo.tile_rows) *
            static_cast<size_t>(geo.tile_cols) * sizeof(float);
@@ -179,8 +119,8 @@ std::vector<size_t> LaunchTable::workspace_offsets(const Dims &dims, int multipr
                                                    size_t *total) const {
   std::vector<size_t> offsets;
   size_t end = 0;
-  for (const WorkspaceKey &k : workspace_keys_) {
-    const size_t bytes = key_bytes(k, dims, multiprocessors);
+  for (const WorkspaceEntry &k : executable_.workspace) {
+    const size_t bytes = entry_bytes(k, dims, multiprocessors);
     offsets.push_back(end);
     end += (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
   }
@@ -189,7 +129,7 @@ std::vector<size_t> LaunchTable::workspace_offsets(const Dims &dims, int multipr
 }
 
 bool LaunchTable::may_split(const Dims &dims) const {
-  for (const KernelLaunch &l : program_.launches)
+  for (const exec::Kernel &l : executable_.kernels)
     if (rt::may_split(l.geometry, dims, max_splits_))
       return true;
   return false;
@@ -205,25 +145,25 @@ size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
   size_t total = 0;
   offsets_ = workspace_offsets(dims, multiprocessors, &total);
   counter_bytes_.clear();
-  for (const WorkspaceKey &k : workspace_keys_)
+  for (const WorkspaceEntry &k : executable_.workspace)
     counter_bytes_.push_back(
-        k.kind == WorkspaceKey::Kind::SplitCounters ? key_bytes(k, dims, multiprocessors) : 0);
+        k.kind == WorkspaceEntry::Kind::SplitCounters ? entry_bytes(k, dims, multiprocessors) : 0);
   for (size_t k = 0; k < launches_.size(); ++k) {
     Launch &launch = launches_[k];
-    launch.variant = variant_of(program_.launches[k], dims, multiprocessors, max_splits_);
-    const KernelLaunch &l = variant(program_.launches[k], launch.variant);
+    launch.variant = variant_of(executable_.kernels[k], dims, multiprocessors, max_splits_);
+    const exec::Kernel &l = variant(executable_.kernels[k], launch.variant);
     launch.shape = resolve(l.geometry, dims, multiprocessors, max_splits_);
     for (size_t i = 0; i < launch.args.size(); ++i) {
       Arg &a = launch.args[i];
       a.param.map = l.params[i].map; // the variant's tensor map boxes
-      const LaunchParam &p = a.param;
-      if (p.kind == LaunchParam::Kind::Dim)
+      const Param &p = a.param;
+      if (p.kind == Param::Kind::Dim)
         a.value = static_cast<int>(dims.at(p.dim));
-      else if (p.kind == LaunchParam::Kind::SmemFloats)
+      else if (p.kind == Param::Kind::SmemFloats)
         a.value = launch.shape.row_floats;
-      else if (p.kind == LaunchParam::Kind::Splits)
+      else if (p.kind == Param::Kind::Splits)
         a.value = launch.shape.split_param();
-      else if (p.kind == LaunchParam::Kind::TensorMap) {
+      else if (p.kind == Param::Kind::TensorMap) {
         a.map_rows = extent(p.map.rows, dims);
         a.map_inner = extent(p.map.inner, dims);
       }
@@ -234,10 +174,8 @@ size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
       launch.k = extent(l.inner, dims);
     }
   }
-  const ir::Graph &g = plan_.graph;
   for (OutputCopy &c : copies_)
-    c.bytes = elements(g[g.outputs[c.output]].type, dims) *
-              static_cast<size_t>(ir::dtype_bytes(g[g.outputs[c.output]].type.dtype));
+    c.bytes = executable_.interface.outputs[c.output].bytes(dims);
   return total;
 }
 
@@ -252,22 +190,22 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
   for (Launch &launch : launches_) {
     for (Arg &a : launch.args) {
       switch (a.param.kind) {
-      case LaunchParam::Kind::Buffer:
-      case LaunchParam::Kind::PartialMean:
-      case LaunchParam::Kind::PartialM2:
-      case LaunchParam::Kind::SplitPartials:
-      case LaunchParam::Kind::SplitCounters:
+      case Param::Kind::Buffer:
+      case Param::Kind::PartialMean:
+      case Param::Kind::PartialM2:
+      case Param::Kind::SplitPartials:
+      case Param::Kind::SplitCounters:
         a.ptr = address(a.from, tensors, workspace);
         break;
-      case LaunchParam::Kind::TensorMap:
+      case Param::Kind::TensorMap:
         tensor_map(a.map, a.param.map, address(a.from, tensors, workspace), a.map_rows, a.map_inner,
                    where, a.tensor);
         break;
-      case LaunchParam::Kind::Dim:
-      case LaunchParam::Kind::SmemFloats:
-      case LaunchParam::Kind::Splits:
-      case LaunchParam::Kind::RngSeed:
-      case LaunchParam::Kind::RngOffset:
+      case Param::Kind::Dim:
+      case Param::Kind::SmemFloats:
+      case Param::Kind::Splits:
+      case Param::Kind::RngSeed:
+      case Param::Kind::RngOffset:
         break;
       }
     }
@@ -277,7 +215,7 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
       launch.c_ptr = address(launch.c, tensors, workspace);
     }
   }
-  const size_t outputs = plan_.graph.values.size();
+  const size_t outputs = executable_.interface.declared.size();
   for (OutputCopy &c : copies_) {
     c.src = address(c.from, tensors, workspace);
     c.dst = tensors[outputs + c.output];
@@ -285,7 +223,7 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
 }
 
 size_t LaunchTable::per_bind_slot(size_t i) const {
-  return plan_.graph.values.size() + plan_.graph.outputs.size() + i;
+  return executable_.slot({exec::Buffer::Home::PerBind, i, {}});
 }
 
 void LaunchTable::enqueue_per_bind(const std::vector<Function> &functions, CUstream stream) const {
@@ -315,7 +253,7 @@ std::vector<GemmCall> LaunchTable::gemm_calls() const {
 }
 
 void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream stream,
-                          const std::function<void(const GemmCall &, CUstream)> &gemm) const {
+                          const GemmHook &hook) const {
   Driver &driver = Driver::get();
   // A returned state is its value at entry, as every read of state sees it: copied before any
   // kernel can update it in place; a returned op value once the kernels have written it.
@@ -330,8 +268,8 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
     const Launch &l = launches_[k];
     if (l.per_bind)
       continue;
-    if (l.gemm && gemm) {
-      gemm(gemm_call(l), stream);
+    if (l.gemm && hook) {
+      hook(gemm_call(l), stream);
       continue;
     }
     launch(functions[l.function + l.variant], l.shape.grid, l.shape.block, l.shape.shared_bytes,
@@ -344,9 +282,9 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
 void LaunchTable::set_rng(uint64_t seed, uint64_t offset) {
   for (Launch &launch : launches_)
     for (Arg &a : launch.args)
-      if (a.param.kind == LaunchParam::Kind::RngSeed)
+      if (a.param.kind == Param::Kind::RngSeed)
         a.rng = seed;
-      else if (a.param.kind == LaunchParam::Kind::RngOffset)
+      else if (a.param.kind == Param::Kind::RngOffset)
         a.rng = offset;
 }
 
@@ -374,14 +312,14 @@ std::string LaunchTable::resolved_text() const {
   return s;
 }
 
-const codegen::KernelLaunch &LaunchTable::launched(size_t launch) const {
-  return variant(program_.launches.at(launch), launches_.at(launch).variant);
+const exec::Kernel &LaunchTable::launched(size_t launch) const {
+  return variant(executable_.kernels.at(launch), launches_.at(launch).variant);
 }
 
 std::vector<std::string> LaunchTable::entries() const {
   std::vector<std::string> names;
-  for (const KernelLaunch &l : program_.launches)
-    for (size_t v = 0; v <= l.by_rows.size(); ++v)
+  for (const exec::Kernel &l : executable_.kernels)
+    for (size_t v = 0; v <= l.variants.size(); ++v)
       names.push_back(variant(l, v).entry);
   return names;
 }

@@ -4,17 +4,17 @@
 // lookup or string work. The argument buffers live as long as the table: kernel parameters are
 // copied by the driver at launch, and a CUDA graph captured from a run keeps its own copy.
 //
-// Tensors are named by slot: slot v (a ValueId of the plan's graph) holds the pointer of the
-// declared tensor v, slot values + i that of output i, slot per_bind_slot(i) that of
-// per_bind_values()[i], which the pipeline owns (not the workspace: a caller's workspace may
-// be written by others between runs, and these values live from one bind to the next).
-// Intermediates, column-statistics partials and split-K's partial tiles and counters live in
-// one workspace, each at a 256-byte aligned offset. Split-K's counters must be zero before a launch
-// that splits: each launch leaves them zero, so zero_split_counters() is needed only where their
-// memory is new or may have been written by others since.
+// Tensors are named by slot (exec::Executable::slot): declared tensor i, then output i, then
+// per-bind value i, which the pipeline owns (not the workspace: a caller's workspace may be
+// written by others between runs, and these values live from one bind to the next).
+// Intermediates, column-statistics partials and split-K's partial tiles and counters (the
+// Executable's workspace entries) live in one workspace, each at a 256-byte aligned offset.
+// Split-K's counters must be zero before a launch that splits: each launch leaves them zero, so
+// zero_split_counters() is needed only where their memory is new or may have been written by others
+// since.
 #pragma once
 
-#include "compiler/codegen/program.h"
+#include "compiler/executable.h"
 #include "runtime/launch_geometry.h"
 #include "runtime/module.h"
 #include "runtime/pipeline.h"
@@ -34,12 +34,10 @@ using Dims = std::map<std::string, int64_t>;
 
 class LaunchTable {
 public:
-  // `names`: the printed names of the plan graph's values (tensor-map errors name them);
-  // `max_splits`: Options::max_split_k.
-  LaunchTable(const codegen::Program &program, const plan::Plan &plan,
-              const std::vector<std::string> &names, int max_splits);
+  // `max_splits`: Options::max_split_k. The table refers to `executable`, which must outlive it.
+  LaunchTable(const exec::Executable &executable, int max_splits);
 
-  size_t slots() const { return slots_; }
+  size_t slots() const { return executable_.slots(); }
 
   // Whether a GEMM may split K at `dims` on some device: where not, workspace_bytes does not
   // depend on the SM count.
@@ -60,20 +58,21 @@ public:
   void point(const CUdeviceptr *tensors, CUdeviceptr workspace, const std::string &where);
 
   // Launches every kernel but the per-bind ones in plan order on `stream`, and copies outputs that
-  // are declared tensors or returned twice into place. `gemm` (unfused benchmarks only) runs the
-  // GEMM kernels instead.
-  void enqueue(const std::vector<Function> &functions, CUstream stream,
-               const std::function<void(const GemmCall &, CUstream)> &gemm) const;
+  // are declared tensors or returned twice into place. `hook`, where set, runs the bare-product
+  // GEMM kernels instead (benchmarks put cuBLAS there).
+  void enqueue(const std::vector<Function> &functions, CUstream stream, const GemmHook &hook) const;
 
-  // The bare-product GEMMs enqueue() hands `gemm` instead of launching them, in plan order, at
+  // The bare-product GEMMs enqueue() hands a hook instead of launching them, in plan order, at
   // the prepared dims and pointed tensors.
   std::vector<GemmCall> gemm_calls() const;
 
-  // The values the per-bind kernels (plan::Kernel::per_bind) store, and their slots.
-  const std::vector<ir::ValueId> &per_bind_values() const { return per_bind_values_; }
+  // The values the per-bind kernels (exec::Kernel::per_bind) store: their count, slots, and
+  // bytes at `dims`.
+  size_t per_bind_count() const { return executable_.per_bind.size(); }
   size_t per_bind_slot(size_t i) const;
-  // Bytes of value v's buffer (in its buffer type, plan::buffer_type) at `dims`.
-  size_t value_bytes(ir::ValueId v, const Dims &dims) const;
+  size_t per_bind_bytes(size_t i, const Dims &dims) const {
+    return executable_.per_bind.at(i).bytes(dims);
+  }
   // Launches the per-bind kernels, which enqueue() leaves out, on `stream`. point() first.
   void enqueue_per_bind(const std::vector<Function> &functions, CUstream stream) const;
 
@@ -91,20 +90,20 @@ public:
   // Launch `launch`'s K split count S at the prepared dims (1: not split, or not a GEMM).
   int splits(size_t launch) const { return launches_.at(launch).shape.splits; }
   // The compiled variant of launch `launch` that runs at the prepared dims (rt::variant_of).
-  const codegen::KernelLaunch &launched(size_t launch) const;
+  const exec::Kernel &launched(size_t launch) const;
   // The entry points run() needs, in the order the functions passed to enqueue() follow: each
   // launch's, then its variants' (KernelLaunch::by_rows).
   std::vector<std::string> entries() const;
 
 private:
-  // Where a pointer comes from: a tensor slot, or an offset into the workspace (a key of
-  // workspace_keys_ until prepare() resolves it).
+  // Where a pointer comes from: a tensor slot, or an offset into the workspace (an entry of the
+  // Executable's workspace, at the offset prepare() resolves).
   struct Pointer {
     bool in_workspace = false;
-    size_t index = 0; // slot, or workspace key
+    size_t index = 0; // slot, or workspace entry
   };
   struct Arg {
-    codegen::LaunchParam param;
+    exec::Param param;
     Pointer from;               // Buffer, PartialMean, PartialM2, TensorMap
     std::string tensor;         // TensorMap: the matrix's name in errors
     CUdeviceptr ptr = 0;        // the pointer passed (Buffer, partials)
@@ -120,12 +119,12 @@ private:
     size_t function = 0; // the functions' index of the launch's first variant
     std::vector<Arg> args;
     std::vector<void *> arg_pointers; // into args; sized once
-    bool gemm = false;                // a GEMM kernel (the override's target)
+    bool gemm = false;                // a bare-product GEMM (a hook's target)
     bool per_bind = false;            // launched by enqueue_per_bind only
     Pointer a, b, c;                  // its operands and result
     bool trans_b = false;
     int64_t m = 0, n = 0, k = 0;
-    ir::DType operands = ir::DType::F32, result = ir::DType::F32;
+    DType operands = DType::F32, result = DType::F32;
     CUdeviceptr a_ptr = 0, b_ptr = 0, c_ptr = 0;
   };
   static GemmCall gemm_call(const Launch &l);
@@ -137,32 +136,17 @@ private:
     size_t bytes = 0;
     CUdeviceptr src = 0, dst = 0;
   };
-  // An intermediate's bytes: a value's elements, one partial per column per row tile, or split-K's
-  // partial tiles and counters of launch `launch`.
-  struct WorkspaceKey {
-    enum class Kind : uint8_t { Value, PartialMean, PartialM2, SplitPartials, SplitCounters };
-    ir::ValueId value;
-    Kind kind;
-    int tile_rows; // PartialMean / PartialM2
-    size_t launch; // SplitPartials / SplitCounters
-  };
-
-  Pointer pointer_of(ir::ValueId v);
-  size_t key_of(const WorkspaceKey &key);
-  size_t key_bytes(const WorkspaceKey &key, const Dims &dims, int multiprocessors) const;
+  Pointer pointer_of(size_t buffer) const;
+  size_t entry_bytes(const exec::WorkspaceEntry &w, const Dims &dims, int multiprocessors) const;
   std::vector<size_t> workspace_offsets(const Dims &dims, int multiprocessors, size_t *total) const;
   CUdeviceptr address(const Pointer &p, const CUdeviceptr *tensors, CUdeviceptr workspace) const;
 
-  const codegen::Program &program_;
-  const plan::Plan &plan_;
+  const exec::Executable &executable_;
   int max_splits_;
-  size_t slots_ = 0;
-  std::vector<ir::ValueId> per_bind_values_;
   std::vector<Launch> launches_;
   std::vector<OutputCopy> copies_;
-  std::vector<WorkspaceKey> workspace_keys_;
-  std::vector<size_t> offsets_;       // of workspace_keys_, at prepare()
-  std::vector<size_t> counter_bytes_; // of workspace_keys_ (SplitCounters, else 0), at prepare()
+  std::vector<size_t> offsets_;       // of the workspace entries, at prepare()
+  std::vector<size_t> counter_bytes_; // of the workspace entries (SplitCounters, else 0)
   CUdeviceptr workspace_ = 0;         // at point()
   bool draws_ = false;
 };

@@ -179,8 +179,8 @@ NpyArray read_npy(const std::string &path) {
                             shape_text(a.shape), count * element,
                             element == 4 ? "float32" : "float16", bytes.size() - data_start));
   // Little-endian hosts: the file's bytes are the elements.
-  std::vector<double> values = decode_elements(bytes.data() + data_start, count,
-                                               element == 4 ? ir::DType::F32 : ir::DType::F16);
+  std::vector<double> values =
+      decode_elements(bytes.data() + data_start, count, element == 4 ? DType::F32 : DType::F16);
   a.data.assign(values.begin(), values.end());
   return a;
 }

@@ -2,9 +2,7 @@
 // (pipeline_run.cpp).
 #pragma once
 
-#include "compiler/codegen/program.h"
-#include "compiler/ir/graph.h"
-#include "compiler/plan/plan.h"
+#include "compiler/executable.h"
 #include "runtime/device_buffer.h"
 #include "runtime/launch_table.h"
 #include "runtime/module.h"
@@ -26,19 +24,14 @@
 namespace kfuse {
 
 struct Pipeline::Impl {
-  Options options;
-  bool fuse = true; // false: the unfused baseline (rt::PipelineAccess)
-  ir::Graph graph;  // as parsed
-  plan::Plan plan;
-  codegen::Program program;
+  exec::Executable executable;
   rt::CompiledModule compiled;
   CompileReport report;
-  std::vector<std::string> names; // printed names of plan.graph's values
-  std::string where;              // "pipeline 'NAME'", as every message starts
+  std::string where; // "pipeline 'NAME'", as every message starts
 
-  // The run's interface in plan.graph's ids: inputs in declaration order (the positional
-  // entry's order), and for every value its input position or -1.
-  std::vector<ir::ValueId> input_ids;
+  // The run's interface: the declared inputs in declaration order (the positional entry's
+  // order), and for every declared tensor its input position or -1.
+  std::vector<size_t> input_ids;
   std::vector<int> input_position;
   std::vector<std::string> output_names; // "output 0", ...: how messages name outputs
   std::unique_ptr<rt::LaunchTable> table;
@@ -52,7 +45,7 @@ struct Pipeline::Impl {
   int multiprocessors = 0;     // of that device
   std::map<std::string, Tensor> bound;
   std::set<std::string> on_device; // bound tensors found in device memory of `device`
-  std::function<void(const rt::GemmCall &, CUstream)> gemm_override;
+  rt::GemmHook gemm_hook;          // rt::PipelineAccess::set_gemm_hook
 
   // What the last run was checked with. A run whose tensors equal these (pointer, shape,
   // dtype, stride) with no bind() or set_workspace() since skips every check; where only
@@ -66,7 +59,7 @@ struct Pipeline::Impl {
   std::vector<size_t> input_bytes;            // input i's entry in `read`
 
   // The values per-bind kernels store (precision bf16's weights in bf16), one buffer each
-  // (LaunchTable::per_bind_values), sized at the dims of the run that allocated it. Stale after
+  // (LaunchTable::per_bind_count), sized at the dims of the run that allocated it. Stale after
   // every bind() and every new buffer: the next run launches the per-bind kernels first. A
   // weight changed in place without bind() keeps its old rounding.
   std::vector<rt::DeviceBuffer> per_bind_buffers;
@@ -87,6 +80,11 @@ struct Pipeline::Impl {
   int steady_runs = 0;
   rt::RunGraph run_graph;
 
+  // NVRTC on the executable's source for `arch`; fills `compiled` and `report`.
+  void compile_module(const std::string &arch);
+  // Output i's declared type; throws kfuse::Error where there is no output i.
+  const exec::TensorType &output_type(size_t i) const;
+
   // The steps of a run whose tensors changed (pipeline_run.cpp), in this order.
   void check_tensors(const Tensor *inputs, const Tensor *outputs); // needs no driver
   void load_module(CUcontext current);
@@ -98,7 +96,7 @@ struct Pipeline::Impl {
 
 // Binds symbolic dims of `type` from `shape`, checking every extent; `bound_by` names the tensor
 // that bound each dim (for the message when another disagrees).
-void unify(const std::string &where, const std::string &tensor, const ir::TensorType &type,
+void unify(const std::string &where, const std::string &tensor, const exec::TensorType &type,
            const std::vector<int64_t> &shape, std::map<std::string, int64_t> &dims,
            std::map<std::string, std::string> &bound_by);
 

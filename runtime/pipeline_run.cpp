@@ -1,8 +1,7 @@
 // kfuse::Pipeline::run: the checks a run's tensors get, made once per change of tensors, and
 // the launches, made every time from the pipeline's LaunchTable.
+#include "compiler/dim_range.h"
 #include "compiler/dump.h"
-#include "compiler/ir/infer.h"
-#include "compiler/ir/views.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline_impl.h"
 
@@ -13,7 +12,7 @@
 
 namespace kfuse {
 
-using ir::ValueId;
+using exec::DeclaredTensor;
 
 namespace {
 
@@ -52,7 +51,7 @@ std::string dims_text(const rt::Dims &dims) {
 // and the aliasing lists.
 void Pipeline::Impl::check_tensors(const Tensor *inputs, const Tensor *outputs) {
   Impl &im = *this;
-  const ir::Graph &g = im.plan.graph;
+  const exec::Interface &in = im.executable.interface;
   rt::Dims bound_dims;
   std::map<std::string, std::string> bound_by;
   im.pointers.assign(im.table->slots(), 0);
@@ -60,72 +59,41 @@ void Pipeline::Impl::check_tensors(const Tensor *inputs, const Tensor *outputs) 
   im.read.clear();
   im.input_bytes.assign(im.input_ids.size(), 0);
   std::vector<rt::TensorBytes> states;
-  for (size_t id = 0; id < g.values.size(); ++id) {
-    const ir::Value &v = g.values[id];
-    if (v.is_op())
-      continue;
+  for (size_t i = 0; i < in.declared.size(); ++i) {
+    const DeclaredTensor &v = in.declared[i];
     const Tensor *t = nullptr;
-    const int position = im.input_position[id];
+    const int position = im.input_position[i];
     if (position >= 0) {
       t = &inputs[position];
     } else {
       auto it = im.bound.find(v.name);
       if (it == im.bound.end())
-        throw Error(fmt::format("{}: {} '{}' ({}) is not bound", im.where,
-                                v.kind == ir::ValueKind::State ? "state" : "param", v.name,
-                                v.type.str()));
+        throw Error(fmt::format("{}: {} '{}' ({}) is not bound", im.where, exec::kind_name(v.kind),
+                                v.name, v.type.str()));
       t = &it->second;
     }
     rt::check_layout(im.where, v.name, v.type, *t);
     unify(im.where, v.name, v.type, t->shape, bound_dims, bound_by);
-    im.pointers[id] = reinterpret_cast<CUdeviceptr>(t->data);
+    im.pointers[i] = reinterpret_cast<CUdeviceptr>(t->data);
     if (position >= 0)
       im.input_bytes[static_cast<size_t>(position)] = im.read.size();
-    (v.kind == ir::ValueKind::State ? states : im.read)
-        .push_back(rt::bytes_of(fmt::format("{} '{}'", ir::value_kind_name(v.kind), v.name), *t));
+    (v.kind == DeclaredTensor::Kind::State ? states : im.read)
+        .push_back(rt::bytes_of(fmt::format("{} '{}'", exec::kind_name(v.kind), v.name), *t));
   }
-  for (size_t i = 0; i < g.outputs.size(); ++i) {
+  for (size_t i = 0; i < in.outputs.size(); ++i) {
     const std::string &name = im.output_names[i];
-    rt::check_layout(im.where, name, g[g.outputs[i]].type, outputs[i]);
-    unify(im.where, name, g[g.outputs[i]].type, outputs[i].shape, bound_dims, bound_by);
-    im.pointers[g.values.size() + i] = reinterpret_cast<CUdeviceptr>(outputs[i].data);
+    rt::check_layout(im.where, name, in.outputs[i], outputs[i]);
+    unify(im.where, name, in.outputs[i], outputs[i].shape, bound_dims, bound_by);
+    im.pointers[in.declared.size() + i] = reinterpret_cast<CUdeviceptr>(outputs[i].data);
     im.written.push_back(rt::bytes_of(name, outputs[i]));
   }
   im.written.insert(im.written.end(), states.begin(), states.end());
-  for (const std::string &d : g.dims)
+  for (const std::string &d : in.dims)
     if (!bound_dims.count(d))
       throw Error(fmt::format("{}: dim {} is bound by no tensor", im.where, d));
-  // Kernels count rows in int: a rank-3/4 tensor's rows (B*T) must fit as each dim does
-  // (counted in double: three leading dims of 2^31 overflow int64).
-  for (size_t id = 0; id < g.values.size(); ++id) {
-    const ir::TensorType &t = g.values[id].type;
-    double rows = 1;
-    for (int a = 0; a + 1 < t.rank(); ++a)
-      rows *= static_cast<double>(t.shape[static_cast<size_t>(a)].evaluate(bound_dims));
-    if (t.rank() > 2 && rows > INT_MAX)
-      throw Error(fmt::format("{}: {} {} has {} = {:.0f} rows; kfuse takes at most {}", im.where,
-                              ir::describe(g, static_cast<ir::ValueId>(id)), t.str(),
-                              t.matrix_view().shape[0].str(), rows, INT_MAX));
-  }
-  for (size_t id = 0; id < g.values.size(); ++id)
-    if (g.values[id].is_op() && ir::op_info(g.values[id].op).cls == ir::OpClass::View)
-      if (auto problem = ir::view_rows_problem(g, static_cast<ir::ValueId>(id), bound_dims))
-        throw Error(fmt::format("{}: {}", im.where, *problem));
-  for (const ir::Value &v : g.values)
-    if (v.is_op() && v.op == ir::OpKind::GroupNorm) {
-      const ir::Dim &c = v.type.shape.back();
-      if (auto problem = ir::group_size_problem(ir::op_info(v.op), v.attrs, c.evaluate(bound_dims)))
-        throw Error(fmt::format("{}: {}{}", im.where, *problem,
-                                v.loc.known() ? fmt::format(" (line {})", v.loc.line) : ""));
-    }
-  for (const ir::Value &v : g.values)
-    if (v.is_effect()) {
-      const ir::Dim &rows = v.attrs.at("count").shape.front();
-      int64_t count = rows.evaluate(bound_dims);
-      if (count <= 1)
-        throw Error(fmt::format("{}: batchnorm in train mode needs more than 1 row, got {}{}",
-                                im.where, rows.is_symbolic() ? rows.str() + "=" : "", count));
-    }
+  for (const exec::Constraint &c : im.executable.constraints)
+    if (auto problem = exec::violation(c, bound_dims))
+      throw Error(fmt::format("{}: {}", im.where, *problem));
   if (im.user_workspace) {
     Tensor w{im.user_workspace, {static_cast<int64_t>(im.user_workspace_bytes / sizeof(float))}};
     im.written.push_back(rt::bytes_of("workspace", w));
@@ -162,7 +130,8 @@ void Pipeline::Impl::check_memory(const Tensor *inputs, const Tensor *outputs) {
   Impl &im = *this;
   for (size_t i = 0; i < im.input_ids.size(); ++i)
     if (i >= im.seen_inputs.size() || inputs[i].data != im.seen_inputs[i].data)
-      rt::check_device_memory(im.where, im.plan.graph[im.input_ids[i]].name, inputs[i], im.device);
+      rt::check_device_memory(im.where, im.executable.interface.declared[im.input_ids[i]].name,
+                              inputs[i], im.device);
   for (size_t i = 0; i < im.output_names.size(); ++i)
     if (i >= im.seen_outputs.size() || outputs[i].data != im.seen_outputs[i].data)
       rt::check_device_memory(im.where, im.output_names[i], outputs[i], im.device);
@@ -182,9 +151,9 @@ void Pipeline::Impl::check_memory(const Tensor *inputs, const Tensor *outputs) {
 // and the table's geometry hold): each moved tensor is checked as a new one would be, then
 // the overlaps of all of them. No allocation.
 void Pipeline::Impl::check_moved(const Tensor *inputs, const Tensor *outputs) {
-  const ir::Graph &g = plan.graph;
+  const exec::Interface &in = executable.interface;
   auto move = [&](const Tensor &t, const Tensor &seen, const std::string &name,
-                  const ir::TensorType &type, size_t slot, rt::TensorBytes &bytes) {
+                  const exec::TensorType &type, size_t slot, rt::TensorBytes &bytes) {
     if (t.data == seen.data)
       return;
     rt::check_layout(where, name, type, t);
@@ -195,12 +164,11 @@ void Pipeline::Impl::check_moved(const Tensor *inputs, const Tensor *outputs) {
     bytes.begin = begin;
   };
   for (size_t i = 0; i < input_ids.size(); ++i) {
-    const ir::Value &v = g[input_ids[i]];
-    move(inputs[i], seen_inputs[i], v.name, v.type, static_cast<size_t>(input_ids[i]),
-         read[input_bytes[i]]);
+    const DeclaredTensor &v = in.declared[input_ids[i]];
+    move(inputs[i], seen_inputs[i], v.name, v.type, input_ids[i], read[input_bytes[i]]);
   }
   for (size_t i = 0; i < output_names.size(); ++i)
-    move(outputs[i], seen_outputs[i], output_names[i], g[g.outputs[i]].type, g.values.size() + i,
+    move(outputs[i], seen_outputs[i], output_names[i], in.outputs[i], in.declared.size() + i,
          written[i]);
   rt::check_no_aliasing(where, written, read);
 }
@@ -209,10 +177,9 @@ void Pipeline::Impl::check_moved(const Tensor *inputs, const Tensor *outputs) {
 void Pipeline::Impl::prepare() {
   Impl &im = *this;
   const size_t bytes = im.table->prepare(im.dims, im.multiprocessors);
-  const std::vector<ValueId> &per_bind = im.table->per_bind_values();
-  im.per_bind_buffers.resize(per_bind.size());
-  for (size_t i = 0; i < per_bind.size(); ++i) {
-    const size_t value_bytes = im.table->value_bytes(per_bind[i], im.dims);
+  im.per_bind_buffers.resize(im.table->per_bind_count());
+  for (size_t i = 0; i < im.per_bind_buffers.size(); ++i) {
+    const size_t value_bytes = im.table->per_bind_bytes(i, im.dims);
     if (im.per_bind_buffers[i].size() != value_bytes) {
       im.per_bind_buffers[i] = rt::DeviceBuffer(value_bytes);
       im.per_bind_stale = true;
@@ -220,7 +187,8 @@ void Pipeline::Impl::prepare() {
     im.pointers[im.table->per_bind_slot(i)] = im.per_bind_buffers[i].ptr();
   }
   im.split_counters_zero = false;
-  const Dump dump(im.graph.name, im.options.mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval);
+  const Dump dump(im.executable.interface.name,
+                  im.executable.mode == Mode::Train ? "train" : "eval");
   if (dump.wants("launch"))
     dump.emit("launch.bound", ".txt",
               fmt::format("at {}:\n{}", dims_text(im.dims), im.table->resolved_text()));
@@ -241,18 +209,18 @@ void Pipeline::Impl::prepare() {
 void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vector<Tensor> &outputs,
                    CUstream stream) {
   Impl &im = impl();
-  const ir::Graph &g = im.plan.graph;
+  const exec::Interface &in = im.executable.interface;
   for (const auto &[name, t] : inputs) {
-    ValueId id = g.find(name);
-    if (id < 0 || g[id].kind != ir::ValueKind::Input)
+    const int i = in.find(name);
+    if (i < 0 || in.declared[static_cast<size_t>(i)].kind != DeclaredTensor::Kind::Input)
       throw Error(fmt::format("{}: '{}' is not an input of the pipeline", im.where, name));
   }
   std::vector<Tensor> ordered;
-  for (ValueId id : im.input_ids) {
-    auto it = inputs.find(g[id].name);
+  for (size_t id : im.input_ids) {
+    const DeclaredTensor &d = in.declared[id];
+    auto it = inputs.find(d.name);
     if (it == inputs.end())
-      throw Error(
-          fmt::format("{}: input '{}' ({}) is missing", im.where, g[id].name, g[id].type.str()));
+      throw Error(fmt::format("{}: input '{}' ({}) is missing", im.where, d.name, d.type.str()));
     ordered.push_back(it->second);
   }
   run(ordered.data(), ordered.size(), outputs.data(), outputs.size(), stream);
@@ -304,7 +272,7 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
   auto enqueue = [&](CUstream s) {
     if (zero_counters)
       im.table->zero_split_counters(s);
-    im.table->enqueue(im.functions, s, im.gemm_override);
+    im.table->enqueue(im.functions, s, im.gemm_hook);
   };
   // A pipeline that draws (dropout in train mode) gives each run its own offset: its kernels'
   // arguments change every run.
@@ -314,9 +282,9 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
     ++im.rng.offset;
   }
   // Steady runs replay one graph of the launches; a run captured into the caller's own graph
-  // launches one by one, and so do runs that draw and the benchmark's GEMM override (it calls
-  // the host).
-  if (changed == Change::None && !draws && !im.gemm_override && !rt::capturing(stream)) {
+  // launches one by one, and so do runs that draw and runs through a GEMM hook (it calls the
+  // host).
+  if (changed == Change::None && !draws && !im.gemm_hook && !rt::capturing(stream)) {
     constexpr int kSteadyRunsBeforeGraph = 2; // a one-off run never pays for a capture
     if (!im.run_graph.captured() && ++im.steady_runs >= kSteadyRunsBeforeGraph)
       im.run_graph.capture(enqueue);
@@ -344,10 +312,10 @@ RngState Pipeline::rng_state() const {
 
 size_t Pipeline::workspace_size(const std::map<std::string, int64_t> &dims) const {
   const Impl &im = impl();
-  for (const std::string &d : im.plan.graph.dims)
+  for (const std::string &d : im.executable.interface.dims)
     if (!dims.count(d))
       throw Error(fmt::format("{}: dim {} is not bound", im.where, d));
-  if (auto problem = ir::dim_values_problem(dims))
+  if (auto problem = dim_values_problem(dims))
     throw Error(fmt::format("{}: {}", im.where, *problem));
   // The SM count decides split-K's share; where no GEMM can split, any count gives the same size.
   int multiprocessors = im.multiprocessors;

@@ -21,27 +21,36 @@ void fill_uniform(std::vector<float> &v, uint64_t seed, float lo, float hi) {
     x = lo + (hi - lo) * u;
   }
 }
+
+std::vector<int64_t> concrete_shape(const exec::TensorType &t, const exec::Dims &dims) {
+  std::vector<int64_t> shape;
+  for (const exec::Extent &e : t.shape)
+    shape.push_back(e.evaluate(dims));
+  return shape;
+}
+
 } // namespace
 
-DeviceTensor make_tensor(std::vector<int64_t> shape, ir::DType dtype) {
+DeviceTensor make_tensor(std::vector<int64_t> shape, DType dtype) {
   DeviceTensor t;
   t.shape = std::move(shape);
   t.dtype = dtype;
-  t.buffer = DeviceBuffer(t.numel() * static_cast<size_t>(ir::dtype_bytes(dtype)));
+  t.buffer = DeviceBuffer(t.numel() * static_cast<size_t>(exec::dtype_bytes(dtype)));
   return t;
 }
 
-DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint64_t seed) {
-  DeviceTensor t = make_tensor(ir::concrete_shape(v.type, dims), v.type.dtype);
+DeviceTensor random_tensor(const exec::DeclaredTensor &v, const exec::Dims &dims, uint64_t seed) {
+  using Kind = exec::DeclaredTensor::Kind;
+  DeviceTensor t = make_tensor(concrete_shape(v.type, dims), v.type.dtype);
   std::vector<float> host(t.numel());
   float lo = -1, hi = 1;
-  if (v.kind == ir::ValueKind::State) {
+  if (v.kind == Kind::State) {
     lo = 0.5f;
     hi = 1.5f;
-  } else if (v.kind == ir::ValueKind::Param && t.shape.size() == 2) {
+  } else if (v.kind == Kind::Param && t.shape.size() == 2) {
     hi = 1.0f / std::sqrt(static_cast<float>(t.shape[1]));
     lo = -hi;
-  } else if (v.kind == ir::ValueKind::Param) {
+  } else if (v.kind == Kind::Param) {
     lo = 0.5f;
     hi = 1.5f;
   }
@@ -53,7 +62,7 @@ DeviceTensor random_tensor(const ir::Value &v, const ir::DimBindings &dims, uint
 }
 
 std::vector<double> download(const DeviceTensor &t) {
-  std::vector<uint8_t> bytes(t.numel() * static_cast<size_t>(ir::dtype_bytes(t.dtype)));
+  std::vector<uint8_t> bytes(t.numel() * static_cast<size_t>(exec::dtype_bytes(t.dtype)));
   t.buffer.download(bytes.data(), bytes.size());
   return decode_elements(bytes.data(), t.numel(), t.dtype);
 }
@@ -65,23 +74,22 @@ std::vector<Tensor> tensors_of(const std::vector<DeviceTensor> &ts) {
   return out;
 }
 
-PipelineData::PipelineData(const ir::Graph &g, const ir::DimBindings &dims_, uint64_t seed)
-    : graph(g), dims(dims_) {
-  for (size_t i = 0; i < g.values.size(); ++i) {
-    const ir::Value &v = g.values[i];
-    if (v.is_op())
-      continue;
-    DeviceTensor t = random_tensor(v, dims, seed * 1000003u + i);
-    if (v.kind == ir::ValueKind::Input)
-      inputs[v.name] = t.tensor();
-    declared.emplace(v.name, std::move(t));
+PipelineData::PipelineData(const exec::Interface &interface_, const exec::Dims &dims_,
+                           uint64_t seed)
+    : interface(interface_), dims(dims_) {
+  for (size_t i = 0; i < interface.declared.size(); ++i) {
+    const exec::DeclaredTensor &d = interface.declared[i];
+    DeviceTensor t = random_tensor(d, dims, seed * 1000003u + i);
+    if (d.kind == exec::DeclaredTensor::Kind::Input)
+      inputs[d.name] = t.tensor();
+    declared.emplace(d.name, std::move(t));
   }
 }
 
 std::vector<DeviceTensor> PipelineData::make_outputs() const {
   std::vector<DeviceTensor> outs;
-  for (ir::ValueId o : graph.outputs)
-    outs.push_back(make_tensor(ir::concrete_shape(graph[o].type, dims), graph[o].type.dtype));
+  for (const exec::TensorType &o : interface.outputs)
+    outs.push_back(make_tensor(concrete_shape(o, dims), o.dtype));
   return outs;
 }
 

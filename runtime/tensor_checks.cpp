@@ -1,57 +1,32 @@
 #include "runtime/tensor_checks.h"
 
-#include "compiler/ir/interpreter.h"
 #include "runtime/driver.h"
 
 #include <fmt/format.h>
 
 namespace kfuse::rt {
 
-ir::DType ir_dtype(DType t) {
-  switch (t) {
-  case DType::F32:
-    return ir::DType::F32;
-  case DType::F16:
-    return ir::DType::F16;
-  case DType::BF16:
-    return ir::DType::BF16;
-  }
-  throw Error(fmt::format("{} is not a kfuse::DType value", static_cast<int>(t)));
-}
-
-DType api_dtype(ir::DType t) {
-  switch (t) {
-  case ir::DType::F32:
-    return DType::F32;
-  case ir::DType::F16:
-    return DType::F16;
-  case ir::DType::BF16:
-    return DType::BF16;
-  }
-  throw Error("internal error: an element type with no kfuse::DType");
-}
-
 namespace {
 
 // "f16[3, 6]": the tensor as given.
 std::string describe(const Tensor &t) {
-  return fmt::format("{}{}", ir::dtype_name(ir_dtype(t.dtype)), ir::shape_text(t.shape));
+  return fmt::format("{}{}", exec::dtype_name(t.dtype), exec::shape_text(t.shape));
 }
 
 } // namespace
 
 void check_layout(const std::string &where, const std::string &tensor,
-                  const ir::TensorType &declared, const Tensor &t) {
+                  const exec::TensorType &declared, const Tensor &t) {
   if (static_cast<int>(t.dtype) < 0 || static_cast<int>(t.dtype) > static_cast<int>(DType::BF16))
     throw Error(fmt::format("{}: tensor '{}' {}: dtype value {} is not a kfuse::DType", where,
-                            tensor, ir::shape_text(t.shape), static_cast<int>(t.dtype)));
+                            tensor, exec::shape_text(t.shape), static_cast<int>(t.dtype)));
   if (!t.data)
     throw Error(fmt::format("{}: tensor '{}' is a null pointer", where, tensor));
-  if (ir_dtype(t.dtype) != declared.dtype)
+  if (t.dtype != declared.dtype)
     throw Error(fmt::format("{}: tensor '{}' is {}, declared {}: kfuse takes {} tensors here",
                             where, tensor, describe(t), declared.str(),
-                            ir::dtype_name(declared.dtype)));
-  const int64_t element = ir::dtype_bytes(declared.dtype);
+                            exec::dtype_name(declared.dtype)));
+  const int64_t element = exec::dtype_bytes(declared.dtype);
   if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(element) != 0)
     throw Error(fmt::format("{}: tensor '{}' {} at {} is not {}-byte aligned", where, tensor,
                             describe(t), t.data, element));
@@ -99,7 +74,7 @@ TensorBytes bytes_of(std::string name, const Tensor &t) {
     n *= static_cast<size_t>(e);
   uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
   return {std::move(name), t.shape, begin,
-          begin + n * static_cast<size_t>(ir::dtype_bytes(ir_dtype(t.dtype)))};
+          begin + n * static_cast<size_t>(exec::dtype_bytes(t.dtype))};
 }
 
 void check_no_aliasing(const std::string &where, const std::vector<TensorBytes> &written,
@@ -111,8 +86,8 @@ void check_no_aliasing(const std::string &where, const std::vector<TensorBytes> 
     throw Error(
         fmt::format("{}: {} {} at {:#x} overlaps {} {} at {:#x}; outputs and state are written and "
                     "must not overlap any other tensor",
-                    where, out.name, ir::shape_text(out.shape), out.begin, other.name,
-                    ir::shape_text(other.shape), other.begin));
+                    where, out.name, exec::shape_text(out.shape), out.begin, other.name,
+                    exec::shape_text(other.shape), other.begin));
   };
   for (size_t i = 0; i < written.size(); ++i) {
     for (size_t j = 0; j < i; ++j)

@@ -4,7 +4,7 @@
 // Every failure is a kfuse::Error naming `where` (the pipeline), the tensor, its shape and dtype.
 #pragma once
 
-#include "compiler/ir/types.h"
+#include "compiler/executable.h"
 #include "kfuse/kfuse.h"
 
 #include <cstdint>
@@ -13,14 +13,10 @@
 
 namespace kfuse::rt {
 
-// The API's element types and the IR's, one to one (an invalid DType value throws).
-ir::DType ir_dtype(DType t);
-DType api_dtype(ir::DType t);
-
 // A null or misaligned pointer, a dtype other than the declared one, an invalid DType value,
 // or rows that are not contiguous. `declared` is the .kf type (its dtype is compared).
 void check_layout(const std::string &where, const std::string &tensor,
-                  const ir::TensorType &declared, const Tensor &t);
+                  const exec::TensorType &declared, const Tensor &t);
 
 // Throws unless `t.data` is device memory (or managed memory) on `device` (an ordinal):
 // host memory (pageable, pinned or mapped) and another device's memory are refused. Needs the

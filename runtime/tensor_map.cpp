@@ -7,7 +7,7 @@
 
 namespace kfuse::rt {
 
-const CUtensorMap &tensor_map(CachedTensorMap &cache, const codegen::TensorMapSpec &spec,
+const CUtensorMap &tensor_map(CachedTensorMap &cache, const exec::TensorMapSpec &spec,
                               CUdeviceptr ptr, int64_t rows, int64_t inner,
                               const std::string &where, const std::string &tensor) {
   if (cache.ptr == ptr && cache.rows == rows && cache.inner == inner &&
@@ -19,7 +19,7 @@ const CUtensorMap &tensor_map(CachedTensorMap &cache, const codegen::TensorMapSp
                     "it with TMA, which needs that (allocate it aligned, or compile "
                     "for another --arch)",
                     where, tensor, ptr));
-  const uint64_t row_bytes = static_cast<uint64_t>(inner) * ir::dtype_bytes(spec.element);
+  const uint64_t row_bytes = static_cast<uint64_t>(inner) * exec::dtype_bytes(spec.element);
   if (row_bytes % 16 != 0)
     throw Error(
         fmt::format("{}: tensor '{}' has rows of {} bytes; the sm_90a GEMM's TMA loads need "
@@ -31,10 +31,9 @@ const CUtensorMap &tensor_map(CachedTensorMap &cache, const codegen::TensorMapSp
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(spec.box_inner),
                              static_cast<cuuint32_t>(spec.box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUtensorMapDataType type = spec.element == ir::DType::F32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                   : spec.element == ir::DType::BF16
-                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = spec.element == DType::F32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : spec.element == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   driver.check(driver.cuTensorMapEncodeTiled(
                    &cache.map, type, 2, reinterpret_cast<void *>(ptr), dims, strides, box,
                    element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,

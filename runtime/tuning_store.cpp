@@ -175,9 +175,9 @@ std::vector<TuningEntry> TuningStore::entries() const {
 }
 
 codegen::GemmTunings TuningStore::tunings(const DeviceKey &device,
-                                          const std::vector<select::GemmKey> &gemms) const {
+                                          const std::vector<exec::TunableGemm> &gemms) const {
   codegen::GemmTunings out;
-  for (const select::GemmKey &l : gemms) {
+  for (const exec::TunableGemm &l : gemms) {
     std::optional<TuningEntry> e = load(device, l.signature);
     if (!e)
       continue;

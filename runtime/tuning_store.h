@@ -2,7 +2,7 @@
 // directory (<cache>/tuning), read by every later compile (LowerOptions::tunings).
 //
 // An entry is keyed by the device (name, SM count, compute capability) and the kernel's
-// signature (codegen::KernelLaunch::signature: operand type, math, arch, K, output features and
+// signature (exec::TunableGemm::signature: operand type, math, arch, K, output features and
 // the generated epilogue: everything that makes its source but the tile). It holds the tile
 // tuned for that kernel, with the batch N it was tuned at (a tile is compile-time: one per
 // kernel), and split-K caps per class of N (codegen::rows_class), each for the tile it was
@@ -15,8 +15,7 @@
 // A lookup removes a corrupt entry; listing (entries()) changes nothing.
 #pragma once
 
-#include "compiler/codegen/program.h"
-#include "compiler/select/spec.h"
+#include "compiler/executable.h"
 #include "runtime/disk_cache.h"
 
 #include <optional>
@@ -82,9 +81,9 @@ public:
   // reported on the warning sink, skipped and left in place.
   std::vector<TuningEntry> entries() const;
 
-  // The tuned configurations of `program`'s GEMM kernels on `device`, for codegen::generate.
+  // The tuned configurations of a pipeline's GEMM kernels on `device`, for codegen::generate.
   codegen::GemmTunings tunings(const DeviceKey &device,
-                               const std::vector<select::GemmKey> &gemms) const;
+                               const std::vector<exec::TunableGemm> &gemms) const;
 
 private:
   std::string key(const DeviceKey &device, const std::string &signature) const;

@@ -1,5 +1,6 @@
 #include "compiler/ir/types.h"
 
+#include "compiler/rounding.h"
 #include "kfuse/error.h"
 
 #include <fmt/format.h>
@@ -34,30 +35,14 @@ int64_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
 DType promote(DType a, DType b) { return a == b ? a : DType::F32; }
 
-namespace {
-
-// x rounded to `digits` significant bits, ties to even (nearbyint in the default rounding
-// mode), with exponents below `min_exp` rounded on the subnormal grid, and values beyond
-// `max` to infinity (IEEE round to nearest overflows where the rounded value would exceed it).
-double round_significand(double x, int digits, int min_exp, double max) {
-  if (x == 0 || !std::isfinite(x))
-    return x;
-  int e = std::max(std::ilogb(x), min_exp);
-  double quantum = std::ldexp(1.0, e - (digits - 1));
-  double r = std::nearbyint(x / quantum) * quantum;
-  return std::fabs(r) > max ? std::copysign(std::numeric_limits<double>::infinity(), x) : r;
-}
-
-} // namespace
-
 double round_to(DType t, double x) {
   switch (t) {
   case DType::F32:
     return x;
-  case DType::F16: // 11 significant bits, exponents from -14, largest 65504
-    return round_significand(static_cast<float>(x), 11, -14, 65504.0);
-  case DType::BF16: // fp32's exponent range with 8 significant bits
-    return round_significand(static_cast<float>(x), 8, -126, 0x1.FEp127);
+  case DType::F16:
+    return round_to_element(kfuse::DType::F16, x);
+  case DType::BF16:
+    return round_to_element(kfuse::DType::BF16, x);
   }
   return x;
 }
@@ -184,20 +169,6 @@ std::optional<int64_t> element_count(const TensorType &t,
       n = n ? checked_mul(*n, dims.at(f)) : std::nullopt;
   }
   return n;
-}
-
-std::optional<std::string> dim_value_problem(std::string_view name, int64_t value) {
-  if (value >= 1 && value <= kMaxExtent)
-    return std::nullopt;
-  return fmt::format("dim {} = {} is out of range; dims are integers in [1, {}]", name, value,
-                     kMaxExtent);
-}
-
-std::optional<std::string> dim_values_problem(const std::map<std::string, int64_t> &dims) {
-  for (const auto &[name, value] : dims)
-    if (auto problem = dim_value_problem(name, value))
-      return problem;
-  return std::nullopt;
 }
 
 } // namespace kfuse::ir

@@ -1,6 +1,8 @@
 // Element types, dimensions and tensor types of the kfuse IR.
 #pragma once
 
+#include "compiler/dim_range.h"
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -29,7 +31,7 @@ double round_to(DType t, double x);
 // checked when the type is made (size_problem, at `check` with the declaration's or the op's
 // location); dims are checked when a run or a query binds them (dim_value_problem), and a
 // product of bound dims when it is evaluated (Dim::evaluate).
-inline constexpr int64_t kMaxExtent = 2147483647;
+using kfuse::kMaxExtent; // compiler/dim_range.h
 
 // a * b and a + b in int64; nullopt where the result does not fit.
 std::optional<int64_t> checked_mul(int64_t a, int64_t b);
@@ -88,12 +90,9 @@ std::optional<std::string> size_problem(const TensorType &t);
 std::optional<int64_t> element_count(const TensorType &t,
                                      const std::map<std::string, int64_t> &dims);
 
-// nullopt where `value` is a valid value for dim `name`, else the problem. Every entry point
-// that binds dims (the command line, Pipeline::dims/shape/output_shape/workspace_size, a run's
-// tensors, tuning, Python) checks them with this one function.
-std::optional<std::string> dim_value_problem(std::string_view name, int64_t value);
-// The first of `dims` that dim_value_problem refuses; nullopt where all are valid.
-std::optional<std::string> dim_values_problem(const std::map<std::string, int64_t> &dims);
+// Dims are checked with kfuse::dim_value_problem (compiler/dim_range.h).
+using kfuse::dim_value_problem;
+using kfuse::dim_values_problem;
 
 // Line and column (1-based) in the source buffer a Diagnostics engine owns; 0 means unknown.
 struct SourceLoc {

@@ -91,7 +91,7 @@ private:
   // GEMMs of bf16/f16 operands run on it only (a multiple of 8 then): gpu_unsupported reports
   // those it cannot take at their location, so one reaching here is a caller's mistake.
   bool use_sm90(const Value &mm) const {
-    if (g_[mm.args[0]].type.dtype != DType::F32) {
+    if (g_[mm.args[0]].type.dtype != ir::DType::F32) {
       if (auto why = codegen::half_gemm_unsupported(g_, mm, arch_))
         throw CodegenError(fmt::format("pipeline '{}': line {}: {}", g_.name, mm.loc.line, *why));
       return true;
@@ -136,14 +136,14 @@ private:
       spec.split_whys = t->split_whys;
     }
     const bool sm90 = use_sm90(mm);
-    const DType operands = g_[spec.a].type.dtype;
-    const bool split_tf32 = math_ == GemmMath::Tf32x3 && operands == DType::F32;
+    const ir::DType operands = g_[spec.a].type.dtype;
+    const bool split_tf32 = math_ == GemmMath::Tf32x3 && operands == ir::DType::F32;
     check_tuned_tile(k, sm90, rows, split_tf32);
     if (sm90) {
-      const Operand op = split_tf32                ? Operand::Tf32x3
-                         : operands == DType::BF16 ? Operand::Bf16
-                         : operands == DType::F16  ? Operand::F16
-                                                   : Operand::Tf32;
+      const Operand op = split_tf32                    ? Operand::Tf32x3
+                         : operands == ir::DType::BF16 ? Operand::Bf16
+                         : operands == ir::DType::F16  ? Operand::F16
+                                                       : Operand::Tf32;
       if (rows)
         spec.tile = staged(k, op);
       else if (split_tf32)
@@ -405,8 +405,8 @@ Selection select_kernels(const plan::Plan &p, GemmMath math, const std::string &
   return Selector(p, math, arch, tunings).run();
 }
 
-std::vector<GemmKey> gemm_keys(const plan::Plan &p, const Selection &s) {
-  std::vector<GemmKey> keys;
+std::vector<exec::TunableGemm> gemm_keys(const plan::Plan &p, const Selection &s) {
+  std::vector<exec::TunableGemm> keys;
   for (size_t i = 0; i < p.kernels.size(); ++i)
     if (const auto *g = std::get_if<GemmSpec>(&s.kernels[i]))
       keys.push_back({g->tile.entry, g->signature, tile_text(g->tile), g->tiles});

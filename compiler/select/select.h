@@ -6,6 +6,7 @@
 #pragma once
 
 #include "compiler/codegen/program.h"
+#include "compiler/executable.h"
 #include "compiler/select/spec.h"
 
 #include <string>
@@ -26,7 +27,7 @@ Selection select_kernels(const plan::Plan &p, codegen::GemmMath math, const std:
 // [rows, cols] operands and rows broadcast down the columns, not per-row columns or scalars.
 std::vector<ir::ValueId> elementwise_matrices(const ir::Graph &g, const plan::Kernel &k);
 
-// The GEMM kernels of a selection as the tuning store looks them up.
-std::vector<GemmKey> gemm_keys(const plan::Plan &p, const Selection &s);
+// The GEMM kernels of a selection as the tuning store looks them up, before any CUDA exists.
+std::vector<exec::TunableGemm> gemm_keys(const plan::Plan &p, const Selection &s);
 
 } // namespace kfuse::select

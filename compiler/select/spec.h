@@ -76,12 +76,6 @@ struct Selection {
   std::map<ir::ValueId, int> partial_rows;
 };
 
-// What the tuning store is asked about a GEMM kernel before any CUDA exists.
-struct GemmKey {
-  std::string entry, signature, tile;
-  std::vector<codegen::Sm90Tile> tiles;
-};
-
 // "128x256x1": rows x columns x blocks per SM.
 std::string tile_text(const GemmTile &t);
 

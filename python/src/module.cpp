@@ -5,6 +5,7 @@
 #include "compiler/dsl/source.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/target.h"
 #include "kfuse/kfuse.h"
 #include "python/src/device_scope.h"
 #include "python/src/dlpack_tensor.h"
@@ -39,17 +40,11 @@ kfuse::Options options(const std::string &mode, const std::string &precision,
     o.mode = kfuse::Mode::Eval;
   else
     throw kfuse::Error(fmt::format("mode must be 'train' or 'eval', got '{}'", mode));
-  if (precision == "fp32")
-    o.precision = kfuse::Precision::FP32;
-  else if (precision == "3xtf32")
-    o.precision = kfuse::Precision::FP32x3;
-  else if (precision == "tf32")
-    o.precision = kfuse::Precision::TF32;
-  else if (precision == "bf16")
-    o.precision = kfuse::Precision::BF16;
-  else
+  const std::optional<kfuse::Precision> parsed = kfuse::parse_precision(precision);
+  if (!parsed)
     throw kfuse::Error(
         fmt::format("precision must be 'fp32', '3xtf32', 'tf32' or 'bf16', got '{}'", precision));
+  o.precision = *parsed;
   o.arch = arch;
   return o;
 }

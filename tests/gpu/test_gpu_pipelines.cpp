@@ -2,7 +2,7 @@
 // inputs for every case, outputs poisoned with NaN first, the fp32 bound of DESIGN.md.
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/diagnostics.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "tests/support/gpu_cases.h"
 #include "tests/support/random_pipelines.h"
 

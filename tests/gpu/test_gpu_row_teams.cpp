@@ -7,7 +7,7 @@
 #include "runtime/driver.h"
 #include "runtime/module.h"
 #include "runtime/nvrtc_compiler.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "tests/support/row_team_kernels.h"
 
 #include <doctest/doctest.h>

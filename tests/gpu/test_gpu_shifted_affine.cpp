@@ -4,7 +4,7 @@
 // fp64 reference. Folded as x * alpha + (beta - mean * alpha), the constant columns came out
 // 3.9e-3 to 1.0 off relative to the output's scale (random pipeline 9 was one).
 #include "runtime/npy_file.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -5,7 +5,7 @@
 #include "kfuse/kfuse.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "runtime/stream.h"
 
 #include <doctest/doctest.h>

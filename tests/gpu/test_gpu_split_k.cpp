@@ -5,7 +5,7 @@
 // split-K turned off (Options::max_split_k = 1) agrees within the precision's bound.
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "runtime/stream.h"
 #include "tests/support/gpu_cases.h"
 

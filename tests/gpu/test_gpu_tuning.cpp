@@ -2,6 +2,7 @@
 // per GEMM kernel, a later compile on the same device loads it (its config says "tuned on"), and
 // the pipeline with a tuned tile and split-K cap still matches the fp64 reference. Few
 // iterations: the point is the path, not the numbers.
+#include "compiler/build_executable.h"
 #include "compiler/lower.h"
 #include "runtime/launch_geometry.h"
 #include "runtime/pipeline.h"
@@ -71,7 +72,7 @@ TEST_CASE("tune: a stored tile other than the heuristic's and a split-K cap run 
   const rt::DeviceKey device = rt::DeviceKey::current();
   for (Mode mode : {Mode::Train, Mode::Eval}) {
     const Lowered l = lower(dsl::SourceFile::read(testing::source_path(kExample)),
-                            rt::PipelineAccess::lower_options(tf32(mode), true));
+                            lower_options(rt::PipelineAccess::request(tf32(mode), true)));
     const codegen::KernelLaunch &gemm = l.program.launches.at(0);
     REQUIRE(gemm.tile == "64x128x2"); // the heuristic's for 1024 output features
     rt::TuningEntry e;
@@ -126,12 +127,13 @@ TEST_CASE("tune: the heuristics' config keeps its variants, a candidate whose ru
     Options o;
     o.mode = Mode::Eval;
     const Lowered l = lower(dsl::SourceFile::read(testing::source_path(c.file)),
-                            rt::PipelineAccess::lower_options(o, true));
-    const codegen::KernelLaunch &gemm = l.program.launches.at(0);
-    REQUIRE_FALSE(gemm.by_rows.empty());
+                            lower_options(rt::PipelineAccess::request(o, true)));
+    const exec::Executable e = build_executable(l);
+    const exec::Kernel &gemm = e.kernels.at(0);
+    REQUIRE_FALSE(gemm.variants.empty());
     const int sms = rt::DeviceKey::current().multiprocessors;
     const size_t runs = rt::variant_of(gemm, c.dims, sms, 0);
-    const codegen::KernelLaunch &ran = rt::variant(gemm, runs);
+    const exec::Kernel &ran = rt::variant(gemm, runs);
     const int splits = rt::split_count(ran.geometry, c.dims, sms, 0);
 
     testing::ToolRun r = testing::run_kfuse(std::string("tune ") + c.file + c.dims_text +

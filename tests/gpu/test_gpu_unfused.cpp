@@ -2,11 +2,12 @@
 // result stored in its own type (bf16/f16 between ops, as PyTorch eager), the GEMM kfuse's
 // bare product writing its half-type result. Checked against the fp64 reference within the
 // bf16 bound, odd sizes, both modes; `kfuse bench` runs the same plans with cuBLAS's GEMM.
+#include "compiler/build_executable.h"
 #include "compiler/lower.h"
 #include "runtime/error.h"
 #include "runtime/pipeline.h"
-#include "runtime/reference_check.h"
 #include "tests/support/gpu_cases.h"
+#include "tools/check/reference_check.h"
 
 #include <doctest/doctest.h>
 
@@ -21,9 +22,9 @@ void expect_unfused_match(const std::string &text, const std::string &file, Mode
                           uint64_t seed, int steps) {
   Options o;
   o.mode = mode;
-  Pipeline p = rt::PipelineAccess::compile(
-      lower(dsl::SourceFile(file, text), rt::PipelineAccess::lower_options(o, /*fuse=*/false)), o,
-      /*fuse=*/false);
+  const Lowered l = lower(dsl::SourceFile(file, text),
+                          lower_options(rt::PipelineAccess::request(o, /*fuse=*/false)));
+  Pipeline p = rt::PipelineAccess::compile(build_executable(l));
   rt::CheckRequest req;
   req.kf_text = text;
   req.file_name = file;
@@ -31,8 +32,8 @@ void expect_unfused_match(const std::string &text, const std::string &file, Mode
   req.dims = {{"N", n}};
   req.seed = seed;
   req.steps = steps;
-  rt::CheckResult r = rt::check_against_reference(p, req);
-  const double bound = rt::error_bound(Precision::FP32, rt::PipelineAccess::graph(p));
+  rt::CheckResult r = rt::check_against_reference(p, l.graph, req);
+  const double bound = rt::error_bound(Precision::FP32, l.graph);
   CHECK(bound == 2e-2);
   for (const rt::CheckEntry &e : r.entries) {
     INFO(file, " unfused mode ", mode == Mode::Train ? "train" : "eval", " N=", n, " ", e.name,

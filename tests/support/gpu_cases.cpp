@@ -1,8 +1,8 @@
 #include "tests/support/gpu_cases.h"
 
 #include "compiler/dsl/parser.h"
-#include "runtime/reference_check.h"
 #include "tests/support/source_tree.h"
+#include "tools/check/reference_check.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

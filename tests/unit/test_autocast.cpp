@@ -30,7 +30,7 @@ dsl::SourceFile example(const std::string &name) {
 Lowered autocast_plan(const dsl::SourceFile &src, ir::Mode mode) {
   LowerOptions o;
   o.mode = mode;
-  o.autocast_bf16 = true;
+  o.target.precision = Precision::BF16;
   o.until = LowerOptions::Until::Plan;
   return lower(src, o);
 }
@@ -157,7 +157,7 @@ TEST_CASE("planner: weights are rounded per bind, inputs per run, activations by
     CHECK(i.type.dtype == ir::DType::BF16);
   // Unfused, every rounding runs per run, as PyTorch's eager mode casts.
   LowerOptions o;
-  o.autocast_bf16 = true;
+  o.target.precision = Precision::BF16;
   o.fuse = false;
   o.until = LowerOptions::Until::Plan;
   for (const plan::Kernel &k : lower(example("gpt2_mlp_dropout"), o).plan.kernels)

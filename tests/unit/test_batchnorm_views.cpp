@@ -118,7 +118,7 @@ TEST_CASE("batchnorm views: every pass and the plan agree with the interpreter, 
 
 TEST_CASE("batchnorm views: the column kernel's count is the product of the bound dims") {
   LowerOptions lo;
-  lo.arch = "sm_90a";
+  lo.target.arch = "sm_90a";
   Lowered l = lower(dsl::SourceFile("tokens.kf", kTokens), lo);
   CHECK(l.program.source.find("const float count = static_cast<float>((d_B * d_T));") !=
         std::string::npos);
@@ -135,7 +135,7 @@ TEST_CASE("batchnorm views: statistics of an input's view summarize its B*T rows
   // kDirect's partials are of x itself (the view has no buffer): a [2, T, 8] tensor whose matrix
   // is [2*T, 8]; the column-partials and column kernels run over that matrix.
   LowerOptions lo;
-  lo.arch = "sm_90a";
+  lo.target.arch = "sm_90a";
   lo.mode = ir::Mode::Train;
   Lowered l = lower(dsl::SourceFile("direct.kf", kDirect), lo);
   bool partials = false, column = false;

@@ -82,7 +82,7 @@ TEST_CASE("bench figures: each GEMM's operand and product types, and the pipelin
 
 TEST_CASE("bench figures: precision bf16 benches the rounded graph's bf16 GEMMs") {
   LowerOptions o;
-  o.autocast_bf16 = true;
+  o.target.precision = Precision::BF16;
   o.until = LowerOptions::Until::Plan;
   const ir::Graph g =
       lower(dsl::SourceFile::read(std::string(KFUSE_SOURCE_DIR) + "/examples/gemm_scale_bn.kf"), o)

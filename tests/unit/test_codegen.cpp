@@ -1,5 +1,6 @@
 // Code generation and the C++ API without a GPU: golden plans and sources, determinism,
 // NVRTC compiles of every example in both modes, the disk cache, and the API's checks.
+#include "compiler/build_executable.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/printer.h"
@@ -7,8 +8,8 @@
 #include "compiler/plan/planner.h"
 #include "kfuse/kfuse.h"
 #include "runtime/pipeline.h"
-#include "runtime/reference_check.h"
 #include "tests/support/temp_cache.h"
+#include "tools/check/reference_check.h"
 
 #include <cstdlib>
 #include <doctest/doctest.h>
@@ -151,9 +152,9 @@ TEST_CASE("nvrtc: every example compiles for sm_90a in both modes, fused and unf
         Options o;
         o.mode = mode;
         o.arch = "sm_90a";
-        Pipeline p = rt::PipelineAccess::compile(lower(dsl::SourceFile::read(entry.path().string()),
-                                                       rt::PipelineAccess::lower_options(o, fuse)),
-                                                 o, fuse);
+        Pipeline p = rt::PipelineAccess::compile(
+            build_executable(lower(dsl::SourceFile::read(entry.path().string()),
+                                   lower_options(rt::PipelineAccess::request(o, fuse)))));
         const CompileReport &r = p.report();
         CHECK(r.cache_hit == !compiled.insert(p.cuda_source()).second);
         REQUIRE(!r.kernels.empty());

@@ -1,5 +1,6 @@
 // The op table as the DSL sees it: the op reference in docs/DSL.md, numbers as operands,
 // choices, queries by class, and NVRTC compiles of every pointwise op in every kernel kind.
+#include "compiler/build_executable.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/op_reference.h"
 #include "compiler/ir/ops.h"
@@ -134,8 +135,8 @@ TEST_CASE("nvrtc: every pointwise op compiles in a GEMM epilogue, a row prologue
     // does (the GEMM stores its product: softmax reads the chain per row).
     auto compile = [&](const std::string &text) {
       return rt::PipelineAccess::compile(
-          lower(dsl::SourceFile("every_op.kf", text), rt::PipelineAccess::lower_options(o, fuse)),
-          o, fuse);
+          build_executable(lower(dsl::SourceFile("every_op.kf", text),
+                                 lower_options(rt::PipelineAccess::request(o, fuse)))));
     };
     Pipeline epilogue = compile(every_pointwise_op("  return h\n"));
     Pipeline prologue = compile(every_pointwise_op("  return softmax(h, dim=1)\n"));

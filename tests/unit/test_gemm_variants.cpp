@@ -1,6 +1,7 @@
 // A narrow layer's GEMM compiled with a second, wider tile, which runs take where the bound rows
 // give it enough of a wave (codegen::KernelLaunch::by_rows, rt::variant_of): which kernels get
 // one, what it launches with, and which one the rule picks, without a GPU.
+#include "compiler/build_executable.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/plan/planner.h"
@@ -109,7 +110,8 @@ TEST_CASE("gemm variants: runs take the 128 x 128 tile from a full wave of it, t
           "instead where its waves take less time, and neither needs a split") {
   const plan::Plan p = layer(1024, "gelu(h)", ir::Mode::Eval, "bf16", 2048);
   const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a");
-  const codegen::KernelLaunch &gemm = prog.launches.at(0);
+  const exec::Executable exe = build_executable(p, prog);
+  const exec::Kernel &gemm = exe.kernels.at(0);
   // 1024 features: 8 columns of 128 x 128 tiles, so 132 SMs need 17 row tiles. Once they have
   // them, the 4 columns of 128 x 256 tiles weigh 5 a wave against 3: 17 row tiles give 68 such
   // tiles, one wave (5), against two of 128 x 128 (6); 34 give 136, two waves (10), against 272
@@ -123,15 +125,12 @@ TEST_CASE("gemm variants: runs take the 128 x 128 tile from a full wave of it, t
   CHECK(rt::variant_of(gemm, {{"N", 49 * 128 + 1}}, 132, 0) == 2);
   CHECK(rt::variant_of(gemm, {{"N", 16384}}, 132, 0) == 2);
   CHECK(rt::variant_of(gemm, {{"N", 16384}}, 0, 0) == 0); // no device: the launch itself
-  CHECK(&rt::variant(gemm, 1) == &gemm.by_rows[0]);
-  CHECK(&rt::variant(gemm, 2) == &gemm.by_rows[1]);
+  CHECK(&rt::variant(gemm, 1) == &gemm.variants[0]);
+  CHECK(&rt::variant(gemm, 2) == &gemm.variants[1]);
   CHECK(rt::split_count(rt::variant(gemm, 1).geometry, {{"N", 16 * 128 + 1}}, 132, 0) == 1);
   CHECK(rt::split_count(rt::variant(gemm, 2).geometry, {{"N", 16 * 128 + 1}}, 132, 0) == 1);
 
-  std::vector<std::string> names(p.graph.values.size());
-  for (size_t i = 0; i < names.size(); ++i)
-    names[i] = fmt::format("v{}", i);
-  rt::LaunchTable table(prog, p, names, 0);
+  rt::LaunchTable table(exe, 0);
   CHECK(table.entries() == std::vector<std::string>{"k0_gemm", "k0_gemm_wide", "k0_gemm_wider"});
   table.prepare({{"N", 34 * 128}}, 132);
   CHECK(table.launched(0).entry == "k0_gemm_wide");
@@ -177,15 +176,17 @@ TEST_CASE("gemm variants: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 tw
       // k-block times: at 256 rows 16 wide tiles split 8 ways take (4 + 4) x 5 = 40 and 64
       // narrow ones split 2 ways (16 + 4) x 2 = 40 (a tie: the launch itself); at 257 rows 24
       // wide tiles split 5 ways take (7 + 4) x 5 = 55, 96 narrow ones unsplit 32 x 2 = 64.
-      CHECK(rt::variant_of(gemm, {{"N", 1}}, 132, 0) == 0);
-      CHECK(rt::variant_of(gemm, {{"N", 256}}, 132, 0) == 0);
-      CHECK(rt::variant_of(gemm, {{"N", 257}}, 132, 0) == 1);
-      CHECK(rt::variant_of(gemm, {{"N", 16384}}, 132, 0) == 1); // 8 waves x 32 x 5 < 32 x 32 x 2
+      const exec::Executable exe = build_executable(p, prog);
+      const exec::Kernel &run = exe.kernels.at(0);
+      CHECK(rt::variant_of(run, {{"N", 1}}, 132, 0) == 0);
+      CHECK(rt::variant_of(run, {{"N", 256}}, 132, 0) == 0);
+      CHECK(rt::variant_of(run, {{"N", 257}}, 132, 0) == 1);
+      CHECK(rt::variant_of(run, {{"N", 16384}}, 132, 0) == 1); // 8 waves x 32 x 5 < 32 x 32 x 2
       // Without split-K, 8 wide tiles take 32 x 5 and 32 narrow ones 32 x 2.
-      CHECK(rt::variant_of(gemm, {{"N", 128}}, 132, 1) == 0);
-      CHECK(rt::variant_of(gemm, {{"N", 128}}, 0, 0) == 0); // no device: the launch itself
+      CHECK(rt::variant_of(run, {{"N", 128}}, 132, 1) == 0);
+      CHECK(rt::variant_of(run, {{"N", 128}}, 0, 0) == 0); // no device: the launch itself
       // At 128 rows the narrow tile's 32 tiles split K four ways, filling 128 of 132 SMs.
-      CHECK(rt::split_count(gemm.geometry, {{"N", 128}}, 132, 0) == 4);
+      CHECK(rt::split_count(run.geometry, {{"N", 128}}, 132, 0) == 4);
     }
   }
   // A row epilogue stages whole rows in its tile: the 128 x 128 tile alone.
@@ -197,26 +198,24 @@ TEST_CASE("gemm variants: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 tw
 
 TEST_CASE("gemm variants: one that ptxas spilled is reported unused and runs never take it") {
   const plan::Plan p = layer(1024, "gelu(h)", ir::Mode::Eval, "bf16", 2048);
-  codegen::Program prog = codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a");
-  REQUIRE(prog.launches.at(0).by_rows.size() == 2);
+  exec::Executable exe =
+      build_executable(p, codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a"));
+  REQUIRE(exe.kernels.at(0).variants.size() == 2);
   CompileReport report;
   report.kernels = {{"k0_gemm", 128, 0, 0, 0, 0, "", false, ""},
                     {"k0_gemm_wide", 168, 0, 0, 0, 0, "", true, ""},
                     {"k0_gemm_wider", 168, 0, 160, 380, 572, "", true, ""}};
-  rt::drop_spilling_variants(prog, report);
-  const codegen::KernelLaunch &gemm = prog.launches.at(0);
-  REQUIRE(gemm.by_rows.size() == 1);
-  CHECK(gemm.by_rows[0].entry == "k0_gemm_wide");
+  rt::drop_spilling_variants(exe, report);
+  const exec::Kernel &gemm = exe.kernels.at(0);
+  REQUIRE(gemm.variants.size() == 1);
+  CHECK(gemm.variants[0].entry == "k0_gemm_wide");
   CHECK(report.kernels[0].unused.empty());
   CHECK(report.kernels[1].unused.empty());
   CHECK(report.kernels[2].unused ==
         "ptxas spilled 380 bytes (stores) and 572 bytes (loads) in it; k0_gemm or its other "
         "variants run instead");
 
-  std::vector<std::string> names(p.graph.values.size());
-  for (size_t i = 0; i < names.size(); ++i)
-    names[i] = fmt::format("v{}", i);
-  rt::LaunchTable table(prog, p, names, 0);
+  rt::LaunchTable table(exe, 0);
   CHECK(table.entries() == std::vector<std::string>{"k0_gemm", "k0_gemm_wide"});
   table.prepare({{"N", 16384}}, 132); // the wider one's time, were it kept
   CHECK(table.launched(0).entry == "k0_gemm_wide");

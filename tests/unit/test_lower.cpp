@@ -47,13 +47,11 @@ struct Env {
 } // namespace
 
 TEST_CASE("lower: .kf text to plan and CUDA in one call, fused or not") {
-  Lowered fused =
-      lower(dsl::SourceFile("chain.kf", kChain), {ir::Mode::Eval, codegen::GemmMath::Fp32, true});
+  Lowered fused = lower(dsl::SourceFile("chain.kf", kChain), {ir::Mode::Eval, {}, true});
   CHECK(fused.graph.name == "chain");
   CHECK(fused.plan.kernels.size() == 1); // the scale folds into the GEMM epilogue
   CHECK(fused.program.source.find("extern \"C\"") != std::string::npos);
-  Lowered unfused =
-      lower(dsl::SourceFile("chain.kf", kChain), {ir::Mode::Eval, codegen::GemmMath::Fp32, false});
+  Lowered unfused = lower(dsl::SourceFile("chain.kf", kChain), {ir::Mode::Eval, {}, false});
   CHECK(unfused.plan.kernels.size() == 2);
 }
 
@@ -62,8 +60,7 @@ TEST_CASE("lower: KFUSE_DUMP=ir,plan,cuda,launch writes every step to KFUSE_DUMP
   {
     Env what("KFUSE_DUMP", "ir,plan,cuda,launch");
     Env where("KFUSE_DUMP_DIR", dir.string());
-    Lowered l = lower(dsl::SourceFile("chain.kf", kChain),
-                      {ir::Mode::Train, codegen::GemmMath::Fp32, true});
+    Lowered l = lower(dsl::SourceFile("chain.kf", kChain), {ir::Mode::Train, {}, true});
     CHECK(read(dir / "chain.train.plan.txt").rfind("plan chain (mode train)", 0) == 0);
     CHECK(read(dir / "chain.train.cuda.cu") == l.program.source);
     CHECK(read(dir / "chain.train.0-parsed.kf").rfind("pipeline chain {", 0) == 0);

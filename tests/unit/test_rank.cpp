@@ -104,7 +104,7 @@ TEST_CASE("rank: every pass and the plan agree with the interpreter on rank-3/4 
 
 TEST_CASE("rank: plans show the user's shapes, kernels run over B*T rows") {
   LowerOptions o;
-  o.arch = "sm_90a";
+  o.target.arch = "sm_90a";
   Lowered l =
       lower(dsl::SourceFile("btf.kf", example("gpt2_attn_out_residual_layernorm_btf.kf")), o);
   REQUIRE(l.plan.kernels.size() == 2); // GEMM + residual in its epilogue, then layernorm

@@ -1,5 +1,6 @@
 // Split-K without a GPU: the rule that picks the split count S from the tiles, the SMs and K,
 // the grids it gives, what the launch descriptions say, and the workspace it takes.
+#include "compiler/build_executable.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/printer.h"
@@ -28,21 +29,21 @@ plan::Plan linear_plan(int in, int out, const char *dtype = "f32") {
   return plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval);
 }
 
-const codegen::LaunchGeometry &gemm_geometry(const codegen::Program &p) {
+exec::Geometry gemm_geometry(const codegen::Program &p) {
   REQUIRE(p.launches.size() == 1);
   REQUIRE(p.launches[0].kind == plan::KernelKind::Gemm);
-  return p.launches[0].geometry;
+  return geometry_of(p.launches[0].geometry);
 }
 
 // The SIMT GEMM's 128 x 128 variant (the launch itself has the 128 x 32 tile).
-const codegen::LaunchGeometry &simt_wide(const codegen::Program &p) {
+exec::Geometry simt_wide(const codegen::Program &p) {
   gemm_geometry(p);
   REQUIRE(p.launches[0].by_rows.size() == 1);
   REQUIRE(p.launches[0].by_rows[0].tile == "128x128x1");
-  return p.launches[0].by_rows[0].geometry;
+  return geometry_of(p.launches[0].by_rows[0].geometry);
 }
 
-int splits(const codegen::LaunchGeometry &g, int64_t rows, int sms, int max_splits = 0) {
+int splits(const exec::Geometry &g, int64_t rows, int sms, int max_splits = 0) {
   return rt::split_count(g, {{"N", rows}}, sms, max_splits);
 }
 
@@ -50,7 +51,7 @@ int splits(const codegen::LaunchGeometry &g, int64_t rows, int sms, int max_spli
 
 TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT tiles, 16-deep k-blocks)") {
   const codegen::Program fp32 = codegen::generate(linear_plan(512, 1024), codegen::GemmMath::Fp32);
-  const codegen::LaunchGeometry &g = simt_wide(fp32);
+  const exec::Geometry g = simt_wide(fp32);
   CHECK(g.tile_k == 16);
   CHECK(g.blocks_per_sm == 1);        // split-K counts an SM once (generate.cpp says why)
   CHECK(splits(g, 128, 132) == 8);    // 8 tiles: capped at 8 splits (64 blocks)
@@ -64,7 +65,7 @@ TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT tiles, 16-deep k-block
   CHECK(splits(g, 128, 132, 3) == 3);
   // The 128 x 32 tile: 32 tiles at 128 rows split 4 ways (128 blocks); 256 at 1024 rows fill
   // two waves of 132 nearly (S = 2 would take 4 waves of 16 + 4 k-block times against 2 of 32).
-  const codegen::LaunchGeometry &narrow = gemm_geometry(fp32);
+  const exec::Geometry narrow = gemm_geometry(fp32);
   CHECK(narrow.tile_k == 16);
   CHECK(narrow.blocks_per_sm == 1);
   CHECK(splits(narrow, 128, 132) == 4);
@@ -94,8 +95,8 @@ TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blo
   // 64 x 128 tiles, 2 blocks per SM: 16 tiles at 128 x 1024, 264 slots on 132 SMs.
   const codegen::Program tf32 =
       codegen::generate(linear_plan(512, 1024), codegen::GemmMath::Tf32, "sm_90a");
-  const codegen::LaunchGeometry &t = gemm_geometry(tf32);
-  CHECK(t.grid == codegen::LaunchGeometry::Grid::Persistent);
+  const exec::Geometry t = gemm_geometry(tf32);
+  CHECK(t.grid == exec::Geometry::Grid::Persistent);
   CHECK(t.blocks_per_sm == 2);
   CHECK(t.tile_k == 32);
   // 16 k-blocks: a partial tile costs the sm90 GEMM 16 k-block times, more than a split saves
@@ -106,25 +107,25 @@ TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blo
   // 128 k-blocks: 16 + 16 split 8 ways, against 128.
   const codegen::Program tf32_deep =
       codegen::generate(linear_plan(4096, 1024), codegen::GemmMath::Tf32, "sm_90a");
-  const codegen::LaunchGeometry &deep = gemm_geometry(tf32_deep);
+  const exec::Geometry deep = gemm_geometry(tf32_deep);
   const rt::LaunchShape shape = rt::resolve(deep, {{"N", 128}}, 132, 0);
   CHECK(shape.splits == 8);
   CHECK(shape.grid.x == 128); // 16 tiles x 8 splits, within 264 slots
 
   const codegen::Program bf16 =
       codegen::generate(linear_plan(512, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a");
-  const codegen::LaunchGeometry &b = gemm_geometry(bf16);
+  const exec::Geometry b = gemm_geometry(bf16);
   CHECK(b.tile_k == 64);
   CHECK(splits(b, 128, 132) == 1); // 8 k-blocks of 64: too few to split
   const codegen::Program bf16_deep =
       codegen::generate(linear_plan(4096, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a");
-  const codegen::LaunchGeometry &b_deep = gemm_geometry(bf16_deep);
+  const exec::Geometry b_deep = gemm_geometry(bf16_deep);
   CHECK(splits(b_deep, 128, 132) == 8); // 64 k-blocks: 8 + 16 split 8 ways, against 64
   CHECK(rt::resolve(b_deep, {{"N", 128}}, 132, 0).grid.x == 128);
 
   // The mma.sync mainloop (K not a multiple of 4): 128 x 256 tiles, 32-deep k-blocks.
   const codegen::Program tc = codegen::generate(linear_plan(510, 1024), codegen::GemmMath::Tf32);
-  const codegen::LaunchGeometry &m = gemm_geometry(tc);
+  const exec::Geometry m = gemm_geometry(tc);
   CHECK(m.tile_k == 32);
   CHECK(splits(m, 128, 132) == 8); // 4 tiles, 16 k-blocks: the cap
   const rt::LaunchShape tiles = rt::resolve(m, {{"N", 128}}, 132, 0);
@@ -149,8 +150,8 @@ TEST_CASE("split-K: the launch description and the config say that K splits at f
 TEST_CASE("split-K: the workspace holds the partial tiles and counters of a split GEMM") {
   const plan::Plan p = linear_plan(512, 1024);
   const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Fp32);
-  const std::vector<std::string> names = ir::printed_names(p.graph);
-  rt::LaunchTable split(prog, p, names, 0), whole(prog, p, names, 1);
+  const exec::Executable exe = build_executable(p, prog);
+  rt::LaunchTable split(exe, 0), whole(exe, 1);
   // The 128 x 32 tile at 128 rows: 32 tiles x 4 splits of 128 x 32 floats, and 32 counters in
   // 256 bytes; from 1024 rows the 128 x 128 tile (64 tiles, split in 2).
   CHECK(split.workspace_bytes({{"N", 128}}, 132) == 32 * 4 * 128 * 32 * 4 + 256);
@@ -185,12 +186,11 @@ TEST_CASE("split-K: units are numbered tile-major within one wave, split-major b
   // The launch: 32 narrow tiles split 4 ways fit the 132 SMs at once (tile-major); BERT-base's
   // 4096 x 768 x 768 splits its 192 wide tiles 2 ways, 384 units: split-major.
   const plan::Plan small = linear_plan(512, 1024), bert = linear_plan(768, 768);
-  const std::vector<std::string> small_names = ir::printed_names(small.graph),
-                                 bert_names = ir::printed_names(bert.graph);
   const codegen::Program small_prog = codegen::generate(small, codegen::GemmMath::Fp32),
                          bert_prog = codegen::generate(bert, codegen::GemmMath::Fp32);
-  rt::LaunchTable one_wave(small_prog, small, small_names, 0),
-      waves(bert_prog, bert, bert_names, 0);
+  const exec::Executable small_exe = build_executable(small, small_prog),
+                         bert_exe = build_executable(bert, bert_prog);
+  rt::LaunchTable one_wave(small_exe, 0), waves(bert_exe, 0);
   one_wave.prepare({{"N", 128}}, 132);
   waves.prepare({{"N", 4096}}, 132);
   CHECK(one_wave.resolved_text().find("split-K S = 4\n") != std::string::npos);
@@ -213,7 +213,7 @@ TEST_CASE("split-K: a last wave partly empty is filled where that saves more tha
   // on 132 SMs leave 72 idle in the second wave; each tile is 192 k-blocks, a partial tile
   // costs 4.
   const codegen::Program fp32 = codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Fp32);
-  const codegen::LaunchGeometry &simt = simt_wide(fp32);
+  const exec::Geometry simt = simt_wide(fp32);
   CHECK(simt.split_cost_kblocks == 4);
   CHECK(splits(simt, 4096, 132) == 2);     // 3 waves of 96 + 4: 300 k-block times against 384
   CHECK(splits(simt, 4096, 132, 1) == 1);  // Options::max_split_k = 1
@@ -222,19 +222,19 @@ TEST_CASE("split-K: a last wave partly empty is filled where that saves more tha
   // K = 512 (32 k-blocks): S = 2 would save 6% (3 waves of 16 + 4 against 2 of 32), less than
   // the rule's margin.
   const codegen::Program k512 = codegen::generate(linear_plan(512, 768), codegen::GemmMath::Fp32);
-  const codegen::LaunchGeometry &shallow = simt_wide(k512);
+  const exec::Geometry shallow = simt_wide(k512);
   CHECK(splits(shallow, 4096, 132) == 1);
   // The sm90 tf32 GEMM's partial tile costs 16 of its k-blocks: its 384 tiles of 64 x 128 on 264
   // slots keep K whole; 3xTF32's 192 tiles of 128 x 128 on 132 SMs (a partial tile is 4 of its
   // slower k-blocks) split in 2: 3 waves of 48 + 4 against 2 of 96.
   const codegen::Program hopper =
       codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32, "sm_90a");
-  const codegen::LaunchGeometry &tf32 = gemm_geometry(hopper);
+  const exec::Geometry tf32 = gemm_geometry(hopper);
   CHECK(tf32.split_cost_kblocks == 16);
   CHECK(splits(tf32, 4096, 132) == 1);
   const codegen::Program split3 =
       codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32x3, "sm_90a");
-  const codegen::LaunchGeometry &x3 = gemm_geometry(split3);
+  const exec::Geometry x3 = gemm_geometry(split3);
   CHECK(x3.split_cost_kblocks == 4);
   CHECK(splits(x3, 4096, 132) == 2);
 }

@@ -1,6 +1,7 @@
 // Tuned GEMM configurations without a GPU: the tuning store (round trip, keys, corrupt entries,
 // classes of N), the code generator's tile override (each candidate instantiated and compiled by
 // NVRTC for sm_90a), and tuned configurations reaching the compile report and the launch.
+#include "compiler/build_executable.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/lower.h"
@@ -30,9 +31,10 @@ const rt::DeviceKey kH100{"NVIDIA H100 80GB HBM3", 132, 90};
 const rt::DeviceKey kH200{"NVIDIA H200", 132, 90};
 
 LowerOptions tf32_options(codegen::GemmTunings tunings = {}) {
-  LowerOptions o{ir::Mode::Train, codegen::GemmMath::Tf32, true, "sm_90a"};
+  LowerOptions o;
+  o.target = {"sm_90a", Precision::TF32};
   if (!tunings.empty())
-    o.tunings = [tunings](const std::vector<select::GemmKey> &) { return tunings; };
+    o.tunings = [tunings](const std::vector<exec::TunableGemm> &) { return tunings; };
   return o;
 }
 
@@ -174,10 +176,7 @@ TEST_CASE("codegen: a tile override instantiates that tile, NVRTC compiles every
     // The signature leaves the tile out: the store finds the kernel whatever tile it took.
     CHECK(k0.signature == gemm.signature);
     CHECK(k0.config.find("asked for") != std::string::npos);
-    Options o;
-    o.arch = "sm_90a";
-    o.precision = Precision::TF32;
-    Pipeline p = rt::PipelineAccess::compile(std::move(l), o, true);
+    Pipeline p = rt::PipelineAccess::compile(build_executable(l));
     for (const KernelReport &k : p.report().kernels) {
       CHECK(k.spill_stores == 0);
       CHECK(k.stack_bytes == 0);
@@ -189,7 +188,7 @@ TEST_CASE("codegen: a tile override a GEMM cannot take is an error naming the ke
   codegen::GemmTunings t;
   t["k0_gemm"].tile = codegen::Sm90Tile::M64N256;
   LowerOptions x3 = tf32_options(t);
-  x3.math = codegen::GemmMath::Tf32x3;
+  x3.target.precision = Precision::FP32x3;
   CHECK_THROWS_WITH(lowered("gemm_bn_scale_softmax", x3),
                     doctest::Contains("k0_gemm: tile 64x256x1 was asked for, but this GEMM's "
                                       "tiles are not tuned (3xtf32 has one, 128x128x1)"));
@@ -206,16 +205,13 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   const Lowered heuristic = lowered("gemm_bn_scale_softmax", tf32_options());
   const std::string &signature = heuristic.program.launches.at(0).signature;
   const plan::Plan kernels = select::kernel_view(heuristic.plan);
-  const std::vector<select::GemmKey> gemms = select::gemm_keys(
+  const std::vector<exec::TunableGemm> gemms = select::gemm_keys(
       kernels, select::select_kernels(kernels, codegen::GemmMath::Tf32, "sm_90a"));
   REQUIRE(store.store(kH100, signature, entry("64x256x1", 1024)));
 
   LowerOptions o = tf32_options();
-  o.tunings = [&](const std::vector<select::GemmKey> &g) { return store.tunings(kH100, g); };
-  Options options;
-  options.arch = "sm_90a";
-  options.precision = Precision::TF32;
-  Pipeline p = rt::PipelineAccess::compile(lowered("gemm_bn_scale_softmax", o), options, true);
+  o.tunings = [&](const std::vector<exec::TunableGemm> &g) { return store.tunings(kH100, g); };
+  Pipeline p = rt::PipelineAccess::compile(build_executable(lowered("gemm_bn_scale_softmax", o)));
   const std::string &config = p.report().kernels.at(0).config;
   INFO(config);
   CHECK(config.find("tf32 64x256x1 tile: tuned on NVIDIA H100 80GB HBM3, 132 SMs, sm_90 at "
@@ -225,7 +221,7 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
 
   // The cap is data: at N in (512, 1024] S is at most 2, other classes keep the rule's S.
   const Lowered tuned = lowered("gemm_bn_scale_softmax", o);
-  const codegen::LaunchGeometry &geo = tuned.program.launches.at(0).geometry;
+  const exec::Geometry geo = geometry_of(tuned.program.launches.at(0).geometry);
   CHECK(geo.max_splits_by_class.at(10) == 2);
   CHECK(rt::split_count(geo, {{"N", 64}}, 132, 0) > 2);
   CHECK(rt::split_count(geo, {{"N", 1000}}, 13200, 0) == 2);

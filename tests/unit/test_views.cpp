@@ -1,5 +1,6 @@
 // Views (reshape, unsqueeze, squeeze): their types and errors, the interpreter, plans in which
 // they cost no kernel, the code NVRTC compiles, and the runtime's shapes for a viewed output.
+#include "compiler/build_executable.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/printer.h"
@@ -211,7 +212,7 @@ TEST_CASE("views: dims a view equates with a product of others are bound to that
 
 TEST_CASE("views: a view is no kernel and no copy, `kfuse plan` lists it as the buffer it views") {
   LowerOptions o;
-  o.arch = "sm_90a";
+  o.target.arch = "sm_90a";
   Lowered with = lower(dsl::SourceFile("projection.kf", kProjection), o);
   Lowered without = lower(dsl::SourceFile("projection.kf", kProjectionNoViews), o);
   CHECK(with.plan.kernels.size() == without.plan.kernels.size());
@@ -236,17 +237,14 @@ TEST_CASE("views: the unfused baseline's GEMM reads a viewed operand where its s
   Options o;
   o.arch = "sm_90a";
   Lowered l = lower(dsl::SourceFile("projection.kf", kProjection),
-                    rt::PipelineAccess::lower_options(o, /*fuse=*/false));
-  const ir::Graph &g = l.plan.graph;
-  std::vector<std::string> names(g.values.size());
+                    lower_options(rt::PipelineAccess::request(o, /*fuse=*/false)));
+  const exec::Executable exe = build_executable(l);
   auto slot = [&](const std::string &name) {
-    for (size_t i = 0; i < g.values.size(); ++i)
-      if (g.values[i].name == name)
-        return i;
-    FAIL("no value ", name);
-    return size_t{0};
+    const int i = exe.interface.find(name);
+    REQUIRE(i >= 0);
+    return static_cast<size_t>(i);
   };
-  rt::LaunchTable table(l.program, l.plan, names, 0);
+  rt::LaunchTable table(exe, 0);
   table.prepare({{"B", 3}, {"T", 5}}, 132);
   std::vector<CUdeviceptr> tensors(table.slots());
   for (size_t i = 0; i < tensors.size(); ++i)

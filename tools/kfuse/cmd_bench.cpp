@@ -8,6 +8,7 @@
 // precision or on the bf16/f16 operands); cublas_gemm, the pipeline's GEMMs alone, the floor a
 // fused chain chases. A contender that cannot run says why; no number is ever made up.
 // docs/FORMATS.md describes the printed table and the --json schema.
+#include "compiler/build_executable.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/lower.h"
@@ -21,10 +22,10 @@
 #include "runtime/host_elements.h"
 #include "runtime/pipeline.h"
 #include "runtime/random_tensors.h"
-#include "runtime/reference_check.h"
 #include "runtime/stream.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/utc_time.h"
+#include "tools/check/reference_check.h"
 #include "tools/kfuse/bench_figures.h"
 #include "tools/kfuse/bench_report.h"
 #include "tools/kfuse/command_line.h"
@@ -77,13 +78,14 @@ int cmd_bench(int argc, char **argv) {
   if (options.precision != Precision::BF16)
     unfused_options.precision = Precision::FP32;
   const dsl::SourceFile src = dsl::SourceFile::read(file);
-  Lowered fused_lowered = lower(src, rt::PipelineAccess::lower_options(options, true));
+  Lowered fused_lowered = lower(src, lower_options(rt::PipelineAccess::request(options, true)));
   const ir::Graph g = fused_lowered.graph;
   const ir::DimBindings dims = cl.dims_of(g, /*all=*/true);
   const std::vector<GemmShape> gemms = gemm_shapes(g, dims);
   const GemmArithmetic arithmetic = gemm_arithmetic(g, gemms, options.precision);
   const bool tf32 = !arithmetic.half() && options.precision == Precision::TF32;
-  Lowered unfused_lowered = lower(src, rt::PipelineAccess::lower_options(unfused_options, false));
+  Lowered unfused_lowered =
+      lower(src, lower_options(rt::PipelineAccess::request(unfused_options, false)));
   const ir::Mode mode = ir_mode(options.mode);
   const std::string mode_text(ir::mode_name(mode));
   const plan::Plan fused_plan = fused_lowered.plan;
@@ -105,7 +107,8 @@ int cmd_bench(int argc, char **argv) {
 
   // Device tensors, shared by every contender: inputs, params, state, and each contender's
   // own outputs (compared afterwards).
-  const PipelineData data(g, dims, seed);
+  const exec::Executable fused_executable = build_executable(fused_lowered);
+  const PipelineData data(fused_executable.interface, dims, seed);
   const std::map<std::string, DeviceTensor> &declared = data.declared;
   const std::map<std::string, Tensor> &inputs = data.inputs;
   auto make_outputs = [&]() { return data.make_outputs(); };
@@ -172,7 +175,10 @@ int cmd_bench(int argc, char **argv) {
       return declared.at(g[id].name).data();
     auto it = scratch.find(id);
     if (it == scratch.end())
-      it = scratch.emplace(id, random_tensor(g[id], dims, seed * 7919u + static_cast<uint64_t>(id)))
+      it = scratch
+               .emplace(id, random_tensor({g[id].name, exec::DeclaredTensor::Kind::Input,
+                                           type_of(g[id].type)},
+                                          dims, seed * 7919u + static_cast<uint64_t>(id)))
                .first;
     return it->second.data();
   };
@@ -185,7 +191,7 @@ int cmd_bench(int argc, char **argv) {
     c_cublas.error = cublas_error;
   } else {
     for (const GemmShape &s : gemms)
-      gemm_outputs.push_back(make_tensor({s.m, s.n}, s.result));
+      gemm_outputs.push_back(make_tensor({s.m, s.n}, api_dtype(s.result)));
     std::vector<const void *> as, bs;
     for (const GemmShape &s : gemms) {
       as.push_back(operand(s.a));
@@ -208,12 +214,11 @@ int cmd_bench(int argc, char **argv) {
     c_unfused.error = "its GEMMs need cuBLAS: " + cublas_error;
   } else {
     try {
-      unfused.emplace(
-          rt::PipelineAccess::compile(std::move(unfused_lowered), unfused_options, false));
+      unfused.emplace(rt::PipelineAccess::compile(build_executable(unfused_lowered)));
       if (cublas)
-        rt::PipelineAccess::set_gemm_override(*unfused, [&](const rt::GemmCall &c, CUstream st) {
-          cublas->gemm(math, {c.operands, c.result}, c.trans_b, c.m, c.n, c.k, c.a, c.lda, c.b,
-                       c.ldb, c.c, c.ldc, st);
+        rt::PipelineAccess::set_gemm_hook(*unfused, [&](const rt::GemmCall &c, CUstream st) {
+          cublas->gemm(math, {ir_dtype(c.operands), ir_dtype(c.result)}, c.trans_b, c.m, c.n, c.k,
+                       c.a, c.lda, c.b, c.ldb, c.c, c.ldc, st);
         });
       bind_all(*unfused);
       c_unfused.compile_ms = unfused->report().milliseconds;
@@ -228,14 +233,14 @@ int cmd_bench(int argc, char **argv) {
   std::optional<Pipeline> fused;
   std::vector<DeviceTensor> fused_out = make_outputs();
   try {
-    rt::require_supported(options.precision);
+    require_supported(options.precision);
   } catch (const Error &e) {
     c_fused.supported = false;
     c_fused.reason = e.what();
   }
   if (c_fused.supported) {
     try {
-      fused.emplace(rt::PipelineAccess::compile(std::move(fused_lowered), options, true));
+      fused.emplace(rt::PipelineAccess::compile(fused_executable));
       bind_all(*fused);
       c_fused.compile_ms = fused->report().milliseconds;
       c_fused.cache_hit = fused->report().cache_hit;
@@ -301,7 +306,7 @@ int cmd_bench(int argc, char **argv) {
       }
     }
     a.rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-    a.bound = 2 * rt::error_bound(options.precision, rt::PipelineAccess::graph(*fused));
+    a.bound = 2 * rt::error_bound(options.precision, g);
     r.agreement = a;
   }
 

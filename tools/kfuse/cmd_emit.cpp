@@ -1,4 +1,5 @@
 // kfuse emit F.kf [--mode train|eval] [-o out.cu] [--standalone] [--no-tuned]
+#include "compiler/build_executable.h"
 #include "compiler/codegen/program.h"
 #include "compiler/lower.h"
 #include "runtime/pipeline.h"
@@ -11,9 +12,10 @@ int cmd_emit(int argc, char **argv) {
   CommandLine cl = parse_command_line(argc, argv, {"mode", "output", "precision", "arch"},
                                       {"standalone", "no-tuned"});
   const Options options = pipeline_options(cl);
-  const codegen::Program prog = lower(dsl::SourceFile::read(cl.file()),
-                                      rt::PipelineAccess::lower_options(options, /*fuse=*/true))
-                                    .program;
+  const codegen::Program prog =
+      lower(dsl::SourceFile::read(cl.file()),
+            lower_options(rt::PipelineAccess::request(options, /*fuse=*/true)))
+          .program;
   std::string text = cl.flag("standalone") ? codegen::inline_templates(prog.source) : prog.source;
   std::string out = cl.option("output", "");
   if (out.empty())

@@ -7,6 +7,7 @@
 // cannot run at is said and skipped); exits 1 when a pass or the partition disagrees with the
 // file, or when the file runs at none of the sizes. The host memory of the proof is estimated
 // first and refused above KFUSE_HOST_MEMORY_GB (default: the machine's memory).
+#include "compiler/build_executable.h"
 #include "compiler/dsl/diagnostics.h"
 #include "compiler/ir/host_memory.h"
 #include "compiler/ir/printer.h"
@@ -78,12 +79,12 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
 // why there is none: a pipeline the GPU path does not run still has a plan.
 std::string gemm_configs(const dsl::SourceFile &src, const Options &options,
                          const CommandLine &cl) {
-  const LowerOptions lo = rt::PipelineAccess::lower_options(options, true);
+  const LowerOptions lo = lower_options(rt::PipelineAccess::request(options, true));
   const char *source = !options.use_tuned ? ", --no-tuned: the heuristics'"
                        : lo.tunings       ? ""
                                           : ", the heuristics': no GPU to look tuned ones up for";
-  std::string s =
-      fmt::format("\nGEMM configs ({}, {}{}):\n", cl.option("precision", "fp32"), lo.arch, source);
+  std::string s = fmt::format("\nGEMM configs ({}, {}{}):\n", cl.option("precision", "fp32"),
+                              lo.target.arch, source);
   try {
     const Lowered l = lower(src, lo);
     for (const codegen::KernelLaunch &k : l.program.launches)
@@ -113,7 +114,7 @@ int cmd_plan(int argc, char **argv) {
   options.until = LowerOptions::Until::Plan;
   // Precision bf16 changes the graph (its roundings), not only the GEMMs' math: the plan, and
   // --prove, are of the graph with them.
-  options.autocast_bf16 = pipeline_options(cl).precision == Precision::BF16;
+  options.target.precision = pipeline_options(cl).precision;
   if (cl.flag("dump-after-each-pass"))
     options.after_pass = [](const passes::Pass &pass, const ir::Graph &out) {
       std::fprintf(stderr, "# IR after %.*s\n%s\n", static_cast<int>(pass.name.size()),

@@ -11,11 +11,13 @@
 // state from DIR/<name>.npy (float32 or float16, C order, rounded to the declared type; the dims
 // come from the shapes); outputs and updated state back to DIR, or everything to OUT with --save
 // (docs/FORMATS.md). Checked against the fp64 reference only with --reference, else for finiteness.
+#include "compiler/build_executable.h"
 #include "compiler/dsl/source.h"
 #include "compiler/ir/host_memory.h"
+#include "compiler/lower.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline.h"
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
@@ -61,8 +63,9 @@ int cmd_run(int argc, char **argv) {
   req.kf_text = src.text();
   req.file_name = cl.file();
   req.options = pipeline_options(cl);
-  Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
-  const ir::Graph &g = rt::PipelineAccess::graph(pipeline);
+  const Lowered lowered = lower(src, lower_options(rt::PipelineAccess::request(req.options, true)));
+  Pipeline pipeline = rt::PipelineAccess::compile(build_executable(lowered));
+  const ir::Graph &g = lowered.graph;
   req.dims = cl.dims_of(g, /*all=*/false);
   req.seed = static_cast<uint64_t>(positive(cl, "seed", 1));
   req.steps = positive(cl, "steps", 1);
@@ -77,8 +80,8 @@ int cmd_run(int argc, char **argv) {
       ir::check_host_memory("kfuse run", req.dims,
                             ir::fp64_host_bytes(g, req.dims, 3, req.reference));
   }
-  rt::CheckResult r = rt::check_against_reference(pipeline, req);
-  double bound = rt::error_bound(req.options.precision, rt::PipelineAccess::graph(pipeline));
+  rt::CheckResult r = rt::check_against_reference(pipeline, lowered.graph, req);
+  double bound = rt::error_bound(req.options.precision, lowered.graph);
   std::printf("%-16s %12s %14s  (bound %.0e, %d step%s, seed %llu%s)\n", "tensor", "max abs err",
               "rel err", bound, req.steps, req.steps == 1 ? "" : "s",
               static_cast<unsigned long long>(req.seed),

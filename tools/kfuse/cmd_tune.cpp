@@ -6,6 +6,7 @@
 // and split-K cap timed over the whole pipeline, as `kfuse bench` times) and prints every
 // candidate's time; the winners go to the tuning store (runtime/tuning_store.h), which later
 // compiles on this device read (Options::use_tuned, --no-tuned). --show lists the store.
+#include "compiler/build_executable.h"
 #include "compiler/dsl/source.h"
 #include "compiler/lower.h"
 #include "runtime/gemm_tuner.h"
@@ -72,13 +73,13 @@ int cmd_tune(int argc, char **argv) {
   const dsl::SourceFile src = dsl::SourceFile::read(cl.file());
   // The dims' usage errors before any GPU work.
   const Lowered parsed = lower(src, [&] {
-    LowerOptions lo = rt::PipelineAccess::lower_options(options, true);
+    LowerOptions lo = lower_options(rt::PipelineAccess::request(options, true));
     lo.until = LowerOptions::Until::Plan;
     return lo;
   }());
   const ir::DimBindings dims = cl.dims_of(parsed.graph, /*all=*/true);
   request.dims.insert(dims.begin(), dims.end());
-  const rt::TuningRun run = rt::tune_gemms(src, options, request);
+  const rt::TuningRun run = rt::tune_gemms(src.text(), src.name(), options, request);
 
   std::string out = fmt::format(
       "{}: {} GEMM kernel{} tuned on {}, {} mode, {} + {} runs each\n", parsed.graph.name,

@@ -1,5 +1,6 @@
 #include "tools/kfuse/command_line.h"
 
+#include "compiler/target.h"
 #include "tools/kfuse/commands.h"
 
 #include <fmt/format.h>
@@ -133,17 +134,11 @@ CommandLine parse_command_line(int argc, char **argv, const std::set<std::string
 Options pipeline_options(const CommandLine &cl) {
   Options o;
   o.mode = parse_mode(cl.option("mode", "train")) == ir::Mode::Train ? Mode::Train : Mode::Eval;
-  std::string precision = cl.option("precision", "fp32");
-  if (precision == "fp32")
-    o.precision = Precision::FP32;
-  else if (precision == "tf32")
-    o.precision = Precision::TF32;
-  else if (precision == "bf16")
-    o.precision = Precision::BF16;
-  else if (precision == "3xtf32")
-    o.precision = Precision::FP32x3;
-  else
+  const std::string precision = cl.option("precision", "fp32");
+  const std::optional<Precision> parsed = parse_precision(precision);
+  if (!parsed)
     throw UsageError("--precision must be fp32, tf32, bf16 or 3xtf32, got '" + precision + "'");
+  o.precision = *parsed;
   o.arch = cl.option("arch", "");
   const std::string splits = cl.option("max-split-k", "0");
   char *end = nullptr;

@@ -1,5 +1,6 @@
-#include "runtime/reference_check.h"
+#include "tools/check/reference_check.h"
 
+#include "compiler/build_executable.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/host_elements.h"
@@ -48,10 +49,10 @@ namespace {
 struct DeviceTensor {
   DeviceBuffer buffer;
   std::vector<int64_t> shape;
-  ir::DType dtype;
+  kfuse::DType dtype;
 };
 
-DeviceTensor upload(HostTensor &t, ir::DType dtype) {
+DeviceTensor upload(HostTensor &t, kfuse::DType dtype) {
   std::vector<uint8_t> bytes = encode_elements(t.data, dtype);
   t.data = decode_elements(bytes.data(), t.data.size(), dtype);
   DeviceTensor d{DeviceBuffer(std::max<size_t>(bytes.size(), 4)), t.shape, dtype};
@@ -60,7 +61,7 @@ DeviceTensor upload(HostTensor &t, ir::DType dtype) {
 }
 
 std::vector<double> download(const DeviceTensor &d, size_t n) {
-  std::vector<uint8_t> bytes(n * static_cast<size_t>(ir::dtype_bytes(d.dtype)));
+  std::vector<uint8_t> bytes(n * static_cast<size_t>(exec::dtype_bytes(d.dtype)));
   d.buffer.download(bytes.data(), bytes.size());
   return decode_elements(bytes.data(), n, d.dtype);
 }
@@ -128,12 +129,14 @@ TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::strin
 } // namespace
 
 CheckResult check_against_reference(const CheckRequest &req) {
-  Pipeline pipeline = Pipeline::from_string(req.kf_text, req.file_name, req.options);
-  return check_against_reference(pipeline, req);
+  Lowered lowered = lower(dsl::SourceFile(req.file_name, req.kf_text),
+                          lower_options(PipelineAccess::request(req.options, true)));
+  Pipeline pipeline = PipelineAccess::compile(build_executable(lowered));
+  return check_against_reference(pipeline, lowered.graph, req);
 }
 
-CheckResult check_against_reference(Pipeline &pipeline, const CheckRequest &req) {
-  const Graph &g = PipelineAccess::graph(pipeline); // as parsed: the reference runs it
+CheckResult check_against_reference(Pipeline &pipeline, const ir::Graph &g,
+                                    const CheckRequest &req) {
   ir::Mode mode = req.options.mode == kfuse::Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
 
   // The user's files are read and checked first: their errors need no GPU.
@@ -143,14 +146,14 @@ CheckResult check_against_reference(Pipeline &pipeline, const CheckRequest &req)
   Driver::get().make_current();
   std::map<std::string, DeviceTensor> device;
   for (auto &[name, t] : host)
-    device.emplace(name, upload(t, g[g.find(name)].type.dtype));
+    device.emplace(name, upload(t, api_dtype(g[g.find(name)].type.dtype)));
   const TensorMap initial = host;
   std::map<std::string, Tensor> inputs;
   for (const Value &v : g.values) {
     if (v.is_op())
       continue;
     const DeviceTensor &d = device.at(v.name);
-    Tensor t{reinterpret_cast<void *>(d.buffer.ptr()), d.shape, api_dtype(d.dtype)};
+    Tensor t{reinterpret_cast<void *>(d.buffer.ptr()), d.shape, d.dtype};
     if (v.kind == ValueKind::Input)
       inputs[v.name] = t;
     else
@@ -161,12 +164,11 @@ CheckResult check_against_reference(Pipeline &pipeline, const CheckRequest &req)
   for (size_t i = 0; i < pipeline.output_count(); ++i) {
     std::vector<int64_t> shape = pipeline.output_shape(i, dims);
     size_t n = elements(shape);
-    ir::DType dtype = g[g.outputs[i]].type.dtype;
+    const kfuse::DType dtype = api_dtype(g[g.outputs[i]].type.dtype);
     outs.push_back(
-        {DeviceBuffer(std::max<size_t>(n * static_cast<size_t>(ir::dtype_bytes(dtype)), 4)), shape,
-         dtype});
-    out_refs.push_back(
-        {reinterpret_cast<void *>(outs.back().buffer.ptr()), shape, api_dtype(dtype)});
+        {DeviceBuffer(std::max<size_t>(n * static_cast<size_t>(exec::dtype_bytes(dtype)), 4)),
+         shape, dtype});
+    out_refs.push_back({reinterpret_cast<void *>(outs.back().buffer.ptr()), shape, dtype});
   }
 
   std::vector<HostTensor> ref_outs;

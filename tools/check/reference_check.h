@@ -48,9 +48,11 @@ struct CheckRequest {
 
 // Throws kfuse::Error when the GPU is unavailable or the pipeline is rejected.
 CheckResult check_against_reference(const CheckRequest &req);
-// The same for `pipeline`, compiled from req.kf_text with req.options already (kfuse run
-// lowers the file once, and takes its dims from the same graph).
-CheckResult check_against_reference(Pipeline &pipeline, const CheckRequest &req);
+// The same for `pipeline`, compiled from req.kf_text with req.options already, against
+// `reference`, its graph as lowered (Lowered::graph: kfuse run lowers the file once, and takes
+// its dims from the same graph).
+CheckResult check_against_reference(Pipeline &pipeline, const ir::Graph &reference,
+                                    const CheckRequest &req);
 
 // The error bound of a precision (DESIGN.md: fp32 and 3xtf32 1e-5, tf32 5e-3, bf16 2e-2).
 double error_bound(Precision p);
