@@ -65,7 +65,7 @@ struct k2_gemm_functor {
   static constexpr int COLUMN_FLOATS = 2;
   static constexpr int MATRICES = 0;
   struct Column {
-    float v_t11;
+    float v_t10;
     float v_t13;
   };
   __device__ Column column(int col) const {
@@ -74,18 +74,18 @@ struct k2_gemm_functor {
     const float v_t7 = kf::load(p_running_var + col) + v_t6;
     const float v_t8 = 1.0f / sqrtf(v_t7);
     const float v_t9 = kf::load(p_bn_weight + col) * v_t8;
-    const float v_t10 = v_t5 - kf::load(p_running_mean + col);
-    const float v_t11 = kf::load(p_scale + col) * v_t9;
-    const float v_t12 = v_t10 * v_t9;
+    const float v_t10 = kf::load(p_scale + col) * v_t9;
+    const float v_t11 = v_t5 - kf::load(p_running_mean + col);
+    const float v_t12 = v_t11 * v_t9;
     const float v_t13 = v_t12 + kf::load(p_bn_bias + col);
-    return Column{v_t11, v_t13};
+    return Column{v_t10, v_t13};
   }
   __device__ float apply(const Column &c, int row, int col, float acc, const float *in) const {
-    const float v_t11 = c.v_t11;
+    const float v_t10 = c.v_t10;
     const float v_t13 = c.v_t13;
     const float v_t3 = acc;
     const float v_t4 = kf::round_to_f32(v_t3);
-    const float v_t14 = v_t4 * v_t11 + v_t13;
+    const float v_t14 = v_t4 * v_t10 + v_t13;
     return v_t14;
   }
 };

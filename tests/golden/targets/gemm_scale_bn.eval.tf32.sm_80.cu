@@ -20,7 +20,7 @@ struct k0_gemm_functor {
   static constexpr int COLUMN_FLOATS = 2;
   static constexpr int MATRICES = 0;
   struct Column {
-    float v_t8;
+    float v_t7;
     float v_t10;
   };
   __device__ Column column(int col) const {
@@ -29,17 +29,17 @@ struct k0_gemm_functor {
     const float v_t4 = kf::load(p_running_var + col) + v_t3;
     const float v_t5 = 1.0f / sqrtf(v_t4);
     const float v_t6 = kf::load(p_bn_weight + col) * v_t5;
-    const float v_t7 = v_t2 - kf::load(p_running_mean + col);
-    const float v_t8 = kf::load(p_scale + col) * v_t6;
-    const float v_t9 = v_t7 * v_t6;
+    const float v_t7 = kf::load(p_scale + col) * v_t6;
+    const float v_t8 = v_t2 - kf::load(p_running_mean + col);
+    const float v_t9 = v_t8 * v_t6;
     const float v_t10 = v_t9 + kf::load(p_bn_bias + col);
-    return Column{v_t8, v_t10};
+    return Column{v_t7, v_t10};
   }
   __device__ float apply(const Column &c, int row, int col, float acc, const float *in) const {
-    const float v_t8 = c.v_t8;
+    const float v_t7 = c.v_t7;
     const float v_t10 = c.v_t10;
     const float v_t1 = acc;
-    const float v_t11 = v_t1 * v_t8 + v_t10;
+    const float v_t11 = v_t1 * v_t7 + v_t10;
     return v_t11;
   }
 };
