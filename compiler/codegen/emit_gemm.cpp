@@ -48,7 +48,7 @@ std::string functor(EmitContext &cx, const Kernel &k, const KernelWriter &w, Val
   // A Column carries the column values apply() reads, computed once per column.
   std::set<ValueId> read_per_element;
   for (ValueId id : epilogue_values(cx, k, out))
-    if (g[id].type.rank() == 2)
+    if (!plan::is_column_value(g[id].type))
       read_per_element.insert(g[id].args.begin(), g[id].args.end());
   std::vector<ValueId> cols;
   for (ValueId c : w.column_values())

@@ -24,7 +24,8 @@ bool is_elementwise(const Value &v) {
                        c == OpClass::ColAffine || c == OpClass::Constant);
 }
 
-bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && v.type.rank() == 2; }
+// Matrix values are computed per element, column values once per feature (plan.h).
+bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && !is_column_value(v.type); }
 
 // One element ([1], [1, 1]): read the same by every row and column.
 bool is_scalar(const TensorType &t) {
@@ -46,9 +47,19 @@ bool is_row_op(const Value &v) {
          (c == OpClass::Row || c == OpClass::RowNorm || c == OpClass::Reduce || c == OpClass::Pool);
 }
 
+// For each value, the ops that read it. In the matrix view no op reads a view's argument
+// through the view: its readers read that argument themselves (ir::matrix_view).
+std::vector<std::vector<ValueId>> readers(const Graph &g) {
+  std::vector<std::vector<ValueId>> u = g.users();
+  for (std::vector<ValueId> &list : u)
+    list.erase(std::remove_if(list.begin(), list.end(), [&](ValueId r) { return is_view(g[r]); }),
+               list.end());
+  return u;
+}
+
 class Partitioner {
 public:
-  Partitioner(const Graph &g, Mode mode, bool fuse) : g_(g), users_(g.users()), fuse_(fuse) {
+  Partitioner(const Graph &g, Mode mode, bool fuse) : g_(g), users_(readers(g)), fuse_(fuse) {
     plan_.graph = g;
     plan_.mode = mode;
     size_t n = g.values.size();
@@ -89,12 +100,12 @@ private:
         inline_ops_[i] = inline_ops(v, 0);
         continue;
       }
-      for (ValueId a : v.args)
-        stats_dep_[i] = stats_dep_[i] || stats_dep_[static_cast<size_t>(a)] || is_stats(val(a));
-      // A row op's result is a buffer its kernel stores, even when rank 1 ([N] per row):
-      // readers load it, whatever its argument depended on.
-      if (is_row_op(v))
-        stats_dep_[i] = false;
+      // Computed inline from column statistics, so only after their column kernel. The result
+      // of any other op (a GEMM, a row op: even [1, F] or [N] per row) is a buffer its kernel
+      // stores: readers load it, whatever its arguments depended on.
+      if (is_elementwise(v))
+        for (ValueId a : v.args)
+          stats_dep_[i] = stats_dep_[i] || stats_dep_[static_cast<size_t>(a)] || is_stats(val(a));
       if (v.is_effect())
         continue;
       bool out = is_output_.count(id) != 0;
@@ -190,7 +201,7 @@ private:
   std::set<ValueId> matrix_leaves(ValueId id) const {
     std::set<ValueId> found = leaves(id, [&](ValueId a) {
       const Value &arg = val(a);
-      if (arg.type.rank() != 2)
+      if (is_column_value(arg.type))
         return Walk::Skip;
       return stored_[static_cast<size_t>(a)] || !is_matrix_elementwise(arg) ? Walk::Leaf
                                                                             : Walk::Descend;
@@ -320,7 +331,7 @@ private:
       const Value &v = val(id);
       const OpClass cls = op_info(v.op).cls;
       if (!v.is_op() || (cls != OpClass::RowNorm && cls != OpClass::Row) || is_output_.count(id) ||
-          v.type.rank() != 2 || !along_rows(id))
+          is_column_value(v.type) || !along_rows(id))
         continue;
       std::string why;
       const ValueId end = tail_end(id, why);
@@ -436,7 +447,7 @@ private:
         kernel_of_[i] = c;
       } else if (is_row_op(v)) {
         place_row_op(id);
-      } else if (v.is_effect() || (stats_dep_[i] && v.type.rank() < 2)) {
+      } else if (v.is_effect() || (stats_dep_[i] && is_column_value(v.type))) {
         int c = column_kernel_for(id);
         if (c < 0)
           c = new_kernel(KernelKind::Column, -1);
@@ -545,7 +556,7 @@ private:
   //                 and scalars only, written once per row.
   int row_kernel_joining(ValueId id, std::string &rule) const {
     const TensorType &t = val(id).type;
-    std::set<ValueId> full = t.rank() == 2 ? matrix_leaves(id) : std::set<ValueId>{};
+    std::set<ValueId> full = is_column_value(t) ? std::set<ValueId>{} : matrix_leaves(id);
     if (full.size() == 1 && row_kernel_of_.count(*full.begin())) {
       rule = "row_epilogue";
       return row_kernel_for(*full.begin(), id);
@@ -824,7 +835,7 @@ private:
       int readers = 0;
       for (ValueId u : users(id))
         readers += std::binary_search(kr.computes.begin(), kr.computes.end(), u) ? 1 : 0;
-      if (readers > 1 && val(id).type.rank() == 2)
+      if (readers > 1 && !is_column_value(val(id).type))
         return true;
     }
     return false;

@@ -22,6 +22,10 @@ std::string_view kernel_kind_name(KernelKind k) {
   return "?";
 }
 
+bool is_column_value(const ir::TensorType &t) {
+  return t.rank() < 2 || t.matrix_view().shape[0] == ir::Dim::constant(1);
+}
+
 ir::TensorType buffer_type(const Plan &p, ir::ValueId v) {
   for (const Intermediate &i : p.intermediates)
     if (i.value == v)

@@ -81,6 +81,14 @@ struct Plan {
   std::map<ir::ValueId, std::string> stored_because;
 };
 
+// How kernels compute and read a value of the matrix view: a column value has one row of
+// features (rank 0 and 1, [1, F], [1, 1]: a vector viewed as [1, F] and back stays one) and is
+// computed once per feature and read at the feature index, by every row alike; any other
+// value is a matrix value, computed and read per element (row, feature). Broadcasting keeps
+// the two apart: an elementwise value with one row reads only values with one row. The
+// partitioner, the plan validator and codegen all decide by this.
+bool is_column_value(const ir::TensorType &t);
+
 // The type of the buffer that holds stored value `v`: an intermediate's (see Intermediate),
 // else the declared or output type.
 ir::TensorType buffer_type(const Plan &p, ir::ValueId v);

@@ -45,7 +45,15 @@ void validate_plan(const Plan &p) {
       const Value &v = g[id];
       bool from_partials =
           k.kind == KernelKind::Column && (v.op == OpKind::ColMean || v.op == OpKind::ColVar);
+      // Codegen computes a column value once per feature, reading each argument at the feature
+      // index: a matrix value has none (is_column_value). A column kernel runs per feature.
+      const bool per_feature = !op_info(v.op).cuda.empty() && is_column_value(v.type);
+      if (k.kind == KernelKind::Column && !is_column_value(v.type))
+        kfail(fmt::format("computes matrix value {} in a kernel per feature", describe(g, id)));
       for (ValueId a : v.args) {
+        if (per_feature && !from_partials && !is_column_value(g[a].type))
+          kfail(fmt::format("computes column value {} from matrix value {}", describe(g, id),
+                            describe(g, a)));
         if (from_partials) {
           if (a != k.stats_of || !partials_by.count(a))
             kfail(
