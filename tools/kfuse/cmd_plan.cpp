@@ -4,9 +4,11 @@
 // kfuse plan F.kf --prove [--dim N=...]: proof by interpretation of the plan of F.kf in both
 // modes, on random data at several sizes (every dim bound to 1, 2 and 5, a dim that a view
 // equates with a product of others to that product, or the --dim values given; a size the file
-// cannot run at is said and skipped); exits 1 when a pass or the partition disagrees with the
-// file, or when the file runs at none of the sizes. The host memory of the proof is estimated
-// first and refused above KFUSE_HOST_MEMORY_GB (default: the machine's memory).
+// cannot run at is said and skipped), then the CUDA of its fused and unfused plans in both
+// modes, emitted as `kfuse emit` would; exits 1 when a pass or the partition disagrees with the
+// file, when the file runs at none of the sizes, or when codegen cannot emit a plan (a pipeline
+// the GPU path does not run is said, and is no failure). The host memory of the proof is
+// estimated first and refused above KFUSE_HOST_MEMORY_GB (default: the machine's memory).
 #include "compiler/dsl/diagnostics.h"
 #include "compiler/ir/host_memory.h"
 #include "compiler/ir/printer.h"
@@ -28,7 +30,37 @@ namespace {
 // fp64 interpretation of the same math in another order: rounding differences only.
 constexpr double kProofTolerance = 1e-9;
 
-int prove(const ir::Graph &g, const ir::DimBindings &given) {
+// Codegen for the fused and the unfused plan of `src` in each mode, as `kfuse emit` (and, for the
+// unfused baseline, `kfuse bench`) make them: the proof covers the plans that run, so one that
+// codegen cannot emit fails it. Appends a line per mode to `out`; false on such a failure.
+bool prove_emits(const dsl::SourceFile &src, LowerOptions options, std::string &out) {
+  options.tunings = {}; // the heuristics' configs: the proof reads no tuning store
+  bool ok = true;
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
+    options.mode = mode;
+    std::string line = "emitted:";
+    try {
+      for (bool fuse : {true, false}) {
+        options.fuse = fuse;
+        const Lowered l = lower(src, options);
+        line += fmt::format("{} {} {}", fuse ? "" : ",", fuse ? "fused" : "unfused",
+                            l.program.launches.size());
+      }
+      line += " kernels";
+    } catch (const dsl::DiagnosticError &e) { // the file, in any mode: said once
+      out += fmt::format("{:<18} not emitted: {}", "cuda", e.what());
+      return true;
+    } catch (const std::exception &e) {
+      line = fmt::format("CANNOT EMIT: {}", e.what());
+      ok = false;
+    }
+    out += fmt::format("{:<5} {:<12} {}\n", ir::mode_name(mode), "cuda", line);
+  }
+  return ok;
+}
+
+int prove(const ir::Graph &g, const ir::DimBindings &given, const dsl::SourceFile &src,
+          const LowerOptions &emit_options) {
   std::vector<ir::DimBindings> sizes;
   if (!given.empty() || g.dims.empty()) {
     sizes.push_back(given);
@@ -67,11 +99,13 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
                          fmt::join(bound, " "), ok ? "agrees" : "DISAGREES", worst.error,
                          ok ? "worst at" : "at", worst.stage);
     }
-  out += !agree       ? "FAILED: the planner changed what the file computes\n"
-         : proved > 0 ? "PROVED: every pass and the plan agree with the file\n"
-                      : "FAILED: the file runs at none of these sizes (--dim gives others)\n";
+  const bool emitted = prove_emits(src, emit_options, out);
+  out += !agree        ? "FAILED: the planner changed what the file computes\n"
+         : proved == 0 ? "FAILED: the file runs at none of these sizes (--dim gives others)\n"
+         : !emitted    ? "FAILED: codegen cannot emit a plan the planner made\n"
+                       : "PROVED: every pass and the plan agree with the file\n";
   write_stdout(out);
-  return agree && proved > 0 ? 0 : 1;
+  return agree && proved > 0 && emitted ? 0 : 1;
 }
 
 // The config each GEMM kernel takes at `options` (as `kfuse compile` would build it) and why, or
@@ -119,17 +153,18 @@ int cmd_plan(int argc, char **argv) {
       std::fprintf(stderr, "# IR after %.*s\n%s\n", static_cast<int>(pass.name.size()),
                    pass.name.data(), ir::print_kf(out).c_str());
     };
-  const Lowered lowered = lower(dsl::SourceFile::read(cl.file()), options);
+  const dsl::SourceFile src = dsl::SourceFile::read(cl.file());
+  const Lowered lowered = lower(src, options);
   const ir::Graph &g = lowered.graph;
   const plan::Plan &p = lowered.plan;
   ir::DimBindings dims = cl.dims_of(g, /*all=*/false);
   if (prove_plan)
-    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true));
+    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true), src,
+                 rt::PipelineAccess::lower_options(pipeline_options(cl), true));
   if (cl.flag("json"))
     write_stdout(plan::print_plan_json(p, dims));
   else
-    write_stdout(plan::print_plan_text(p, dims) +
-                 gemm_configs(dsl::SourceFile::read(cl.file()), pipeline_options(cl), cl));
+    write_stdout(plan::print_plan_text(p, dims) + gemm_configs(src, pipeline_options(cl), cl));
   return 0;
 }
 
