@@ -24,7 +24,7 @@ std::set<ValueId> early_loads(const EmitContext &cx, const Kernel &k) {
   std::set<ValueId> out;
   for (ValueId id : k.computes)
     for (ValueId v : g[id].args)
-      if (g[v].type.rank() == 1 && !std::count(k.computes.begin(), k.computes.end(), v) &&
+      if (g[v].type.rank() == 1 && !plan::computes(k, v) &&
           std::none_of(cx.plan.kernels.begin(), cx.plan.kernels.end(),
                        [&](const Kernel &o) { return &o != &k && plan::writes(g, o, v); }))
         out.insert(v);

@@ -35,7 +35,7 @@ std::string cuda_type(DType t) {
 
 KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
                            const std::vector<std::string> &names)
-    : p_(p), k_(k), g_(p.graph), names_(names) {
+    : p_(p), k_(k), g_(p.graph), names_(names), written_(plan::written(g_, k)) {
   std::vector<ValueId> buffers = k.reads;
   for (ValueId s : k.stores)
     if (!std::count(buffers.begin(), buffers.end(), s))
@@ -84,11 +84,9 @@ std::string KernelWriter::extent(const Dim &d) {
   return "(" + p + ")";
 }
 
-bool KernelWriter::computed_here(ValueId v) const {
-  return std::count(k_.computes.begin(), k_.computes.end(), v) != 0;
-}
+bool KernelWriter::computed_here(ValueId v) const { return plan::computes(k_, v); }
 
-bool KernelWriter::writes(ValueId v) const { return plan::writes(g_, k_, v); }
+bool KernelWriter::writes(ValueId v) const { return written_.count(v) != 0; }
 
 std::string KernelWriter::operand(ValueId v, bool element, const std::set<ValueId> &given) const {
   if (computed_here(v) || given.count(v))

@@ -64,6 +64,7 @@ private:
   const plan::Kernel &k_;
   const ir::Graph &g_;
   const std::vector<std::string> &names_;
+  std::set<ir::ValueId> written_; // plan::written: what it writes, looked up per parameter
   std::vector<LaunchParam> params_;
 };
 

@@ -33,14 +33,19 @@ ir::TensorType buffer_type(const Plan &p, ir::ValueId v) {
   return p.graph[v].type;
 }
 
-bool writes(const ir::Graph &g, const Kernel &k, ir::ValueId v) {
-  if (std::count(k.stores.begin(), k.stores.end(), v))
-    return true;
-  for (ir::ValueId id : k.computes)
-    for (int a : ir::updated_args(g[id]))
-      if (g[id].args[static_cast<size_t>(a)] == v)
-        return true;
-  return false;
+bool computes(const Kernel &k, ir::ValueId v) {
+  return std::binary_search(k.computes.begin(), k.computes.end(), v);
 }
+
+std::set<ir::ValueId> written(const ir::Graph &g, const Kernel &k) {
+  std::set<ir::ValueId> out(k.stores.begin(), k.stores.end());
+  for (ir::ValueId id : k.computes)
+    if (g[id].is_effect())
+      for (int a : ir::updated_args(g[id]))
+        out.insert(g[id].args[static_cast<size_t>(a)]);
+  return out;
+}
+
+bool writes(const ir::Graph &g, const Kernel &k, ir::ValueId v) { return written(g, k).count(v); }
 
 } // namespace kfuse::plan

@@ -10,6 +10,7 @@
 #include "compiler/ir/graph.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -93,8 +94,13 @@ bool is_column_value(const ir::TensorType &t);
 // else the declared or output type.
 ir::TensorType buffer_type(const Plan &p, ir::ValueId v);
 
-// Whether kernel `k` writes `v`'s memory: it stores v, or an effect it computes updates v (a
-// state, ir::updated_args).
+// Whether kernel `k` computes `v`: a binary search, its computes being in graph order (the
+// validator checks it).
+bool computes(const Kernel &k, ir::ValueId v);
+
+// The memory kernel `k` writes: the values it stores and the states its effects update in
+// place (ir::updated_args); writes() asks for one value.
+std::set<ir::ValueId> written(const ir::Graph &g, const Kernel &k);
 bool writes(const ir::Graph &g, const Kernel &k, ir::ValueId v);
 
 } // namespace kfuse::plan

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -40,6 +41,9 @@ void validate_plan(const Plan &p) {
         kfail(fmt::format("reads state '{}' after kernel {} updated it in place", g[r].name,
                           it->second));
     }
+    if (std::adjacent_find(k.computes.begin(), k.computes.end(), std::greater_equal<>()) !=
+        k.computes.end())
+      kfail("lists what it computes out of graph order or twice");
     std::set<ValueId> local;
     for (ValueId id : k.computes) {
       const Value &v = g[id];
