@@ -35,6 +35,7 @@ constexpr double kProofTolerance = 1e-9;
 // codegen cannot emit fails it. Appends a line per mode to `out`; false on such a failure.
 bool prove_emits(const dsl::SourceFile &src, LowerOptions options, std::string &out) {
   options.tunings = {}; // the heuristics' configs: the proof reads no tuning store
+  options.until = LowerOptions::Until::Cuda;
   bool ok = true;
   for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
     options.mode = mode;
@@ -108,27 +109,23 @@ int prove(const ir::Graph &g, const ir::DimBindings &given, const dsl::SourceFil
   return agree && proved > 0 && emitted ? 0 : 1;
 }
 
-// The config each GEMM kernel takes at `options` (as `kfuse compile` would build it) and why, or
-// why there is none: a pipeline the GPU path does not run still has a plan.
-std::string gemm_configs(const dsl::SourceFile &src, const Options &options,
-                         const CommandLine &cl) {
-  const LowerOptions lo = rt::PipelineAccess::lower_options(options, true);
+// The config each GEMM kernel of `program` (lowered with `lo`, as `kfuse compile` builds it)
+// takes and why, or why there is none: a pipeline the GPU path does not run still has a plan.
+std::string gemm_configs(const codegen::Program *program, const LowerOptions &lo,
+                         const Options &options, const CommandLine &cl) {
   const char *source = !options.use_tuned ? ", --no-tuned: the heuristics'"
                        : lo.tunings       ? ""
                                           : ", the heuristics': no GPU to look tuned ones up for";
   std::string s =
       fmt::format("\nGEMM configs ({}, {}{}):\n", cl.option("precision", "fp32"), lo.arch, source);
-  try {
-    const Lowered l = lower(src, lo);
-    for (const codegen::KernelLaunch &k : l.program.launches)
-      if (!k.signature.empty()) {
-        s += fmt::format("  {}: {}\n", k.entry, k.config);
-        for (const codegen::KernelLaunch &v : k.by_rows)
-          s += fmt::format("  {}: {}\n", v.entry, v.config);
-      }
-  } catch (const dsl::DiagnosticError &) {
-    s += "  none: the GPU path does not run this pipeline (kfuse compile says why)\n";
-  }
+  if (!program)
+    return s + "  none: the GPU path does not run this pipeline (kfuse compile says why)\n";
+  for (const codegen::KernelLaunch &k : program->launches)
+    if (!k.signature.empty()) {
+      s += fmt::format("  {}: {}\n", k.entry, k.config);
+      for (const codegen::KernelLaunch &v : k.by_rows)
+        s += fmt::format("  {}: {}\n", v.entry, v.config);
+    }
   return s;
 }
 
@@ -142,29 +139,41 @@ int cmd_plan(int argc, char **argv) {
       (cl.options.count("mode") || cl.flag("json") || cl.flag("dump-after-each-pass")))
     throw UsageError("--prove checks both modes and prints its own report: it takes no "
                      "--mode, --json or --dump-after-each-pass");
-  LowerOptions options;
-  options.mode = parse_mode(cl.option("mode", "train"));
-  options.until = LowerOptions::Until::Plan;
   // Precision bf16 changes the graph (its roundings), not only the GEMMs' math: the plan, and
   // --prove, are of the graph with them.
-  options.autocast_bf16 = pipeline_options(cl).precision == Precision::BF16;
+  const Options pipeline = pipeline_options(cl);
+  LowerOptions options = rt::PipelineAccess::lower_options(pipeline, true);
   if (cl.flag("dump-after-each-pass"))
     options.after_pass = [](const passes::Pass &pass, const ir::Graph &out) {
       std::fprintf(stderr, "# IR after %.*s\n%s\n", static_cast<int>(pass.name.size()),
                    pass.name.data(), ir::print_kf(out).c_str());
     };
+  // The text form ends with the GEMM configs, from the CUDA of the same lowering; the plan of a
+  // pipeline the GPU path does not run is lowered until the plan only.
+  const bool text = !prove_plan && !cl.flag("json");
+  options.until = text ? LowerOptions::Until::Cuda : LowerOptions::Until::Plan;
   const dsl::SourceFile src = dsl::SourceFile::read(cl.file());
-  const Lowered lowered = lower(src, options);
+  Lowered lowered;
+  bool gpu_runs = text;
+  try {
+    lowered = lower(src, options);
+  } catch (const dsl::DiagnosticError &) {
+    if (!text)
+      throw;
+    gpu_runs = false;
+    options.until = LowerOptions::Until::Plan; // a .kf error is raised again here
+    lowered = lower(src, options);
+  }
   const ir::Graph &g = lowered.graph;
   const plan::Plan &p = lowered.plan;
   ir::DimBindings dims = cl.dims_of(g, /*all=*/false);
   if (prove_plan)
-    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true), src,
-                 rt::PipelineAccess::lower_options(pipeline_options(cl), true));
+    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true), src, options);
   if (cl.flag("json"))
     write_stdout(plan::print_plan_json(p, dims));
   else
-    write_stdout(plan::print_plan_text(p, dims) + gemm_configs(src, pipeline_options(cl), cl));
+    write_stdout(plan::print_plan_text(p, dims) +
+                 gemm_configs(gpu_runs ? &lowered.program : nullptr, options, pipeline, cl));
   return 0;
 }
 
