@@ -27,10 +27,9 @@ bool is_column_value(const ir::TensorType &t) {
 }
 
 ir::TensorType buffer_type(const Plan &p, ir::ValueId v) {
-  for (const Intermediate &i : p.intermediates)
-    if (i.value == v)
-      return i.type;
-  return p.graph[v].type;
+  auto it = std::lower_bound(p.intermediates.begin(), p.intermediates.end(), v,
+                             [](const Intermediate &i, ir::ValueId id) { return i.value < id; });
+  return it != p.intermediates.end() && it->value == v ? it->type : p.graph[v].type;
 }
 
 bool computes(const Kernel &k, ir::ValueId v) {

@@ -75,7 +75,7 @@ struct Plan {
   ir::Graph graph; // after all passes
   ir::Mode mode;
   std::vector<Kernel> kernels;
-  std::vector<Intermediate> intermediates;
+  std::vector<Intermediate> intermediates; // in value order (buffer_type searches them)
   // Every stats_of value, once: its partials buffers are intermediates too.
   std::vector<ir::ValueId> partials;
   // Why each stored op value is stored ("output", "read by max@11, ..."), for `kfuse plan`.

@@ -108,6 +108,9 @@ void validate_plan(const Plan &p) {
       }
     }
   }
+  for (size_t i = 1; i < p.intermediates.size(); ++i)
+    if (p.intermediates[i - 1].value >= p.intermediates[i].value)
+      fail("its intermediates are not in value order");
   for (size_t i = 0; i < g.values.size(); ++i)
     if (g.values[i].is_op() && op_info(g.values[i].op).cls != OpClass::View &&
         !computed.count(static_cast<ValueId>(i)))

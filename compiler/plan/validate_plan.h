@@ -12,7 +12,8 @@
 //     kernel updated it in place (the updating kernel itself reads before it writes);
 //   - one writer per buffer: a value is stored, partials are written and a state is updated
 //     by at most one kernel, and declared tensors are never stored;
-//   - every op is computed and every output stored.
+//   - every op is computed and every output stored;
+//   - each kernel lists what it computes, and the plan its intermediates, in value order.
 // A violation is the planner's fault, never the user's: PlanError names the kernels.
 #pragma once
 
