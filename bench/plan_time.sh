@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How `kfuse plan` (the passes, the partition, the validator and the CUDA its GEMM configs come
 # from) scales with a chain's length: generated chains of n `h = mul(h, w)` (one per-feature
-# scale, folded into one map) and of n `h = add(h, p<i>)` over n params, planned in train mode.
+# scale, folded into one map), of n `h = add(h, p<i>)` over n params and of n narrow layers
+# (linear, relu, softmax: n kernels), planned in train mode.
 # Prints wall and processor seconds and peak memory per length; the time per op should stay
 # about flat as n grows. No GPU needed.
 #
@@ -33,8 +34,14 @@ param_chain() { # n
   printf '  return h\n}\n'
 }
 
+layer_chain() { # n narrow layers, a GEMM kernel each with its softmax in the epilogue
+  printf 'pipeline layer_chain {\n  dim N\n  input x: f32[N, 16]\n  param W: f32[16, 16]\n  h = x\n'
+  for ((i = 0; i < $1; ++i)); do printf '  h = softmax(relu(linear(h, W)), dim=-1)\n'; done
+  printf '  return h\n}\n'
+}
+
 printf '%-12s %8s %9s %9s %10s %9s\n' chain n wall_s cpu_s us_per_op peak_MB
-for chain in scale_chain param_chain; do
+for chain in scale_chain param_chain layer_chain; do
   for n in "${lengths[@]}"; do
     kf="$work/$chain.$n.kf"
     "$chain" "$n" >"$kf"
