@@ -24,7 +24,7 @@ std::set<ValueId> early_loads(const EmitContext &cx, const Kernel &k) {
   std::set<ValueId> out;
   for (ValueId id : k.computes)
     for (ValueId v : g[id].args)
-      if (g[v].type.rank() == 1 && !std::count(k.computes.begin(), k.computes.end(), v) &&
+      if (g[v].type.rank() == 1 && !plan::computes(k, v) &&
           std::none_of(cx.plan.kernels.begin(), cx.plan.kernels.end(),
                        [&](const Kernel &o) { return &o != &k && plan::writes(g, o, v); }))
         out.insert(v);
@@ -59,8 +59,8 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
     features = g[k.stats_of].type.matrix_view().shape[1];
   for (ValueId id : k.computes)
     for (ValueId v : g[id].is_effect() ? g[id].args : std::vector<ValueId>{id})
-      if (g[v].type.rank() == 1 && g[v].type.shape[0] != Dim::constant(1))
-        features = g[v].type.shape[0];
+      if (plan::is_column_value(g[v].type) && g[v].type.shape.back() != Dim::constant(1))
+        features = g[v].type.shape.back();
   launch.rows = k.stats_of >= 0 ? g[k.stats_of].type.matrix_view().shape[0] : Dim::constant(1);
   launch.cols = features;
   std::string n = KernelWriter::extent(features);
@@ -119,7 +119,7 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
                             at(rv), at(e.args[3]))));
   }
   for (ValueId v : k.stores) {
-    bool scalar = g[v].type.shape[0] == Dim::constant(1);
+    bool scalar = g[v].type.shape.back() == Dim::constant(1);
     s += fmt::format("{}{}{};\n", in, scalar ? "if (col == 0)\n    " : "",
                      w.store(v, scalar ? "0" : "col", w.var(v)));
   }

@@ -48,7 +48,7 @@ std::string functor(EmitContext &cx, const Kernel &k, const KernelWriter &w, Val
   // A Column carries the column values apply() reads, computed once per column.
   std::set<ValueId> read_per_element;
   for (ValueId id : epilogue_values(cx, k, out))
-    if (g[id].type.rank() == 2)
+    if (!plan::is_column_value(g[id].type))
       read_per_element.insert(g[id].args.begin(), g[id].args.end());
   std::vector<ValueId> cols;
   for (ValueId c : w.column_values())
@@ -62,7 +62,7 @@ std::string functor(EmitContext &cx, const Kernel &k, const KernelWriter &w, Val
   for (ValueId id : k.computes) {
     const Value &v = g[id];
     if (v.op != OpKind::ColAffine || v.args.size() != 4 || given.count(v.args[3]) ||
-        std::count(k.computes.begin(), k.computes.end(), v.args[3])) // computed: in cols
+        plan::computes(k, v.args[3])) // computed: in cols
       continue;
     ValueId s = v.args[3];
     loads += fmt::format("{}const float {} = {};\n", in, w.var(s),
@@ -76,7 +76,7 @@ std::string functor(EmitContext &cx, const Kernel &k, const KernelWriter &w, Val
   int inputs = 0;
   for (ValueId m : read_per_element) {
     const TensorType &t = g[m].type;
-    if (given.count(m) || std::count(k.computes.begin(), k.computes.end(), m) || t.rank() != 2 ||
+    if (given.count(m) || plan::computes(k, m) || t.rank() != 2 ||
         t.shape[0] == Dim::constant(1) || t.shape[1] == Dim::constant(1))
       continue;
     matrices += fmt::format("    {}if constexpr (I == {}) return kf::Matrix<{}>{{{}, {}}};\n",

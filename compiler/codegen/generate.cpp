@@ -79,7 +79,7 @@ void EmitContext::collect_tree(const Kernel &k, ValueId root, const std::set<Val
   while (!todo.empty()) {
     ValueId cur = todo.back();
     todo.pop_back();
-    if (given.count(cur) || !std::count(k.computes.begin(), k.computes.end(), cur) ||
+    if (given.count(cur) || !plan::computes(k, cur) ||
         !done.insert(cur).second)
       continue;
     todo.insert(todo.end(), graph[cur].args.begin(), graph[cur].args.end());

@@ -37,7 +37,7 @@ std::string cuda_type(DType t) {
 
 KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
                            const std::vector<std::string> &names)
-    : p_(p), k_(k), g_(p.graph), names_(names) {
+    : p_(p), k_(k), g_(p.graph), names_(names), written_(plan::written(g_, k)) {
   std::vector<ValueId> buffers = k.reads;
   for (ValueId s : k.stores)
     if (!std::count(buffers.begin(), buffers.end(), s))
@@ -86,19 +86,17 @@ std::string KernelWriter::extent(const Dim &d) {
   return "(" + p + ")";
 }
 
-bool KernelWriter::computed_here(ValueId v) const {
-  return std::count(k_.computes.begin(), k_.computes.end(), v) != 0;
-}
+bool KernelWriter::computed_here(ValueId v) const { return plan::computes(k_, v); }
 
-bool KernelWriter::writes(ValueId v) const { return plan::writes(g_, k_, v); }
+bool KernelWriter::writes(ValueId v) const { return written_.count(v) != 0; }
 
 std::string KernelWriter::operand(ValueId v, bool element, const std::set<ValueId> &given) const {
   if (computed_here(v) || given.count(v))
     return var(v);
   const TensorType &t = g_[v].type;
   const Dim one = Dim::constant(1);
-  if (t.rank() == 1)
-    return load(v, t.shape[0] == one ? "0" : "col");
+  if (plan::is_column_value(t))
+    return load(v, t.shape.back() == one ? "0" : "col");
   if (!element)
     throw CodegenError(fmt::format("internal error: kernel {} reads matrix '{}' per column",
                                    k_.name, names_[static_cast<size_t>(v)]));
@@ -158,7 +156,7 @@ std::string KernelWriter::statement(ValueId id, bool element,
       continue;
     }
     if (key == "index") { // the element's row-major index (a random op's counter)
-      e += element && v.type.rank() == 2
+      e += element && !plan::is_column_value(v.type)
                ? fmt::format("static_cast<unsigned long long>(row) * {} + col",
                              extent(v.type.shape[1]))
                : std::string("static_cast<unsigned long long>(col)");
@@ -180,7 +178,7 @@ static bool is_inline_op(const Value &v) { return !op_info(v.op).cuda.empty(); }
 std::vector<ValueId> KernelWriter::column_values() const {
   std::vector<ValueId> out;
   for (ValueId id : k_.computes)
-    if (g_[id].type.rank() == 1 && is_inline_op(g_[id]))
+    if (plan::is_column_value(g_[id].type) && is_inline_op(g_[id]))
       out.push_back(id);
   return out;
 }
@@ -199,7 +197,7 @@ std::string KernelWriter::element_statements(const std::string &indent,
                                              const std::set<ValueId> &given) const {
   std::string s;
   for (ValueId id : k_.computes)
-    if (g_[id].type.rank() == 2 && is_inline_op(g_[id]) && !given.count(id))
+    if (!plan::is_column_value(g_[id].type) && is_inline_op(g_[id]) && !given.count(id))
       s += indent + statement(id, true, given);
   return s;
 }
@@ -219,7 +217,7 @@ std::string KernelWriter::tree_statements(const std::string &indent, ValueId roo
   std::string s;
   for (ValueId id : k_.computes)
     if (tree.count(id))
-      s += indent + statement(id, g_[id].type.rank() == 2, given);
+      s += indent + statement(id, !plan::is_column_value(g_[id].type), given);
   return s;
 }
 

@@ -26,9 +26,9 @@ public:
   // A dim as a C++ expression (its parameter, or the constant).
   static std::string extent(const ir::Dim &d);
 
-  // Statements computing the kernel's rank < 2 values for feature `col` (C++ int), or only
-  // those in `only`, reading `given` values from registers. Column statistics must already be
-  // in their registers.
+  // Statements computing the kernel's column values (plan::is_column_value) for feature `col`
+  // (C++ int), or only those in `only`, reading `given` values from registers. Column
+  // statistics must already be in their registers.
   std::string column_statements(const std::string &indent,
                                 const std::set<ir::ValueId> *only = nullptr,
                                 const std::set<ir::ValueId> &given = {}) const;
@@ -64,6 +64,7 @@ private:
   const plan::Kernel &k_;
   const ir::Graph &g_;
   const std::vector<std::string> &names_;
+  std::set<ir::ValueId> written_; // plan::written: what it writes, looked up per parameter
   std::vector<LaunchParam> params_;
 };
 

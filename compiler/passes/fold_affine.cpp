@@ -96,20 +96,26 @@ Graph fold_affine(const Graph &g, Mode) {
     else
       for (ValueId a : v.args)
         outer.push_back(r.map(a));
-    const Value inner = r.new_value(outer[0]); // a copy: r.op() grows the graph
-    if (!(inner.is_op() && inner.op == OpKind::ColAffine && r.old_uses(input_old) == 1))
+    const Value &inner_value = r.new_value(outer[0]);
+    // The live reader of the inner map merges it, never a dead one: the merge moves the inner
+    // map's provenance (Rewriter::merge_provenance).
+    if (!(inner_value.is_op() && inner_value.op == OpKind::ColAffine &&
+          r.old_uses(input_old) == 1 && r.old_live(old)))
       return affine;
+    // Its operands only: r.op() grows the graph, and a copy of its provenance (every statement
+    // merged into it so far) would make a chain of merges quadratic.
+    const std::vector<ValueId> inner_args = inner_value.args;
     // Both maps' vectors are column vectors of the same matrix, so the products broadcast.
     ValueId a2 = outer[1];
     std::optional<ValueId> s2;
     if (outer.size() == 4)
       s2 = outer[3];
-    std::vector<ValueId> args = {inner.args[0], r.op(OpKind::Mul, {inner.args[1], a2}),
-                                 merged_bias(r, inner.args[2], a2, outer[2], s2)};
-    if (inner.args.size() == 4)
-      args.push_back(inner.args[3]);
+    std::vector<ValueId> args = {inner_args[0], r.op(OpKind::Mul, {inner_args[1], a2}),
+                                 merged_bias(r, inner_args[2], a2, outer[2], s2)};
+    if (inner_args.size() == 4)
+      args.push_back(inner_args[3]);
     ValueId merged = r.op(OpKind::ColAffine, args);
-    r.merge_provenance(merged, inner);
+    r.merge_provenance(merged, outer[0]);
     return merged;
   });
 }

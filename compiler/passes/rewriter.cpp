@@ -1,6 +1,7 @@
 #include "compiler/passes/rewriter.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace kfuse::passes {
 
@@ -24,7 +25,8 @@ Rewriter::Rewriter(const Graph &g, std::string pass_name)
   }
 }
 
-ValueId Rewriter::op(OpKind kind, std::vector<ValueId> args, std::map<std::string, AttrValue> attrs) {
+ValueId Rewriter::op(OpKind kind, std::vector<ValueId> args,
+                     std::map<std::string, AttrValue> attrs) {
   ValueId id = b_.op(kind, std::move(args), std::move(attrs));
   const Value &old = g_[current_];
   Value &v = b_.at(id);
@@ -36,20 +38,28 @@ ValueId Rewriter::op(OpKind kind, std::vector<ValueId> args, std::map<std::strin
   return id;
 }
 
-void Rewriter::merge_provenance(ValueId into, const Value &from) {
-  auto add_missing = [](std::vector<std::string> &dest, const std::vector<std::string> &more) {
-    for (const std::string &s : more)
-      if (std::find(dest.begin(), dest.end(), s) == dest.end())
-        dest.push_back(s);
-  };
-  Value &v = b_.at(into);
-  add_missing(v.origins, from.origins);
-  add_missing(v.rewrites, from.rewrites);
+void Rewriter::merge_provenance(ValueId into, ValueId from) {
+  Value &v = b_.at(into), &f = b_.at(from);
+  // Take over `from`'s list (no copy), with `into`'s own origins first and appended.
+  std::vector<std::string> own = std::move(v.origins);
+  v.origins = std::move(f.origins);
+  f.origins.clear();
+  if (!own.empty()) {
+    if (!v.origins.empty())
+      v.origins.push_back(std::move(v.origins.front()));
+    v.origins.resize(std::max<size_t>(v.origins.size(), 1));
+    v.origins.front() = std::move(own.front());
+    std::move(own.begin() + 1, own.end(), std::back_inserter(v.origins));
+  }
+  for (const std::string &s : f.rewrites) // a pass name each: a few at most
+    if (std::find(v.rewrites.begin(), v.rewrites.end(), s) == v.rewrites.end())
+      v.rewrites.push_back(s);
 }
 
 ValueId Rewriter::constant(double value, DType dtype) {
-  return op(OpKind::Constant, {},
-            {{"value", AttrValue{value, {}}}, {"dtype", AttrValue{0, std::string(dtype_name(dtype))}}});
+  return op(
+      OpKind::Constant, {},
+      {{"value", AttrValue{value, {}}}, {"dtype", AttrValue{0, std::string(dtype_name(dtype))}}});
 }
 
 std::optional<double> Rewriter::constant_value(ValueId id) const {

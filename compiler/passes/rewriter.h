@@ -30,8 +30,12 @@ public:
   ir::ValueId op(ir::OpKind op, std::vector<ir::ValueId> args,
                  std::map<std::string, ir::AttrValue> attrs = {});
   ir::ValueId constant(double value, ir::DType dtype);
-  // Adds `from`'s provenance to new value `into` (a merge computes both values' ops).
-  void merge_provenance(ir::ValueId into, const ir::Value &from);
+  // Moves the provenance of new value `from` into new value `into`, which computes `from`'s ops
+  // as well (a merge): `from` is left without any, so it must be dead (read by nothing but the
+  // value it merged into). Moving keeps a chain of n merges linear: each merged value's list
+  // holds every statement before it. `into`'s first origin stays first (its own statement);
+  // the order of the rest means nothing, and a statement may be listed twice.
+  void merge_provenance(ir::ValueId into, ir::ValueId from);
   // If `id` (new graph) is a constant, its value.
   std::optional<double> constant_value(ir::ValueId id) const;
 

@@ -24,7 +24,8 @@ bool is_elementwise(const Value &v) {
                        c == OpClass::ColAffine || c == OpClass::Constant);
 }
 
-bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && v.type.rank() == 2; }
+// Matrix values are computed per element, column values once per feature (plan.h).
+bool is_matrix_elementwise(const Value &v) { return is_elementwise(v) && !is_column_value(v.type); }
 
 // One element ([1], [1, 1]): read the same by every row and column.
 bool is_scalar(const TensorType &t) {
@@ -46,9 +47,19 @@ bool is_row_op(const Value &v) {
          (c == OpClass::Row || c == OpClass::RowNorm || c == OpClass::Reduce || c == OpClass::Pool);
 }
 
+// For each value, the ops that read it. In the matrix view no op reads a view's argument
+// through the view: its readers read that argument themselves (ir::matrix_view).
+std::vector<std::vector<ValueId>> readers(const Graph &g) {
+  std::vector<std::vector<ValueId>> u = g.users();
+  for (std::vector<ValueId> &list : u)
+    list.erase(std::remove_if(list.begin(), list.end(), [&](ValueId r) { return is_view(g[r]); }),
+               list.end());
+  return u;
+}
+
 class Partitioner {
 public:
-  Partitioner(const Graph &g, Mode mode, bool fuse) : g_(g), users_(g.users()), fuse_(fuse) {
+  Partitioner(const Graph &g, Mode mode, bool fuse) : g_(g), users_(readers(g)), fuse_(fuse) {
     plan_.graph = g;
     plan_.mode = mode;
     size_t n = g.values.size();
@@ -89,12 +100,12 @@ private:
         inline_ops_[i] = inline_ops(v, 0);
         continue;
       }
-      for (ValueId a : v.args)
-        stats_dep_[i] = stats_dep_[i] || stats_dep_[static_cast<size_t>(a)] || is_stats(val(a));
-      // A row op's result is a buffer its kernel stores, even when rank 1 ([N] per row):
-      // readers load it, whatever its argument depended on.
-      if (is_row_op(v))
-        stats_dep_[i] = false;
+      // Computed inline from column statistics, so only after their column kernel. The result
+      // of any other op (a GEMM, a row op: even [1, F] or [N] per row) is a buffer its kernel
+      // stores: readers load it, whatever its arguments depended on.
+      if (is_elementwise(v))
+        for (ValueId a : v.args)
+          stats_dep_[i] = stats_dep_[i] || stats_dep_[static_cast<size_t>(a)] || is_stats(val(a));
       if (v.is_effect())
         continue;
       bool out = is_output_.count(id) != 0;
@@ -190,7 +201,7 @@ private:
   std::set<ValueId> matrix_leaves(ValueId id) const {
     std::set<ValueId> found = leaves(id, [&](ValueId a) {
       const Value &arg = val(a);
-      if (arg.type.rank() != 2)
+      if (is_column_value(arg.type))
         return Walk::Skip;
       return stored_[static_cast<size_t>(a)] || !is_matrix_elementwise(arg) ? Walk::Leaf
                                                                             : Walk::Descend;
@@ -320,7 +331,7 @@ private:
       const Value &v = val(id);
       const OpClass cls = op_info(v.op).cls;
       if (!v.is_op() || (cls != OpClass::RowNorm && cls != OpClass::Row) || is_output_.count(id) ||
-          v.type.rank() != 2 || !along_rows(id))
+          is_column_value(v.type) || !along_rows(id))
         continue;
       std::string why;
       const ValueId end = tail_end(id, why);
@@ -436,7 +447,7 @@ private:
         kernel_of_[i] = c;
       } else if (is_row_op(v)) {
         place_row_op(id);
-      } else if (v.is_effect() || (stats_dep_[i] && v.type.rank() < 2)) {
+      } else if (v.is_effect() || (stats_dep_[i] && is_column_value(v.type))) {
         int c = column_kernel_for(id);
         if (c < 0)
           c = new_kernel(KernelKind::Column, -1);
@@ -545,7 +556,7 @@ private:
   //                 and scalars only, written once per row.
   int row_kernel_joining(ValueId id, std::string &rule) const {
     const TensorType &t = val(id).type;
-    std::set<ValueId> full = t.rank() == 2 ? matrix_leaves(id) : std::set<ValueId>{};
+    std::set<ValueId> full = is_column_value(t) ? std::set<ValueId>{} : matrix_leaves(id);
     if (full.size() == 1 && row_kernel_of_.count(*full.begin())) {
       rule = "row_epilogue";
       return row_kernel_for(*full.begin(), id);
@@ -741,56 +752,88 @@ private:
     if (!fuse_)
       return;
     std::vector<Kernel> &ks = plan_.kernels;
+    // Kept up to date as row kernels join GEMMs, and merged kernels removed only at the end (the
+    // indices keep the kernels' order), so that a chain of thousands of kernels stays linear.
     std::map<ValueId, size_t> storer;
+    std::map<ValueId, int> readers; // value -> how many kernels read it
+    for (size_t k = 0; k < ks.size(); ++k) {
+      for (ValueId s : ks[k].stores)
+        storer[s] = k;
+      for (ValueId v : ks[k].reads)
+        ++readers[v];
+    }
+    std::vector<bool> merged(ks.size(), false);
     for (size_t r = 0; r < ks.size(); ++r) {
-      storer.clear();
-      for (size_t k = 0; k < ks.size(); ++k)
-        for (ValueId s : ks[k].stores)
-          storer[s] = k;
-      if (ks[r].kind != KernelKind::Row)
-        continue;
-      const ValueId rows = ks[r].rows_of;
-      auto it = storer.find(rows);
-      const TensorType &t = val(rows).type;
-      if (it == storer.end() || t.rank() != 2 || t.shape[1].is_symbolic() ||
-          t.shape[1].value > kRowEpilogueCols)
-        continue;
-      const size_t g = it->second;
-      Kernel &gemm = ks[g];
-      if (gemm.kind != KernelKind::Gemm || gemm.stats_of >= 0 || !gemm.row_stages.empty() ||
-          gemm.stores != std::vector<ValueId>{rows})
-        continue;
-      bool ready = true; // everything the row kernel reads is there when the GEMM runs
-      for (ValueId v : ks[r].reads)
-        if (auto s = storer.find(v); v != rows && s != storer.end() && s->second > g)
-          ready = false;
-      if (!ready)
+      const int g = epilogue_gemm_for(r, storer);
+      if (g < 0)
         continue;
       Kernel row = std::move(ks[r]);
-      ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(r));
-      --r;
-      bool read_elsewhere = is_output_.count(rows) != 0;
-      for (const Kernel &k : ks)
-        read_elsewhere = read_elsewhere || std::count(k.reads.begin(), k.reads.end(), rows) != 0;
-      if (!read_elsewhere)
-        gemm.stores.clear();
-      gemm.rows_of = rows;
-      gemm.row_stages = row.row_stages;
-      gemm.computes.insert(gemm.computes.end(), row.computes.begin(), row.computes.end());
-      std::sort(gemm.computes.begin(), gemm.computes.end());
-      gemm.stores.insert(gemm.stores.end(), row.stores.begin(), row.stores.end());
-      std::set<ValueId> reads(gemm.reads.begin(), gemm.reads.end());
+      merged[r] = true;
+      Kernel &gemm = ks[static_cast<size_t>(g)];
       for (ValueId v : row.reads)
-        if (v != rows)
-          reads.insert(v);
-      gemm.reads.assign(reads.begin(), reads.end());
-      gemm.covers.insert(gemm.covers.end(), row.covers.begin(), row.covers.end());
-      std::stable_sort(gemm.covers.begin(), gemm.covers.end(), by_line);
-      std::set<std::string> rules(gemm.rules.begin(), gemm.rules.end());
-      rules.insert(row.rules.begin(), row.rules.end());
-      rules.insert("gemm_row_epilogue");
-      gemm.rules.assign(rules.begin(), rules.end());
+        --readers[v];
+      if (!is_output_.count(row.rows_of) && readers[row.rows_of] == 0) {
+        gemm.stores.clear();
+        storer.erase(row.rows_of);
+      }
+      for (ValueId s : row.stores)
+        storer[s] = static_cast<size_t>(g);
+      for (ValueId v : row.reads)
+        if (v != row.rows_of && !std::count(gemm.reads.begin(), gemm.reads.end(), v))
+          ++readers[v];
+      merge_row_kernel(gemm, std::move(row));
     }
+    size_t kept = 0;
+    for (size_t k = 0; k < ks.size(); ++k) {
+      if (merged[k])
+        continue;
+      if (kept != k)
+        ks[kept] = std::move(ks[k]);
+      ++kept;
+    }
+    ks.resize(kept);
+  }
+
+  // The GEMM kernel whose epilogue row kernel `r` can run in (gemm_row_epilogue), or -1.
+  int epilogue_gemm_for(size_t r, const std::map<ValueId, size_t> &storer) const {
+    const Kernel &row = plan_.kernels[r];
+    if (row.kind != KernelKind::Row)
+      return -1;
+    const ValueId rows = row.rows_of;
+    auto it = storer.find(rows);
+    const TensorType &t = val(rows).type;
+    if (it == storer.end() || t.rank() != 2 || t.shape[1].is_symbolic() ||
+        t.shape[1].value > kRowEpilogueCols)
+      return -1;
+    const size_t g = it->second;
+    const Kernel &gemm = plan_.kernels[g];
+    if (gemm.kind != KernelKind::Gemm || gemm.stats_of >= 0 || !gemm.row_stages.empty() ||
+        gemm.stores != std::vector<ValueId>{rows})
+      return -1;
+    for (ValueId v : row.reads) // everything the row kernel reads is there when the GEMM runs
+      if (auto s = storer.find(v); v != rows && s != storer.end() && s->second > g)
+        return -1;
+    return static_cast<int>(g);
+  }
+
+  // The row kernel's passes, values, reads and provenance join the GEMM kernel's.
+  static void merge_row_kernel(Kernel &gemm, Kernel row) {
+    gemm.rows_of = row.rows_of;
+    gemm.row_stages = row.row_stages;
+    gemm.computes.insert(gemm.computes.end(), row.computes.begin(), row.computes.end());
+    std::sort(gemm.computes.begin(), gemm.computes.end());
+    gemm.stores.insert(gemm.stores.end(), row.stores.begin(), row.stores.end());
+    std::set<ValueId> reads(gemm.reads.begin(), gemm.reads.end());
+    for (ValueId v : row.reads)
+      if (v != row.rows_of)
+        reads.insert(v);
+    gemm.reads.assign(reads.begin(), reads.end());
+    gemm.covers.insert(gemm.covers.end(), row.covers.begin(), row.covers.end());
+    std::stable_sort(gemm.covers.begin(), gemm.covers.end(), by_line);
+    std::set<std::string> rules(gemm.rules.begin(), gemm.rules.end());
+    rules.insert(row.rules.begin(), row.rules.end());
+    rules.insert("gemm_row_epilogue");
+    gemm.rules.assign(rules.begin(), rules.end());
   }
 
   static bool by_line(const std::string &a, const std::string &b) {
@@ -824,7 +867,7 @@ private:
       int readers = 0;
       for (ValueId u : users(id))
         readers += std::binary_search(kr.computes.begin(), kr.computes.end(), u) ? 1 : 0;
-      if (readers > 1 && val(id).type.rank() == 2)
+      if (readers > 1 && !is_column_value(val(id).type))
         return true;
     }
     return false;

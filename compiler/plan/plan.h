@@ -10,6 +10,7 @@
 #include "compiler/ir/graph.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,19 +75,32 @@ struct Plan {
   ir::Graph graph; // after all passes
   ir::Mode mode;
   std::vector<Kernel> kernels;
-  std::vector<Intermediate> intermediates;
+  std::vector<Intermediate> intermediates; // in value order (buffer_type searches them)
   // Every stats_of value, once: its partials buffers are intermediates too.
   std::vector<ir::ValueId> partials;
   // Why each stored op value is stored ("output", "read by max@11, ..."), for `kfuse plan`.
   std::map<ir::ValueId, std::string> stored_because;
 };
 
+// How kernels compute and read a value of the matrix view: a column value has one row of
+// features (rank 0 and 1, [1, F], [1, 1]: a vector viewed as [1, F] and back stays one) and is
+// computed once per feature and read at the feature index, by every row alike; any other
+// value is a matrix value, computed and read per element (row, feature). Broadcasting keeps
+// the two apart: an elementwise value with one row reads only values with one row. The
+// partitioner, the plan validator and codegen all decide by this.
+bool is_column_value(const ir::TensorType &t);
+
 // The type of the buffer that holds stored value `v`: an intermediate's (see Intermediate),
 // else the declared or output type.
 ir::TensorType buffer_type(const Plan &p, ir::ValueId v);
 
-// Whether kernel `k` writes `v`'s memory: it stores v, or an effect it computes updates v (a
-// state, ir::updated_args).
+// Whether kernel `k` computes `v`: a binary search, its computes being in graph order (the
+// validator checks it).
+bool computes(const Kernel &k, ir::ValueId v);
+
+// The memory kernel `k` writes: the values it stores and the states its effects update in
+// place (ir::updated_args); writes() asks for one value.
+std::set<ir::ValueId> written(const ir::Graph &g, const Kernel &k);
 bool writes(const ir::Graph &g, const Kernel &k, ir::ValueId v);
 
 } // namespace kfuse::plan

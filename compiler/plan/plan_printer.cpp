@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace kfuse::plan {
 
@@ -122,19 +123,27 @@ std::vector<ValueId> effects_of(const Graph &g, const Kernel &k) {
   return out;
 }
 
-// "h f32[B*T, 64] = reshape(x, shape=[B*T, 64]): the buffer of x", one per view.
-std::vector<std::string> view_lines(const Graph &g, const std::vector<std::string> &names) {
+// "h f32[B*T, 64] = reshape(x, shape=[B*T, 64]): the buffer of x", one per view; a view of a
+// value no kernel stores is that value, computed inline by the kernels reading the view.
+std::vector<std::string> view_lines(const Plan &p, const std::vector<std::string> &names) {
+  const Graph &g = p.graph;
+  std::set<ValueId> stored;
+  for (const Kernel &k : p.kernels)
+    stored.insert(k.stores.begin(), k.stores.end());
   std::vector<std::string> lines;
   for (size_t i = 0; i < g.values.size(); ++i) {
     const Value &v = g.values[i];
     if (!v.is_op() || op_info(v.op).cls != OpClass::View)
       continue;
     const AttrSpec &spec = op_info(v.op).attrs[0];
-    lines.push_back(
-        fmt::format("  {} {} = {}({}, {}={}): the buffer of {}", names[i], v.type.str(),
-                    op_info(v.op).name, names[static_cast<size_t>(v.args[0])], spec.name,
-                    format_attr(spec, v.attrs.at(std::string(spec.name))),
-                    names[static_cast<size_t>(view_source(g, static_cast<ValueId>(i)))]));
+    const ValueId source = view_source(g, static_cast<ValueId>(i));
+    const std::string &of = names[static_cast<size_t>(source)];
+    lines.push_back(fmt::format("  {} {} = {}({}, {}={}): {}", names[i], v.type.str(),
+                                op_info(v.op).name, names[static_cast<size_t>(v.args[0])],
+                                spec.name, format_attr(spec, v.attrs.at(std::string(spec.name))),
+                                !g[source].is_op() || stored.count(source)
+                                    ? "the buffer of " + of
+                                    : of + ", computed inline where read"));
   }
   return lines;
 }
@@ -242,7 +251,7 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     all_reads.insert(all_reads.end(), k.reads.begin(), k.reads.end());
     all_writes.insert(all_writes.end(), k.stores.begin(), k.stores.end());
   }
-  std::vector<std::string> views = view_lines(g, names);
+  std::vector<std::string> views = view_lines(p, names);
   if (!views.empty())
     s += "\nviews (no kernel: each is the buffer it views, under its own shape)\n" +
          join(views, "\n") + "\n";
@@ -288,7 +297,7 @@ std::string print_plan_json(const Plan &p, const DimBindings &dims) {
                                  json_string(i.type.str()), json_string(bytes_text(i.type, dims))));
   // Present only where the pipeline has views, so plans without them read as before.
   std::string views;
-  for (const std::string &line : view_lines(g, names))
+  for (const std::string &line : view_lines(p, names))
     views += (views.empty() ? "" : ", ") + json_string(line.substr(2));
   return fmt::format("{{\n  \"pipeline\": {},\n  \"mode\": {},\n  \"kernels\": [\n{}\n  ],\n"
                      "{}  \"intermediates\": [{}{}{}]\n}}\n",

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -40,12 +41,23 @@ void validate_plan(const Plan &p) {
         kfail(fmt::format("reads state '{}' after kernel {} updated it in place", g[r].name,
                           it->second));
     }
+    if (std::adjacent_find(k.computes.begin(), k.computes.end(), std::greater_equal<>()) !=
+        k.computes.end())
+      kfail("lists what it computes out of graph order or twice");
     std::set<ValueId> local;
     for (ValueId id : k.computes) {
       const Value &v = g[id];
       bool from_partials =
           k.kind == KernelKind::Column && (v.op == OpKind::ColMean || v.op == OpKind::ColVar);
+      // Codegen computes a column value once per feature, reading each argument at the feature
+      // index: a matrix value has none (is_column_value). A column kernel runs per feature.
+      const bool per_feature = !op_info(v.op).cuda.empty() && is_column_value(v.type);
+      if (k.kind == KernelKind::Column && !is_column_value(v.type))
+        kfail(fmt::format("computes matrix value {} in a kernel per feature", describe(g, id)));
       for (ValueId a : v.args) {
+        if (per_feature && !from_partials && !is_column_value(g[a].type))
+          kfail(fmt::format("computes column value {} from matrix value {}", describe(g, id),
+                            describe(g, a)));
         if (from_partials) {
           if (a != k.stats_of || !partials_by.count(a))
             kfail(
@@ -96,6 +108,9 @@ void validate_plan(const Plan &p) {
       }
     }
   }
+  for (size_t i = 1; i < p.intermediates.size(); ++i)
+    if (p.intermediates[i - 1].value >= p.intermediates[i].value)
+      fail("its intermediates are not in value order");
   for (size_t i = 0; i < g.values.size(); ++i)
     if (g.values[i].is_op() && op_info(g.values[i].op).cls != OpClass::View &&
         !computed.count(static_cast<ValueId>(i)))

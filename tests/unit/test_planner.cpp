@@ -1,6 +1,8 @@
 // The planner: kernel counts of the founding workloads, proof by interpretation that
 // every pass and the final partition compute what the user wrote, and the fp32 arithmetic of
 // folded batchnorms.
+#include "compiler/codegen/gpu_support.h"
+#include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/pointwise.h"
 #include "compiler/passes/rewriter.h"
@@ -148,6 +150,7 @@ TEST_CASE("planner: random pipelines agree with the interpreter after every pass
   // Views of per-feature vectors still end in the planner's internal errors
   // (tests/unit/test_generated_pipelines.cpp says which).
   shape.column_views = false;
+  int emitted = 0; // pipelines the GPU path runs, whose plans codegen emitted
   for (uint64_t seed = 1; seed <= 240; ++seed) {
     testing::SeededChoices choices(seed);
     std::string text = testing::random_pipeline(choices, shape, "random_" + std::to_string(seed));
@@ -165,12 +168,21 @@ TEST_CASE("planner: random pipelines agree with the interpreter after every pass
         plan::check_planner(g, mode, bind_dims(g, n), seed, passes::pipeline()), kTolerance);
     INFO("mode ", ir::mode_name(mode), " N=", n, " worst stage ", worst.stage);
     CHECK(worst.error <= kTolerance);
-    CHECK_NOTHROW(plan::make_plan(g, mode, {}, /*fuse=*/false)); // the bench baseline, validated
-    for (const plan::Kernel &k : plan::make_plan(g, mode).kernels)
+    const plan::Plan fused = plan::make_plan(g, mode);
+    plan::Plan unfused;
+    CHECK_NOTHROW(unfused = plan::make_plan(g, mode, {}, /*fuse=*/false)); // the bench baseline
+    for (const plan::Kernel &k : fused.kernels)
       row_tails += static_cast<int>(std::count(k.rules.begin(), k.rules.end(), "row_tail"));
+    // Codegen emits every plan the validator accepts, where the GPU path runs the pipeline.
+    if (!codegen::gpu_unsupported(g, "sm_90a")) {
+      CHECK_NOTHROW(codegen::generate(fused, codegen::GemmMath::Fp32, "sm_90a"));
+      CHECK_NOTHROW(codegen::generate(unfused, codegen::GemmMath::Fp32, "sm_90a"));
+      ++emitted;
+    }
   }
   CHECK(batchnorm_over_products > 0);
   CHECK(row_tails > 0);
+  CHECK(emitted > 120);
   // The generator reaches every op of the table.
   for (const ir::OpInfo &op : ir::all_ops()) {
     INFO(op.name);

@@ -4,9 +4,11 @@
 // kfuse plan F.kf --prove [--dim N=...]: proof by interpretation of the plan of F.kf in both
 // modes, on random data at several sizes (every dim bound to 1, 2 and 5, a dim that a view
 // equates with a product of others to that product, or the --dim values given; a size the file
-// cannot run at is said and skipped); exits 1 when a pass or the partition disagrees with the
-// file, or when the file runs at none of the sizes. The host memory of the proof is estimated
-// first and refused above KFUSE_HOST_MEMORY_GB (default: the machine's memory).
+// cannot run at is said and skipped), then the CUDA of its fused and unfused plans in both
+// modes, emitted as `kfuse emit` would; exits 1 when a pass or the partition disagrees with the
+// file, when the file runs at none of the sizes, or when codegen cannot emit a plan (a pipeline
+// the GPU path does not run is said, and is no failure). The host memory of the proof is
+// estimated first and refused above KFUSE_HOST_MEMORY_GB (default: the machine's memory).
 #include "compiler/build_executable.h"
 #include "compiler/dsl/diagnostics.h"
 #include "compiler/ir/host_memory.h"
@@ -29,7 +31,38 @@ namespace {
 // fp64 interpretation of the same math in another order: rounding differences only.
 constexpr double kProofTolerance = 1e-9;
 
-int prove(const ir::Graph &g, const ir::DimBindings &given) {
+// Codegen for the fused and the unfused plan of `src` in each mode, as `kfuse emit` (and, for the
+// unfused baseline, `kfuse bench`) make them: the proof covers the plans that run, so one that
+// codegen cannot emit fails it. Appends a line per mode to `out`; false on such a failure.
+bool prove_emits(const dsl::SourceFile &src, LowerOptions options, std::string &out) {
+  options.tunings = {}; // the heuristics' configs: the proof reads no tuning store
+  options.until = LowerOptions::Until::Cuda;
+  bool ok = true;
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
+    options.mode = mode;
+    std::string line = "emitted:";
+    try {
+      for (bool fuse : {true, false}) {
+        options.fuse = fuse;
+        const Lowered l = lower(src, options);
+        line += fmt::format("{} {} {}", fuse ? "" : ",", fuse ? "fused" : "unfused",
+                            l.program.launches.size());
+      }
+      line += " kernels";
+    } catch (const dsl::DiagnosticError &e) { // the file, in any mode: said once
+      out += fmt::format("{:<18} not emitted: {}", "cuda", e.what());
+      return true;
+    } catch (const std::exception &e) {
+      line = fmt::format("CANNOT EMIT: {}", e.what());
+      ok = false;
+    }
+    out += fmt::format("{:<5} {:<12} {}\n", ir::mode_name(mode), "cuda", line);
+  }
+  return ok;
+}
+
+int prove(const ir::Graph &g, const ir::DimBindings &given, const dsl::SourceFile &src,
+          const LowerOptions &emit_options) {
   std::vector<ir::DimBindings> sizes;
   if (!given.empty() || g.dims.empty()) {
     sizes.push_back(given);
@@ -68,34 +101,32 @@ int prove(const ir::Graph &g, const ir::DimBindings &given) {
                          fmt::join(bound, " "), ok ? "agrees" : "DISAGREES", worst.error,
                          ok ? "worst at" : "at", worst.stage);
     }
-  out += !agree       ? "FAILED: the planner changed what the file computes\n"
-         : proved > 0 ? "PROVED: every pass and the plan agree with the file\n"
-                      : "FAILED: the file runs at none of these sizes (--dim gives others)\n";
+  const bool emitted = prove_emits(src, emit_options, out);
+  out += !agree        ? "FAILED: the planner changed what the file computes\n"
+         : proved == 0 ? "FAILED: the file runs at none of these sizes (--dim gives others)\n"
+         : !emitted    ? "FAILED: codegen cannot emit a plan the planner made\n"
+                       : "PROVED: every pass and the plan agree with the file\n";
   write_stdout(out);
-  return agree && proved > 0 ? 0 : 1;
+  return agree && proved > 0 && emitted ? 0 : 1;
 }
 
-// The config each GEMM kernel takes at `options` (as `kfuse compile` would build it) and why, or
-// why there is none: a pipeline the GPU path does not run still has a plan.
-std::string gemm_configs(const dsl::SourceFile &src, const Options &options,
-                         const CommandLine &cl) {
-  const LowerOptions lo = lower_options(rt::PipelineAccess::request(options, true));
+// The config each GEMM kernel of `program` (lowered with `lo`, as `kfuse compile` builds it)
+// takes and why, or why there is none: a pipeline the GPU path does not run still has a plan.
+std::string gemm_configs(const codegen::Program *program, const LowerOptions &lo,
+                         const Options &options, const CommandLine &cl) {
   const char *source = !options.use_tuned ? ", --no-tuned: the heuristics'"
                        : lo.tunings       ? ""
                                           : ", the heuristics': no GPU to look tuned ones up for";
   std::string s = fmt::format("\nGEMM configs ({}, {}{}):\n", cl.option("precision", "fp32"),
                               lo.target.arch, source);
-  try {
-    const Lowered l = lower(src, lo);
-    for (const codegen::KernelLaunch &k : l.program.launches)
-      if (!k.signature.empty()) {
-        s += fmt::format("  {}: {}\n", k.entry, k.config);
-        for (const codegen::KernelLaunch &v : k.by_rows)
-          s += fmt::format("  {}: {}\n", v.entry, v.config);
-      }
-  } catch (const dsl::DiagnosticError &) {
-    s += "  none: the GPU path does not run this pipeline (kfuse compile says why)\n";
-  }
+  if (!program)
+    return s + "  none: the GPU path does not run this pipeline (kfuse compile says why)\n";
+  for (const codegen::KernelLaunch &k : program->launches)
+    if (!k.signature.empty()) {
+      s += fmt::format("  {}: {}\n", k.entry, k.config);
+      for (const codegen::KernelLaunch &v : k.by_rows)
+        s += fmt::format("  {}: {}\n", v.entry, v.config);
+    }
   return s;
 }
 
@@ -109,28 +140,41 @@ int cmd_plan(int argc, char **argv) {
       (cl.options.count("mode") || cl.flag("json") || cl.flag("dump-after-each-pass")))
     throw UsageError("--prove checks both modes and prints its own report: it takes no "
                      "--mode, --json or --dump-after-each-pass");
-  LowerOptions options;
-  options.mode = parse_mode(cl.option("mode", "train"));
-  options.until = LowerOptions::Until::Plan;
   // Precision bf16 changes the graph (its roundings), not only the GEMMs' math: the plan, and
   // --prove, are of the graph with them.
-  options.target.precision = pipeline_options(cl).precision;
+  const Options pipeline = pipeline_options(cl);
+  LowerOptions options = lower_options(rt::PipelineAccess::request(pipeline, true));
   if (cl.flag("dump-after-each-pass"))
     options.after_pass = [](const passes::Pass &pass, const ir::Graph &out) {
       std::fprintf(stderr, "# IR after %.*s\n%s\n", static_cast<int>(pass.name.size()),
                    pass.name.data(), ir::print_kf(out).c_str());
     };
-  const Lowered lowered = lower(dsl::SourceFile::read(cl.file()), options);
+  // The text form ends with the GEMM configs, from the CUDA of the same lowering; the plan of a
+  // pipeline the GPU path does not run is lowered until the plan only.
+  const bool text = !prove_plan && !cl.flag("json");
+  options.until = text ? LowerOptions::Until::Cuda : LowerOptions::Until::Plan;
+  const dsl::SourceFile src = dsl::SourceFile::read(cl.file());
+  Lowered lowered;
+  bool gpu_runs = text;
+  try {
+    lowered = lower(src, options);
+  } catch (const dsl::DiagnosticError &) {
+    if (!text)
+      throw;
+    gpu_runs = false;
+    options.until = LowerOptions::Until::Plan; // a .kf error is raised again here
+    lowered = lower(src, options);
+  }
   const ir::Graph &g = lowered.graph;
   const plan::Plan &p = lowered.plan;
   ir::DimBindings dims = cl.dims_of(g, /*all=*/false);
   if (prove_plan)
-    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true));
+    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true), src, options);
   if (cl.flag("json"))
     write_stdout(plan::print_plan_json(p, dims));
   else
     write_stdout(plan::print_plan_text(p, dims) +
-                 gemm_configs(dsl::SourceFile::read(cl.file()), pipeline_options(cl), cl));
+                 gemm_configs(gpu_runs ? &lowered.program : nullptr, options, pipeline, cl));
   return 0;
 }
 
