@@ -49,7 +49,8 @@ class Selector {
 public:
   Selector(const plan::Plan &p, GemmMath math, const std::string &arch,
            const codegen::GemmTunings &tunings)
-      : p_(p), g_(p.graph), math_(math), arch_(arch), tunings_(tunings) {}
+      : p_(p), g_(p.graph), names_(printed_names(p.graph)), math_(math), arch_(arch),
+        tunings_(tunings) {}
 
   Selection run() {
     Selection s;
@@ -104,7 +105,7 @@ private:
   // What makes this kernel, the tile aside: the target, the operands and the kernel's ops,
   // reads and stores as the plan holds them. `kfuse tune` keys its results by it.
   std::string signature(const Kernel &k, const Value &mm) const {
-    const std::vector<std::string> names = printed_names(g_);
+    const std::vector<std::string> &names = names_;
     std::string s = fmt::format("{} math {} {} {} K={} N={}\n", arch_, static_cast<int>(math_),
                                 dtype_name(g_[mm.args[0]].type.dtype),
                                 mm.op == OpKind::Linear ? "linear" : "matmul",
@@ -357,6 +358,7 @@ private:
 
   const plan::Plan &p_;
   const Graph &g_;
+  const std::vector<std::string> names_; // printed names: the signature's spelling
   GemmMath math_;
   std::string arch_;
   const codegen::GemmTunings &tunings_;
