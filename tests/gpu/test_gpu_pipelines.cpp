@@ -2,9 +2,9 @@
 // inputs for every case, outputs poisoned with NaN first, the fp32 bound of DESIGN.md.
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/diagnostics.h"
-#include "tools/check/reference_check.h"
 #include "tests/support/gpu_cases.h"
 #include "tests/support/random_pipelines.h"
+#include "tools/check/reference_check.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -224,8 +224,11 @@ TEST_CASE("gpu: train mode with one row is an error, as in PyTorch") {
 }
 
 TEST_CASE("gpu: random op chains match the reference") {
+  // Seeds are drawn until 60 chains ran: which ones the GPU path refuses depends on the
+  // generator's draws, and the count that ran is what the test is about.
+  constexpr int kChains = 60;
   int ran = 0, unsupported = 0;
-  for (uint64_t seed = 1; seed <= 80; ++seed) {
+  for (uint64_t seed = 1; ran < kChains && seed <= 200; ++seed) {
     std::string text = testing::random_pipeline(seed);
     INFO(text);
     Mode mode = seed % 2 ? Mode::Train : Mode::Eval;
@@ -247,5 +250,5 @@ TEST_CASE("gpu: random op chains match the reference") {
     }
   }
   MESSAGE("random chains run on the GPU: ", ran, ", not expressible: ", unsupported);
-  CHECK(ran >= 60);
+  CHECK(ran == kChains);
 }
