@@ -820,8 +820,12 @@ private:
   static void merge_row_kernel(Kernel &gemm, Kernel row) {
     gemm.rows_of = row.rows_of;
     gemm.row_stages = row.row_stages;
+    // An inline value both kernels computed (each recomputes what it reads from stored leaves)
+    // is computed once by the merged kernel.
     gemm.computes.insert(gemm.computes.end(), row.computes.begin(), row.computes.end());
     std::sort(gemm.computes.begin(), gemm.computes.end());
+    gemm.computes.erase(std::unique(gemm.computes.begin(), gemm.computes.end()),
+                        gemm.computes.end());
     gemm.stores.insert(gemm.stores.end(), row.stores.begin(), row.stores.end());
     std::set<ValueId> reads(gemm.reads.begin(), gemm.reads.end());
     for (ValueId v : row.reads)

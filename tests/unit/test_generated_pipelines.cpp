@@ -53,3 +53,20 @@ TEST_CASE("generated pipelines: 2,000 plan, agree with the interpreter and emit"
     CHECK(ops_seen[std::string(op.name)] > 0);
   }
 }
+
+TEST_CASE("generated pipelines: long chains whose row kernels join a GEMM's epilogue plan") {
+  // Seeds of the on-demand run's long chains (100 to 2,000 ops) whose row kernels, joining
+  // their GEMM's epilogue, computed an inline value the GEMM kernel computed too: the plan
+  // listed it twice and the validator refused it as an internal error.
+  testing::PipelineShape shape;
+  shape.column_views = false;
+  shape.min_ops = 100;
+  shape.max_ops = 2000;
+  for (uint64_t seed : {5728, 5760}) {
+    testing::SeededChoices choices(seed);
+    const std::string text = testing::random_pipeline(choices, shape, "g" + std::to_string(seed));
+    const testing::CheckResult r = testing::check_generated(text, 3, seed);
+    INFO("seed ", seed, ": ", r.detail);
+    CHECK(r.verdict != testing::Verdict::InternalError);
+  }
+}
