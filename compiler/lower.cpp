@@ -42,9 +42,12 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
       dump.emit(fmt::format("{}-{}", ++step, autocast.name), ".kf", ir::print_kf(l.graph));
   }
   const bool to_cuda = options.until == LowerOptions::Until::Cuda;
+  const bool check = options.until == LowerOptions::Until::Check;
   if (auto unsupported = codegen::gpu_unsupported(l.graph, options.target.arch);
-      unsupported && to_cuda)
+      unsupported && (to_cuda || check))
     diags.error(l.graph[unsupported->value].loc, unsupported->message);
+  if (check)
+    return l;
   l.plan = plan::make_plan(
       l.graph, options.mode,
       [&](const passes::Pass &pass, const ir::Graph &after) {

@@ -30,9 +30,11 @@ struct LowerOptions {
   // products on the bf16 Hopper mainloop.
   Target target;
   bool fuse = true; // false: the unfused baseline benchmarks compare against
-  // Plan: stop after the plan, with no CUDA (`kfuse plan` shows plans of pipelines the GPU
-  // path does not run yet).
-  enum class Until : uint8_t { Plan, Cuda } until = Until::Cuda;
+  // Check: stop after parsing and verifying, with what the GPU path does not run reported at its
+  // location (`kfuse check`; the target is not checked where target.arch is empty). Plan: stop
+  // after the plan, with no CUDA (`kfuse plan` shows plans of pipelines the GPU path does not
+  // run yet).
+  enum class Until : uint8_t { Check, Plan, Cuda } until = Until::Cuda;
   // Given the GEMM kernels the heuristics selected, the tuned configurations to select instead
   // (runtime/tuning_store.h looks them up); empty, or none returned: the heuristics' choices.
   std::function<codegen::GemmTunings(const std::vector<exec::TunableGemm> &)> tunings = {};

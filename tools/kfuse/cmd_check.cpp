@@ -1,12 +1,11 @@
-// kfuse check F.kf [--print] [--dim N=...]: parse and verify, report what the GPU path does not
-// run (codegen::gpu_unsupported) at its location, print every value's type and, with --print,
+// kfuse check F.kf [--print] [--dim N=...]: lower() until the check (parse and verify, report
+// what the GPU path does not run at its location), print every value's type and, with --print,
 // the canonical IR. Exits 0 on success and 1 on any error, usage errors
 // included: scripts may rely on exactly these two codes.
-#include "compiler/codegen/gpu_support.h"
 #include "compiler/dsl/diagnostics.h"
-#include "compiler/dsl/parser.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/lower.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
@@ -62,11 +61,9 @@ int cmd_check(int argc, char **argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    dsl::SourceFile source = dsl::SourceFile::read(cl.file());
-    dsl::Diagnostics diags(source);
-    ir::Graph g = dsl::parse_kf(source, diags);
-    if (auto unsupported = codegen::gpu_unsupported(g))
-      diags.error(g[unsupported->value].loc, unsupported->message);
+    LowerOptions options;
+    options.until = LowerOptions::Until::Check;
+    const ir::Graph g = lower(dsl::SourceFile::read(cl.file()), options).graph;
     std::string out = report(g, cl.dims_of(g, /*all=*/false));
     if (cl.flag("print"))
       out += "\n" + ir::print_kf(g);
