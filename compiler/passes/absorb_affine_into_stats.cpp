@@ -15,8 +15,16 @@
 // y * (a1 * a2) + (b1 - col_mean(x)) * a2, two terms that cancel catastrophically on a column of
 // small spread (a constant column scaled by 1e20 is off by 1e3, where the batchnorm gives
 // exactly b2); the centred form subtracts the mean before any scaling, as PyTorch does, and
-// gives exactly b2 there. Special values stay: an infinity or NaN in a column of y makes its
-// mean and variance non-finite in both forms.
+// gives exactly b2 there.
+//
+// Special values stay. An infinity or NaN in a column of y makes its mean and variance
+// non-finite in both forms. An infinite or NaN vector of a map would have made the whole
+// column of the variance or of the centred map NaN, which the rewritten forms (that drop b and
+// s, or square a) need not: so each vector v of a map crossed is kept as |v| * -0, which is -0
+// where v is finite and NaN where it is not, added to the variance or to the centred map's
+// scale (a per-column value the column kernel computes anyway); adding -0 changes nothing, the
+// sign of a zero included. A shift that is the mean of the map's own input is left out: it is
+// non-finite only where that column is, and then the rewritten form is NaN as well.
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
 
@@ -30,7 +38,8 @@ using namespace ir;
 namespace {
 
 // Each statistic of each matrix is made once, so the centred map and the running-stat
-// update share the column mean they read.
+// update share the column mean they read; keyed by the statistic's op and the matrix, and by
+// ColAffine and a map for that map's special-values term (dropped_specials).
 using Statistics = std::map<std::pair<OpKind, ValueId>, ValueId>;
 
 ValueId bare_statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y) {
@@ -38,6 +47,30 @@ ValueId bare_statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y) {
   if (fresh)
     it->second = r.op(kind, {y});
   return it->second;
+}
+
+// -0, or NaN where a vector the rewrites drop from map `m` (new graph) is infinite or NaN: the
+// sum of |v| * -0 over its scale, bias and shift; -1 when there is none. Made once per map.
+ValueId dropped_specials(Rewriter &r, Statistics &made, ValueId m) {
+  auto [it, fresh] = made.emplace(std::make_pair(OpKind::ColAffine, m), -1);
+  if (!fresh)
+    return it->second;
+  const Value map = r.new_value(m); // a copy: r.op() grows the graph
+  ValueId sum = -1;
+  for (size_t i = 1; i < map.args.size(); ++i) {
+    const Value &v = r.new_value(map.args[i]);
+    if (i == 3 && v.is_op() && v.op == OpKind::ColMean && v.args[0] == map.args[0])
+      continue;
+    ValueId term =
+        r.op(OpKind::Mul, {r.op(OpKind::Abs, {map.args[i]}), r.constant(-0.0, DType::F32)});
+    sum = sum < 0 ? term : r.op(OpKind::Add, {sum, term});
+  }
+  it->second = sum;
+  return sum;
+}
+
+ValueId plus(Rewriter &r, ValueId x, ValueId specials) {
+  return specials < 0 ? x : r.op(OpKind::Add, {x, specials});
 }
 
 // The statistic `kind` (col_mean or col_var) of new value `y`, from the statistics of the
@@ -49,7 +82,8 @@ ValueId statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y) {
     return bare_statistic(r, made, kind, y);
   ValueId inner = statistic(r, made, kind, in.args[0]), a = in.args[1], b = in.args[2];
   if (kind == OpKind::ColVar)
-    return r.op(OpKind::Mul, {inner, r.op(OpKind::Mul, {a, a})});
+    return plus(r, r.op(OpKind::Mul, {inner, r.op(OpKind::Mul, {a, a})}),
+                dropped_specials(r, made, y));
   if (in.args.size() == 4)
     inner = r.op(OpKind::Sub, {inner, in.args[3]});
   return r.op(OpKind::Add, {r.op(OpKind::Mul, {inner, a}), b});
@@ -67,7 +101,7 @@ ValueId centred(Rewriter &r, Statistics &made, const Value &v) {
   ValueId y = r.map(v.args[0]), scale = r.map(v.args[1]);
   bool through_map = false;
   for (Value in = r.new_value(y); in.is_op() && in.op == OpKind::ColAffine; in = r.new_value(y)) {
-    scale = r.op(OpKind::Mul, {in.args[1], scale});
+    scale = plus(r, r.op(OpKind::Mul, {in.args[1], scale}), dropped_specials(r, made, y));
     y = in.args[0];
     through_map = true;
   }

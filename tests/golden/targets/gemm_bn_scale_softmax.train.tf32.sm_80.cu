@@ -36,7 +36,7 @@ k0_gemm(int splits, float *__restrict__ split_partials, unsigned *__restrict__ s
 
 // k1_column: batchnorm@14, mul@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
-k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, const float *__restrict__ p_scale, float *__restrict__ p_t2, float *__restrict__ p_t9, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weight, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, const float *__restrict__ p_scale, float *__restrict__ p_t2, float *__restrict__ p_t15, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
   const int col = (blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES;
   const float v_bias = col < 8192 ? kf::load(p_bias + col) : 0.0f;
   const float v_bn_weight = col < 8192 ? kf::load(p_bn_weight + col) : 0.0f;
@@ -53,19 +53,24 @@ k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_bn_weigh
   const float v_t2 = static_cast<float>(mean);
   const float v_t4 = static_cast<float>(var);
   const float v_t3 = v_t2 + v_bias;
-  const float v_t5 = float(1e-5);
-  const float v_t6 = v_t4 + v_t5;
-  const float v_t7 = 1.0f / sqrtf(v_t6);
-  const float v_t8 = v_bn_weight * v_t7;
-  const float v_t9 = v_t8 * v_scale;
+  const float v_t5 = fabsf(v_bias);
+  const float v_t6 = -0.0f;
+  const float v_t7 = v_t5 * v_t6;
+  const float v_t8 = v_t4 + v_t7;
+  const float v_t9 = float(1e-5);
+  const float v_t10 = v_t8 + v_t9;
+  const float v_t11 = 1.0f / sqrtf(v_t10);
+  const float v_t12 = v_bn_weight * v_t11;
+  const float v_t13 = v_t12 * v_scale;
+  const float v_t15 = v_t13 + v_t7;
   { // bn_update: running stats with momentum, unbiased variance
     const float momentum = float(0.1);
     const float count = static_cast<float>(d_N);
     kf::store(p_running_mean + col, (1.0f - momentum) * v_running_mean + momentum * v_t3);
-    kf::store(p_running_var + col, (1.0f - momentum) * v_running_var + momentum * v_t4 * count / (count - 1.0f));
+    kf::store(p_running_var + col, (1.0f - momentum) * v_running_var + momentum * v_t8 * count / (count - 1.0f));
   }
   kf::store(p_t2 + col, v_t2);
-  kf::store(p_t9 + col, v_t9);
+  kf::store(p_t15 + col, v_t15);
 }
 
 // k2_row: batchnorm@14, mul@15, softmax@16 (row); absorb_affine_into_stats, fold_affine, lower_batchnorm, row_prologue
@@ -74,14 +79,14 @@ struct k2_row_pass0 {
   const float *p_scale;
   const float *p_t1;
   const float *p_t2;
-  const float *p_t9;
-  float *p_t11;
+  const float *p_t15;
+  float *p_t16;
   int d_N;
   int row;
   __device__ float operator()(int col, float x) const {
     const float v_t1 = x;
-    const float v_t10 = kf::load(p_bn_bias + col) * kf::load(p_scale + 0);
-    const float v_h = (v_t1 - kf::load(p_t2 + col)) * kf::load(p_t9 + col) + v_t10;
+    const float v_t14 = kf::load(p_bn_bias + col) * kf::load(p_scale + 0);
+    const float v_h = (v_t1 - kf::load(p_t2 + col)) * kf::load(p_t15 + col) + v_t14;
     return v_h;
   }
 };
@@ -90,8 +95,8 @@ struct k2_row_pass0_post {
   const float *p_scale;
   const float *p_t1;
   const float *p_t2;
-  const float *p_t9;
-  float *p_t11;
+  const float *p_t15;
+  float *p_t16;
   int d_N;
   int row;
   __device__ float operator()(int col, float y) const {
@@ -99,9 +104,9 @@ struct k2_row_pass0_post {
   }
 };
 extern "C" __global__ void __launch_bounds__(512)
-k2_row(const float *__restrict__ p_bn_bias, const float *__restrict__ p_scale, const float *__restrict__ p_t1, const float *__restrict__ p_t2, const float *__restrict__ p_t9, float *__restrict__ p_t11, int d_N, int smem_floats) {
+k2_row(const float *__restrict__ p_bn_bias, const float *__restrict__ p_scale, const float *__restrict__ p_t1, const float *__restrict__ p_t2, const float *__restrict__ p_t15, float *__restrict__ p_t16, int d_N, int smem_floats) {
   kf::wait_prior_grid();
   extern __shared__ __align__(16) float smem[];
   const int row = blockIdx.x;
-  kf::row_softmax<512, false>(row, 8192, p_t1, 8192, p_t11, 8192, k2_row_pass0{p_bn_bias, p_scale, p_t1, p_t2, p_t9, p_t11, d_N, row}, k2_row_pass0_post{p_bn_bias, p_scale, p_t1, p_t2, p_t9, p_t11, d_N, row}, smem, smem_floats);
+  kf::row_softmax<512, false>(row, 8192, p_t1, 8192, p_t16, 8192, k2_row_pass0{p_bn_bias, p_scale, p_t1, p_t2, p_t15, p_t16, d_N, row}, k2_row_pass0_post{p_bn_bias, p_scale, p_t1, p_t2, p_t15, p_t16, d_N, row}, smem, smem_floats);
 }

@@ -81,7 +81,7 @@ k2_gemm(const __grid_constant__ kf::sm90::TensorMap p_t1_map, const __grid_const
 
 // k3_column: mul@14, batchnorm@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
-k3_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t6, float *__restrict__ p_t16, float *__restrict__ p_t4_pmean, float *__restrict__ p_t4_pm2, int d_N) {
+k3_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t6, float *__restrict__ p_t25, float *__restrict__ p_t4_pmean, float *__restrict__ p_t4_pm2, int d_N) {
   const int col = (blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES;
   const float v_bias = col < 8192 ? kf::load(p_bias + col) : 0.0f;
   const float v_scale = col < 8192 ? kf::load(p_scale + col) : 0.0f;
@@ -100,21 +100,30 @@ k3_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, c
   const float v_t5 = v_bias * v_scale;
   const float v_t7 = v_t6 * v_scale;
   const float v_t8 = v_t7 + v_t5;
-  const float v_t10 = v_scale * v_scale;
-  const float v_t11 = v_t9 * v_t10;
-  const float v_t12 = float(1e-5);
-  const float v_t13 = v_t11 + v_t12;
-  const float v_t14 = 1.0f / sqrtf(v_t13);
-  const float v_t15 = v_bn_weight * v_t14;
-  const float v_t16 = v_scale * v_t15;
+  const float v_t10 = fabsf(v_scale);
+  const float v_t11 = -0.0f;
+  const float v_t12 = v_t10 * v_t11;
+  const float v_t13 = fabsf(v_t5);
+  const float v_t14 = -0.0f;
+  const float v_t15 = v_t13 * v_t14;
+  const float v_t16 = v_t12 + v_t15;
+  const float v_t17 = v_scale * v_scale;
+  const float v_t18 = v_t9 * v_t17;
+  const float v_t19 = v_t18 + v_t16;
+  const float v_t20 = float(1e-5);
+  const float v_t21 = v_t19 + v_t20;
+  const float v_t22 = 1.0f / sqrtf(v_t21);
+  const float v_t23 = v_bn_weight * v_t22;
+  const float v_t24 = v_scale * v_t23;
+  const float v_t25 = v_t24 + v_t16;
   { // bn_update: running stats with momentum, unbiased variance
     const float momentum = float(0.1);
     const float count = static_cast<float>(d_N);
     kf::store(p_running_mean + col, (1.0f - momentum) * v_running_mean + momentum * v_t8);
-    kf::store(p_running_var + col, (1.0f - momentum) * v_running_var + momentum * v_t11 * count / (count - 1.0f));
+    kf::store(p_running_var + col, (1.0f - momentum) * v_running_var + momentum * v_t19 * count / (count - 1.0f));
   }
   kf::store(p_t6 + col, v_t6);
-  kf::store(p_t16 + col, v_t16);
+  kf::store(p_t25 + col, v_t25);
 }
 
 // k4_elementwise: batchnorm@15 (elementwise); absorb_affine_into_stats, lower_batchnorm
@@ -122,28 +131,28 @@ struct k4_elementwise_element {
   const float *p_bn_bias;
   const float *p_t4;
   const float *p_t6;
-  const float *p_t16;
-  float *p_t17;
+  const float *p_t25;
+  float *p_t26;
   int d_N;
   static constexpr int MATRICES = 4;
   template <int I> __device__ auto matrix() const {
     if constexpr (I == 0) return kf::Matrix<float>{p_t4, 8192};
-    else if constexpr (I == 1) return kf::Matrix<float>{p_t16, 0};
+    else if constexpr (I == 1) return kf::Matrix<float>{p_t25, 0};
     else if constexpr (I == 2) return kf::Matrix<float>{p_bn_bias, 0};
     else if constexpr (I == 3) return kf::Matrix<float>{p_t6, 0};
   }
-  __device__ float *output() const { return p_t17; }
+  __device__ float *output() const { return p_t26; }
   __device__ float apply(int row, int col, const float *in) const {
     const float v_t4 = in[0];
-    const float v_t16 = in[1];
+    const float v_t25 = in[1];
     const float v_bn_bias = in[2];
     const float v_t6 = in[3];
-    const float v_t17 = (v_t4 - v_t6) * v_t16 + v_bn_bias;
-    return v_t17;
+    const float v_t26 = (v_t4 - v_t6) * v_t25 + v_bn_bias;
+    return v_t26;
   }
 };
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
-k4_elementwise(const float *__restrict__ p_bn_bias, const float *__restrict__ p_t4, const float *__restrict__ p_t6, const float *__restrict__ p_t16, float *__restrict__ p_t17, int d_N) {
+k4_elementwise(const float *__restrict__ p_bn_bias, const float *__restrict__ p_t4, const float *__restrict__ p_t6, const float *__restrict__ p_t25, float *__restrict__ p_t26, int d_N) {
   kf::wait_prior_grid();
-  kf::map_elements<4>(d_N, 8192, k4_elementwise_element{p_bn_bias, p_t4, p_t6, p_t16, p_t17, d_N});
+  kf::map_elements<4>(d_N, 8192, k4_elementwise_element{p_bn_bias, p_t4, p_t6, p_t25, p_t26, d_N});
 }

@@ -36,7 +36,7 @@ k0_gemm(const __grid_constant__ kf::sm90::TensorMap p_x_map, const __grid_consta
 
 // k1_column: mul@14, batchnorm@15 (column); absorb_affine_into_stats, column_finalize, fold_affine, lower_batchnorm
 extern "C" __global__ void __launch_bounds__(kf::COLUMN_THREADS)
-k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t3, float *__restrict__ p_t13, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
+k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, const float *__restrict__ p_bn_weight, float *__restrict__ p_running_mean, float *__restrict__ p_running_var, float *__restrict__ p_t3, float *__restrict__ p_t22, float *__restrict__ p_t1_pmean, float *__restrict__ p_t1_pm2, int d_N) {
   const int col = (blockIdx.x * blockDim.x + threadIdx.x) / kf::COLUMN_MERGE_LANES;
   const float v_bias = col < 8192 ? kf::load(p_bias + col) : 0.0f;
   const float v_scale = col < 8192 ? kf::load(p_scale + col) : 0.0f;
@@ -55,21 +55,30 @@ k1_column(const float *__restrict__ p_bias, const float *__restrict__ p_scale, c
   const float v_t2 = v_bias * v_scale;
   const float v_t4 = v_t3 * v_scale;
   const float v_t5 = v_t4 + v_t2;
-  const float v_t7 = v_scale * v_scale;
-  const float v_t8 = v_t6 * v_t7;
-  const float v_t9 = float(1e-5);
-  const float v_t10 = v_t8 + v_t9;
-  const float v_t11 = 1.0f / sqrtf(v_t10);
-  const float v_t12 = v_bn_weight * v_t11;
-  const float v_t13 = v_scale * v_t12;
+  const float v_t7 = fabsf(v_scale);
+  const float v_t8 = -0.0f;
+  const float v_t9 = v_t7 * v_t8;
+  const float v_t10 = fabsf(v_t2);
+  const float v_t11 = -0.0f;
+  const float v_t12 = v_t10 * v_t11;
+  const float v_t13 = v_t9 + v_t12;
+  const float v_t14 = v_scale * v_scale;
+  const float v_t15 = v_t6 * v_t14;
+  const float v_t16 = v_t15 + v_t13;
+  const float v_t17 = float(1e-5);
+  const float v_t18 = v_t16 + v_t17;
+  const float v_t19 = 1.0f / sqrtf(v_t18);
+  const float v_t20 = v_bn_weight * v_t19;
+  const float v_t21 = v_scale * v_t20;
+  const float v_t22 = v_t21 + v_t13;
   { // bn_update: running stats with momentum, unbiased variance
     const float momentum = float(0.1);
     const float count = static_cast<float>(d_N);
     kf::store(p_running_mean + col, (1.0f - momentum) * v_running_mean + momentum * v_t5);
-    kf::store(p_running_var + col, (1.0f - momentum) * v_running_var + momentum * v_t8 * count / (count - 1.0f));
+    kf::store(p_running_var + col, (1.0f - momentum) * v_running_var + momentum * v_t16 * count / (count - 1.0f));
   }
   kf::store(p_t3 + col, v_t3);
-  kf::store(p_t13 + col, v_t13);
+  kf::store(p_t22 + col, v_t22);
 }
 
 // k2_elementwise: batchnorm@15 (elementwise); absorb_affine_into_stats, lower_batchnorm
@@ -77,28 +86,28 @@ struct k2_elementwise_element {
   const float *p_bn_bias;
   const float *p_t1;
   const float *p_t3;
-  const float *p_t13;
-  float *p_t14;
+  const float *p_t22;
+  float *p_t23;
   int d_N;
   static constexpr int MATRICES = 4;
   template <int I> __device__ auto matrix() const {
     if constexpr (I == 0) return kf::Matrix<float>{p_t1, 8192};
-    else if constexpr (I == 1) return kf::Matrix<float>{p_t13, 0};
+    else if constexpr (I == 1) return kf::Matrix<float>{p_t22, 0};
     else if constexpr (I == 2) return kf::Matrix<float>{p_bn_bias, 0};
     else if constexpr (I == 3) return kf::Matrix<float>{p_t3, 0};
   }
-  __device__ float *output() const { return p_t14; }
+  __device__ float *output() const { return p_t23; }
   __device__ float apply(int row, int col, const float *in) const {
     const float v_t1 = in[0];
-    const float v_t13 = in[1];
+    const float v_t22 = in[1];
     const float v_bn_bias = in[2];
     const float v_t3 = in[3];
-    const float v_t14 = (v_t1 - v_t3) * v_t13 + v_bn_bias;
-    return v_t14;
+    const float v_t23 = (v_t1 - v_t3) * v_t22 + v_bn_bias;
+    return v_t23;
   }
 };
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
-k2_elementwise(const float *__restrict__ p_bn_bias, const float *__restrict__ p_t1, const float *__restrict__ p_t3, const float *__restrict__ p_t13, float *__restrict__ p_t14, int d_N) {
+k2_elementwise(const float *__restrict__ p_bn_bias, const float *__restrict__ p_t1, const float *__restrict__ p_t3, const float *__restrict__ p_t22, float *__restrict__ p_t23, int d_N) {
   kf::wait_prior_grid();
-  kf::map_elements<4>(d_N, 8192, k2_elementwise_element{p_bn_bias, p_t1, p_t3, p_t13, p_t14, d_N});
+  kf::map_elements<4>(d_N, 8192, k2_elementwise_element{p_bn_bias, p_t1, p_t3, p_t22, p_t23, d_N});
 }
