@@ -4,7 +4,10 @@
 //
 //   kfuse_generated_pipelines SECONDS FINDINGS [--no-column-views] [--huge-literals]
 //                             [--first-seed S]
+//   kfuse_generated_pipelines --replay SEED FILE
 //
+// --replay checks one pipeline (a finding, or a cut-down one) as the run checked seed SEED and
+// prints its verdict.
 // Exit status 1 when anything failed. One pipeline in 16 is a long chain (100 to 2,000 ops).
 #include "tests/support/generated_check.h"
 #include "tests/support/random_pipelines.h"
@@ -17,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <sys/wait.h>
@@ -94,14 +98,31 @@ std::string run_one(const std::string &text, uint64_t seed, std::string &detail)
   return "crash";
 }
 
+int replay(const char *seed_text, const char *file) {
+  std::ifstream in(file);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", file);
+    return 2;
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const uint64_t seed = std::strtoull(seed_text, nullptr, 10);
+  std::string detail;
+  const std::string verdict = run_one(text, seed, detail);
+  std::printf("%s: %s\n", verdict.c_str(), detail.c_str());
+  return verdict == "ok" ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc == 4 && std::string(argv[1]) == "--replay")
+    return replay(argv[2], argv[3]);
   if (argc < 3) {
     std::fprintf(
         stderr,
-        "usage: %s SECONDS FINDINGS [--no-column-views] [--huge-literals] [--first-seed S]\n",
-        argv[0]);
+        "usage: %s SECONDS FINDINGS [--no-column-views] [--huge-literals] [--first-seed S]\n"
+        "       %s --replay SEED FILE\n",
+        argv[0], argv[0]);
     return 2;
   }
   const double seconds = std::atof(argv[1]);
