@@ -15,12 +15,6 @@ using namespace kfuse;
 
 TEST_CASE("generated pipelines: 2,000 plan, agree with the interpreter and emit") {
   testing::PipelineShape shape;
-  // Views of per-feature vectors through an op (squeeze(silu(unsqueeze(col_mean(x), dim=0)),
-  // dim=0) beside column math) still end in the planner's internal error "kernel ... reads ...
-  // before any kernel stored it" or codegen's "reads matrix ... per column": left out here until
-  // the partitioner, the validator and codegen share one notion of column values. The on-demand
-  // run includes them.
-  shape.column_views = false;
   std::map<std::string, int> ops_seen;
   int high_rank = 0, signed_zero_literals = 0, special_only = 0;
   for (uint64_t seed = 1; seed <= 2000; ++seed) {
