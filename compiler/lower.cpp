@@ -12,18 +12,6 @@
 
 namespace kfuse {
 
-namespace {
-
-// How codegen multiplies the GEMMs of f32 operands at precision p (bf16 leaves none: autocast
-// rounded their operands).
-codegen::GemmMath gemm_math(Precision p) {
-  return p == Precision::TF32     ? codegen::GemmMath::Tf32
-         : p == Precision::FP32x3 ? codegen::GemmMath::Tf32x3
-                                  : codegen::GemmMath::Fp32;
-}
-
-} // namespace
-
 Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   Lowered l;
   l.target = options.target;
@@ -61,13 +49,12 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
     dump.emit("plan", ".txt", plan::print_plan_text(l.plan, {}));
   if (!to_cuda)
     return l;
-  const codegen::GemmMath math = gemm_math(options.target.precision);
   const plan::Plan kernels = select::kernel_view(l.plan);
-  select::Selection specs = select::select_kernels(kernels, math, options.target.arch);
+  select::Selection specs = select::select_kernels(kernels, options.target);
   if (options.tunings)
     if (const codegen::GemmTunings tuned = options.tunings(select::gemm_keys(kernels, specs));
         !tuned.empty())
-      specs = select::select_kernels(kernels, math, options.target.arch, tuned);
+      specs = select::select_kernels(kernels, options.target, tuned);
   l.program = codegen::emit(kernels, specs, options.target.arch);
   if (dump.wants("cuda"))
     dump.emit("cuda", ".cu", l.program.source);

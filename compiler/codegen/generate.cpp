@@ -79,8 +79,7 @@ void EmitContext::collect_tree(const Kernel &k, ValueId root, const std::set<Val
   while (!todo.empty()) {
     ValueId cur = todo.back();
     todo.pop_back();
-    if (given.count(cur) || !plan::computes(k, cur) ||
-        !done.insert(cur).second)
+    if (given.count(cur) || !plan::computes(k, cur) || !done.insert(cur).second)
       continue;
     todo.insert(todo.end(), graph[cur].args.begin(), graph[cur].args.end());
   }
@@ -131,11 +130,12 @@ Program emit(const plan::Plan &p, const select::Selection &selection, const std:
   return prog;
 }
 
-Program generate(const plan::Plan &p, GemmMath math, const std::string &arch,
-                 const GemmTunings &tunings) {
+Program generate(const plan::Plan &p, const Target &target, const GemmTunings &tunings) {
   const plan::Plan view = select::kernel_view(p);
-  return emit(view, select::select_kernels(view, math, arch, tunings), arch);
+  return emit(view, select::select_kernels(view, target, tunings), target.arch);
 }
+
+Program generate(const plan::Plan &p) { return generate(p, Target{}); }
 
 std::string inline_templates(const std::string &source) {
   std::set<std::string> done;

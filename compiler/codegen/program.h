@@ -21,6 +21,10 @@ namespace kfuse::select {
 struct Selection;
 }
 
+namespace kfuse {
+struct Target;
+}
+
 namespace kfuse::codegen {
 
 // A plan the code generator cannot express (e.g. an f16 tensor); names the tensor or op.
@@ -144,11 +148,13 @@ struct Program {
 // (the NVRTC target: "sm_90a", ...): one emitter per kernel, in plan order.
 Program emit(const plan::Plan &p, const select::Selection &selection, const std::string &arch);
 
-// select::kernel_view, select::select_kernels and emit in one call. On sm_90a tf32 GEMMs use the
-// Hopper mainloop. `tunings` replace the heuristic's tile and split-K caps of the GEMM kernels
-// they name; a tuned tile that is not among a kernel's candidates is a CodegenError.
-Program generate(const plan::Plan &p, GemmMath math = GemmMath::Fp32, const std::string &arch = "",
-                 const GemmTunings &tunings = {});
+// select::kernel_view, select::select_kernels and emit in one call, for `target`'s arch and
+// precision (its split-K cap is the launches'). On sm_90a tf32 GEMMs use the Hopper mainloop.
+// `tunings` replace the heuristic's tile and split-K caps of the GEMM kernels they name; a tuned
+// tile that is not among a kernel's candidates is a CodegenError.
+Program generate(const plan::Plan &p, const Target &target, const GemmTunings &tunings = {});
+// For the default Target: fp32 GEMMs, NVRTC's default arch.
+Program generate(const plan::Plan &p);
 
 // Every kernel's launch description and parameters as text (KFUSE_DUMP=launch), values named
 // as in the plan.

@@ -394,7 +394,15 @@ plan::Plan kernel_view(const plan::Plan &p) {
   return view;
 }
 
-Selection select_kernels(const plan::Plan &p, GemmMath math, const std::string &arch,
+// How the GEMMs of f32 operands multiply at precision p (bf16 leaves none: autocast rounded
+// their operands).
+GemmMath gemm_math(Precision p) {
+  return p == Precision::TF32     ? GemmMath::Tf32
+         : p == Precision::FP32x3 ? GemmMath::Tf32x3
+                                  : GemmMath::Fp32;
+}
+
+Selection select_kernels(const plan::Plan &p, const Target &target,
                          const codegen::GemmTunings &tunings) {
   for (const auto &entry : tunings) {
     const std::string &name = entry.first; // a lambda may not capture a structured binding
@@ -404,7 +412,7 @@ Selection select_kernels(const plan::Plan &p, GemmMath math, const std::string &
                                      "no GEMM kernel of the plan",
                                      p.graph.name, name));
   }
-  return Selector(p, math, arch, tunings).run();
+  return Selector(p, gemm_math(target.precision), target.arch, tunings).run();
 }
 
 std::vector<exec::TunableGemm> gemm_keys(const plan::Plan &p, const Selection &s) {

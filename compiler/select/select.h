@@ -8,6 +8,7 @@
 #include "compiler/codegen/program.h"
 #include "compiler/executable.h"
 #include "compiler/select/spec.h"
+#include "compiler/target.h"
 
 #include <string>
 #include <vector>
@@ -20,7 +21,7 @@ plan::Plan kernel_view(const plan::Plan &p);
 // `p` is a kernel_view: it sees every tensor as [rows, F] (ir::matrix_view). `tunings` replace the
 // heuristics' tile and split-K caps of the GEMM kernels they name; a tuned tile a kernel cannot
 // take is a CodegenError naming it.
-Selection select_kernels(const plan::Plan &p, codegen::GemmMath math, const std::string &arch,
+Selection select_kernels(const plan::Plan &p, const Target &target,
                          const codegen::GemmTunings &tunings = {});
 
 // The matrices elementwise kernel `k` reads at (row, col), in the order it first reads them:

@@ -6,6 +6,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
+#include "compiler/target.h"
 #include "kfuse/kfuse.h"
 #include "runtime/pipeline.h"
 #include "tests/support/temp_cache.h"
@@ -111,8 +112,8 @@ TEST_CASE("codegen: bf16/f16 tensors are read and written in their type, GEMMs o
           std::string::npos);
     for (size_t i = 1; i < p.intermediates.size(); ++i)
       CHECK(p.intermediates[i].type.str() == "f32[5]");
-    for (codegen::GemmMath math : {codegen::GemmMath::Fp32, codegen::GemmMath::Tf32}) {
-      codegen::Program prog = codegen::generate(p, math, "sm_90a");
+    for (Precision precision : {Precision::FP32, Precision::TF32}) {
+      codegen::Program prog = codegen::generate(p, Target{"sm_90a", precision});
       // 5 output features: the narrow-layer tile.
       CHECK(prog.source.find(fmt::format("kf::Sm90Gemm<kf::sm90::Operand::{}, 128, 64, 2>",
                                          operand)) != std::string::npos);
@@ -125,14 +126,14 @@ TEST_CASE("codegen: bf16/f16 tensors are read and written in their type, GEMMs o
       CHECK(prog.source.find(fmt::format("const {} *__restrict__ p_h", type)) != std::string::npos);
     }
     // The Hopper GEMM is the only one taking 2-byte operands: what it cannot run is an error.
-    CHECK_THROWS_WITH_AS(codegen::generate(plan_in(dtype, 12), codegen::GemmMath::Fp32, "sm_90a"),
+    CHECK_THROWS_WITH_AS(codegen::generate(plan_in(dtype, 12), Target{"sm_90a", Precision::FP32}),
                          doctest::Contains("needs the inner dim a constant multiple of 8"),
                          codegen::CodegenError);
-    CHECK_THROWS_WITH_AS(codegen::generate(p, codegen::GemmMath::Fp32, "sm_80"),
+    CHECK_THROWS_WITH_AS(codegen::generate(p, Target{"sm_80", Precision::FP32}),
                          doctest::Contains("needs --arch sm_90a; got sm_80"),
                          codegen::CodegenError);
     CHECK_THROWS_WITH_AS(
-        codegen::generate(plan_in(dtype, 16, "matmul"), codegen::GemmMath::Fp32, "sm_90a"),
+        codegen::generate(plan_in(dtype, 16, "matmul"), Target{"sm_90a", Precision::FP32}),
         doctest::Contains("takes linear's [out, in] weight"), codegen::CodegenError);
   }
 }
@@ -396,7 +397,7 @@ TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on the sm9
 
 TEST_CASE("codegen: the sm90 GEMM describes its own launch, other targets and shapes fall back") {
   const plan::Plan train = plan_of("gemm_bn_scale_softmax", ir::Mode::Train);
-  codegen::Program hopper = codegen::generate(train, codegen::GemmMath::Tf32, "sm_90a");
+  codegen::Program hopper = codegen::generate(train, Target{"sm_90a", Precision::TF32});
   const codegen::KernelLaunch &gemm = hopper.launches.at(0);
   using Grid = codegen::LaunchGeometry::Grid;
   CHECK(gemm.geometry.grid == Grid::Persistent);
@@ -421,14 +422,14 @@ TEST_CASE("codegen: the sm90 GEMM describes its own launch, other targets and sh
   CHECK(hopper.launches.at(1).geometry.block_threads == 256);
   CHECK(hopper.launches.at(1).geometry.tile_cols == 32);
   // Not sm_90a, or a GEMM whose K is not a multiple of 4: the mma.sync template.
-  CHECK(codegen::generate(train, codegen::GemmMath::Tf32, "sm_80")
+  CHECK(codegen::generate(train, Target{"sm_80", Precision::TF32})
             .source.find("kf::gemm_tc<true, 0>") != std::string::npos);
   dsl::SourceFile src("odd.kf",
                       "pipeline odd {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[5, 6]\n"
                       "  return linear(x, w)\n}\n");
   dsl::Diagnostics diags(src);
   plan::Plan odd = plan::make_plan(dsl::parse_kf(src, diags), ir::Mode::Eval);
-  CHECK(codegen::generate(odd, codegen::GemmMath::Tf32, "sm_90a")
+  CHECK(codegen::generate(odd, Target{"sm_90a", Precision::TF32})
             .source.find("kf::gemm_tc<true, 0>") != std::string::npos);
 }
 
@@ -436,7 +437,7 @@ TEST_CASE("codegen: a GEMM's functor names the matrices its epilogue reads, whic
           "them") {
   const std::string s =
       codegen::generate(plan_of("tinyllama_o_proj_residual_rmsnorm_btf_bf16", ir::Mode::Eval),
-                        codegen::GemmMath::Fp32, "sm_90a")
+                        Target{"sm_90a", Precision::FP32})
           .source;
   CHECK(s.find("static constexpr int MATRICES = 1;") != std::string::npos);
   CHECK(s.find("if constexpr (I == 0) return kf::Matrix<kf::bf16>{p_residual, 2048};") !=
@@ -494,7 +495,7 @@ TEST_CASE("codegen: every kernel waits for the grid before it reads what kernels
   const plan::Plan train = plan_of("gemm_bn_scale_softmax", ir::Mode::Train);
   for (const char *arch : {"sm_90a", "sm_80"}) {
     INFO(arch);
-    const codegen::Program p = codegen::generate(train, codegen::GemmMath::Tf32, arch);
+    const codegen::Program p = codegen::generate(train, Target{arch, Precision::TF32});
     REQUIRE(p.launches.size() == 3);
     for (const codegen::KernelLaunch &l : p.launches) {
       INFO(l.entry);

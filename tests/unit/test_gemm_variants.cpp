@@ -5,6 +5,7 @@
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/plan/planner.h"
+#include "compiler/target.h"
 #include "runtime/launch_geometry.h"
 #include "runtime/launch_table.h"
 #include "runtime/pipeline.h"
@@ -36,7 +37,7 @@ TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 
   for (const char *dtype : {"f32", "bf16"}) {
     CAPTURE(dtype);
     const codegen::Program p = codegen::generate(
-        layer(1024, "gelu(h)", ir::Mode::Train, dtype, 2048), codegen::GemmMath::Tf32, "sm_90a");
+        layer(1024, "gelu(h)", ir::Mode::Train, dtype, 2048), Target{"sm_90a", Precision::TF32});
     const codegen::KernelLaunch &gemm = p.launches.at(0);
     CHECK(gemm.tile == "64x128x2");
     REQUIRE(gemm.by_rows.size() == 2);
@@ -76,40 +77,40 @@ TEST_CASE("gemm variants: a narrow layer's GEMM on sm_90a carries its 128 x 128 
 
 TEST_CASE("gemm variants: none where the tile is not the width's guess or a second one cannot "
           "run") {
-  auto variants = [](const plan::Plan &p, codegen::GemmMath math, const char *arch,
+  auto variants = [](const plan::Plan &p, const Target &target,
                      const codegen::GemmTunings &tunings = {}) {
-    return codegen::generate(p, math, arch, tunings).launches.at(0).by_rows.size();
+    return codegen::generate(p, target, tunings).launches.at(0).by_rows.size();
   };
   // Column statistics in the epilogue: the column kernel is compiled for one partial tile height.
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Train),
-                 codegen::GemmMath::Tf32, "sm_90a") == 0);
+                 Target{"sm_90a", Precision::TF32}) == 0);
   // The same batchnorm in eval mode folds into the epilogue: no statistics, a variant; two
   // where K is deep enough for the 128 x 256 tile (2040: TMA-aligned, below 2048).
-  CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval), codegen::GemmMath::Tf32,
-                 "sm_90a") == 1);
+  CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval),
+                 Target{"sm_90a", Precision::TF32}) == 1);
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval, "bf16", 2040),
-                 codegen::GemmMath::Tf32, "sm_90a") == 1);
+                 Target{"sm_90a", Precision::TF32}) == 1);
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval, "bf16", 2048),
-                 codegen::GemmMath::Tf32, "sm_90a") == 2);
+                 Target{"sm_90a", Precision::TF32}) == 2);
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval, "f32", 2048),
-                 codegen::GemmMath::Tf32, "sm_90a") == 2);
+                 Target{"sm_90a", Precision::TF32}) == 2);
   CHECK(variants(layer(1024, "batchnorm(h, g, b, rm, rv)", ir::Mode::Eval, "f32", 2040),
-                 codegen::GemmMath::Tf32, "sm_90a") == 1);
+                 Target{"sm_90a", Precision::TF32}) == 1);
   // Wide layers take 128 x 256 already; the mma.sync and 3xtf32 mainloops have one tile.
-  CHECK(variants(layer(4096, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_90a") == 0);
-  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_80") == 0);
-  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32x3, "sm_90a") == 0);
+  CHECK(variants(layer(4096, "gelu(h)", ir::Mode::Eval), Target{"sm_90a", Precision::TF32}) == 0);
+  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), Target{"sm_80", Precision::TF32}) == 0);
+  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), Target{"sm_90a", Precision::FP32x3}) == 0);
   // A tuned tile is the tile.
   codegen::GemmTunings tuned;
   tuned["k0_gemm"].tile = codegen::Sm90Tile::M64N128x2;
-  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), codegen::GemmMath::Tf32, "sm_90a",
+  CHECK(variants(layer(1024, "gelu(h)", ir::Mode::Eval), Target{"sm_90a", Precision::TF32},
                  tuned) == 0);
 }
 
 TEST_CASE("gemm variants: runs take the 128 x 128 tile from a full wave of it, the 128 x 256 one "
           "instead where its waves take less time, and neither needs a split") {
   const plan::Plan p = layer(1024, "gelu(h)", ir::Mode::Eval, "bf16", 2048);
-  const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a");
+  const codegen::Program prog = codegen::generate(p, Target{"sm_90a", Precision::TF32});
   const exec::Executable exe = build_executable(p, prog);
   const exec::Kernel &gemm = exe.kernels.at(0);
   // 1024 features: 8 columns of 128 x 128 tiles, so 132 SMs need 17 row tiles. Once they have
@@ -151,7 +152,7 @@ TEST_CASE("gemm variants: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 tw
     for (const char *arch : {"sm_90a", "sm_80"}) {
       CAPTURE(arch);
       const plan::Plan p = layer(1024, "batchnorm(h, g, b, rm, rv)", mode);
-      const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Fp32, arch);
+      const codegen::Program prog = codegen::generate(p, Target{arch, Precision::FP32});
       const codegen::KernelLaunch &gemm = prog.launches.at(0);
       CHECK(gemm.tile == "128x32x1");
       CHECK(gemm.geometry.block_threads == 128);
@@ -191,7 +192,7 @@ TEST_CASE("gemm variants: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 tw
   }
   // A row epilogue stages whole rows in its tile: the 128 x 128 tile alone.
   const codegen::Program rows = codegen::generate(layer(128, "softmax(h, dim=1)", ir::Mode::Eval),
-                                                  codegen::GemmMath::Fp32, "sm_90a");
+                                                  Target{"sm_90a", Precision::FP32});
   CHECK(rows.launches.at(0).tile == "128x128x1");
   CHECK(rows.launches.at(0).by_rows.empty());
 }
@@ -199,7 +200,7 @@ TEST_CASE("gemm variants: the SIMT GEMM's 128 x 32 tile carries its 128 x 128 tw
 TEST_CASE("gemm variants: one that ptxas spilled is reported unused and runs never take it") {
   const plan::Plan p = layer(1024, "gelu(h)", ir::Mode::Eval, "bf16", 2048);
   exec::Executable exe =
-      build_executable(p, codegen::generate(p, codegen::GemmMath::Tf32, "sm_90a"));
+      build_executable(p, codegen::generate(p, Target{"sm_90a", Precision::TF32}));
   REQUIRE(exe.kernels.at(0).variants.size() == 2);
   CompileReport report;
   report.kernels = {{"k0_gemm", 128, 0, 0, 0, 0, "", false, ""},

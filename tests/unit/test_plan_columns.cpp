@@ -6,6 +6,7 @@
 #include "compiler/plan/agreement.h"
 #include "compiler/plan/planner.h"
 #include "compiler/plan/validate_plan.h"
+#include "compiler/target.h"
 #include "tests/support/run_tool.h"
 
 #include <doctest/doctest.h>
@@ -15,7 +16,6 @@
 #include <fstream>
 
 using namespace kfuse;
-using ir::Mode;
 
 namespace {
 
@@ -30,13 +30,13 @@ ir::Graph parse_text(const std::string &text) {
 void plan_prove_emit(const std::string &text) {
   INFO(text);
   const ir::Graph g = parse_text(text);
-  for (Mode mode : {Mode::Train, Mode::Eval}) {
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
     INFO("mode ", ir::mode_name(mode));
     for (bool fuse : {true, false}) {
       INFO("fuse ", fuse);
       plan::Plan p;
       REQUIRE_NOTHROW(p = plan::make_plan(g, mode, {}, fuse));
-      CHECK_NOTHROW(codegen::generate(p, codegen::GemmMath::Fp32, "sm_90a"));
+      CHECK_NOTHROW(codegen::generate(p, Target{"sm_90a", Precision::FP32}));
     }
     const plan::StageError worst =
         plan::first_failure(plan::check_planner(g, mode, {{"N", 3}}, 7, passes::pipeline()), 1e-9);
@@ -105,9 +105,9 @@ TEST_CASE("plan columns: a column value computed in a column kernel is stored in
 }
 )";
   plan_prove_emit(text);
-  const plan::Plan p = plan::make_plan(parse_text(text), Mode::Train);
+  const plan::Plan p = plan::make_plan(parse_text(text), ir::Mode::Train);
   const ir::ValueId out = p.graph.outputs[0];
-  const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Fp32, "sm_90a");
+  const codegen::Program prog = codegen::generate(p, Target{"sm_90a", Precision::FP32});
   // The column kernel stores every feature of the [1, 4] value, not only the first.
   CHECK(prog.source.find(fmt::format("if (col == 0)")) == std::string::npos);
   CHECK(plan::is_column_value(p.graph[out].type));
@@ -141,7 +141,7 @@ TEST_CASE("plan columns: the validator refuses a column value computed from a ma
   return relu(add(x, w))
 }
 )"),
-                                 Mode::Eval);
+                                 ir::Mode::Eval);
   REQUIRE(p.kernels.size() == 1);
   // Declare the relu a [1, 4] value: a column value reading the [N, 4] matrix before it.
   ir::ValueId relu = p.graph.outputs[0];

@@ -5,6 +5,7 @@
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/plan/planner.h"
+#include "compiler/target.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -60,7 +61,7 @@ double seconds_to_plan_and_emit(const std::string &text, size_t kernels) {
   for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
     const plan::Plan p = plan::make_plan(g, mode);
     CHECK(p.kernels.size() >= kernels);
-    codegen::generate(p, codegen::GemmMath::Fp32, "sm_90a");
+    codegen::generate(p, Target{"sm_90a", Precision::FP32});
   }
   return static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
 }

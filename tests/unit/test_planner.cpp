@@ -10,6 +10,7 @@
 #include "compiler/plan/partition.h"
 #include "compiler/plan/planner.h"
 #include "compiler/plan/validate_plan.h"
+#include "compiler/target.h"
 #include "tests/support/random_pipelines.h"
 
 #include <doctest/doctest.h>
@@ -22,7 +23,6 @@
 #include <limits>
 
 using namespace kfuse;
-using ir::Mode;
 
 namespace {
 
@@ -86,7 +86,7 @@ void set(ir::TensorMap &t, const std::string &name, std::vector<double> values) 
   t.at(name).data = std::move(values);
 }
 
-void expect_agreement(const ir::Graph &g, Mode mode, int64_t n, uint64_t seed,
+void expect_agreement(const ir::Graph &g, ir::Mode mode, int64_t n, uint64_t seed,
                       const std::function<void(ir::TensorMap &)> &tweak = {}) {
   auto worst = plan::first_failure(
       plan::check_planner(g, mode, {{"N", n}}, seed, passes::pipeline(), tweak), kTolerance);
@@ -99,18 +99,18 @@ void expect_agreement(const ir::Graph &g, Mode mode, int64_t n, uint64_t seed,
 TEST_CASE("planner: founding workloads meet their kernel counts") {
   struct Case {
     const char *file;
-    Mode mode;
+    ir::Mode mode;
     Kinds expected;
   };
-  for (const Case &c : {Case{"gemm_scale_bn.kf", Mode::Eval, {"gemm"}},
-                        Case{"gemm_scale_bn_4096.kf", Mode::Eval, {"gemm"}},
-                        Case{"gemm_bn_scale_softmax.kf", Mode::Eval, {"gemm", "row"}},
-                        Case{"gemm_scale_bn.kf", Mode::Train, {"gemm", "column", "elementwise"}},
-                        Case{"gemm_bn_scale_softmax.kf", Mode::Train, {"gemm", "column", "row"}}}) {
+  for (const Case &c : {Case{"gemm_scale_bn.kf", ir::Mode::Eval, {"gemm"}},
+                        Case{"gemm_scale_bn_4096.kf", ir::Mode::Eval, {"gemm"}},
+                        Case{"gemm_bn_scale_softmax.kf", ir::Mode::Eval, {"gemm", "row"}},
+                        Case{"gemm_scale_bn.kf", ir::Mode::Train, {"gemm", "column", "elementwise"}},
+                        Case{"gemm_bn_scale_softmax.kf", ir::Mode::Train, {"gemm", "column", "row"}}}) {
     INFO(c.file, " ", ir::mode_name(c.mode));
     plan::Plan p = plan::make_plan(example(c.file), c.mode);
     CHECK(kinds(p) == c.expected);
-    if (c.mode == Mode::Train)
+    if (c.mode == ir::Mode::Train)
       CHECK(p.kernels[0].stats_of >= 0); // statistics come from the GEMM's epilogue
   }
 }
@@ -122,7 +122,7 @@ TEST_CASE("planner: fused and unfused plans of every example pass the validator"
       continue;
     INFO(entry.path().string());
     ir::Graph g = dsl::parse_kf_file(entry.path().string());
-    for (Mode mode : {Mode::Train, Mode::Eval})
+    for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
       for (bool fuse : {true, false})
         CHECK_NOTHROW(plan::make_plan(g, mode, {}, fuse)); // make_plan validates
   }
@@ -130,7 +130,7 @@ TEST_CASE("planner: fused and unfused plans of every example pass the validator"
 
 TEST_CASE("planner: founding workloads agree with the interpreter after every pass") {
   for (const char *file : {"gemm_scale_bn.kf", "gemm_bn_scale_softmax.kf", "gemm_scale_bn_4096.kf"})
-    for (Mode mode : {Mode::Train, Mode::Eval})
+    for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
       expect_agreement(example(file), mode, 2, 11);
 }
 
@@ -162,7 +162,7 @@ TEST_CASE("planner: random pipelines agree with the interpreter after every pass
         batchnorm_over_products +=
             v.op == ir::OpKind::BatchNorm && !v.type.shape[0].factors.empty();
       }
-    Mode mode = seed % 2 ? Mode::Train : Mode::Eval;
+    ir::Mode mode = seed % 2 ? ir::Mode::Train : ir::Mode::Eval;
     int64_t n = seed % 17 == 0 ? 1 : std::vector<int64_t>{2, 3, 7, 16, 64}[seed % 5];
     auto worst = plan::first_failure(
         plan::check_planner(g, mode, bind_dims(g, n), seed, passes::pipeline()), kTolerance);
@@ -175,8 +175,8 @@ TEST_CASE("planner: random pipelines agree with the interpreter after every pass
       row_tails += static_cast<int>(std::count(k.rules.begin(), k.rules.end(), "row_tail"));
     // Codegen emits every plan the validator accepts, where the GPU path runs the pipeline.
     if (!codegen::gpu_unsupported(g, "sm_90a")) {
-      CHECK_NOTHROW(codegen::generate(fused, codegen::GemmMath::Fp32, "sm_90a"));
-      CHECK_NOTHROW(codegen::generate(unfused, codegen::GemmMath::Fp32, "sm_90a"));
+      CHECK_NOTHROW(codegen::generate(fused, Target{"sm_90a", Precision::FP32}));
+      CHECK_NOTHROW(codegen::generate(unfused, Target{"sm_90a", Precision::FP32}));
       ++emitted;
     }
   }
@@ -202,7 +202,7 @@ TEST_CASE("planner: long random chains plan validly and agree") {
     std::string text = testing::random_pipeline(choices, shape, "long_" + std::to_string(seed));
     ir::Graph g = parse_text(text);
     CHECK(g.values.size() > 300);
-    Mode mode = seed % 2 ? Mode::Train : Mode::Eval;
+    ir::Mode mode = seed % 2 ? ir::Mode::Train : ir::Mode::Eval;
     // Hundreds of stacked batchnorms amplify rounding chaotically, so the passes are proven
     // on short pipelines (above); here the plan must compute what the rewritten graph does.
     plan::Plan p = plan::make_plan(g, mode);
@@ -273,21 +273,21 @@ size_t last_kernel_reading(const plan::Plan &p, const std::string &name, size_t 
 
 TEST_CASE("planner: a kernel runs after the kernels that store what it reads") {
   ir::Graph g = issue_case("read_before_store.kf");
-  plan::Plan p = plan::make_plan(g, Mode::Train);
+  plan::Plan p = plan::make_plan(g, ir::Mode::Train);
   CHECK(kernel_storing(p, "g") < first_kernel_reading(p, "g"));
-  for (Mode mode : {Mode::Train, Mode::Eval})
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
     for (int64_t n : {2, 5, 64})
       expect_agreement(g, mode, n, 31);
 }
 
 TEST_CASE("planner: reads of a state see its value on entry") {
   ir::Graph g = issue_case("state_read_after_update.kf");
-  plan::Plan p = plan::make_plan(g, Mode::Train);
+  plan::Plan p = plan::make_plan(g, ir::Mode::Train);
   size_t update = kernel_updating(p, "rm");
   CHECK(last_kernel_reading(p, "rm", update) < update);
   CHECK(std::count(p.kernels[update].rules.begin(), p.kernels[update].rules.end(),
                    "state_update_after_readers") == 1);
-  for (Mode mode : {Mode::Train, Mode::Eval})
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
     for (int64_t n : {2, 5, 64})
       expect_agreement(g, mode, n, 37);
 }
@@ -297,7 +297,7 @@ TEST_CASE("planner: a chain of 50,000 ops plans without deep recursion") {
   for (int i = 0; i < 50000; ++i)
     text += "  h = relu(h)\n";
   ir::Graph g = parse_text(text + "  return h\n}\n");
-  for (Mode mode : {Mode::Train, Mode::Eval}) {
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
     plan::Plan p = plan::make_plan(g, mode);
     size_t computed = 0; // in kernels of at most kMaxOpsPerKernel ops (NVRTC's compile time)
     for (const plan::Kernel &k : p.kernels) {
@@ -309,7 +309,7 @@ TEST_CASE("planner: a chain of 50,000 ops plans without deep recursion") {
 }
 
 TEST_CASE("planner: the validator names the kernels of an invalid plan") {
-  plan::Plan good = plan::make_plan(issue_case("state_read_after_update.kf"), Mode::Train);
+  plan::Plan good = plan::make_plan(issue_case("state_read_after_update.kf"), ir::Mode::Train);
   REQUIRE(good.kernels.size() >= 3);
   SUBCASE("a read before the store") {
     plan::Plan p = good;
@@ -348,7 +348,7 @@ TEST_CASE("planner: the validator names the kernels of an invalid plan") {
 TEST_CASE("planner: adversarial parameters") {
   ir::Graph scale_bn = parse_text(kSmallScaleBn);
   ir::Graph softmax = parse_text(kSmallSoftmax);
-  for (Mode mode : {Mode::Train, Mode::Eval}) {
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
     SUBCASE("zero and negative per-feature scales") {
       expect_agreement(scale_bn, mode, 4, 3, [](ir::TensorMap &t) {
         set(t, "scale", {0.0, -2.5, 1.0, 0.0, -1e-3});
@@ -382,7 +382,7 @@ TEST_CASE("planner: adversarial parameters") {
 namespace {
 
 // A wrong rewrite: the variance of a*y taken as a*var(y) instead of a^2*var(y).
-ir::Graph absorb_with_wrong_variance(const ir::Graph &g, Mode) {
+ir::Graph absorb_with_wrong_variance(const ir::Graph &g, ir::Mode) {
   return passes::Rewriter(g, "broken_absorb")
       .run([](passes::Rewriter &r, ir::ValueId old) -> ir::ValueId {
         const ir::Value &v = r.old_graph()[old];
@@ -403,11 +403,11 @@ TEST_CASE("planner: the harness rejects a wrong rewrite") {
       p = {"broken_absorb", absorb_with_wrong_variance};
   ir::Graph g = parse_text(kSmallScaleBn);
   auto worst =
-      plan::first_failure(plan::check_planner(g, Mode::Train, {{"N", 4}}, 21, broken), kTolerance);
+      plan::first_failure(plan::check_planner(g, ir::Mode::Train, {{"N", 4}}, 21, broken), kTolerance);
   CHECK(worst.stage == "broken_absorb");
   CHECK(worst.error > 1e-3);
   // The real pass on the same inputs agrees.
-  CHECK(plan::first_failure(plan::check_planner(g, Mode::Train, {{"N", 4}}, 21, passes::pipeline()),
+  CHECK(plan::first_failure(plan::check_planner(g, ir::Mode::Train, {{"N", 4}}, 21, passes::pipeline()),
                             kTolerance)
             .error <= kTolerance);
 }
@@ -443,11 +443,11 @@ TEST_CASE("planner: the harness compares infinities and NaN as values") {
 )");
   const ir::DimBindings dims{{"N", 64}};
   const plan::RunResult ref =
-      plan::run_graph(g, Mode::Train, dims, ir::random_tensors(g, dims, 132));
+      plan::run_graph(g, ir::Mode::Train, dims, ir::random_tensors(g, dims, 132));
   REQUIRE(ref.outputs.size() == 1);
   CHECK(std::count_if(ref.outputs[0].data.begin(), ref.outputs[0].data.end(),
                       [](double v) { return std::isinf(v); }) > 0);
-  for (Mode mode : {Mode::Train, Mode::Eval})
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
     CHECK(
         plan::first_failure(plan::check_planner(g, mode, dims, 132, passes::pipeline()), kTolerance)
             .error <= kTolerance);
@@ -483,13 +483,13 @@ TEST_CASE("planner: a value used several times fuses where its uses are") {
                         Case{"distill_log_softmax_by_hand.kf", {"gemm", "row"}, "row_chain"},
                         Case{"simclr_projection_standardize.kf", {"gemm"}, "row_epilogue"},
                         Case{"resnet50_energy_logsumexp.kf", {"gemm", "row"}, "row_result"}})
-    for (Mode mode : {Mode::Train, Mode::Eval}) {
+    for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
       INFO(std::string(c.file), " ", ir::mode_name(mode));
       plan::Plan p = plan::make_plan(example(c.file), mode);
       CHECK(kinds(p) == c.expected);
       CHECK(has_rule(p, c.rule));
     }
-  plan::Plan shared = plan::make_plan(issue_case("shared_values.kf"), Mode::Eval);
+  plan::Plan shared = plan::make_plan(issue_case("shared_values.kf"), ir::Mode::Eval);
   CHECK(kinds(shared) == Kinds{"gemm", "gemm"});
   CHECK(shared.intermediates.empty());
 }
@@ -506,16 +506,16 @@ TEST_CASE("planner: a narrow layer's row kernel runs in its GEMM's epilogue, unl
   const std::string bn = "batchnorm(linear(x, w), g, b, rm, rv, eps=1e-5)";
   for (int out : {1, 100, 128}) {
     CAPTURE(out);
-    plan::Plan eval = plan::make_plan(parse_text(text(out, bn.c_str())), Mode::Eval);
+    plan::Plan eval = plan::make_plan(parse_text(text(out, bn.c_str())), ir::Mode::Eval);
     CHECK(kinds(eval) == Kinds{"gemm"});
     CHECK(has_rule(eval, "gemm_row_epilogue"));
     CHECK(eval.intermediates.empty()); // the product is staged, never stored
     CHECK(eval.kernels[0].rows_of >= 0);
     // Train mode normalizes with the whole batch's statistics: a row kernel after them.
-    plan::Plan train = plan::make_plan(parse_text(text(out, bn.c_str())), Mode::Train);
+    plan::Plan train = plan::make_plan(parse_text(text(out, bn.c_str())), ir::Mode::Train);
     CHECK_FALSE(has_rule(train, "gemm_row_epilogue"));
     CHECK(kinds(train).back() == "row");
-    for (Mode mode : {Mode::Train, Mode::Eval})
+    for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
       for (int64_t n : {2, 5})
         expect_agreement(parse_text(text(out, bn.c_str())), mode, n, 31);
   }
@@ -523,10 +523,10 @@ TEST_CASE("planner: a narrow layer's row kernel runs in its GEMM's epilogue, unl
   plan::Plan both = plan::make_plan(
       parse_text("pipeline both {\n  dim N\n  input x: f32[N, 8]\n  param w: f32[16, 8]\n"
                  "  h = linear(x, w)\n  return h, layernorm(h, eps=1e-5)\n}\n"),
-      Mode::Eval);
+      ir::Mode::Eval);
   CHECK(kinds(both) == Kinds{"gemm"});
   CHECK(both.kernels[0].stores.size() == 2);
-  plan::Plan wide = plan::make_plan(parse_text(text(129, "linear(x, w)")), Mode::Eval);
+  plan::Plan wide = plan::make_plan(parse_text(text(129, "linear(x, w)")), ir::Mode::Eval);
   CHECK(kinds(wide) == Kinds{"gemm", "row"});
   CHECK_FALSE(has_rule(wide, "gemm_row_epilogue"));
 }
@@ -535,7 +535,7 @@ TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and 
           "what is returned or read elsewhere") {
   // Seven features: the row kernel runs in the GEMM's epilogue (gemm_row_epilogue), which then
   // stores nothing of the product. 200 features: a row kernel of its own over the stored product.
-  plan::Plan p = plan::make_plan(issue_case("row_chain.kf"), Mode::Eval);
+  plan::Plan p = plan::make_plan(issue_case("row_chain.kf"), ir::Mode::Eval);
   CHECK(kinds(p) == Kinds{"gemm"});
   CHECK(p.kernels[0].row_stages.size() == 9); // max, sum, mean, std, logsumexp, four results
   CHECK(p.kernels[0].stores.size() == 4);     // the four outputs; m, s, mu, sd stay in registers
@@ -543,7 +543,7 @@ TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and 
   std::ifstream in(std::string(KFUSE_SOURCE_DIR) + "/tests/support/pipelines/row_chain.kf");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   text.replace(text.find("w: f32[7, 6]"), 12, "w: f32[200, 6]");
-  plan::Plan wide = plan::make_plan(parse_text(text), Mode::Eval);
+  plan::Plan wide = plan::make_plan(parse_text(text), ir::Mode::Eval);
   CHECK(kinds(wide) == Kinds{"gemm", "row"});
   const plan::Kernel &row = wide.kernels[1];
   CHECK(row.row_stages.size() == 9);
@@ -552,7 +552,7 @@ TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and 
   // The GEMM product crosses the reductions: stored, and the plan says why.
   ir::ValueId h = wide.kernels[0].stores.at(0);
   CHECK(wide.stored_because.at(h).find("crosses a reduction") != std::string::npos);
-  for (Mode mode : {Mode::Train, Mode::Eval})
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
     for (int64_t n : {1, 2, 5}) {
       expect_agreement(issue_case("row_chain.kf"), mode, n, 21);
       expect_agreement(parse_text(text), mode, n, 22);
@@ -562,11 +562,11 @@ TEST_CASE("planner: a chain of reductions on [N, 1] stays in one row kernel and 
 TEST_CASE("planner: the elementwise ops after a softmax or a normalization run in its pass, "
           "unless it is read elsewhere or they read another matrix") {
   // silu(groupnorm(h)): the normalization's pass stores silu's value, the norm's is not stored.
-  plan::Plan unet = plan::make_plan(example("sd_unet_groupnorm_silu.kf"), Mode::Eval);
+  plan::Plan unet = plan::make_plan(example("sd_unet_groupnorm_silu.kf"), ir::Mode::Eval);
   CHECK(kinds(unet) == Kinds{"gemm", "row"});
   CHECK(has_rule(unet, "row_tail"));
   CHECK(intermediate_names(unet) == std::vector<std::string>{"h"});
-  const plan::Plan unfused = plan::make_plan(example("sd_unet_groupnorm_silu.kf"), Mode::Eval, {},
+  const plan::Plan unfused = plan::make_plan(example("sd_unet_groupnorm_silu.kf"), ir::Mode::Eval, {},
                                              /*fuse=*/false);
   CHECK_FALSE(has_rule(unfused, "row_tail"));
   auto text = [](const std::string &ret) {
@@ -578,7 +578,7 @@ TEST_CASE("planner: the elementwise ops after a softmax or a normalization run i
   // The tail reads a per-feature param, a per-row result of an earlier pass and a scalar; a
   // softmax's tail likewise.
   const std::string joined = text("relu(mul(sub(n, m), g)), m, mul(softmax(h, dim=1), 2.0)");
-  plan::Plan p = plan::make_plan(parse_text(joined), Mode::Eval);
+  plan::Plan p = plan::make_plan(parse_text(joined), ir::Mode::Eval);
   CHECK(kinds(p) == Kinds{"gemm", "row"});
   CHECK(has_rule(p, "row_tail"));
   CHECK(stored_value(p, "n") < 0);
@@ -589,17 +589,17 @@ TEST_CASE("planner: the elementwise ops after a softmax or a normalization run i
         {"add(n, h)", "reads another matrix of its size"},
         {"n, relu(n)", "output"}}) {
     CAPTURE(ret);
-    plan::Plan q = plan::make_plan(parse_text(text(ret)), Mode::Eval);
+    plan::Plan q = plan::make_plan(parse_text(text(ret)), ir::Mode::Eval);
     CHECK_FALSE(has_rule(q, "row_tail"));
     const ir::ValueId n = stored_value(q, "n");
     REQUIRE(n >= 0);
     CHECK(q.stored_because.at(n).find(why) != std::string::npos);
   }
   for (const std::string &t : {joined, text("relu(n), sigmoid(n)"), text("add(n, r)")})
-    for (Mode mode : {Mode::Train, Mode::Eval})
+    for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
       for (int64_t n : {1, 2, 5})
         expect_agreement(parse_text(t), mode, n, 24);
-  for (Mode mode : {Mode::Train, Mode::Eval})
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
     for (int64_t n : {1, 5})
       expect_agreement(example("sd_unet_groupnorm_silu.kf"), mode, n, 25);
 }
@@ -609,24 +609,24 @@ TEST_CASE("planner: a column value read by a row pass joins no column kernel bui
   // t = q * v: v's column kernel is built before the row kernel over x, q after it. Joining
   // v's kernel made that kernel read q and the row kernel read t: a cycle.
   const char *file = "column_value_of_a_later_kernel.kf";
-  plan::Plan p = plan::make_plan(issue_case(file), Mode::Eval);
+  plan::Plan p = plan::make_plan(issue_case(file), ir::Mode::Eval);
   CHECK(kernel_storing(p, "q") < kernel_storing(p, "t"));
   CHECK(kernel_storing(p, "v") != kernel_storing(p, "t"));
-  for (Mode mode : {Mode::Train, Mode::Eval})
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
     for (int64_t n : {1, 2, 5})
       expect_agreement(issue_case(file), mode, n, 23);
 }
 
 TEST_CASE("planner: shared values and row chains agree with the interpreter") {
   for (const char *file : {"shared_values.kf", "row_chain.kf"})
-    for (Mode mode : {Mode::Train, Mode::Eval})
+    for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
       for (int64_t n : {1, 3, 16}) {
         INFO(file);
         expect_agreement(issue_case(file), mode, n, 5);
       }
   for (const char *file : {"vit_head_stable_softmax.kf", "distill_log_softmax_by_hand.kf",
                            "resnet50_energy_logsumexp.kf", "simclr_projection_standardize.kf"})
-    for (Mode mode : {Mode::Train, Mode::Eval})
+    for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval})
       expect_agreement(example(file), mode, 3, 9);
 }
 
@@ -636,7 +636,7 @@ TEST_CASE("planner: intermediates are stored in their type, but a fused plan's p
   // matrices in their type too, but its folded per-feature values (no PyTorch op rounds them)
   // in f32. f32 batchnorm parameters keep their derived per-column values f32.
   const ir::Graph g = example("gemm_bn_scale_softmax_bf16.kf");
-  for (Mode mode : {Mode::Train, Mode::Eval}) {
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
     INFO(ir::mode_name(mode));
     plan::Plan unfused = plan::make_plan(g, mode, {}, /*fuse=*/false);
     REQUIRE(!unfused.intermediates.empty());
@@ -781,7 +781,7 @@ private:
 
 TEST_CASE("fold_affine: every rule and two batchnorms fold into one shifted map") {
   ir::Graph g = parse_text(kEveryRule);
-  for (Mode mode : {Mode::Train, Mode::Eval}) {
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
     INFO(ir::mode_name(mode));
     ir::Graph folded = passes::run_pipeline(g, mode, passes::pipeline());
     std::vector<const ir::Value *> maps = col_affines(folded);
@@ -791,7 +791,7 @@ TEST_CASE("fold_affine: every rule and two batchnorms fold into one shifted map"
     // beta; in train mode the batchnorm centres on the mean of x itself.
     REQUIRE(maps[0]->args.size() == 4);
     const ir::Value &shift = folded[maps[0]->args[3]];
-    if (mode == Mode::Eval)
+    if (mode == ir::Mode::Eval)
       CHECK(shift.name == "c");
     else
       CHECK(
@@ -812,7 +812,7 @@ TEST_CASE("fold_affine: a map without a shift stays one without") {
   return add(mul(add(x, c), d), c)
 }
 )");
-  ir::Graph folded = passes::run_pipeline(g, Mode::Eval, passes::pipeline());
+  ir::Graph folded = passes::run_pipeline(g, ir::Mode::Eval, passes::pipeline());
   std::vector<const ir::Value *> maps = col_affines(folded);
   REQUIRE(maps.size() == 1);
   CHECK(maps[0]->args.size() == 3);
@@ -827,7 +827,7 @@ TEST_CASE("simplify_identities: a zero shift is dropped, an identity map removed
   return col_affine(x, a, b, constant(value=0, dtype=f32)), col_affine(x, constant(value=1, dtype=f32), constant(value=-0, dtype=f32), constant(value=0, dtype=f32))
 }
 )");
-  ir::Graph simple = passes::simplify_identities(g, Mode::Eval);
+  ir::Graph simple = passes::simplify_identities(g, ir::Mode::Eval);
   std::vector<const ir::Value *> maps = col_affines(simple);
   REQUIRE(maps.size() == 1);
   CHECK(maps[0]->args.size() == 3);
@@ -843,7 +843,7 @@ TEST_CASE("simplify_identities: only the identities of signed zeros go") {
   return add(x, constant(value=0, dtype=f32)), sub(x, constant(value=-0, dtype=f32)), col_affine(x, a, constant(value=0, dtype=f32), constant(value=-0, dtype=f32)), add(x, constant(value=-0, dtype=f32)), sub(x, constant(value=0, dtype=f32))
 }
 )");
-  ir::Graph simple = passes::simplify_identities(g, Mode::Eval);
+  ir::Graph simple = passes::simplify_identities(g, ir::Mode::Eval);
   CHECK(simple[simple.outputs[0]].op == ir::OpKind::Add);
   CHECK(simple[simple.outputs[1]].op == ir::OpKind::Sub);
   REQUIRE(col_affines(simple).size() == 1);
@@ -866,11 +866,11 @@ TEST_CASE("batchnorm -> batchnorm folded: exact zeros on constant columns in fp3
     t.at("x").data[static_cast<size_t>(3 * r + 2)] =
         static_cast<float>(10 + std::sin(static_cast<double>(r) * 1.7));
   }
-  ir::Interpreter ref(g, Mode::Train, {{"N", rows}}, t);
+  ir::Interpreter ref(g, ir::Mode::Train, {{"N", rows}}, t);
   ref.eval_all();
   const std::vector<double> &expected = ref.value(g.outputs[0]).data;
 
-  ir::Graph folded = passes::run_pipeline(g, Mode::Train, passes::pipeline());
+  ir::Graph folded = passes::run_pipeline(g, ir::Mode::Train, passes::pipeline());
   REQUIRE(col_affines(folded).size() == 1);
   Fp32Evaluator fp32(folded, t, rows);
   const std::vector<float> &got = fp32.value(folded.outputs[0]);

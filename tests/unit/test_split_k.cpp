@@ -5,6 +5,7 @@
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/printer.h"
 #include "compiler/plan/planner.h"
+#include "compiler/target.h"
 #include "kfuse/kfuse.h"
 #include "runtime/launch_geometry.h"
 #include "runtime/launch_table.h"
@@ -50,7 +51,8 @@ int splits(const exec::Geometry &g, int64_t rows, int sms, int max_splits = 0) {
 } // namespace
 
 TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT tiles, 16-deep k-blocks)") {
-  const codegen::Program fp32 = codegen::generate(linear_plan(512, 1024), codegen::GemmMath::Fp32);
+  const codegen::Program fp32 =
+      codegen::generate(linear_plan(512, 1024), Target{"", Precision::FP32});
   const exec::Geometry g = simt_wide(fp32);
   CHECK(g.tile_k == 16);
   CHECK(g.blocks_per_sm == 1);        // split-K counts an SM once (generate.cpp says why)
@@ -76,7 +78,7 @@ TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT tiles, 16-deep k-block
   // K bounds S (each split keeps at least 2 k-blocks), and a short K does not pay for the
   // partial tiles (4 k-block times each for the SIMT GEMM).
   auto s_at_k = [](int k) {
-    const codegen::Program p = codegen::generate(linear_plan(k, 1024), codegen::GemmMath::Fp32);
+    const codegen::Program p = codegen::generate(linear_plan(k, 1024), Target{"", Precision::FP32});
     return splits(gemm_geometry(p), 128, 132);
   };
   CHECK(s_at_k(19) == 1);   // 2 k-blocks: no second split
@@ -85,7 +87,7 @@ TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT tiles, 16-deep k-block
   CHECK(s_at_k(160) == 4);  // 10 k-blocks: 3 + 4 split in 4 (the bound 5 takes two waves)
   CHECK(s_at_k(4100) == 4); // 257 k-blocks: the 32 tiles x 4 splits fill 132 SMs
   CHECK(rt::may_split(
-            gemm_geometry(codegen::generate(linear_plan(19, 1024), codegen::GemmMath::Fp32)),
+            gemm_geometry(codegen::generate(linear_plan(19, 1024), Target{"", Precision::FP32})),
             {{"N", 128}}, 0) == false);
   CHECK(rt::may_split(g, {{"N", 128}}, 0));
   CHECK_FALSE(rt::may_split(g, {{"N", 128}}, 1));
@@ -94,7 +96,7 @@ TEST_CASE("split-K: S from the tiles, the SMs and K (SIMT tiles, 16-deep k-block
 TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blocks per SM") {
   // 64 x 128 tiles, 2 blocks per SM: 16 tiles at 128 x 1024, 264 slots on 132 SMs.
   const codegen::Program tf32 =
-      codegen::generate(linear_plan(512, 1024), codegen::GemmMath::Tf32, "sm_90a");
+      codegen::generate(linear_plan(512, 1024), Target{"sm_90a", Precision::TF32});
   const exec::Geometry t = gemm_geometry(tf32);
   CHECK(t.grid == exec::Geometry::Grid::Persistent);
   CHECK(t.blocks_per_sm == 2);
@@ -106,25 +108,26 @@ TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blo
   CHECK(rt::resolve(t, {{"N", 4096}}, 132, 0).grid.x == 264);
   // 128 k-blocks: 16 + 16 split 8 ways, against 128.
   const codegen::Program tf32_deep =
-      codegen::generate(linear_plan(4096, 1024), codegen::GemmMath::Tf32, "sm_90a");
+      codegen::generate(linear_plan(4096, 1024), Target{"sm_90a", Precision::TF32});
   const exec::Geometry deep = gemm_geometry(tf32_deep);
   const rt::LaunchShape shape = rt::resolve(deep, {{"N", 128}}, 132, 0);
   CHECK(shape.splits == 8);
   CHECK(shape.grid.x == 128); // 16 tiles x 8 splits, within 264 slots
 
   const codegen::Program bf16 =
-      codegen::generate(linear_plan(512, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a");
+      codegen::generate(linear_plan(512, 1024, "bf16"), Target{"sm_90a", Precision::FP32});
   const exec::Geometry b = gemm_geometry(bf16);
   CHECK(b.tile_k == 64);
   CHECK(splits(b, 128, 132) == 1); // 8 k-blocks of 64: too few to split
   const codegen::Program bf16_deep =
-      codegen::generate(linear_plan(4096, 1024, "bf16"), codegen::GemmMath::Fp32, "sm_90a");
+      codegen::generate(linear_plan(4096, 1024, "bf16"), Target{"sm_90a", Precision::FP32});
   const exec::Geometry b_deep = gemm_geometry(bf16_deep);
   CHECK(splits(b_deep, 128, 132) == 8); // 64 k-blocks: 8 + 16 split 8 ways, against 64
   CHECK(rt::resolve(b_deep, {{"N", 128}}, 132, 0).grid.x == 128);
 
   // The mma.sync mainloop (K not a multiple of 4): 128 x 256 tiles, 32-deep k-blocks.
-  const codegen::Program tc = codegen::generate(linear_plan(510, 1024), codegen::GemmMath::Tf32);
+  const codegen::Program tc =
+      codegen::generate(linear_plan(510, 1024), Target{"", Precision::TF32});
   const exec::Geometry m = gemm_geometry(tc);
   CHECK(m.tile_k == 32);
   CHECK(splits(m, 128, 132) == 8); // 4 tiles, 16 k-blocks: the cap
@@ -134,8 +137,8 @@ TEST_CASE("split-K: the sm90 GEMMs split in k-blocks of their own depth, two blo
 
 TEST_CASE("split-K: the launch description and the config say that K splits at few rows") {
   const plan::Plan p = linear_plan(512, 1024);
-  for (codegen::GemmMath math : {codegen::GemmMath::Fp32, codegen::GemmMath::Tf32}) {
-    const codegen::Program prog = codegen::generate(p, math, "sm_90a");
+  for (Precision precision : {Precision::FP32, Precision::TF32}) {
+    const codegen::Program prog = codegen::generate(p, Target{"sm_90a", precision});
     INFO(prog.launches.at(0).config);
     CHECK(prog.launches.at(0).config.find("K split S ways") != std::string::npos);
     const std::string text = codegen::launch_text(prog, p);
@@ -149,7 +152,7 @@ TEST_CASE("split-K: the launch description and the config say that K splits at f
 
 TEST_CASE("split-K: the workspace holds the partial tiles and counters of a split GEMM") {
   const plan::Plan p = linear_plan(512, 1024);
-  const codegen::Program prog = codegen::generate(p, codegen::GemmMath::Fp32);
+  const codegen::Program prog = codegen::generate(p, Target{"", Precision::FP32});
   const exec::Executable exe = build_executable(p, prog);
   rt::LaunchTable split(exe, 0), whole(exe, 1);
   // The 128 x 32 tile at 128 rows: 32 tiles x 4 splits of 128 x 32 floats, and 32 counters in
@@ -186,8 +189,8 @@ TEST_CASE("split-K: units are numbered tile-major within one wave, split-major b
   // The launch: 32 narrow tiles split 4 ways fit the 132 SMs at once (tile-major); BERT-base's
   // 4096 x 768 x 768 splits its 192 wide tiles 2 ways, 384 units: split-major.
   const plan::Plan small = linear_plan(512, 1024), bert = linear_plan(768, 768);
-  const codegen::Program small_prog = codegen::generate(small, codegen::GemmMath::Fp32),
-                         bert_prog = codegen::generate(bert, codegen::GemmMath::Fp32);
+  const codegen::Program small_prog = codegen::generate(small, Target{"", Precision::FP32}),
+                         bert_prog = codegen::generate(bert, Target{"", Precision::FP32});
   const exec::Executable small_exe = build_executable(small, small_prog),
                          bert_exe = build_executable(bert, bert_prog);
   rt::LaunchTable one_wave(small_exe, 0), waves(bert_exe, 0);
@@ -212,7 +215,8 @@ TEST_CASE("split-K: a last wave partly empty is filled where that saves more tha
   // BERT's FFN output, 3072 -> 768 features, at 4096 rows: 32 x 6 = 192 SIMT tiles of 128 x 128
   // on 132 SMs leave 72 idle in the second wave; each tile is 192 k-blocks, a partial tile
   // costs 4.
-  const codegen::Program fp32 = codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Fp32);
+  const codegen::Program fp32 =
+      codegen::generate(linear_plan(3072, 768), Target{"", Precision::FP32});
   const exec::Geometry simt = simt_wide(fp32);
   CHECK(simt.split_cost_kblocks == 4);
   CHECK(splits(simt, 4096, 132) == 2);     // 3 waves of 96 + 4: 300 k-block times against 384
@@ -221,19 +225,20 @@ TEST_CASE("split-K: a last wave partly empty is filled where that saves more tha
   CHECK(splits(simt, 16384, 132) == 1);    // 768 tiles: 5.8 waves
   // K = 512 (32 k-blocks): S = 2 would save 6% (3 waves of 16 + 4 against 2 of 32), less than
   // the rule's margin.
-  const codegen::Program k512 = codegen::generate(linear_plan(512, 768), codegen::GemmMath::Fp32);
+  const codegen::Program k512 =
+      codegen::generate(linear_plan(512, 768), Target{"", Precision::FP32});
   const exec::Geometry shallow = simt_wide(k512);
   CHECK(splits(shallow, 4096, 132) == 1);
   // The sm90 tf32 GEMM's partial tile costs 16 of its k-blocks: its 384 tiles of 64 x 128 on 264
   // slots keep K whole; 3xTF32's 192 tiles of 128 x 128 on 132 SMs (a partial tile is 4 of its
   // slower k-blocks) split in 2: 3 waves of 48 + 4 against 2 of 96.
   const codegen::Program hopper =
-      codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32, "sm_90a");
+      codegen::generate(linear_plan(3072, 768), Target{"sm_90a", Precision::TF32});
   const exec::Geometry tf32 = gemm_geometry(hopper);
   CHECK(tf32.split_cost_kblocks == 16);
   CHECK(splits(tf32, 4096, 132) == 1);
   const codegen::Program split3 =
-      codegen::generate(linear_plan(3072, 768), codegen::GemmMath::Tf32x3, "sm_90a");
+      codegen::generate(linear_plan(3072, 768), Target{"sm_90a", Precision::FP32x3});
   const exec::Geometry x3 = gemm_geometry(split3);
   CHECK(x3.split_cost_kblocks == 4);
   CHECK(splits(x3, 4096, 132) == 2);

@@ -7,6 +7,7 @@
 #include "compiler/lower.h"
 #include "compiler/plan/planner.h"
 #include "compiler/select/select.h"
+#include "compiler/target.h"
 #include "kfuse/kfuse.h"
 #include "runtime/launch_geometry.h"
 #include "runtime/pipeline.h"
@@ -206,7 +207,7 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   const std::string &signature = heuristic.program.launches.at(0).signature;
   const plan::Plan kernels = select::kernel_view(heuristic.plan);
   const std::vector<exec::TunableGemm> gemms = select::gemm_keys(
-      kernels, select::select_kernels(kernels, codegen::GemmMath::Tf32, "sm_90a"));
+      kernels, select::select_kernels(kernels, Target{"sm_90a", Precision::TF32}));
   REQUIRE(store.store(kH100, signature, entry("64x256x1", 1024)));
 
   LowerOptions o = tf32_options();
