@@ -15,22 +15,20 @@ using exec::Buffer;
 using exec::WorkspaceEntry;
 using ir::ValueId;
 
-exec::Extent extent_of(const ir::Dim &d) { return exec::Extent{d.sym, d.value, d.factors}; }
-
 exec::Geometry geometry_of(const codegen::LaunchGeometry &g) {
   exec::Geometry e;
   e.grid = static_cast<exec::Geometry::Grid>(g.grid);
-  e.rows = extent_of(g.rows);
-  e.cols = extent_of(g.cols);
+  e.rows = g.rows;
+  e.cols = g.cols;
   e.tile_rows = g.tile_rows;
   e.tile_cols = g.tile_cols;
   e.blocks_per_sm = g.blocks_per_sm;
   e.block_threads = g.block_threads;
   e.smem_bytes = g.smem_bytes;
-  e.row_length = extent_of(g.row_length);
+  e.row_length = g.row_length;
   e.row_bytes_cap = g.row_bytes_cap;
   e.cluster = g.cluster;
-  e.inner = extent_of(g.inner);
+  e.inner = g.inner;
   e.tile_k = g.tile_k;
   e.split_cost_kblocks = g.split_cost_kblocks;
   e.max_splits_by_class = g.max_splits_by_class;
@@ -67,7 +65,7 @@ ir::DType ir_dtype(DType t) {
 exec::TensorType type_of(const ir::TensorType &t) {
   exec::TensorType e{api_dtype(t.dtype), {}};
   for (const ir::Dim &d : t.shape)
-    e.shape.push_back(extent_of(d));
+    e.shape.push_back(d);
   return e;
 }
 
@@ -233,8 +231,7 @@ exec::Param Builder::param_of(const LaunchParam &p, size_t k) {
     break;
   case LaunchParam::Kind::TensorMap:
     e.buffer = buffer_of(p.value);
-    e.map = {extent_of(p.map.rows), extent_of(p.map.inner), p.map.box_rows, p.map.box_inner,
-             api_dtype(p.map.element)};
+    e.map = {p.map.rows, p.map.inner, p.map.box_rows, p.map.box_inner, api_dtype(p.map.element)};
     break;
   case LaunchParam::Kind::Dim:
   case LaunchParam::Kind::SmemFloats:
@@ -262,9 +259,9 @@ exec::Kernel Builder::kernel_of(const KernelLaunch &l, size_t k, const exec::Ker
     p.map.box_inner = l.params[i].map.box_inner;
     e.params.push_back(std::move(p));
   }
-  e.rows = extent_of(l.rows);
-  e.cols = extent_of(l.cols);
-  e.inner = extent_of(l.inner);
+  e.rows = l.rows;
+  e.cols = l.cols;
+  e.inner = l.inner;
   e.config = l.config;
   e.tile = l.tile;
   e.signature = l.signature;
@@ -310,7 +307,7 @@ void Builder::add_constraints() {
       continue;
     Constraint c{Constraint::Kind::RowsFitInt, {}, 0, "", ""};
     for (size_t a = 0; a + 1 < t.shape.size(); ++a)
-      c.extents.push_back(extent_of(t.shape[a]));
+      c.extents.push_back(t.shape[a]);
     c.subject = fmt::format("{} {} has {}", ir::describe(g_, static_cast<ValueId>(id)), t.str(),
                             t.matrix_view().shape[0].str());
     e_.constraints.push_back(std::move(c));
@@ -322,7 +319,7 @@ void Builder::add_constraints() {
     const ir::TensorType &x = g_[v.args[0]].type;
     e_.constraints.push_back(
         {Constraint::Kind::EqualRows,
-         {extent_of(ir::row_extent(x)), extent_of(ir::row_extent(v.type))},
+         {ir::row_extent(x), ir::row_extent(v.type)},
          0,
          fmt::format("{}{} views {} {} as {}", ir::describe(g_, static_cast<ValueId>(id)), line(v),
                      ir::describe(g_, v.args[0]), x.str(), v.type.str()),
@@ -333,7 +330,7 @@ void Builder::add_constraints() {
       const double groups = v.attrs.at("groups").number;
       e_.constraints.push_back(
           {Constraint::Kind::Divides,
-           {extent_of(v.type.shape.back())},
+           {v.type.shape.back()},
            groups,
            fmt::format("{}: groups={}", ir::op_info(v.op).name, ir::format_number(groups)),
            line(v)});
@@ -341,7 +338,7 @@ void Builder::add_constraints() {
   for (const ir::Value &v : g_.values)
     if (v.is_effect())
       e_.constraints.push_back({Constraint::Kind::MoreThanOne,
-                                {extent_of(v.attrs.at("count").shape.front())},
+                                {v.attrs.at("count").shape.front()},
                                 0,
                                 "batchnorm in train mode",
                                 ""});

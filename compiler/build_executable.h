@@ -18,7 +18,6 @@ LowerOptions lower_options(const exec::Request &request);
 
 // A launch description in the Executable's terms (tests build geometries by hand).
 exec::Geometry geometry_of(const codegen::LaunchGeometry &g);
-exec::Extent extent_of(const ir::Dim &d);
 exec::TensorType type_of(const ir::TensorType &t);
 // The API's element types and the IR's, one to one (an invalid DType value throws).
 DType api_dtype(ir::DType t);

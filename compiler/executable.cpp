@@ -34,35 +34,24 @@ std::string shape_text(const std::vector<int64_t> &shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-int64_t Extent::evaluate(const Dims &dims) const {
-  if (!sym.empty())
-    return dims.at(sym);
-  int64_t n = value;
-  for (const std::string &f : factors)
-    n *= dims.at(f);
-  return n;
-}
-
-std::string Extent::str() const {
-  if (!sym.empty())
-    return sym;
-  if (factors.empty())
-    return fmt::format("{}", value);
-  return fmt::format("{}{}", value == 1 ? "" : fmt::format("{}*", value), fmt::join(factors, "*"));
-}
-
-std::string TensorType::str() const {
-  std::string s = std::string(dtype_name(dtype)) + "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + shape[i].str();
-  return s + "]";
-}
+std::string TensorType::str() const { return std::string(dtype_name(dtype)) + extents_text(shape); }
 
 size_t TensorType::elements(const Dims &dims) const {
-  size_t n = 1;
-  for (const Extent &e : shape)
-    n *= static_cast<size_t>(e.evaluate(dims));
-  return n;
+  int64_t n = 1;
+  for (const Extent &e : shape) {
+    std::optional<int64_t> v = checked_mul(n, e.evaluate(dims));
+    if (!v)
+      throw Error(fmt::format("a {} tensor's element count overflows int64", str()));
+    n = *v;
+  }
+  return static_cast<size_t>(n);
+}
+
+size_t TensorType::bytes(const Dims &dims) const {
+  std::optional<int64_t> b = checked_mul(static_cast<int64_t>(elements(dims)), dtype_bytes(dtype));
+  if (!b)
+    throw Error(fmt::format("a {} tensor's byte count overflows int64", str()));
+  return static_cast<size_t>(*b);
 }
 
 const char *kind_name(DeclaredTensor::Kind k) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "compiler/codegen/gemm_tuning.h"
+#include "compiler/extent.h"
 #include "compiler/target.h"
 #include "kfuse/kfuse.h"
 
@@ -31,28 +32,18 @@ const char *dtype_name(DType t);
 // "[2, 3]": a concrete shape as messages print it.
 std::string shape_text(const std::vector<int64_t> &shape);
 
-// One extent of a declared shape: a constant, a dim (`sym`), or a product of dims times a
-// constant (`factors`, a view's `B*T`).
-struct Extent {
-  std::string sym;
-  int64_t value = 0;
-  std::vector<std::string> factors;
-
-  static Extent constant(int64_t v) { return Extent{{}, v, {}}; }
-  static Extent symbol(std::string name) { return Extent{std::move(name), 0, {}}; }
-  bool is_symbolic() const { return !sym.empty() || !factors.empty(); }
-  // Throws std::out_of_range where a dim is unbound.
-  int64_t evaluate(const Dims &dims) const;
-  std::string str() const; // "N", "8192", "B*T", "4*T"
-};
+// One extent of a declared shape (compiler/extent.h): a constant, a dim, or a product of dims
+// times a constant (a view's `B*T`).
+using Extent = kfuse::Extent;
 
 struct TensorType {
   DType dtype = DType::F32;
   std::vector<Extent> shape;
 
   std::string str() const; // "f32[N, 8192]"
+  // Both computed in int64; an overflow throws kfuse::Error naming the type.
   size_t elements(const Dims &dims) const;
-  size_t bytes(const Dims &dims) const { return elements(dims) * dtype_bytes(dtype); }
+  size_t bytes(const Dims &dims) const;
 };
 
 struct DeclaredTensor {

@@ -1,5 +1,5 @@
 #include "runtime/gemm_tuner.h"
-#include "compiler/dim_range.h"
+#include "compiler/extent.h"
 
 #include "runtime/driver.h"
 #include "runtime/gpu_timer.h"

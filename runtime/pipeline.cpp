@@ -1,6 +1,6 @@
 // kfuse::Pipeline: the .kf text, planned, generated and compiled once; launched many times.
 #include "runtime/pipeline.h"
-#include "compiler/dim_range.h"
+#include "compiler/extent.h"
 
 #include "compiler/codegen/embedded_templates.h"
 #include "compiler/dump.h"

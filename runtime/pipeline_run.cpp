@@ -1,7 +1,7 @@
 // kfuse::Pipeline::run: the checks a run's tensors get, made once per change of tensors, and
 // the launches, made every time from the pipeline's LaunchTable.
-#include "compiler/dim_range.h"
 #include "compiler/dump.h"
+#include "compiler/extent.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline_impl.h"
 

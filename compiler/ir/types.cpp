@@ -47,78 +47,13 @@ double round_to(DType t, double x) {
   return x;
 }
 
-std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r))
-    return std::nullopt;
-  return r;
-}
-
-std::optional<int64_t> checked_add(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r))
-    return std::nullopt;
-  return r;
-}
-
-Dim Dim::product(const std::vector<Dim> &extents) {
-  Dim p = constant(1);
-  for (const Dim &d : extents) {
-    if (!d.sym.empty())
-      p.factors.push_back(d.sym);
-    p.factors.insert(p.factors.end(), d.factors.begin(), d.factors.end());
-    if (!d.sym.empty())
-      continue;
-    std::optional<int64_t> v = checked_mul(p.value, d.value);
-    if (!v)
-      throw Error(fmt::format("the product of the extents {} overflows int64",
-                              TensorType{DType::F32, extents}.shape_str()));
-    p.value = *v;
-  }
-  // Sorted, so that equal products compare equal (T*B is B*T).
-  std::sort(p.factors.begin(), p.factors.end());
-  if (p.factors.size() == 1 && p.value == 1)
-    return symbol(p.factors.front());
-  return p;
-}
-
-int64_t Dim::evaluate(const std::map<std::string, int64_t> &dims) const {
-  if (!sym.empty())
-    return dims.at(sym);
-  int64_t n = value;
-  for (const std::string &f : factors) {
-    std::optional<int64_t> v = checked_mul(n, dims.at(f));
-    if (!v) {
-      std::string at;
-      for (const std::string &name : factors)
-        at += fmt::format("{}{}={}", at.empty() ? "" : ", ", name, dims.at(name));
-      throw Error(fmt::format("extent {} overflows int64 at {}", str(), at));
-    }
-    n = *v;
-  }
-  return n;
-}
-
-std::string Dim::str() const {
-  if (!sym.empty())
-    return sym;
-  if (factors.empty())
-    return fmt::format("{}", value);
-  return fmt::format("{}{}", value == 1 ? "" : fmt::format("{}*", value), fmt::join(factors, "*"));
-}
-
 TensorType TensorType::matrix_view() const {
   if (rank() <= 2)
     return *this;
   return {dtype, {Dim::product({shape.begin(), shape.end() - 1}), shape.back()}};
 }
 
-std::string TensorType::shape_str() const {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + shape[i].str();
-  return s + "]";
-}
+std::string TensorType::shape_str() const { return extents_text(shape); }
 
 std::string TensorType::str() const { return std::string(dtype_name(dtype)) + shape_str(); }
 

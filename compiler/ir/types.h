@@ -1,7 +1,7 @@
 // Element types, dimensions and tensor types of the kfuse IR.
 #pragma once
 
-#include "compiler/dim_range.h"
+#include "compiler/extent.h"
 
 #include <cstdint>
 #include <map>
@@ -31,37 +31,13 @@ double round_to(DType t, double x);
 // checked when the type is made (size_problem, at `check` with the declaration's or the op's
 // location); dims are checked when a run or a query binds them (dim_value_problem), and a
 // product of bound dims when it is evaluated (Dim::evaluate).
-using kfuse::kMaxExtent; // compiler/dim_range.h
+using kfuse::kMaxExtent; // compiler/extent.h
 
-// a * b and a + b in int64; nullopt where the result does not fit.
-std::optional<int64_t> checked_mul(int64_t a, int64_t b);
-std::optional<int64_t> checked_add(int64_t a, int64_t b);
+using kfuse::checked_add;
+using kfuse::checked_mul;
 
-// One extent of a tensor: a constant, a symbolic dim (`dim N`) bound at run time, or a
-// product of dims and a constant: the row count of a rank-3/4 tensor's matrix view (B*T).
-struct Dim {
-  std::string sym; // a dim name; empty for a constant or a product
-  int64_t value = 0;
-  // A product: these dim names (sorted) times `value`; empty otherwise. Written in .kf only
-  // in a reshape's shape (`[B*T, 768]`); TensorType::matrix_view makes one for the rows.
-  std::vector<std::string> factors;
-
-  static Dim constant(int64_t v) { return Dim{{}, v, {}}; }
-  static Dim symbol(std::string name) { return Dim{std::move(name), 0, {}}; }
-  // The product of extents: a constant where all are, a dim name where one name remains.
-  // Throws kfuse::Error where the constant part overflows int64 (size_problem rules that out
-  // for the extents of every type the IR holds).
-  static Dim product(const std::vector<Dim> &extents);
-  bool is_symbolic() const { return !sym.empty() || !factors.empty(); }
-  // The extent under bound dims; throws std::out_of_range where a dim is unbound, and
-  // kfuse::Error where a product of bound dims overflows int64.
-  int64_t evaluate(const std::map<std::string, int64_t> &dims) const;
-  std::string str() const; // "N", "8192", "B*T", "4*T"
-  bool operator==(const Dim &o) const {
-    return sym == o.sym && value == o.value && factors == o.factors;
-  }
-  bool operator!=(const Dim &o) const { return !(*this == o); }
-};
+// One extent of a tensor (compiler/extent.h): a constant, a dim or a product of dims.
+using Dim = kfuse::Extent;
 
 // Tensors have rank 1 to 4 (rank 0 is the type of an effect, which has no value). The last
 // axis is the feature axis; the leading axes of a tensor of rank >= 2 are its rows.
@@ -90,7 +66,7 @@ std::optional<std::string> size_problem(const TensorType &t);
 std::optional<int64_t> element_count(const TensorType &t,
                                      const std::map<std::string, int64_t> &dims);
 
-// Dims are checked with kfuse::dim_value_problem (compiler/dim_range.h).
+// Dims are checked with kfuse::dim_value_problem (compiler/extent.h).
 using kfuse::dim_value_problem;
 using kfuse::dim_values_problem;
 
