@@ -12,112 +12,168 @@ namespace kfuse::plan {
 
 using namespace ir;
 
-void validate_plan(const Plan &p) {
-  // As the kernels see it: views are the buffers they view, read through and computed by none.
-  const Graph view = matrix_view(p.graph);
-  const Graph &g = view;
-  auto fail = [&](const std::string &what) {
-    throw PlanError(fmt::format("internal error: invalid plan for '{}': {}", g.name, what));
-  };
-  std::map<ValueId, std::string> stored_by, partials_by, updated_by; // buffer -> kernel name
-  std::set<ValueId> computed;
-  std::map<ValueId, std::string> computed_by; // ops no kernel computes inline -> their kernel
-  for (size_t i = 0; i < g.values.size(); ++i)
-    if (!g.values[i].is_op())
-      stored_by[static_cast<ValueId>(i)] = "";
+namespace {
 
-  for (const Kernel &k : p.kernels) {
-    auto kfail = [&](const std::string &what) { fail(fmt::format("kernel {} {}", k.name, what)); };
-    std::set<ValueId> reads(k.reads.begin(), k.reads.end());
+// The rules of validate_plan.h, checked kernel by kernel in plan order: each check sees the
+// buffers that the kernels before it stored, wrote partials of or updated.
+class PlanValidator {
+public:
+  // As the kernels see it: views are the buffers they view, read through and computed by none.
+  explicit PlanValidator(const Plan &p) : p_(p), view_(matrix_view(p.graph)), g_(view_) {
+    for (size_t i = 0; i < g_.values.size(); ++i)
+      if (!g_.values[i].is_op())
+        stored_by_[static_cast<ValueId>(i)] = "";
+  }
+
+  void run() {
+    for (const Kernel &k : p_.kernels) {
+      check_reads(k);
+      check_computes(k);
+      check_stores(k);
+      check_partials(k);
+      check_state_updates(k);
+    }
+    check_plan();
+  }
+
+private:
+  [[noreturn]] void fail(const std::string &what) const {
+    throw PlanError(fmt::format("internal error: invalid plan for '{}': {}", g_.name, what));
+  }
+  [[noreturn]] void fail(const Kernel &k, const std::string &what) const {
+    fail(fmt::format("kernel {} {}", k.name, what));
+  }
+
+  void check_reads(const Kernel &k) const {
     for (ValueId r : k.reads) {
-      if (!stored_by.count(r)) {
+      if (!stored_by_.count(r)) {
         std::string later;
-        for (const Kernel &o : p.kernels)
+        for (const Kernel &o : p_.kernels)
           if (std::count(o.stores.begin(), o.stores.end(), r))
             later = fmt::format(", which {} stores later", o.name);
-        kfail(fmt::format("reads {} before any kernel stored it{}", describe(g, r), later));
+        fail(k, fmt::format("reads {} before any kernel stored it{}", describe(g_, r), later));
       }
-      if (auto it = updated_by.find(r); it != updated_by.end())
-        kfail(fmt::format("reads state '{}' after kernel {} updated it in place", g[r].name,
-                          it->second));
+      if (auto it = updated_by_.find(r); it != updated_by_.end())
+        fail(k, fmt::format("reads state '{}' after kernel {} updated it in place", g_[r].name,
+                            it->second));
     }
+  }
+
+  void check_computes(const Kernel &k) {
     if (std::adjacent_find(k.computes.begin(), k.computes.end(), std::greater_equal<>()) !=
         k.computes.end())
-      kfail("lists what it computes out of graph order or twice");
-    std::set<ValueId> local;
+      fail(k, "lists what it computes out of graph order or twice");
+    const std::set<ValueId> reads(k.reads.begin(), k.reads.end());
+    local_.clear();
     for (ValueId id : k.computes) {
-      const Value &v = g[id];
-      bool from_partials =
-          k.kind == KernelKind::Column && (v.op == OpKind::ColMean || v.op == OpKind::ColVar);
-      // Codegen computes a column value once per feature, reading each argument at the feature
-      // index: a matrix value has none (is_column_value). A column kernel runs per feature.
-      const bool per_feature = !op_info(v.op).cuda.empty() && is_column_value(v.type);
-      if (k.kind == KernelKind::Column && !is_column_value(v.type))
-        kfail(fmt::format("computes matrix value {} in a kernel per feature", describe(g, id)));
-      for (ValueId a : v.args) {
-        if (per_feature && !from_partials && !is_column_value(g[a].type))
-          kfail(fmt::format("computes column value {} from matrix value {}", describe(g, id),
-                            describe(g, a)));
-        if (from_partials) {
-          if (a != k.stats_of || !partials_by.count(a))
-            kfail(
-                fmt::format("computes {} without partials of {}", describe(g, id), describe(g, a)));
-        } else if (!local.count(a) && !reads.count(a)) {
-          kfail(fmt::format("uses {} which it neither computes nor reads", describe(g, a)));
-        }
-      }
-      // GEMMs, row ops and statistics run in one kernel each: a second kernel cannot
-      // recompute them from its own loads.
-      if (op_info(v.op).cuda.empty() && !v.is_effect()) {
-        if (op_info(v.op).cls == OpClass::Gemm && k.anchor != id)
-          kfail(fmt::format("computes {} inside another kernel's work", describe(g, id)));
-        auto [it, fresh] = computed_by.emplace(id, k.name);
-        if (!fresh)
-          kfail(
-              fmt::format("computes {} which kernel {} computes too", describe(g, id), it->second));
-      }
-      local.insert(id);
-      computed.insert(id);
+      check_arguments(k, id, reads);
+      check_computed_once(k, id);
+      local_.insert(id);
+      computed_.insert(id);
     }
-    for (ValueId s : k.stores) {
-      if (!local.count(s))
-        kfail(fmt::format("stores {} which it does not compute", describe(g, s)));
-      auto [it, fresh] = stored_by.emplace(s, k.name);
-      if (!fresh)
-        kfail(it->second.empty() ? fmt::format("stores declared tensor '{}'", g[s].name)
-                                 : fmt::format("stores {} which kernel {} already stored",
-                                               describe(g, s), it->second));
-    }
-    if (k.stats_of >= 0 && k.kind != KernelKind::Column) {
-      if (!stored_by.count(k.stats_of))
-        kfail(fmt::format("writes partials of {} which is not stored", describe(g, k.stats_of)));
-      auto [it, fresh] = partials_by.emplace(k.stats_of, k.name);
-      if (!fresh)
-        kfail(fmt::format("writes partials of '{}' which kernel {} already wrote",
-                          g[k.stats_of].name, it->second));
-    }
-    for (ValueId id : k.computes) {
-      if (!g[id].is_effect())
-        continue;
-      for (int a : updated_args(g[id])) {
-        ValueId state = g[id].args[static_cast<size_t>(a)];
-        auto [it, fresh] = updated_by.emplace(state, k.name);
-        if (!fresh)
-          kfail(fmt::format("updates state '{}' which kernel {} already updated", g[state].name,
-                            it->second));
+  }
+
+  // Every argument of `id` is computed before it in kernel `k` or read by it, and has the
+  // shape of data codegen can read where `id` is computed.
+  void check_arguments(const Kernel &k, ValueId id, const std::set<ValueId> &reads) const {
+    const Value &v = g_[id];
+    bool from_partials =
+        k.kind == KernelKind::Column && (v.op == OpKind::ColMean || v.op == OpKind::ColVar);
+    // Codegen computes a column value once per feature, reading each argument at the feature
+    // index: a matrix value has none (is_column_value). A column kernel runs per feature.
+    const bool per_feature = !op_info(v.op).cuda.empty() && is_column_value(v.type);
+    if (k.kind == KernelKind::Column && !is_column_value(v.type))
+      fail(k, fmt::format("computes matrix value {} in a kernel per feature", describe(g_, id)));
+    for (ValueId a : v.args) {
+      if (per_feature && !from_partials && !is_column_value(g_[a].type))
+        fail(k, fmt::format("computes column value {} from matrix value {}", describe(g_, id),
+                            describe(g_, a)));
+      if (from_partials) {
+        if (a != k.stats_of || !partials_by_.count(a))
+          fail(k, fmt::format("computes {} without partials of {}", describe(g_, id),
+                              describe(g_, a)));
+      } else if (!local_.count(a) && !reads.count(a)) {
+        fail(k, fmt::format("uses {} which it neither computes nor reads", describe(g_, a)));
       }
     }
   }
-  for (size_t i = 1; i < p.intermediates.size(); ++i)
-    if (p.intermediates[i - 1].value >= p.intermediates[i].value)
-      fail("its intermediates are not in value order");
-  for (size_t i = 0; i < g.values.size(); ++i)
-    if (g.values[i].is_op() && op_info(g.values[i].op).cls != OpClass::View &&
-        !computed.count(static_cast<ValueId>(i)))
-      fail(fmt::format("no kernel computes {}", describe(g, static_cast<ValueId>(i))));
-  for (ValueId o : g.outputs)
-    if (!stored_by.count(o))
-      fail(fmt::format("output {} is never stored", describe(g, o)));
-}
+
+  // GEMMs, row ops and statistics run in one kernel each: a second kernel cannot
+  // recompute them from its own loads.
+  void check_computed_once(const Kernel &k, ValueId id) {
+    const Value &v = g_[id];
+    if (!op_info(v.op).cuda.empty() || v.is_effect())
+      return;
+    if (op_info(v.op).cls == OpClass::Gemm && k.anchor != id)
+      fail(k, fmt::format("computes {} inside another kernel's work", describe(g_, id)));
+    auto [it, fresh] = computed_by_.emplace(id, k.name);
+    if (!fresh)
+      fail(k,
+           fmt::format("computes {} which kernel {} computes too", describe(g_, id), it->second));
+  }
+
+  void check_stores(const Kernel &k) {
+    for (ValueId s : k.stores) {
+      if (!local_.count(s))
+        fail(k, fmt::format("stores {} which it does not compute", describe(g_, s)));
+      auto [it, fresh] = stored_by_.emplace(s, k.name);
+      if (!fresh)
+        fail(k, it->second.empty() ? fmt::format("stores declared tensor '{}'", g_[s].name)
+                                   : fmt::format("stores {} which kernel {} already stored",
+                                                 describe(g_, s), it->second));
+    }
+  }
+
+  void check_partials(const Kernel &k) {
+    if (k.stats_of < 0 || k.kind == KernelKind::Column)
+      return;
+    if (!stored_by_.count(k.stats_of))
+      fail(k, fmt::format("writes partials of {} which is not stored", describe(g_, k.stats_of)));
+    auto [it, fresh] = partials_by_.emplace(k.stats_of, k.name);
+    if (!fresh)
+      fail(k, fmt::format("writes partials of '{}' which kernel {} already wrote",
+                          g_[k.stats_of].name, it->second));
+  }
+
+  void check_state_updates(const Kernel &k) {
+    for (ValueId id : k.computes) {
+      if (!g_[id].is_effect())
+        continue;
+      for (int a : updated_args(g_[id])) {
+        ValueId state = g_[id].args[static_cast<size_t>(a)];
+        auto [it, fresh] = updated_by_.emplace(state, k.name);
+        if (!fresh)
+          fail(k, fmt::format("updates state '{}' which kernel {} already updated", g_[state].name,
+                              it->second));
+      }
+    }
+  }
+
+  // After the last kernel: intermediates in order, every op computed, every output stored.
+  void check_plan() const {
+    for (size_t i = 1; i < p_.intermediates.size(); ++i)
+      if (p_.intermediates[i - 1].value >= p_.intermediates[i].value)
+        fail("its intermediates are not in value order");
+    for (size_t i = 0; i < g_.values.size(); ++i)
+      if (g_.values[i].is_op() && op_info(g_.values[i].op).cls != OpClass::View &&
+          !computed_.count(static_cast<ValueId>(i)))
+        fail(fmt::format("no kernel computes {}", describe(g_, static_cast<ValueId>(i))));
+    for (ValueId o : g_.outputs)
+      if (!stored_by_.count(o))
+        fail(fmt::format("output {} is never stored", describe(g_, o)));
+  }
+
+  const Plan &p_;
+  const Graph view_;
+  const Graph &g_;
+  std::map<ValueId, std::string> stored_by_, partials_by_, updated_by_; // buffer -> kernel name
+  std::set<ValueId> computed_;
+  std::map<ValueId, std::string> computed_by_; // ops no kernel computes inline -> their kernel
+  std::set<ValueId> local_;                    // what the kernel being checked computed so far
+};
+
+} // namespace
+
+void validate_plan(const Plan &p) { PlanValidator(p).run(); }
 
 } // namespace kfuse::plan

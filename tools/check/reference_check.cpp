@@ -126,6 +126,166 @@ TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::strin
   return host;
 }
 
+// One check of a compiled pipeline against the fp64 interpreter, step by step: the tensors
+// read or drawn, uploaded and bound; the pipeline run; its outputs and updated states compared;
+// what --save or --inputs asks for written.
+class ReferenceCheck {
+public:
+  ReferenceCheck(Pipeline &pipeline, const Graph &g, const CheckRequest &req)
+      : pipeline_(pipeline), g_(g), req_(req),
+        mode_(req.options.mode == kfuse::Mode::Train ? ir::Mode::Train : ir::Mode::Eval),
+        dims_(req.dims) {}
+
+  CheckResult run() {
+    // The user's files are read and checked first: their errors need no GPU.
+    host_ = req_.inputs_dir.empty() ? random_tensors(g_, dims_, req_.seed)
+                                    : read_inputs(g_, pipeline_, req_.inputs_dir, dims_);
+    Driver::get().make_current();
+    upload_declared();
+    allocate_outputs();
+    run_steps();
+    compare_results();
+    save_results();
+    return std::move(result_);
+  }
+
+private:
+  // Every declared tensor on the device (the host values rounded to what it holds), inputs
+  // passed to each run and the rest bound.
+  void upload_declared() {
+    for (auto &[name, t] : host_)
+      device_.emplace(name, upload(t, api_dtype(g_[g_.find(name)].type.dtype)));
+    initial_ = host_;
+    for (const Value &v : g_.values) {
+      if (v.is_op())
+        continue;
+      const DeviceTensor &d = device_.at(v.name);
+      Tensor t{reinterpret_cast<void *>(d.buffer.ptr()), d.shape, d.dtype};
+      if (v.kind == ValueKind::Input)
+        inputs_[v.name] = t;
+      else
+        pipeline_.bind(v.name, t);
+    }
+  }
+
+  void allocate_outputs() {
+    for (size_t i = 0; i < pipeline_.output_count(); ++i) {
+      std::vector<int64_t> shape = pipeline_.output_shape(i, dims_);
+      size_t n = elements(shape);
+      const kfuse::DType dtype = api_dtype(g_[g_.outputs[i]].type.dtype);
+      outs_.push_back(
+          {DeviceBuffer(std::max<size_t>(n * static_cast<size_t>(exec::dtype_bytes(dtype)), 4)),
+           shape, dtype});
+      out_refs_.push_back({reinterpret_cast<void *>(outs_.back().buffer.ptr()), shape, dtype});
+    }
+  }
+
+  // req.steps runs, each interpreted with the random numbers it drew where a reference is asked
+  // for; without one, the outputs and states are compared with themselves, which only checks
+  // that they are finite (they are judged elsewhere).
+  void run_steps() {
+    Stream stream;
+    pipeline_.set_rng(req_.rng.seed, req_.rng.offset);
+    for (int step = 0; step < req_.steps; ++step) {
+      for (DeviceTensor &o : outs_)
+        o.buffer.fill_bytes(0xff); // NaN: an element the pipeline forgets to write shows
+      const kfuse::RngState rng = pipeline_.rng_state(); // what this run draws with
+      pipeline_.run(inputs_, out_refs_, stream.handle());
+      stream.synchronize();
+      if (req_.reference)
+        ref_outs_ = interpret(g_, mode_, dims_, host_, {rng.seed, rng.offset});
+    }
+    if (req_.reference)
+      return;
+    for (size_t i = 0; i < outs_.size(); ++i)
+      ref_outs_.push_back({outs_[i].shape, download(outs_[i], elements(outs_[i].shape))});
+    for (ValueId id : g_.declared(ValueKind::State))
+      host_.at(g_[id].name).data =
+          download(device_.at(g_[id].name), host_.at(g_[id].name).data.size());
+  }
+
+  void compare_results() {
+    auto add = [&](CheckEntry e) {
+      result_.worst =
+          std::max(result_.worst, e.finite ? e.relative : std::numeric_limits<double>::infinity());
+      result_.entries.push_back(std::move(e));
+    };
+    for (size_t i = 0; i < outs_.size(); ++i) {
+      gpu_outs_.push_back(download(outs_[i], ref_outs_[i].data.size()));
+      add(compare(fmt::format("out{}", i), gpu_outs_.back(), ref_outs_[i].data));
+    }
+    for (ValueId id : g_.declared(ValueKind::State))
+      add(compare(g_[id].name, download(device_.at(g_[id].name), host_.at(g_[id].name).data.size()),
+                  host_.at(g_[id].name).data));
+  }
+
+  // --save DIR: every tensor, states before and after, and meta.json (docs/PERF.md). --inputs
+  // DIR alone: the results beside the inputs, outputs and updated state.
+  void save_results() {
+    const std::string &dir = req_.save_dir.empty() ? req_.inputs_dir : req_.save_dir;
+    const bool everything = !req_.save_dir.empty();
+    if (dir.empty())
+      return;
+    std::filesystem::create_directories(dir);
+    auto write = [&](const std::string &file, const std::vector<int64_t> &shape,
+                     const std::vector<double> &data) {
+      save(dir, file, shape, data);
+      result_.files.push_back(dir + "/" + file + ".npy");
+    };
+    std::vector<std::string> rows; // of meta.json's "tensors"
+    for (const Value &v : g_.values) {
+      if (v.is_op() || (!everything && v.kind != ValueKind::State))
+        continue;
+      const std::vector<int64_t> &shape = initial_.at(v.name).shape;
+      if (v.kind == ValueKind::State) {
+        if (everything)
+          write(v.name + ".in", shape, initial_.at(v.name).data);
+        write(v.name + ".out", shape,
+              download(device_.at(v.name), initial_.at(v.name).data.size()));
+        rows.push_back(fmt::format("    \"{0}.in\": {{\"shape\": {1}, \"role\": \"state_in\"}},\n"
+                                   "    \"{0}.out\": {{\"shape\": {1}, \"role\": \"state_out\"}}",
+                                   v.name, shape_text(shape)));
+      } else {
+        write(v.name, shape, initial_.at(v.name).data);
+        rows.push_back(fmt::format("    \"{}\": {{\"shape\": {}, \"role\": \"{}\"}}", v.name,
+                                   shape_text(shape),
+                                   v.kind == ValueKind::Input ? "input" : "param"));
+      }
+    }
+    for (size_t i = 0; i < outs_.size(); ++i) {
+      write(fmt::format("out{}", i), outs_[i].shape, gpu_outs_[i]);
+      rows.push_back(fmt::format("    \"out{}\": {{\"shape\": {}, \"role\": \"output\"}}", i,
+                                 shape_text(outs_[i].shape)));
+    }
+    if (everything)
+      write_meta(dir, rows);
+  }
+
+  void write_meta(const std::string &dir, const std::vector<std::string> &rows) const {
+    std::string meta = fmt::format(
+        "{{\n  \"pipeline\": \"{}\",\n  \"mode\": \"{}\",\n  \"steps\": {},\n  \"tensors\": {{\n",
+        g_.name, mode_name(mode_), req_.steps);
+    for (size_t i = 0; i < rows.size(); ++i)
+      meta += rows[i] + (i + 1 < rows.size() ? ",\n" : "\n");
+    std::ofstream(dir + "/meta.json") << meta << "  }\n}\n";
+  }
+
+  Pipeline &pipeline_;
+  const Graph &g_;
+  const CheckRequest &req_;
+  const ir::Mode mode_;
+  DimBindings dims_;
+  TensorMap host_;    // the declared tensors as the device holds them; states as updated
+  TensorMap initial_; // the declared tensors before the first run
+  std::map<std::string, DeviceTensor> device_;
+  std::map<std::string, Tensor> inputs_;
+  std::vector<DeviceTensor> outs_;
+  std::vector<Tensor> out_refs_;
+  std::vector<HostTensor> ref_outs_;
+  std::vector<std::vector<double>> gpu_outs_;
+  CheckResult result_;
+};
+
 } // namespace
 
 CheckResult check_against_reference(const CheckRequest &req) {
@@ -137,119 +297,7 @@ CheckResult check_against_reference(const CheckRequest &req) {
 
 CheckResult check_against_reference(Pipeline &pipeline, const ir::Graph &g,
                                     const CheckRequest &req) {
-  ir::Mode mode = req.options.mode == kfuse::Mode::Train ? ir::Mode::Train : ir::Mode::Eval;
-
-  // The user's files are read and checked first: their errors need no GPU.
-  DimBindings dims = req.dims;
-  TensorMap host = req.inputs_dir.empty() ? random_tensors(g, dims, req.seed)
-                                          : read_inputs(g, pipeline, req.inputs_dir, dims);
-  Driver::get().make_current();
-  std::map<std::string, DeviceTensor> device;
-  for (auto &[name, t] : host)
-    device.emplace(name, upload(t, api_dtype(g[g.find(name)].type.dtype)));
-  const TensorMap initial = host;
-  std::map<std::string, Tensor> inputs;
-  for (const Value &v : g.values) {
-    if (v.is_op())
-      continue;
-    const DeviceTensor &d = device.at(v.name);
-    Tensor t{reinterpret_cast<void *>(d.buffer.ptr()), d.shape, d.dtype};
-    if (v.kind == ValueKind::Input)
-      inputs[v.name] = t;
-    else
-      pipeline.bind(v.name, t);
-  }
-  std::vector<DeviceTensor> outs;
-  std::vector<Tensor> out_refs;
-  for (size_t i = 0; i < pipeline.output_count(); ++i) {
-    std::vector<int64_t> shape = pipeline.output_shape(i, dims);
-    size_t n = elements(shape);
-    const kfuse::DType dtype = api_dtype(g[g.outputs[i]].type.dtype);
-    outs.push_back(
-        {DeviceBuffer(std::max<size_t>(n * static_cast<size_t>(exec::dtype_bytes(dtype)), 4)),
-         shape, dtype});
-    out_refs.push_back({reinterpret_cast<void *>(outs.back().buffer.ptr()), shape, dtype});
-  }
-
-  std::vector<HostTensor> ref_outs;
-  Stream stream;
-  pipeline.set_rng(req.rng.seed, req.rng.offset);
-  for (int step = 0; step < req.steps; ++step) {
-    for (DeviceTensor &o : outs)
-      o.buffer.fill_bytes(0xff); // NaN: an element the pipeline forgets to write shows
-    const kfuse::RngState rng = pipeline.rng_state(); // what this run draws with
-    pipeline.run(inputs, out_refs, stream.handle());
-    stream.synchronize();
-    if (req.reference)
-      ref_outs = interpret(g, mode, dims, host, {rng.seed, rng.offset});
-  }
-  if (!req.reference) { // judged elsewhere: compare with itself, which only checks finiteness
-    for (size_t i = 0; i < outs.size(); ++i)
-      ref_outs.push_back({outs[i].shape, download(outs[i], elements(outs[i].shape))});
-    for (ValueId id : g.declared(ValueKind::State))
-      host.at(g[id].name).data = download(device.at(g[id].name), host.at(g[id].name).data.size());
-  }
-
-  CheckResult result;
-  auto add = [&](CheckEntry e) {
-    result.worst =
-        std::max(result.worst, e.finite ? e.relative : std::numeric_limits<double>::infinity());
-    result.entries.push_back(std::move(e));
-  };
-  std::vector<std::vector<double>> gpu_outs;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    gpu_outs.push_back(download(outs[i], ref_outs[i].data.size()));
-    add(compare(fmt::format("out{}", i), gpu_outs.back(), ref_outs[i].data));
-  }
-  for (ValueId id : g.declared(ValueKind::State))
-    add(compare(g[id].name, download(device.at(g[id].name), host.at(g[id].name).data.size()),
-                host.at(g[id].name).data));
-
-  // --save DIR: every tensor, states before and after, and meta.json (docs/PERF.md). --inputs
-  // DIR alone: the results beside the inputs, outputs and updated state.
-  const std::string &dir = req.save_dir.empty() ? req.inputs_dir : req.save_dir;
-  const bool everything = !req.save_dir.empty();
-  if (dir.empty())
-    return result;
-  std::filesystem::create_directories(dir);
-  auto write = [&](const std::string &file, const std::vector<int64_t> &shape,
-                   const std::vector<double> &data) {
-    save(dir, file, shape, data);
-    result.files.push_back(dir + "/" + file + ".npy");
-  };
-  std::string meta = fmt::format(
-      "{{\n  \"pipeline\": \"{}\",\n  \"mode\": \"{}\",\n  \"steps\": {},\n  \"tensors\": {{\n",
-      g.name, mode_name(mode), req.steps);
-  std::vector<std::string> rows;
-  for (const Value &v : g.values) {
-    if (v.is_op() || (!everything && v.kind != ValueKind::State))
-      continue;
-    const std::vector<int64_t> &shape = initial.at(v.name).shape;
-    if (v.kind == ValueKind::State) {
-      if (everything)
-        write(v.name + ".in", shape, initial.at(v.name).data);
-      write(v.name + ".out", shape, download(device.at(v.name), initial.at(v.name).data.size()));
-      rows.push_back(fmt::format("    \"{0}.in\": {{\"shape\": {1}, \"role\": \"state_in\"}},\n"
-                                 "    \"{0}.out\": {{\"shape\": {1}, \"role\": \"state_out\"}}",
-                                 v.name, shape_text(shape)));
-    } else {
-      write(v.name, shape, initial.at(v.name).data);
-      rows.push_back(fmt::format("    \"{}\": {{\"shape\": {}, \"role\": \"{}\"}}", v.name,
-                                 shape_text(shape),
-                                 v.kind == ValueKind::Input ? "input" : "param"));
-    }
-  }
-  for (size_t i = 0; i < outs.size(); ++i) {
-    write(fmt::format("out{}", i), outs[i].shape, gpu_outs[i]);
-    rows.push_back(fmt::format("    \"out{}\": {{\"shape\": {}, \"role\": \"output\"}}", i,
-                               shape_text(outs[i].shape)));
-  }
-  if (everything) {
-    for (size_t i = 0; i < rows.size(); ++i)
-      meta += rows[i] + (i + 1 < rows.size() ? ",\n" : "\n");
-    std::ofstream(dir + "/meta.json") << meta << "  }\n}\n";
-  }
-  return result;
+  return ReferenceCheck(pipeline, g, req).run();
 }
 
 } // namespace kfuse::rt

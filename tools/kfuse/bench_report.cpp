@@ -71,9 +71,8 @@ std::string gemm_launch_text(const rt::GemmLaunch &g) {
   return fmt::format("{}, {}: {}", tile, split, g.config);
 }
 
-} // namespace
-
-std::string report_text(const BenchReport &r) {
+// The pipeline, device, timing method, GEMMs and assumed peak, then an empty line.
+std::string report_header(const BenchReport &r) {
   std::string dims_text;
   for (const auto &[name, value] : r.dims)
     dims_text += fmt::format("{}{}={}", dims_text.empty() ? "" : " ", name, value);
@@ -110,10 +109,15 @@ std::string report_text(const BenchReport &r) {
                      r.peak.assumed);
   if (std::optional<double> floor_ms = r.gemm_at_peak_ms())
     out += fmt::format("; the GEMM at that peak takes {:.3f} ms", *floor_ms);
-  out += "\n\n";
+  return out + "\n\n";
+}
 
-  out += fmt::format("{:<36} {:>10} {:>9} {:>9} {:>9} {:>7} {:>7}  {}\n", "contender", "median ms",
-                     "min ms", "p90 ms", "TFLOP/s", "% peak", "kernels", "bytes moved");
+// A row per timed contender, the minimum bytes, then the footnotes: why a contender has no
+// row, its note, how its GEMMs launched.
+std::string contender_table(const BenchReport &r) {
+  std::string out =
+      fmt::format("{:<36} {:>10} {:>9} {:>9} {:>9} {:>7} {:>7}  {}\n", "contender", "median ms",
+                  "min ms", "p90 ms", "TFLOP/s", "% peak", "kernels", "bytes moved");
   std::vector<std::string> footnotes;
   for (const Contender *c : r.contenders()) {
     if (!c->supported) {
@@ -147,7 +151,12 @@ std::string report_text(const BenchReport &r) {
                      mib(r.min_bytes));
   for (const std::string &f : footnotes)
     out += f + "\n";
-  out += "\n";
+  return out + "\n";
+}
+
+// Fused against cuBLAS and unfused, and whether fused and unfused outputs agree.
+std::string report_summary(const BenchReport &r) {
+  std::string out;
   std::optional<double> over_cublas = BenchReport::ratio(r.fused, r.cublas);
   std::optional<double> over_unfused = BenchReport::ratio(r.fused, r.unfused);
   out += fmt::format("fused / cuBLAS GEMM alone: {}\n",
@@ -163,6 +172,12 @@ std::string report_text(const BenchReport &r) {
                                              : ": the two runs disagree, one of them computes a "
                                                "wrong result");
   return out;
+}
+
+} // namespace
+
+std::string report_text(const BenchReport &r) {
+  return report_header(r) + contender_table(r) + report_summary(r);
 }
 
 namespace {
