@@ -1,5 +1,6 @@
 #include "compiler/ir/ops.h"
 
+#include "compiler/ir/op_class.h"
 #include "compiler/ir/pointwise.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/reduce.h"
@@ -93,6 +94,7 @@ std::optional<std::string> some_bound(const AttrMap &a) {
 
 // --- the table ----------------------------------------------------------------------------
 
+// No shape rule of the op's own: the op reference gives its class's (ClassTraits::shapes).
 constexpr std::string_view kAny = "";
 
 // A pointwise op: unary (1 operand) or binary (2, broadcast).
@@ -118,8 +120,7 @@ constexpr OpInfo row(OpKind k, std::string_view name, std::string_view semantics
 // A normalization over the feature axis (the last) with optional per-feature vectors.
 constexpr OpInfo row_norm(OpKind k, std::string_view name, int max_args, std::string_view operands,
                           Span<AttrSpec> attrs, std::string_view semantics, std::string_view torch,
-                          AttrRule rule = nullptr,
-                          std::string_view shapes = "`x: [N, F]`, the others `[F]` → `[N, F]`") {
+                          AttrRule rule = nullptr, std::string_view shapes = kAny) {
   return {k,  name, OpClass::RowNorm, 1,         max_args, operands, attrs, false, nullptr,
           {}, rule, shapes,           semantics, nullptr,  {},       torch};
 }
@@ -128,45 +129,16 @@ constexpr OpInfo row_norm(OpKind k, std::string_view name, int max_args, std::st
 constexpr OpInfo reduction(OpKind k, std::string_view name, ReduceFn f, std::string_view reducer,
                            std::string_view semantics, std::string_view torch,
                            Span<AttrSpec> attrs = kReduceAttrs) {
-  return {k,
-          name,
-          OpClass::Reduce,
-          1,
-          1,
-          "x",
-          attrs,
-          false,
-          nullptr,
-          {},
-          nullptr,
-          "`x: [N, F]` → `[N, 1]` (`dim=1`, `keepdim=true`), `[N]` (`dim=1`), `[1, F]` or `[F]` "
-          "(`dim=0`)",
-          semantics,
-          f,
-          reducer,
-          torch};
+  return {k,       name, OpClass::Reduce, 1,    1,         "x", attrs,   false,
+          nullptr, {},   nullptr,         kAny, semantics, f,   reducer, torch};
 }
 
 // A pooling over windows of the feature axis; `f` and `reducer` (as for a reduction) apply to
 // each window.
 constexpr OpInfo pool(OpKind k, std::string_view name, ReduceFn f, std::string_view reducer,
                       std::string_view semantics, std::string_view torch) {
-  return {k,
-          name,
-          OpClass::Pool,
-          1,
-          1,
-          "x",
-          kPoolAttrs,
-          false,
-          nullptr,
-          {},
-          nullptr,
-          "`x: [N, F]` → `[N, (F - kernel_size) / stride + 1]` (rounded down); `F` a number",
-          semantics,
-          f,
-          reducer,
-          torch};
+  return {k,       name, OpClass::Pool, 1,    1,         "x", kPoolAttrs, false,
+          nullptr, {},   nullptr,       kAny, semantics, f,   reducer,    torch};
 }
 
 // A view: its result is its argument's buffer under another shape (compiler/ir/views.h).
@@ -521,13 +493,13 @@ static_assert(torch_complete(), "every op needs its PyTorch spelling");
 // The checks below compare function addresses, which the sanitized build (KFUSE_SANITIZED, see
 // CMakeLists.txt) cannot do at compile time; every other build makes them.
 #ifndef KFUSE_SANITIZED
-// Pointwise ops, and only they, have reference semantics and a CUDA expression.
+// Ops of a pointwise class, and only they, have reference semantics and a CUDA expression.
 constexpr bool pointwise_complete() {
   for (const OpInfo &op : kOps) {
-    bool pointwise = op.cls == OpClass::Unary || op.cls == OpClass::Binary;
-    if (pointwise != (op.fp64 != nullptr) || (pointwise && op.cuda.empty()))
+    const ClassTraits &c = class_traits(op.cls);
+    if (c.pointwise() != (op.fp64 != nullptr) || (c.pointwise() && op.cuda.empty()))
       return false;
-    if (pointwise && op.min_args != (op.cls == OpClass::Unary ? 1 : 2))
+    if (c.pointwise() && (op.min_args != c.scalar_operands || op.max_args != c.scalar_operands))
       return false;
   }
   return true;
@@ -535,10 +507,11 @@ constexpr bool pointwise_complete() {
 static_assert(pointwise_complete(),
               "every pointwise op needs fp64 semantics and a CUDA expression");
 
-// Reductions and pools, and only they, have reduction semantics and a template reducer.
+// Ops of a reducing class (reductions, pools), and only they, have reduction semantics and a
+// template reducer.
 constexpr bool reductions_complete() {
   for (const OpInfo &op : kOps) {
-    bool reduce = op.cls == OpClass::Reduce || op.cls == OpClass::Pool;
+    bool reduce = class_traits(op.cls).reduces();
     if (reduce != (op.reduce != nullptr) || reduce == op.reducer.empty())
       return false;
   }
@@ -549,39 +522,7 @@ static_assert(reductions_complete(), "every reduction and pool needs fp64 semant
 
 } // namespace
 
-std::string_view op_class_name(OpClass c) {
-  switch (c) {
-  case OpClass::Gemm:
-    return "matrix";
-  case OpClass::Norm:
-    return "batch normalization";
-  case OpClass::Binary:
-    return "pointwise binary";
-  case OpClass::Unary:
-    return "pointwise unary";
-  case OpClass::Row:
-    return "row normalization";
-  case OpClass::RowNorm:
-    return "feature normalization";
-  case OpClass::Reduce:
-    return "reduction";
-  case OpClass::Pool:
-    return "feature pooling";
-  case OpClass::Random:
-    return "random pointwise";
-  case OpClass::View:
-    return "view";
-  case OpClass::ColReduce:
-    return "column statistics";
-  case OpClass::ColAffine:
-    return "column affine";
-  case OpClass::Effect:
-    return "effect";
-  case OpClass::Constant:
-    return "constant";
-  }
-  return "?";
-}
+std::string_view op_class_name(OpClass c) { return class_traits(c).name; }
 
 Span<OpInfo> all_ops() { return kOps; }
 
@@ -603,9 +544,6 @@ std::vector<OpKind> ops_of_class(OpClass cls, int arity, bool internal) {
   return out;
 }
 
-bool is_pointwise(OpKind k) {
-  OpClass c = op_info(k).cls;
-  return c == OpClass::Unary || c == OpClass::Binary;
-}
+bool is_pointwise(OpKind k) { return class_traits(op_info(k).cls).pointwise(); }
 
 } // namespace kfuse::ir
