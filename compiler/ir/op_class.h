@@ -1,7 +1,8 @@
 // The op-class traits: what each OpClass means to compiler/ir and to the planner, one entry per
 // class: its name, its documented shape rule, the properties the planner and the code generator
-// ask, its shape rule and its fp64 semantics. A new class is one entry here and its two
-// functions (compiler/ir/class_rules.h).
+// ask, its shape rule and its fp64 semantics. A new class is one entry here, its two functions
+// (compiler/ir/class_rules.h) and its entry in the code generator's table
+// (compiler/codegen/class_codegen.h); nothing else switches over classes.
 #pragma once
 
 #include "compiler/ir/class_rules.h"

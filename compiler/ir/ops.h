@@ -104,7 +104,8 @@ enum class OpKind : uint8_t {
 inline constexpr size_t kOpCount = static_cast<size_t>(OpKind::Constant) + 1;
 
 // What kind of computation an op is; it fixes the shape rule, and the planner and the
-// code generator dispatch on it (compiler/ir/op_class.h).
+// code generator dispatch on it through its traits (compiler/ir/op_class.h,
+// compiler/codegen/class_codegen.h).
 enum class OpClass : uint8_t {
   Gemm,      // matrix: [N, K] x weight -> [N, M]
   Norm,      // batch normalization: per-column statistics over the rows
