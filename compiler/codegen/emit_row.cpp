@@ -1,6 +1,9 @@
 // Row kernels and GEMM row epilogues: the passes over a row, one per row stage of the plan.
+#include "compiler/codegen/class_codegen.h"
 #include "compiler/codegen/emit.h"
+#include "compiler/codegen/row_passes.h"
 #include "compiler/ir/infer.h"
+#include "compiler/ir/op_class.h"
 #include "compiler/ir/printer.h"
 #include "compiler/select/geometry.h"
 #include "templates/row_kernel.cuh"
@@ -32,227 +35,181 @@ ValueId row_tail(const EmitContext &cx, const Kernel &k, size_t i) {
                                  k.name, g[norm].name));
 }
 
-// The passes over a row of rows_of, one per row stage, in plan order: by a block of `threads`
-// threads per row reading the stored matrix (a row kernel: `row` = blockIdx.x, `smem` its
-// resident row), or by `threads` lanes of a warp (`team`) reading the row `x` the GEMM epilogue
-// staged (staged).
-// Each pass that reads the row gets a generated functor (col, x) -> value, appended to `defs`,
-// computing the stage's input from the loaded element (the prologue), the row index and the
-// per-row results of earlier passes (members); the stage's class picks the template. Per-row
-// values computed from those results alone (row_result) are computed in the body and written by
-// the team's first thread.
-class RowPasses {
-public:
-  RowPasses(EmitContext &cx, const Kernel &k, const KernelWriter &w, int threads, bool staged)
-      : cx_(cx), g_(cx.graph), k_(k), w_(w), threads_(threads), staged_(staged),
-        n_(KernelWriter::extent(g_[k.rows_of].type.shape.back())),
-        // A staged row is read at x and written at the row's own address: the templates' row
-        // argument is then 0 and their strides unused.
-        src_(staged ? "x" : w.ptr(k.rows_of)), ld_(staged ? "0" : n_),
-        row_arg_(staged ? "0" : "row"), team_(staged ? ", team" : ""),
-        smem_(staged ? "nullptr, 0" : "smem, smem_floats"),
-        first_(staged ? "team.rank() == 0" : "threadIdx.x == 0") {}
-
-  // The body's statements; the functors they name are appended to `defs`.
-  std::string run(std::string &defs) {
-    check_last_axis();
-    const TensorType &t = g_[k_.rows_of].type;
-    for (size_t i = 0; i < k_.row_stages.size(); ++i) {
-      const ValueId st = k_.row_stages[i];
-      if (tails_.count(st))
-        continue;
-      const OpClass cls = op_info(g_[st].op).cls;
-      const bool row_op = cls == OpClass::Row || cls == OpClass::RowNorm ||
-                          cls == OpClass::Reduce || cls == OpClass::Pool;
-      if (!row_op && g_[st].type.shape != t.shape)
-        row_result(st);
-      else
-        pass(i, st, row_op, defs);
-    }
-    return body_;
-  }
-
-private:
-  void check_last_axis() const {
-    for (ValueId st : k_.row_stages) {
-      const Value &op = g_[st];
-      if (!op.attrs.count("dim"))
-        continue;
-      int rank = g_[op.args[0]].type.rank();
-      double d = op.attr("dim");
-      if (!(d == -1 || d == rank - 1))
-        throw CodegenError(fmt::format("pipeline '{}': {} over dim={} of {} is not supported on "
-                                       "the GPU (only the last axis)",
-                                       g_.name, op_info(op.op).name, d, g_[op.args[0]].type.str()));
-    }
-  }
-
-  std::string dst(ValueId st) const {
-    return staged_ ? fmt::format("{} + static_cast<long long>(row) * {}", w_.ptr(st),
-                                 KernelWriter::extent(g_[st].type.shape.back()))
-                   : w_.ptr(st);
-  }
-
-  // A per-row value from this row's results only.
-  void row_result(ValueId st) {
-    std::set<ValueId> given(row_values_.begin(), row_values_.end());
-    given.insert(in_entry_.begin(), in_entry_.end());
-    body_ += w_.tree_statements("  ", st, given);
-    body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
-    cx_.collect_tree(k_, st, given, in_entry_);
-    row_values_.push_back(st);
-  }
-
-  // The pass of row stage i (value st) over the row.
-  void pass(size_t i, ValueId st, bool row_op, std::string &defs) {
-    const Value &op = g_[st];
-    // A second pass that fills shared memory waits for every thread to be done with the first
-    // one's row: row_group_norm reads elements other threads loaded.
-    if (!staged_ && keeps_resident_row(op.op)) {
-      if (smem_filled_)
-        body_ += "  __syncthreads();\n";
-      smem_filled_ = true;
-    }
-    type_ = fmt::format("{}_pass{}", k_.name, i);
-    members_ = w_.member_declarations("  ") + "  int row;\n";
-    init_ = {"row"};
-    for (ValueId r : row_values_) {
-      members_ += fmt::format("  float {};\n", w_.var(r));
-      init_.push_back(w_.var(r));
-    }
-    // The functor of this pass: the stage's input (a row op's argument, or the elementwise
-    // value itself) from the loaded element.
-    const ValueId input = row_op ? op.args[0] : st;
-    std::set<ValueId> given(row_values_.begin(), row_values_.end());
-    given.insert(k_.rows_of);
-    defs += fmt::format("struct {} {{\n{}  __device__ float operator()(int col, float x) const "
-                        "{{\n{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
-                        type_, members_, cx_.indent, w_.var(k_.rows_of),
-                        w_.tree_statements(cx_.indent, input, given), cx_.indent, w_.var(input));
-    call(i, st, type_ + w_.member_initializer(init_), defs);
-  }
-
-  // The functor of a softmax's or normalization's result y at column col (`value`: y, or the
-  // normalization's affine of it). Where the kernel does not store the result, the functor
-  // computes its row_tail value instead (the elementwise ops after it, which read no other
-  // matrix: the row's results, per-feature values), and the pass stores that in `out`.
-  std::string post_functor(size_t i, ValueId st, const std::string &value, ValueId &out,
-                           std::string &defs) {
-    out = st;
-    std::string post_body = fmt::format("{}return {};\n", cx_.indent, value);
-    if (!std::count(k_.stores.begin(), k_.stores.end(), st)) {
-      out = row_tail(cx_, k_, i);
-      tails_.insert(out);
-      std::set<ValueId> at(row_values_.begin(), row_values_.end());
-      at.insert(st);
-      post_body =
-          fmt::format("{}const float {} = {};\n{}{}return {};\n", cx_.indent, w_.var(st), value,
-                      w_.tree_statements(cx_.indent, out, at), cx_.indent, w_.var(out));
-    }
-    defs += fmt::format("struct {0}_post {{\n{1}  __device__ float operator()(int col, "
-                        "float y) const {{\n{2}  }}\n}};\n",
-                        type_, members_, post_body);
-    return type_ + "_post" + w_.member_initializer(init_);
-  }
-
-  // The template call of stage st's class, with the pass's prologue functor `pre`.
-  void call(size_t i, ValueId st, const std::string &pre, std::string &defs) {
-    const Value &op = g_[st];
-    const OpClass cls = op_info(op.op).cls;
-    ValueId out = st;
-    switch (cls) {
-    case OpClass::Row: {
-      cx_.includes.insert("row_softmax.cuh");
-      const std::string post = post_functor(i, st, "y", out, defs);
-      body_ += fmt::format("  kf::row_softmax<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
-                           threads_, op.op == OpKind::LogSoftmax ? "true" : "false", row_arg_, n_,
-                           src_, ld_, dst(out), ld_, pre, post, smem_, team_);
-      return;
-    }
-    case OpClass::RowNorm:
-      return norm(i, st, pre, defs);
-    case OpClass::Reduce: {
-      cx_.includes.insert("row_reduce.cuh");
-      double correction = op.attrs.count("correction") ? op.attr("correction") : 0.0;
-      body_ += fmt::format("  const float {} = kf::row_reduce<{}, kf::Reduce::{}>({}, {}, {}, "
-                           "{}, {}, {}{});\n",
-                           w_.var(st), threads_, op_info(op.op).reducer, row_arg_, n_, src_, ld_,
-                           float_literal(correction), pre, team_);
-      if (std::count(k_.stores.begin(), k_.stores.end(), st))
-        body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
-      row_values_.push_back(st);
-      return;
-    }
-    case OpClass::Pool:
-      cx_.includes.insert("row_pool.cuh");
-      body_ += fmt::format(
-          "  kf::row_pool<{}, kf::Reduce::{}>({}, {}, {}, {}, {}, {}, {}, {}{});\n", threads_,
-          op_info(op.op).reducer, row_arg_, src_, n_, dst(st),
-          KernelWriter::extent(op.type.shape.back()), static_cast<int64_t>(op.attr("kernel_size")),
-          pool_stride(op.attrs), pre, team_);
-      return;
-    case OpClass::Gemm:
-    case OpClass::Norm:
-    case OpClass::Binary:
-    case OpClass::Unary:
-    case OpClass::Random:
-    case OpClass::ColReduce:
-    case OpClass::ColAffine:
-    case OpClass::Constant:
-      cx_.includes.insert("row_map.cuh");
-      body_ += fmt::format("  kf::row_map<{}>({}, {}, {}, {}, {}, {}, {}{});\n", threads_, row_arg_,
-                           n_, src_, ld_, dst(st), ld_, pre, team_);
-      return;
-    case OpClass::Effect:
-    case OpClass::View: // the matrix view reads through views (ir::matrix_view)
-      throw CodegenError(fmt::format("internal error: kernel {} has {} as a row pass", k_.name,
-                                     op_class_name(cls)));
-    }
-  }
-
-  // layernorm, rmsnorm and groupnorm: the normalized row, its affine applied by the post functor.
-  void norm(size_t i, ValueId st, const std::string &pre, std::string &defs) {
-    const Value &op = g_[st];
-    std::string affine = "y";
-    if (op.args.size() > 1)
-      affine += " * " + w_.load(op.args[1], "col");
-    if (op.args.size() > 2)
-      affine += " + " + w_.load(op.args[2], "col");
-    ValueId out = st;
-    const std::string post = post_functor(i, st, affine, out, defs),
-                      eps = float_literal(op.attr("eps"));
-    if (op.op == OpKind::GroupNorm) {
-      cx_.includes.insert("row_group_norm.cuh");
-      body_ += fmt::format("  kf::row_group_norm<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
-                           "{}{});\n",
-                           threads_, row_arg_, n_, static_cast<int64_t>(op.attr("groups")), src_,
-                           ld_, dst(out), ld_, eps, pre, post, smem_, team_);
-      return;
-    }
-    cx_.includes.insert("row_norm.cuh");
-    body_ += fmt::format("  kf::row_norm<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
-                         threads_, op.op == OpKind::RmsNorm ? "true" : "false", row_arg_, n_, src_,
-                         ld_, dst(out), ld_, eps, pre, post, smem_, team_);
-  }
-
-  EmitContext &cx_;
-  const Graph &g_;
-  const Kernel &k_;
-  const KernelWriter &w_;
-  const int threads_;
-  const bool staged_;
-  const std::string n_, src_, ld_, row_arg_, team_, smem_, first_;
-  std::string body_;
-  std::vector<ValueId> row_values_; // per-row results so far, in registers
-  std::set<ValueId> in_entry_;      // values the body has computed
-  std::set<ValueId> tails_;         // row_tail values, computed in their normalization's pass
-  bool smem_filled_ = false;        // an earlier pass left its row in shared memory
-  // The current pass's functor type, its members and their initializers.
-  std::string type_, members_;
-  std::vector<std::string> init_;
-};
-
 } // namespace
+
+RowPasses::RowPasses(EmitContext &cx, const Kernel &k, const KernelWriter &w, int threads,
+                     bool staged)
+    : cx_(cx), g_(cx.graph), k_(k), w_(w), threads_(threads), staged_(staged),
+      n_(KernelWriter::extent(g_[k.rows_of].type.shape.back())),
+      // A staged row is read at x and written at the row's own address: the templates' row
+      // argument is then 0 and their strides unused.
+      src_(staged ? "x" : w.ptr(k.rows_of)), ld_(staged ? "0" : n_), row_arg_(staged ? "0" : "row"),
+      team_(staged ? ", team" : ""), smem_(staged ? "nullptr, 0" : "smem, smem_floats"),
+      first_(staged ? "team.rank() == 0" : "threadIdx.x == 0") {}
+
+std::string RowPasses::run(std::string &defs) {
+  check_last_axis();
+  const TensorType &t = g_[k_.rows_of].type;
+  for (size_t i = 0; i < k_.row_stages.size(); ++i) {
+    const ValueId st = k_.row_stages[i];
+    if (tails_.count(st))
+      continue;
+    const bool row_op = class_traits(op_info(g_[st].op).cls).row_op();
+    if (!row_op && g_[st].type.shape != t.shape)
+      row_result(st);
+    else
+      pass(i, st, row_op, defs);
+  }
+  return body_;
+}
+
+void RowPasses::check_last_axis() const {
+  for (ValueId st : k_.row_stages) {
+    const Value &op = g_[st];
+    if (!op.attrs.count("dim"))
+      continue;
+    int rank = g_[op.args[0]].type.rank();
+    double d = op.attr("dim");
+    if (!(d == -1 || d == rank - 1))
+      throw CodegenError(fmt::format("pipeline '{}': {} over dim={} of {} is not supported on "
+                                     "the GPU (only the last axis)",
+                                     g_.name, op_info(op.op).name, d, g_[op.args[0]].type.str()));
+  }
+}
+
+std::string RowPasses::dst(ValueId st) const {
+  return staged_ ? fmt::format("{} + static_cast<long long>(row) * {}", w_.ptr(st),
+                               KernelWriter::extent(g_[st].type.shape.back()))
+                 : w_.ptr(st);
+}
+
+void RowPasses::row_result(ValueId st) {
+  std::set<ValueId> given(row_values_.begin(), row_values_.end());
+  given.insert(in_entry_.begin(), in_entry_.end());
+  body_ += w_.tree_statements("  ", st, given);
+  body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
+  cx_.collect_tree(k_, st, given, in_entry_);
+  row_values_.push_back(st);
+}
+
+void RowPasses::pass(size_t i, ValueId st, bool row_op, std::string &defs) {
+  const Value &op = g_[st];
+  // A second pass that fills shared memory waits for every thread to be done with the first
+  // one's row: row_group_norm reads elements other threads loaded.
+  if (!staged_ && keeps_resident_row(op.op)) {
+    if (smem_filled_)
+      body_ += "  __syncthreads();\n";
+    smem_filled_ = true;
+  }
+  type_ = fmt::format("{}_pass{}", k_.name, i);
+  members_ = w_.member_declarations("  ") + "  int row;\n";
+  init_ = {"row"};
+  for (ValueId r : row_values_) {
+    members_ += fmt::format("  float {};\n", w_.var(r));
+    init_.push_back(w_.var(r));
+  }
+  // The functor of this pass: the stage's input (a row op's argument, or the elementwise
+  // value itself) from the loaded element.
+  const ValueId input = row_op ? op.args[0] : st;
+  std::set<ValueId> given(row_values_.begin(), row_values_.end());
+  given.insert(k_.rows_of);
+  defs += fmt::format("struct {} {{\n{}  __device__ float operator()(int col, float x) const "
+                      "{{\n{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
+                      type_, members_, cx_.indent, w_.var(k_.rows_of),
+                      w_.tree_statements(cx_.indent, input, given), cx_.indent, w_.var(input));
+  call(i, st, type_ + w_.member_initializer(init_), defs);
+}
+
+std::string RowPasses::post_functor(size_t i, ValueId st, const std::string &value, ValueId &out,
+                                    std::string &defs) {
+  out = st;
+  std::string post_body = fmt::format("{}return {};\n", cx_.indent, value);
+  if (!std::count(k_.stores.begin(), k_.stores.end(), st)) {
+    out = row_tail(cx_, k_, i);
+    tails_.insert(out);
+    std::set<ValueId> at(row_values_.begin(), row_values_.end());
+    at.insert(st);
+    post_body =
+        fmt::format("{}const float {} = {};\n{}{}return {};\n", cx_.indent, w_.var(st), value,
+                    w_.tree_statements(cx_.indent, out, at), cx_.indent, w_.var(out));
+  }
+  defs += fmt::format("struct {0}_post {{\n{1}  __device__ float operator()(int col, "
+                      "float y) const {{\n{2}  }}\n}};\n",
+                      type_, members_, post_body);
+  return type_ + "_post" + w_.member_initializer(init_);
+}
+
+void RowPasses::call(size_t i, ValueId st, const std::string &pre, std::string &defs) {
+  const OpClass cls = op_info(g_[st].op).cls;
+  const RowPass emit = class_codegen(cls).row_pass;
+  if (!emit) // views and effects: the matrix view reads through views (ir::matrix_view)
+    throw CodegenError(
+        fmt::format("internal error: kernel {} has {} as a row pass", k_.name, op_class_name(cls)));
+  (this->*emit)(i, st, pre, defs);
+}
+
+void RowPasses::softmax(size_t i, ValueId st, const std::string &pre, std::string &defs) {
+  const Value &op = g_[st];
+  cx_.includes.insert("row_softmax.cuh");
+  ValueId out = st;
+  const std::string post = post_functor(i, st, "y", out, defs);
+  body_ += fmt::format("  kf::row_softmax<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
+                       threads_, op.op == OpKind::LogSoftmax ? "true" : "false", row_arg_, n_, src_,
+                       ld_, dst(out), ld_, pre, post, smem_, team_);
+}
+
+void RowPasses::reduce(size_t, ValueId st, const std::string &pre, std::string &) {
+  const Value &op = g_[st];
+  cx_.includes.insert("row_reduce.cuh");
+  double correction = op.attrs.count("correction") ? op.attr("correction") : 0.0;
+  body_ += fmt::format("  const float {} = kf::row_reduce<{}, kf::Reduce::{}>({}, {}, {}, "
+                       "{}, {}, {}{});\n",
+                       w_.var(st), threads_, op_info(op.op).reducer, row_arg_, n_, src_, ld_,
+                       float_literal(correction), pre, team_);
+  if (std::count(k_.stores.begin(), k_.stores.end(), st))
+    body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
+  row_values_.push_back(st);
+}
+
+void RowPasses::pool(size_t, ValueId st, const std::string &pre, std::string &) {
+  const Value &op = g_[st];
+  cx_.includes.insert("row_pool.cuh");
+  body_ +=
+      fmt::format("  kf::row_pool<{}, kf::Reduce::{}>({}, {}, {}, {}, {}, {}, {}, {}{});\n",
+                  threads_, op_info(op.op).reducer, row_arg_, src_, n_, dst(st),
+                  KernelWriter::extent(op.type.shape.back()),
+                  static_cast<int64_t>(op.attr("kernel_size")), pool_stride(op.attrs), pre, team_);
+}
+
+void RowPasses::map(size_t, ValueId st, const std::string &pre, std::string &) {
+  cx_.includes.insert("row_map.cuh");
+  body_ += fmt::format("  kf::row_map<{}>({}, {}, {}, {}, {}, {}, {}{});\n", threads_, row_arg_, n_,
+                       src_, ld_, dst(st), ld_, pre, team_);
+}
+
+void RowPasses::norm(size_t i, ValueId st, const std::string &pre, std::string &defs) {
+  const Value &op = g_[st];
+  std::string affine = "y";
+  if (op.args.size() > 1)
+    affine += " * " + w_.load(op.args[1], "col");
+  if (op.args.size() > 2)
+    affine += " + " + w_.load(op.args[2], "col");
+  ValueId out = st;
+  const std::string post = post_functor(i, st, affine, out, defs),
+                    eps = float_literal(op.attr("eps"));
+  if (op.op == OpKind::GroupNorm) {
+    cx_.includes.insert("row_group_norm.cuh");
+    body_ += fmt::format("  kf::row_group_norm<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+                         "{}{});\n",
+                         threads_, row_arg_, n_, static_cast<int64_t>(op.attr("groups")), src_, ld_,
+                         dst(out), ld_, eps, pre, post, smem_, team_);
+    return;
+  }
+  cx_.includes.insert("row_norm.cuh");
+  body_ += fmt::format("  kf::row_norm<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
+                       threads_, op.op == OpKind::RmsNorm ? "true" : "false", row_arg_, n_, src_,
+                       ld_, dst(out), ld_, eps, pre, post, smem_, team_);
+}
 
 std::string emit_row(EmitContext &cx, const Kernel &k, const KernelWriter &w,
                      const select::RowSpec &spec, KernelLaunch &launch) {

@@ -1,5 +1,6 @@
 #include "compiler/codegen/gpu_support.h"
 
+#include "compiler/codegen/class_codegen.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/views.h"
 
@@ -34,9 +35,7 @@ std::optional<std::string> half_gemm_unsupported(const Graph &g, const Value &mm
 // matrix [1, F] are the same per-feature operand of a pointwise op, but a GEMM or a row kernel
 // needs the matrix it reads, and one viewed across ranks 1 and 2 is refused.
 std::optional<std::string> vector_view_unsupported(const Graph &g, const Value &v) {
-  OpClass cls = op_info(v.op).cls;
-  if (cls == OpClass::Binary || cls == OpClass::Unary || cls == OpClass::Random ||
-      cls == OpClass::ColAffine || cls == OpClass::View)
+  if (class_codegen(op_info(v.op).cls).reads_vector_views)
     return std::nullopt;
   for (ValueId a : v.args) {
     const TensorType &seen = g[a].type, &stored = g[view_source(g, a)].type;
@@ -64,7 +63,7 @@ std::optional<GpuUnsupported> gpu_unsupported(const Graph &g, const std::string 
       continue;
     int rank = g[v.args[0]].type.rank();
     double d = v.attr("dim");
-    if ((cls == OpClass::Row || cls == OpClass::Reduce) && !(d == -1 || d == rank - 1))
+    if (class_codegen(cls).last_axis_only && !(d == -1 || d == rank - 1))
       return GpuUnsupported{
           id, fmt::format("{} over dim={} of {} is not supported on the GPU (only the last axis, "
                           "dim={} or dim=-1)",

@@ -1,5 +1,6 @@
 #include "compiler/codegen/kernel_writer.h"
 
+#include "compiler/codegen/class_codegen.h"
 #include "compiler/ir/printer.h"
 
 #include <algorithm>
@@ -18,10 +19,7 @@ std::string float_literal(double v) {
   return "float(" + format_number(v) + ")";
 }
 
-bool keeps_resident_row(OpKind op) {
-  OpClass c = op_info(op).cls;
-  return c == OpClass::Row || c == OpClass::RowNorm;
-}
+bool keeps_resident_row(OpKind op) { return class_codegen(op_info(op).cls).keeps_resident_row; }
 
 std::string cuda_type(DType t) {
   switch (t) {

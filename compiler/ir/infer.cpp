@@ -1,5 +1,6 @@
 #include "compiler/ir/infer.h"
 
+#include "compiler/ir/op_class.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/views.h"
 
@@ -151,11 +152,183 @@ std::optional<std::vector<Dim>> broadcast(const std::vector<Dim> &a, const std::
   return out;
 }
 
-namespace {
+namespace shape_rule {
 
-// The result type by the op's shape rule, before the size model checks it.
-TensorType result_type(OpKind kind, const std::vector<TensorType> &args,
-                       const std::map<std::string, AttrValue> &attrs) {
+// [..., K] x weight -> [..., M]: the leading axes of a rank-3/4 input are rows.
+TensorType gemm(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
+  if (args[0].rank() < 2)
+    throw TypeError(
+        0, fmt::format("{} expects its input of rank 2 to 4, got {}", op.name, args[0].str()));
+  expect_rank(op, args, 1, 2, "its weight");
+  expect_same_dtype(op, args);
+  bool linear = op.kind == OpKind::Linear;
+  // linear: weight is [out, in]; matmul: b is [in, out].
+  const Dim &k = linear ? args[1].shape[1] : args[1].shape[0];
+  const Dim &m = linear ? args[1].shape[0] : args[1].shape[1];
+  unify(op, args, 1, args[0].shape.back(), k, "the inner dim");
+  if (args.size() == 3)
+    expect_feature_vector(op, args, 2, m, "the bias");
+  std::vector<Dim> shape = args[0].shape;
+  shape.back() = m;
+  return {args[0].dtype, shape};
+}
+
+TensorType norm(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
+  int n = static_cast<int>(args.size());
+  if (n == 4)
+    throw TypeError(-1, "batchnorm takes (x, running_mean, running_var) or (x, weight, bias, "
+                        "running_mean, running_var), got 4 arguments");
+  // A rank-3 input is refused rather than read one way: PyTorch's BatchNorm1d takes its
+  // axis 1 as the channels, kfuse's feature axis is the last; the reshape says which.
+  if (args[0].rank() > 2) {
+    TensorType rows = args[0].matrix_view();
+    expect_matrix(op, args,
+                  fmt::format("PyTorch's batchnorm1d normalizes axis 1 (the channels) of a "
+                              "rank-3 input, and kfuse normalizes the last axis of an [N, C] "
+                              "input; to normalize each of the {} features over all {} rows, "
+                              "view the input as {} first: reshape(x, shape={})",
+                              rows.shape[1].str(), rows.shape[0].str(), rows.shape_str(),
+                              rows.shape_str()));
+  }
+  expect_rank(op, args, 0, 2, "its input");
+  const Dim &c = args[0].shape[1];
+  static const char *names3[] = {"", "running_mean", "running_var"};
+  static const char *names5[] = {"", "weight", "bias", "running_mean", "running_var"};
+  for (int i = 1; i < n; ++i) {
+    expect_feature_vector(op, args, i, c, n == 3 ? names3[i] : names5[i]);
+    expect_param_dtype(op, args, i, n == 3 ? names3[i] : names5[i]);
+  }
+  return args[0];
+}
+
+TensorType binary(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
+  auto shape = broadcast(args[0].shape, args[1].shape);
+  if (!shape)
+    throw TypeError(1, fmt::format("shape mismatch in {}: {} and {} do not broadcast", op.name,
+                                   args[0].str(), args[1].str()));
+  expect_row_broadcast(op, args, *shape);
+  return {promote(args[0].dtype, args[1].dtype), *shape};
+}
+
+TensorType unary(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  if (op.kind == OpKind::Cast)
+    return {*parse_dtype(attrs.at("dtype").dim), args[0].shape};
+  return args[0];
+}
+
+TensorType random(const OpInfo &, const std::vector<TensorType> &args, const AttrMap &) {
+  return args[0];
+}
+
+TensorType view(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  return view_type(op, args[0], attrs);
+}
+
+TensorType row(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  expect_last_axis(op, args[0], axis_of(op, args[0], attrs));
+  return args[0];
+}
+
+TensorType row_norm(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  if (op.kind == OpKind::GroupNorm || op.kind == OpKind::InstanceNorm)
+    expect_matrix(op, args,
+                  "PyTorch's group_norm and instance_norm take axis 1 of a rank-3 "
+                  "input as the channels, not the last axis");
+  const Dim &f = args[0].shape.back();
+  static const char *names[] = {"", "weight", "bias"};
+  for (int i = 1; i < static_cast<int>(args.size()); ++i) {
+    expect_feature_vector(op, args, i, f, names[i]);
+    expect_param_dtype(op, args, i, names[i]);
+  }
+  // A symbolic F is checked once bound (group_size_problem); groups < 1 is the range's.
+  if (attrs.count("groups") && !f.is_symbolic())
+    if (auto problem = group_size_problem(op, attrs, f.value))
+      throw TypeError(-1, *problem);
+  return args[0];
+}
+
+TensorType reduce(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  size_t axis = axis_of(op, args[0], attrs);
+  expect_last_axis(op, args[0], axis);
+  int rank = args[0].rank();
+  bool keepdim = attrs.at("keepdim").number != 0;
+  // [B, T] would make T a feature axis: the rows' values keep their axis ([B, T, 1]).
+  if (rank > 2 && !keepdim)
+    throw TypeError(-1, fmt::format("{} of {} (rank {}) needs keepdim=true: without it the "
+                                    "second-to-last axis would become the feature axis",
+                                    op.name, args[0].str(), rank));
+  if (rank == 1 && !keepdim)
+    throw TypeError(-1, fmt::format("{} of {} needs keepdim=true: the result would have rank 0, "
+                                    "and kfuse has no rank-0 tensors",
+                                    op.name, args[0].str()));
+  std::vector<Dim> shape = args[0].shape;
+  if (keepdim)
+    shape[axis] = Dim::constant(1);
+  else
+    shape.erase(shape.begin() + static_cast<std::ptrdiff_t>(axis));
+  return {args[0].dtype, shape};
+}
+
+TensorType pool(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  expect_matrix(op, args, "PyTorch's pooling of x.unsqueeze(1) takes at most a rank-2 x");
+  // A window count has no dim name: the feature count must be a number.
+  const Dim &f = args[0].shape.back();
+  if (f.is_symbolic())
+    throw TypeError(0, fmt::format("{} needs a constant feature count, got {}: the output width "
+                                   "(F - kernel_size) / stride + 1 would have no dim name",
+                                   op.name, args[0].str()));
+  for (const AttrSpec &spec : op.attrs) // before the width, which assumes a valid window
+    if (auto problem = check_attr(spec, attrs.at(std::string(spec.name))))
+      throw TypeError(-1, fmt::format("{}: attribute '{}' {}", op.name, spec.name, *problem));
+  std::vector<Dim> shape = args[0].shape;
+  shape.back() = Dim::constant(pool_width(attrs, f.value));
+  if (shape.back().value < 1)
+    throw TypeError(-1, fmt::format("{}: kernel_size={} is wider than the {} features", op.name,
+                                    format_number(attrs.at("kernel_size").number), f.value));
+  return {args[0].dtype, shape};
+}
+
+// Statistics are held in fp32 whatever the matrix's type.
+TensorType col_reduce(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
+  expect_rank(op, args, 0, 2, "its input");
+  return {DType::F32, {args[0].shape[1]}};
+}
+
+// Vectors of any type, the result in the matrix's; on a rank-3/4 matrix per feature of the
+// rows, as a GEMM epilogue applies it.
+TensorType col_affine(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
+  if (args[0].rank() < 2)
+    throw TypeError(
+        0, fmt::format("{} expects its input of rank 2 to 4, got {}", op.name, args[0].str()));
+  const Dim &c = args[0].shape.back();
+  static constexpr const char *kVectors[] = {"alpha", "beta", "shift"};
+  for (size_t i = 1; i < args.size(); ++i)
+    if (!(args[i].rank() == 1 && (args[i].shape[0] == c || args[i].shape[0] == Dim::constant(1))))
+      throw TypeError(static_cast<int>(i),
+                      fmt::format("shape mismatch in col_affine: {} must be [{}] or [1], got {}",
+                                  kVectors[i - 1], c.str(), args[i].str()));
+  return args[0];
+}
+
+// Each state is updated in its own type from fp32 statistics; the effect has rank 0.
+TensorType effect(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
+  expect_rank(op, args, 0, 1, "running_mean");
+  for (int i = 1; i < static_cast<int>(args.size()); ++i)
+    expect_feature_vector(op, args, i, args[0].shape[0], i == 1 ? "running_var" : "a statistic");
+  return {args[0].dtype, {}};
+}
+
+TensorType constant(const OpInfo &, const std::vector<TensorType> &, const AttrMap &attrs) {
+  auto dt = parse_dtype(attrs.at("dtype").dim);
+  if (!dt)
+    throw TypeError(-1, fmt::format("constant: '{}' is not a type", attrs.at("dtype").dim));
+  return {*dt, {Dim::constant(1)}};
+}
+
+} // namespace shape_rule
+
+TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
+                      const std::map<std::string, AttrValue> &attrs) {
   const OpInfo &op = op_info(kind);
   int n = static_cast<int>(args.size());
   if (n < op.min_args || n > op.max_args)
@@ -166,167 +339,7 @@ TensorType result_type(OpKind kind, const std::vector<TensorType> &args,
   for (int i = 0; i < n; ++i)
     if (args[i].rank() == 0)
       throw TypeError(i, fmt::format("{} cannot take an effect as argument {}", op.name, i + 1));
-  if (op.cls == OpClass::Constant) {
-    auto dt = parse_dtype(attrs.at("dtype").dim);
-    if (!dt)
-      throw TypeError(-1, fmt::format("constant: '{}' is not a type", attrs.at("dtype").dim));
-    return {*dt, {Dim::constant(1)}};
-  }
-  DType dt = args[0].dtype;
-
-  switch (op.cls) {
-  case OpClass::Gemm: {
-    // [..., K] x weight -> [..., M]: the leading axes of a rank-3/4 input are rows.
-    if (args[0].rank() < 2)
-      throw TypeError(
-          0, fmt::format("{} expects its input of rank 2 to 4, got {}", op.name, args[0].str()));
-    expect_rank(op, args, 1, 2, "its weight");
-    expect_same_dtype(op, args);
-    bool linear = kind == OpKind::Linear;
-    // linear: weight is [out, in]; matmul: b is [in, out].
-    const Dim &k = linear ? args[1].shape[1] : args[1].shape[0];
-    const Dim &m = linear ? args[1].shape[0] : args[1].shape[1];
-    unify(op, args, 1, args[0].shape.back(), k, "the inner dim");
-    if (n == 3)
-      expect_feature_vector(op, args, 2, m, "the bias");
-    std::vector<Dim> shape = args[0].shape;
-    shape.back() = m;
-    return {dt, shape};
-  }
-  case OpClass::Norm: {
-    if (n == 4)
-      throw TypeError(-1, "batchnorm takes (x, running_mean, running_var) or (x, weight, bias, "
-                          "running_mean, running_var), got 4 arguments");
-    // A rank-3 input is refused rather than read one way: PyTorch's BatchNorm1d takes its
-    // axis 1 as the channels, kfuse's feature axis is the last; the reshape says which.
-    if (args[0].rank() > 2) {
-      TensorType rows = args[0].matrix_view();
-      expect_matrix(op, args,
-                    fmt::format("PyTorch's batchnorm1d normalizes axis 1 (the channels) of a "
-                                "rank-3 input, and kfuse normalizes the last axis of an [N, C] "
-                                "input; to normalize each of the {} features over all {} rows, "
-                                "view the input as {} first: reshape(x, shape={})",
-                                rows.shape[1].str(), rows.shape[0].str(), rows.shape_str(),
-                                rows.shape_str()));
-    }
-    expect_rank(op, args, 0, 2, "its input");
-    const Dim &c = args[0].shape[1];
-    static const char *names3[] = {"", "running_mean", "running_var"};
-    static const char *names5[] = {"", "weight", "bias", "running_mean", "running_var"};
-    for (int i = 1; i < n; ++i) {
-      expect_feature_vector(op, args, i, c, n == 3 ? names3[i] : names5[i]);
-      expect_param_dtype(op, args, i, n == 3 ? names3[i] : names5[i]);
-    }
-    return args[0];
-  }
-  case OpClass::Binary: {
-    auto shape = broadcast(args[0].shape, args[1].shape);
-    if (!shape)
-      throw TypeError(1, fmt::format("shape mismatch in {}: {} and {} do not broadcast", op.name,
-                                     args[0].str(), args[1].str()));
-    expect_row_broadcast(op, args, *shape);
-    return {promote(dt, args[1].dtype), *shape};
-  }
-  case OpClass::Unary:
-    if (kind == OpKind::Cast)
-      return {*parse_dtype(attrs.at("dtype").dim), args[0].shape};
-    return args[0];
-  case OpClass::Random:
-    return args[0];
-  case OpClass::View:
-    return view_type(op, args[0], attrs);
-  case OpClass::Row:
-    expect_last_axis(op, args[0], axis_of(op, args[0], attrs));
-    return args[0];
-  case OpClass::RowNorm: {
-    if (kind == OpKind::GroupNorm || kind == OpKind::InstanceNorm)
-      expect_matrix(op, args,
-                    "PyTorch's group_norm and instance_norm take axis 1 of a rank-3 "
-                    "input as the channels, not the last axis");
-    const Dim &f = args[0].shape.back();
-    static const char *names[] = {"", "weight", "bias"};
-    for (int i = 1; i < n; ++i) {
-      expect_feature_vector(op, args, i, f, names[i]);
-      expect_param_dtype(op, args, i, names[i]);
-    }
-    // A symbolic F is checked once bound (group_size_problem); groups < 1 is the range's.
-    if (attrs.count("groups") && !f.is_symbolic())
-      if (auto problem = group_size_problem(op, attrs, f.value))
-        throw TypeError(-1, *problem);
-    return args[0];
-  }
-  case OpClass::Reduce: {
-    size_t axis = axis_of(op, args[0], attrs);
-    expect_last_axis(op, args[0], axis);
-    int rank = args[0].rank();
-    bool keepdim = attrs.at("keepdim").number != 0;
-    // [B, T] would make T a feature axis: the rows' values keep their axis ([B, T, 1]).
-    if (rank > 2 && !keepdim)
-      throw TypeError(-1, fmt::format("{} of {} (rank {}) needs keepdim=true: without it the "
-                                      "second-to-last axis would become the feature axis",
-                                      op.name, args[0].str(), rank));
-    if (rank == 1 && !keepdim)
-      throw TypeError(-1, fmt::format("{} of {} needs keepdim=true: the result would have rank 0, "
-                                      "and kfuse has no rank-0 tensors",
-                                      op.name, args[0].str()));
-    std::vector<Dim> shape = args[0].shape;
-    if (keepdim)
-      shape[axis] = Dim::constant(1);
-    else
-      shape.erase(shape.begin() + static_cast<std::ptrdiff_t>(axis));
-    return {dt, shape};
-  }
-  case OpClass::Pool: {
-    expect_matrix(op, args, "PyTorch's pooling of x.unsqueeze(1) takes at most a rank-2 x");
-    // A window count has no dim name: the feature count must be a number.
-    const Dim &f = args[0].shape.back();
-    if (f.is_symbolic())
-      throw TypeError(0, fmt::format("{} needs a constant feature count, got {}: the output width "
-                                     "(F - kernel_size) / stride + 1 would have no dim name",
-                                     op.name, args[0].str()));
-    for (const AttrSpec &spec : op.attrs) // before the width, which assumes a valid window
-      if (auto problem = check_attr(spec, attrs.at(std::string(spec.name))))
-        throw TypeError(-1, fmt::format("{}: attribute '{}' {}", op.name, spec.name, *problem));
-    std::vector<Dim> shape = args[0].shape;
-    shape.back() = Dim::constant(pool_width(attrs, f.value));
-    if (shape.back().value < 1)
-      throw TypeError(-1, fmt::format("{}: kernel_size={} is wider than the {} features", op.name,
-                                      format_number(attrs.at("kernel_size").number), f.value));
-    return {dt, shape};
-  }
-  case OpClass::ColReduce: // statistics are held in fp32 whatever the matrix's type
-    expect_rank(op, args, 0, 2, "its input");
-    return {DType::F32, {args[0].shape[1]}};
-  case OpClass::ColAffine: { // vectors of any type, the result in the matrix's
-    if (args[0].rank() < 2)  // rank 3/4: per feature of the rows, as a GEMM epilogue applies it
-      throw TypeError(
-          0, fmt::format("{} expects its input of rank 2 to 4, got {}", op.name, args[0].str()));
-    const Dim &c = args[0].shape.back();
-    static constexpr const char *kVectors[] = {"alpha", "beta", "shift"};
-    for (int i = 1; i < n; ++i)
-      if (!(args[i].rank() == 1 && (args[i].shape[0] == c || args[i].shape[0] == Dim::constant(1))))
-        throw TypeError(i,
-                        fmt::format("shape mismatch in col_affine: {} must be [{}] or [1], got {}",
-                                    kVectors[i - 1], c.str(), args[i].str()));
-    return args[0];
-  }
-  case OpClass::Effect: { // each state is updated in its own type from fp32 statistics
-    expect_rank(op, args, 0, 1, "running_mean");
-    for (int i = 1; i < n; ++i)
-      expect_feature_vector(op, args, i, args[0].shape[0], i == 1 ? "running_var" : "a statistic");
-    return {dt, {}};
-  }
-  case OpClass::Constant:
-    break;
-  }
-  throw TypeError(-1, "unknown op");
-}
-
-} // namespace
-
-TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
-                      const std::map<std::string, AttrValue> &attrs) {
-  TensorType t = result_type(kind, args, attrs);
+  TensorType t = class_traits(op.cls).shape_rule(op, args, attrs);
   // A broadcast or a GEMM can make a result larger than any argument.
   if (auto problem = size_problem(t))
     throw TypeError(-1, fmt::format("{}: the result {}", op_info(kind).name, *problem));

@@ -43,6 +43,8 @@ struct InterpretError : kfuse::Error {
   using kfuse::Error::Error;
 };
 
+struct OpRun;
+
 class Interpreter {
 public:
   // `tensors` must hold every input, param and state of `g` with its concrete shape
@@ -69,11 +71,10 @@ private:
   Interpreter(const Graph &g, Mode mode, DimBindings dims, TensorMap &&tensors,
               RngState rng = {}) = delete;
   const HostTensor &tensor(ValueId id) const; // a declaration's or a computed op's value
-  HostTensor batchnorm(ValueId id);
-  void bn_update(ValueId id);
   // Records `t` as the new value of `state`, written by `op`; a second op updating the same
   // state is an error, since every update is computed from entry values.
   void record_update(ValueId op, ValueId state, HostTensor t);
+  friend struct OpRun; // the class semantics record state updates through it
 
   const Graph &g_;
   Mode mode_;

@@ -1,5 +1,6 @@
 #include "compiler/ir/op_reference.h"
 
+#include "compiler/ir/op_class.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 
@@ -41,29 +42,9 @@ std::string signature(const OpInfo &op) {
                      fmt::join(attrs, ", "));
 }
 
+// The op's own shape rule, else its class's.
 std::string shapes(const OpInfo &op) {
-  if (!op.shapes.empty())
-    return std::string(op.shapes);
-  switch (op.cls) {
-  case OpClass::Binary:
-    return "broadcast → broadcast shape";
-  case OpClass::Unary:
-  case OpClass::Row:
-  case OpClass::Random:
-    return "any → same";
-  case OpClass::Gemm:
-  case OpClass::Norm:
-  case OpClass::RowNorm:
-  case OpClass::Reduce:
-  case OpClass::Pool:
-  case OpClass::ColReduce:
-  case OpClass::ColAffine:
-  case OpClass::Effect:
-  case OpClass::Constant:
-  case OpClass::View:
-    break;
-  }
-  return "";
+  return std::string(op.shapes.empty() ? class_traits(op.cls).shapes : op.shapes);
 }
 
 std::string attributes(const OpInfo &op) {

@@ -1,5 +1,6 @@
 #include "compiler/ir/ops.h"
 
+#include "compiler/ir/op_class.h"
 #include "compiler/ir/pointwise.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/reduce.h"
@@ -93,6 +94,7 @@ std::optional<std::string> some_bound(const AttrMap &a) {
 
 // --- the table ----------------------------------------------------------------------------
 
+// No shape rule of the op's own: the op reference gives its class's (ClassTraits::shapes).
 constexpr std::string_view kAny = "";
 
 // A pointwise op: unary (1 operand) or binary (2, broadcast).
@@ -118,8 +120,7 @@ constexpr OpInfo row(OpKind k, std::string_view name, std::string_view semantics
 // A normalization over the feature axis (the last) with optional per-feature vectors.
 constexpr OpInfo row_norm(OpKind k, std::string_view name, int max_args, std::string_view operands,
                           Span<AttrSpec> attrs, std::string_view semantics, std::string_view torch,
-                          AttrRule rule = nullptr,
-                          std::string_view shapes = "`x: [N, F]`, the others `[F]` → `[N, F]`") {
+                          AttrRule rule = nullptr, std::string_view shapes = kAny) {
   return {k,  name, OpClass::RowNorm, 1,         max_args, operands, attrs, false, nullptr,
           {}, rule, shapes,           semantics, nullptr,  {},       torch};
 }
@@ -128,45 +129,16 @@ constexpr OpInfo row_norm(OpKind k, std::string_view name, int max_args, std::st
 constexpr OpInfo reduction(OpKind k, std::string_view name, ReduceFn f, std::string_view reducer,
                            std::string_view semantics, std::string_view torch,
                            Span<AttrSpec> attrs = kReduceAttrs) {
-  return {k,
-          name,
-          OpClass::Reduce,
-          1,
-          1,
-          "x",
-          attrs,
-          false,
-          nullptr,
-          {},
-          nullptr,
-          "`x: [N, F]` → `[N, 1]` (`dim=1`, `keepdim=true`), `[N]` (`dim=1`), `[1, F]` or `[F]` "
-          "(`dim=0`)",
-          semantics,
-          f,
-          reducer,
-          torch};
+  return {k,       name, OpClass::Reduce, 1,    1,         "x", attrs,   false,
+          nullptr, {},   nullptr,         kAny, semantics, f,   reducer, torch};
 }
 
 // A pooling over windows of the feature axis; `f` and `reducer` (as for a reduction) apply to
 // each window.
 constexpr OpInfo pool(OpKind k, std::string_view name, ReduceFn f, std::string_view reducer,
                       std::string_view semantics, std::string_view torch) {
-  return {k,
-          name,
-          OpClass::Pool,
-          1,
-          1,
-          "x",
-          kPoolAttrs,
-          false,
-          nullptr,
-          {},
-          nullptr,
-          "`x: [N, F]` → `[N, (F - kernel_size) / stride + 1]` (rounded down); `F` a number",
-          semantics,
-          f,
-          reducer,
-          torch};
+  return {k,       name, OpClass::Pool, 1,    1,         "x", kPoolAttrs, false,
+          nullptr, {},   nullptr,       kAny, semantics, f,   reducer,    torch};
 }
 
 // A view: its result is its argument's buffer under another shape (compiler/ir/views.h).
@@ -521,13 +493,13 @@ static_assert(torch_complete(), "every op needs its PyTorch spelling");
 // The checks below compare function addresses, which the sanitized build (KFUSE_SANITIZED, see
 // CMakeLists.txt) cannot do at compile time; every other build makes them.
 #ifndef KFUSE_SANITIZED
-// Pointwise ops, and only they, have reference semantics and a CUDA expression.
+// Ops of a pointwise class, and only they, have reference semantics and a CUDA expression.
 constexpr bool pointwise_complete() {
   for (const OpInfo &op : kOps) {
-    bool pointwise = op.cls == OpClass::Unary || op.cls == OpClass::Binary;
-    if (pointwise != (op.fp64 != nullptr) || (pointwise && op.cuda.empty()))
+    const ClassTraits &c = class_traits(op.cls);
+    if (c.pointwise() != (op.fp64 != nullptr) || (c.pointwise() && op.cuda.empty()))
       return false;
-    if (pointwise && op.min_args != (op.cls == OpClass::Unary ? 1 : 2))
+    if (c.pointwise() && (op.min_args != c.scalar_operands || op.max_args != c.scalar_operands))
       return false;
   }
   return true;
@@ -535,10 +507,11 @@ constexpr bool pointwise_complete() {
 static_assert(pointwise_complete(),
               "every pointwise op needs fp64 semantics and a CUDA expression");
 
-// Reductions and pools, and only they, have reduction semantics and a template reducer.
+// Ops of a reducing class (reductions, pools), and only they, have reduction semantics and a
+// template reducer.
 constexpr bool reductions_complete() {
   for (const OpInfo &op : kOps) {
-    bool reduce = op.cls == OpClass::Reduce || op.cls == OpClass::Pool;
+    bool reduce = class_traits(op.cls).reduces();
     if (reduce != (op.reduce != nullptr) || reduce == op.reducer.empty())
       return false;
   }
@@ -547,77 +520,9 @@ constexpr bool reductions_complete() {
 static_assert(reductions_complete(), "every reduction and pool needs fp64 semantics and a reducer");
 #endif
 
-std::string bound_text(double v) { return format_number(v); }
-
-// The interval a number attribute's value must lie in: its spec's range, and for an integer
-// (every Int; a Number or OptNumber whose range says so) what an `int` of the generated code
-// holds, so that no value is cut when it is emitted.
-Range value_range(const AttrSpec &spec) {
-  Range r = spec.range;
-  r.integer = r.integer || spec.kind == AttrKind::Int;
-  if (r.integer) {
-    r.lo = std::max(r.lo, -kMaxKernelInt);
-    r.hi = std::min(r.hi, kMaxKernelInt);
-  }
-  return r;
-}
-
-// "a number > 0", "an integer in [1, 2147483647]", "a number".
-std::string range_expectation(const Range &r) {
-  std::string_view what = r.integer ? "an integer" : "a number";
-  bool lo = std::isfinite(r.lo), hi = std::isfinite(r.hi);
-  if (lo && hi)
-    return fmt::format("{} in {}{}, {}{}", what, r.lo_open ? "(" : "[", bound_text(r.lo),
-                       bound_text(r.hi), r.hi_open ? ")" : "]");
-  if (lo)
-    return fmt::format("{} {} {}", what, r.lo_open ? ">" : "≥", bound_text(r.lo));
-  if (hi)
-    return fmt::format("{} {} {}", what, r.hi_open ? "<" : "≤", bound_text(r.hi));
-  return std::string(what);
-}
-
-bool in_range(const Range &r, double x) {
-  if (!std::isfinite(x) || x < r.lo || x > r.hi || (r.lo_open && x == r.lo) ||
-      (r.hi_open && x == r.hi))
-    return false;
-  return !r.integer || std::floor(x) == x;
-}
-
 } // namespace
 
-std::string_view op_class_name(OpClass c) {
-  switch (c) {
-  case OpClass::Gemm:
-    return "matrix";
-  case OpClass::Norm:
-    return "batch normalization";
-  case OpClass::Binary:
-    return "pointwise binary";
-  case OpClass::Unary:
-    return "pointwise unary";
-  case OpClass::Row:
-    return "row normalization";
-  case OpClass::RowNorm:
-    return "feature normalization";
-  case OpClass::Reduce:
-    return "reduction";
-  case OpClass::Pool:
-    return "feature pooling";
-  case OpClass::Random:
-    return "random pointwise";
-  case OpClass::View:
-    return "view";
-  case OpClass::ColReduce:
-    return "column statistics";
-  case OpClass::ColAffine:
-    return "column affine";
-  case OpClass::Effect:
-    return "effect";
-  case OpClass::Constant:
-    return "constant";
-  }
-  return "?";
-}
+std::string_view op_class_name(OpClass c) { return class_traits(c).name; }
 
 Span<OpInfo> all_ops() { return kOps; }
 
@@ -639,121 +544,6 @@ std::vector<OpKind> ops_of_class(OpClass cls, int arity, bool internal) {
   return out;
 }
 
-bool is_pointwise(OpKind k) {
-  OpClass c = op_info(k).cls;
-  return c == OpClass::Unary || c == OpClass::Binary;
-}
-
-std::vector<std::string_view> choice_words(const AttrSpec &spec) {
-  std::vector<std::string_view> words;
-  std::string_view rest = spec.choices;
-  while (!rest.empty()) {
-    size_t bar = rest.find('|');
-    words.push_back(rest.substr(0, bar));
-    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
-  }
-  return words;
-}
-
-std::string attr_expectation(const AttrSpec &spec) {
-  switch (spec.kind) {
-  case AttrKind::Number:
-  case AttrKind::Int:
-    return range_expectation(value_range(spec));
-  case AttrKind::OptNumber: // none is written by leaving the attribute out
-    return range_expectation(value_range(spec));
-  case AttrKind::Bool:
-    return "true or false";
-  case AttrKind::Extent:
-    return "a positive integer, a dim name or a product of them";
-  case AttrKind::DType:
-    return "an element type (f32, f16 or bf16)";
-  case AttrKind::Shape:
-    return "a shape ([B*T, 768])";
-  case AttrKind::Choice: {
-    std::vector<std::string> quoted;
-    for (std::string_view w : choice_words(spec))
-      quoted.push_back(fmt::format("\"{}\"", w));
-    std::string s;
-    for (size_t i = 0; i < quoted.size(); ++i)
-      s += (i == 0 ? "" : i + 1 == quoted.size() ? " or " : ", ") + quoted[i];
-    return s;
-  }
-  }
-  return "?";
-}
-
-std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a) {
-  auto got = [&] {
-    if (a.shape.size() == 1)
-      return a.shape.front().str();
-    return a.dim.empty() ? format_number(a.number) : fmt::format("'{}'", a.dim);
-  };
-  auto wrong = [&] { return fmt::format("must be {}, got {}", attr_expectation(spec), got()); };
-  switch (spec.kind) {
-  case AttrKind::Number:
-  case AttrKind::Int:
-    if (!a.dim.empty() || !in_range(value_range(spec), a.number))
-      return wrong();
-    return std::nullopt;
-  case AttrKind::OptNumber: // none is the spec's infinite default
-    if (!a.dim.empty() || !(a.number == spec.number || in_range(value_range(spec), a.number)))
-      return wrong();
-    return std::nullopt;
-  case AttrKind::Bool:
-    if (!a.dim.empty() || (a.number != 0 && a.number != 1))
-      return wrong();
-    return std::nullopt;
-  case AttrKind::Extent: { // its dim names are checked against the graph's dims by the verifier
-    if (!a.dim.empty() || a.number != 0 || a.shape.size() != 1)
-      return wrong();
-    const Dim &d = a.shape.front();
-    if (d.sym.empty() && (d.value < 1 || d.value > kMaxExtent))
-      return fmt::format("must be in [1, {}], got {}", kMaxExtent, d.str());
-    return std::nullopt;
-  }
-  case AttrKind::DType:
-    if (a.number != 0 || !parse_dtype(a.dim))
-      return wrong();
-    return std::nullopt;
-  case AttrKind::Shape: // its extents are the view's to check (compiler/ir/views.h)
-    if (a.shape.empty() || a.shape.size() > 4)
-      return fmt::format("must have 1 to 4 extents, got {}", a.shape.size());
-    return std::nullopt;
-  case AttrKind::Choice:
-    for (std::string_view w : choice_words(spec))
-      if (a.number == 0 && a.dim == w)
-        return std::nullopt;
-    return fmt::format("must be {}, got \"{}\"", attr_expectation(spec), a.dim);
-  }
-  return wrong();
-}
-
-AttrValue default_attr(const AttrSpec &spec) {
-  if (spec.kind == AttrKind::Choice)
-    return {0, std::string(choice_words(spec).at(0))};
-  return {spec.number, {}};
-}
-
-std::vector<double> attr_numbers(const OpInfo &op, const AttrMap &attrs) {
-  std::vector<double> out;
-  for (const AttrSpec &spec : op.attrs) {
-    const AttrValue &a = attrs.at(std::string(spec.name));
-    if (spec.kind == AttrKind::DType) { // the type's DType value
-      out.push_back(static_cast<double>(*parse_dtype(a.dim)));
-      continue;
-    }
-    if (spec.kind != AttrKind::Choice) {
-      out.push_back(a.number);
-      continue;
-    }
-    std::vector<std::string_view> words = choice_words(spec);
-    size_t i = 0;
-    while (i < words.size() && words[i] != a.dim)
-      ++i;
-    out.push_back(static_cast<double>(i));
-  }
-  return out;
-}
+bool is_pointwise(OpKind k) { return class_traits(op_info(k).cls).pointwise(); }
 
 } // namespace kfuse::ir

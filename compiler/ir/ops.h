@@ -1,7 +1,8 @@
 // The op table: every op the DSL names, defined once.
 //
 // An entry holds the op's name, its operands, its attributes (kind, default, range), its
-// class (which fixes its shape rule: compiler/ir/infer.cpp), and for pointwise ops its
+// class (which fixes its shape rule, its fp64 semantics and how it is planned: the class traits
+// of compiler/ir/op_class.h), and for pointwise ops its
 // fp64 reference semantics (compiler/ir/pointwise.h) and its CUDA expression (functions of
 // templates/math.cuh). The parser, its "did you mean", the verifier, the interpreter,
 // constant folding, the planner's classification, the code generator and the op reference
@@ -103,7 +104,8 @@ enum class OpKind : uint8_t {
 inline constexpr size_t kOpCount = static_cast<size_t>(OpKind::Constant) + 1;
 
 // What kind of computation an op is; it fixes the shape rule, and the planner and the
-// code generator dispatch on it.
+// code generator dispatch on it through its traits (compiler/ir/op_class.h,
+// compiler/codegen/class_codegen.h).
 enum class OpClass : uint8_t {
   Gemm,      // matrix: [N, K] x weight -> [N, M]
   Norm,      // batch normalization: per-column statistics over the rows
@@ -209,7 +211,7 @@ struct OpInfo {
   std::string_view cuda;      // ops computed inline: C++ float expression, {0} {1} the operands,
                               // {name} an attribute; empty for ops that are kernels of their own
   AttrRule rule;              // nullptr: no constraint between attributes
-  std::string_view shapes;    // DSL.md: the shape rule, "" for the class's own
+  std::string_view shapes;    // DSL.md: the shape rule, "" for the class's (ClassTraits::shapes)
   std::string_view semantics; // DSL.md: the meaning, PyTorch's spelling
   ReduceFn reduce = nullptr;  // reductions and pools (over each window); nullptr otherwise
   std::string_view reducer;   // reductions and pools: the template's kf::Reduce value ("Sum", ...)
@@ -224,7 +226,7 @@ Span<OpInfo> all_ops();
 // The ops of one class (user ops, and internal ones when asked), in table order; `arity` -1
 // for any, else only ops that take that many operands.
 std::vector<OpKind> ops_of_class(OpClass cls, int arity = -1, bool internal = false);
-bool is_pointwise(OpKind k); // Unary or Binary
+bool is_pointwise(OpKind k); // of a class with a ScalarFn (ClassTraits::pointwise)
 
 // The words of a Choice attribute, its default first.
 std::vector<std::string_view> choice_words(const AttrSpec &spec);

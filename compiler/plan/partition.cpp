@@ -2,6 +2,8 @@
 
 #include "compiler/plan/partitioner.h"
 
+#include "compiler/ir/op_class.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,9 +20,7 @@ namespace partitioning {
 constexpr int64_t kMaxInlineOps = kMaxOpsPerKernel / 4;
 
 bool is_elementwise(const Value &v) {
-  OpClass c = op_info(v.op).cls;
-  return v.is_op() && (c == OpClass::Binary || c == OpClass::Unary || c == OpClass::Random ||
-                       c == OpClass::ColAffine || c == OpClass::Constant);
+  return v.is_op() && class_traits(op_info(v.op).cls).computed_inline();
 }
 
 // Matrix values are computed per element, column values once per feature (plan.h).
@@ -40,11 +40,7 @@ bool is_stats(const Value &v) { return v.is_op() && op_info(v.op).cls == OpClass
 // Ops a row kernel is built around: one block per row reads it (after the inline prologue)
 // and writes the row's result: softmax, a normalization, a reduction's one value per row, or
 // a pool's windows.
-bool is_row_op(const Value &v) {
-  OpClass c = op_info(v.op).cls;
-  return v.is_op() &&
-         (c == OpClass::Row || c == OpClass::RowNorm || c == OpClass::Reduce || c == OpClass::Pool);
-}
+bool is_row_op(const Value &v) { return v.is_op() && class_traits(op_info(v.op).cls).row_op(); }
 
 // For each value, the ops that read it. In the matrix view no op reads a view's argument
 // through the view: its readers read that argument themselves (ir::matrix_view).
@@ -267,8 +263,7 @@ void Partitioner::fuse_row_tails() {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const ValueId id = static_cast<ValueId>(i);
     const Value &v = val(id);
-    const OpClass cls = op_info(v.op).cls;
-    if (!v.is_op() || (cls != OpClass::RowNorm && cls != OpClass::Row) || is_output_.count(id) ||
+    if (!v.is_op() || !class_traits(op_info(v.op).cls).normalizes_rows() || is_output_.count(id) ||
         is_column_value(v.type) || !along_rows(id))
       continue;
     std::string why;
