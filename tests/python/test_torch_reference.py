@@ -103,7 +103,7 @@ CASES = {
     "linear": "linear(x, wm, w)", "matmul": "matmul(x, wm)", "batchnorm": "batchnorm(x, w, w, rm, rv)",
     **{op: f"{op}(x, y)" for op in ("add", "sub", "mul", "div", "maximum", "minimum", "pow")},
     **{op: f"{op}(x)" for op in ("relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "hardtanh",
-                                  "hardsigmoid", "hardswish", "mish", "softplus", "elu", "selu", "logsigmoid",
+                                  "hardsigmoid", "hardswish", "mish", "softplus", "softsign", "elu", "selu", "logsigmoid",
                                   "exp", "log", "abs", "neg", "sqrt", "rsqrt", "square", "reciprocal",
                                   "instancenorm")},
     "clamp": "clamp(x, min=0.7)", "softmax": "softmax(x, dim=1)", "log_softmax": "log_softmax(x, dim=0)",
