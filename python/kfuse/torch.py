@@ -110,6 +110,13 @@ class Fused(nn.Module):
     def _inputs(self, op, inputs, named):
         """The inputs in declaration order; under autocast, each in its declared dtype (as
         autocast gives an op that runs in a precision of its own)."""
+        if named or len(inputs) != len(op.inputs):
+            inputs = self._positional(op, inputs, named)
+        if torch.is_autocast_enabled(inputs[0].device.type):
+            return [t.to(_DTYPES[v["dtype"]]) if t.is_floating_point() else t for v, t in zip(op.inputs, inputs)]
+        return inputs
+
+    def _positional(self, op, inputs, named):
         names = [v["name"] for v in op.inputs]
         where = f"kfuse.torch.Fused({self.kf_file})"
         if len(inputs) > len(names):
@@ -123,10 +130,7 @@ class Fused(nn.Module):
         missing = [name for name in names if name not in given]
         if missing:
             raise kfuse.Error(f"{where}: input '{missing[0]}' is missing (its inputs: {', '.join(names)})")
-        ordered = [given[name] for name in names]
-        if torch.is_autocast_enabled(ordered[0].device.type):
-            ordered = [t.to(_DTYPES[v["dtype"]]) if t.is_floating_point() else t for v, t in zip(op.inputs, ordered)]
-        return ordered
+        return [given[name] for name in names]
 
     def _refuse_autograd(self, tensors):
         if not torch.is_grad_enabled():

@@ -342,3 +342,17 @@ def test_the_op_without_a_gpu_is_refused_naming_the_device(head_kf):
                                             else torch.rand(FEATURES) for v in op.params]
     with pytest.raises(kfuse.Error, match="is on cpu; kfuse runs on CUDA devices"):
         op(*tensors, precision="fp32")
+
+
+def test_forward_takes_its_inputs_by_position_or_name(model):
+    m, _ = model
+    head = m.head.eval()
+    x = torch.randn(3, FEATURES)
+    with torch.no_grad():
+        torch.testing.assert_close(head(x=x), head(x))
+        for args, named, message in (((), {}, "forward needs the pipeline's inputs"),
+                                     ((x, x), {}, r"takes 1 input\(s\) \(x\), got 2 positional"),
+                                     ((x,), {"x": x}, "input 'x' given twice"),
+                                     ((), {"y": x}, r"input 'y' is not an input of the pipeline \(x\)")):
+            with pytest.raises(kfuse.Error, match=message):
+                head(*args, **named)
