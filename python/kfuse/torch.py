@@ -8,9 +8,13 @@ The .kf file's params and state are the module's parameters and buffers, by name
 key with '.' replaced by '_' ("bn.running_mean" -> bn_running_mean), or `mapping`
 {kf name: state_dict key}. They are read in place, so optimizer steps and load_state_dict are
 seen; train mode updates BatchNorm running statistics in place (and num_batches_tracked, as
-PyTorch does). One pipeline is compiled per (mode, precision, dtype, device) and kept, so
+PyTorch does). One pipeline is compiled per (mode, precision, device) and kept, so
 switching train/eval does not recompile (and NVRTC's output is cached on disk across processes).
 Forward only: with autograd recording and a parameter or input that requires grad, it raises.
+Without precision=, the precision follows torch.autocast (bf16) and
+torch.get_float32_matmul_precision(); `used_precision` says which a call used and why. A forward
+is one torch.ops.kfuse op (python/kfuse/torch_op.py), so torch.compile(fullgraph=True),
+CUDA graphs and torch.export keep it in their graph.
 
 kfuse.torch.Reference("chain.kf") is the .kf's chain as an nn.Module of PyTorch ops
 (python/kfuse/torch_reference.py): the module to wrap, or to compare Fused with.
@@ -20,6 +24,7 @@ import torch
 from torch import nn
 
 import kfuse
+from kfuse.torch_op import _DTYPES, pipeline_op
 from kfuse.torch_reference import Reference
 
 
@@ -27,7 +32,7 @@ __all__ = ["Fused", "Reference"]
 
 
 class Fused(nn.Module):
-    def __init__(self, module, kf_file, *, precision="fp32", mapping=None, arch=""):
+    def __init__(self, module, kf_file, *, precision=None, mapping=None, arch=""):
         super().__init__()
         self.module = module
         self.kf_file = str(kf_file)
@@ -35,42 +40,97 @@ class Fused(nn.Module):
         self.arch = arch
         self._mapping = kfuse._mapping(f"kfuse.torch.Fused({self.kf_file})", "mapping", mapping or {},
                                        "kf names to state_dict keys")
-        self._pipelines = {}  # (mode, precision, dtype, device) -> kfuse.Pipeline (one per device)
-        self._bound = {}  # same key -> {kf name: (data_ptr, shape) bound last}
-        self._owners = None  # kf name -> (owning submodule, attribute), resolved once
-        self._stores = None  # kf name -> (the submodule's _parameters or _buffers, attribute)
+        # One torch.ops.kfuse op per mode, registered now: a call under torch.compile then
+        # only looks it up, and the names resolve to the module's tensors before any call.
+        self._ops = {mode: pipeline_op(self.kf_file, mode, arch=arch) for mode in ("train", "eval")}
+        self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
+        self._batchnorm_counters = [
+            owner for owner, attribute in self._owners.values()
+            if attribute == "running_mean" and getattr(owner, "num_batches_tracked", None) is not None]
 
     def extra_repr(self):
-        return f"kf_file='{self.kf_file}', precision='{self.precision}'"
+        return f"kf_file='{self.kf_file}', precision={self.precision!r}"
+
+    @property
+    def op(self):
+        """The torch.ops.kfuse op a forward runs in the module's current mode."""
+        return self._ops["train" if self.module.training else "eval"].op
 
     def forward(self, *inputs, **named):
-        tensors = list(inputs) + list(named.values())
-        if not tensors:
+        if not inputs and not named:
             raise kfuse.Error(f"kfuse.torch.Fused({self.kf_file}): forward needs the pipeline's inputs")
-        self._refuse_autograd(tensors)
-        # Autograd is not recording here: an input that requires grad is read as its data.
+        op = self._ops["train" if self.module.training else "eval"]
+        inputs = self._inputs(op, inputs, named)
+        self._refuse_autograd(inputs)
+        # Autograd is not recording here (or nothing requires grad): an input is read as its data.
         inputs = [t.detach() if t.requires_grad else t for t in inputs]
-        named = {k: t.detach() if t.requires_grad else t for k, t in named.items()}
-        pipeline = self.pipeline(tensors[0])
-        self._bind(pipeline, self._bound[self._key(tensors[0])])
+        precision, _ = self._precision(inputs[0])
+        tensors = [getattr(owner, attribute) for owner, attribute in self._owners.values()]
         # The pipeline runs on its tensors' device and that device's current stream by itself.
-        out = pipeline(*inputs, **named)
+        out = op(*inputs, *tensors, precision=precision)
         if self.module.training:
-            for bn in self._batchnorms():
+            for bn in self._batchnorm_counters:
                 bn.num_batches_tracked.add_(1)
         return out
 
-    def pipeline(self, x):
-        """The kfuse.Pipeline a forward on `x` runs in the module's current mode (compiled on
-        first use, then kept): its .plan, .cuda_source and .report."""
-        key = self._key(x)
-        if key not in self._pipelines:
-            self._pipelines[key] = kfuse.Pipeline(self.kf_file, mode=key[0], precision=self.precision, arch=self.arch)
-            self._bound[key] = {}
-        return self._pipelines[key]
+    def precision_choice(self, x):
+        """(kfuse precision, why) a forward on `x` runs at now: precision= where given, else
+        bf16 under torch.autocast(dtype=torch.bfloat16) on x's device, else what
+        torch.get_float32_matmul_precision() names ("highest" fp32, "high" tf32, "medium" bf16)."""
+        precision, why = self._precision(x)
+        return self._ops["train"].resolve_precision(precision) if precision == "matmul" else (precision, why)
 
-    def _key(self, x):
-        return ("train" if self.module.training else "eval", self.precision, x.dtype, x.device)
+    @property
+    def used_precision(self):
+        """(precision, why) of the latest call of this .kf's op in the module's current mode."""
+        return self._ops["train" if self.module.training else "eval"].used_precision
+
+    def pipeline(self, x):
+        """The kfuse.Pipeline a forward on `x` runs in the module's current mode and precision
+        (compiled on first use, then kept): its .plan, .cuda_source and .report."""
+        op = self._ops["train" if self.module.training else "eval"]
+        return op.pipeline(self.precision_choice(x)[0], x.device)
+
+    def _precision(self, x):
+        """(the op's precision argument, why). Autocast is decided here, where torch.compile
+        sees it (and guards on it); the matmul precision is read when the op runs."""
+        if self.precision is not None:
+            return self.precision, "precision= given"
+        device = x.device.type
+        if torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+            if dtype != torch.bfloat16:
+                raise kfuse.Error(
+                    f"kfuse.torch.Fused({self.kf_file}): torch.autocast({device!r}, dtype={dtype}) is on, and "
+                    "kfuse has no precision for it (fp32, 3xtf32, tf32 and bf16): autocast with "
+                    "dtype=torch.bfloat16, or pass precision=")
+            return "bf16", "torch.autocast(dtype=torch.bfloat16)"
+        return "matmul", "torch.get_float32_matmul_precision()"
+
+    def _inputs(self, op, inputs, named):
+        """The inputs in declaration order; under autocast, each in its declared dtype (as
+        autocast gives an op that runs in a precision of its own)."""
+        if named or len(inputs) != len(op.inputs):
+            inputs = self._positional(op, inputs, named)
+        if torch.is_autocast_enabled(inputs[0].device.type):
+            return [t.to(_DTYPES[v["dtype"]]) if t.is_floating_point() else t for v, t in zip(op.inputs, inputs)]
+        return inputs
+
+    def _positional(self, op, inputs, named):
+        names = [v["name"] for v in op.inputs]
+        where = f"kfuse.torch.Fused({self.kf_file})"
+        if len(inputs) > len(names):
+            raise kfuse.Error(f"{where} takes {len(names)} input(s) ({', '.join(names)}), got {len(inputs)} positional")
+        given = dict(zip(names, inputs))
+        for name, t in named.items():
+            if name in given or name not in names:
+                raise kfuse.Error(f"{where}: input '{name}' " + (
+                    "given twice" if name in given else f"is not an input of the pipeline ({', '.join(names)})"))
+            given[name] = t
+        missing = [name for name in names if name not in given]
+        if missing:
+            raise kfuse.Error(f"{where}: input '{missing[0]}' is missing (its inputs: {', '.join(names)})")
+        return [given[name] for name in names]
 
     def _refuse_autograd(self, tensors):
         if not torch.is_grad_enabled():
@@ -84,16 +144,17 @@ class Fused(nn.Module):
                 f"is recording and {shown} require grad: call it under torch.no_grad() or "
                 "torch.inference_mode(), or freeze the parameters with requires_grad_(False)")
 
-    def _resolve(self, pipeline):
+    def _resolve(self, params):
         """kf param/state name -> (submodule, attribute) of the module's parameter or buffer."""
         keys = [k for k, _ in self.module.named_parameters()] + [k for k, _ in self.module.named_buffers()]
         by_underscore = {k.replace(".", "_"): k for k in keys}
         owners = {}
-        for name in pipeline.params:
+        for v in params:
+            name = v["name"]
             key = self._mapping.get(name, by_underscore.get(name))
             if key is None or key not in keys:
                 raise kfuse.Error(
-                    f"kfuse.torch.Fused({self.kf_file}): {pipeline.name}'s '{name}' is "
+                    f"kfuse.torch.Fused({self.kf_file}): '{name}' is "
                     + (f"mapped to '{key}', which is" if name in self._mapping else "")
                     + f" no parameter or buffer of the {type(self.module).__name__} (its state_dict keys: "
                     f"{', '.join(keys)}); pass mapping={{'{name}': '<state_dict key>'}}")
@@ -104,23 +165,3 @@ class Fused(nn.Module):
                 raise kfuse.Error(f"kfuse.torch.Fused({self.kf_file}): {type(owner).__name__} with momentum=None "
                                   "(a cumulative average) is not the .kf batchnorm's fixed momentum")
         return owners
-
-    def _batchnorms(self):
-        return [owner for owner, attribute in self._owners.values()
-                if attribute == "running_mean" and getattr(owner, "num_batches_tracked", None) is not None]
-
-    def _bind(self, pipeline, bound):
-        if self._owners is None:
-            self._owners = self._resolve(pipeline)
-            # Where each tensor lives: reading the module's parameter or buffer dict directly
-            # costs a dict lookup per call where getattr on a Module costs a microsecond.
-            self._stores = {name: (owner._parameters if attribute in owner._parameters else owner._buffers, attribute)
-                            for name, (owner, attribute) in self._owners.items()}
-        for name, (store, attribute) in self._stores.items():
-            t = store[attribute]
-            # Precision bf16 rounds weights once per bind: a tensor changed in place (an optimizer
-            # step, load_state_dict; torch counts them in _version) is bound again.
-            seen = (t.data_ptr(), tuple(t.shape), t._version if self.precision == "bf16" else 0)
-            if bound.get(name) != seen:
-                pipeline.bind(**{name: t.detach()})  # shares the storage: updates land in the module
-                bound[name] = seen

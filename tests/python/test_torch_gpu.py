@@ -162,7 +162,11 @@ def test_fused_matches_the_module_in_train_then_eval_over_several_steps(case):
                 x = torch.randn(N, features, device="cuda", dtype=compare_torch.torch_dtype(activation))
                 what = f"{case} {mode} step {step}"
                 assert_same(original, fused, original(x), fused(x), what, tolerance)
-    assert len(fused._pipelines) == 2  # one per mode, each compiled once
+    eval_pipeline = fused.pipeline(x)
+    fused.train()
+    assert fused.pipeline(x) is not eval_pipeline  # one per mode, each compiled once and kept
+    assert fused.pipeline(x) is fused.pipeline(x)
+    fused.eval()
     assert fused.pipeline(x).plan.startswith(f"plan {fused.pipeline(x).name} (mode eval)")
 
 
@@ -219,9 +223,8 @@ def test_names_map_by_state_dict_key_and_unknown_names_are_refused(tmp_path):
     x = torch.randn(N, 4096, device="cuda")
     with torch.no_grad():
         assert rel(fused(x), module(x)) <= 4 * BOUND
-    wrong = kfuse.torch.Fused(module, kf, mapping={"scale": "gain"})
-    with torch.no_grad(), pytest.raises(kfuse.Error, match="'scale' is mapped to 'gain', which is no parameter"):
-        wrong(x)
+    with pytest.raises(kfuse.Error, match="'scale' is mapped to 'gain', which is no parameter"):
+        kfuse.torch.Fused(module, kf, mapping={"scale": "gain"})
 
 
 def test_bf16_precision_matches_float64_and_follows_in_place_weight_updates():
@@ -310,3 +313,104 @@ def test_a_callers_workspace_gives_the_same_results_and_too_small_is_refused(exa
     p.set_workspace(workspace[: workspace.numel() // 2])
     with pytest.raises(kfuse.Error, match="workspace"):
         p(x)
+
+
+# torch.compile and torch.export around a model of two nn.Linear layers and a Fused head: the
+# head is one torch.ops.kfuse op in the graph (tests/python/test_torch_op.py checks the tracing
+# on the CPU; these run the kernels).
+from test_torch_op import HEAD, Model  # noqa: E402
+
+
+@pytest.fixture
+def head_model(tmp_path):
+    """(model, eager): the same model twice, each with its own tensors, on the GPU."""
+    kf = tmp_path / "head.kf"
+    kf.write_text(HEAD)
+    torch.manual_seed(0)
+    model = Model(kf).cuda()
+    eager = Model(kf).cuda()
+    eager.load_state_dict(model.state_dict())
+    return model, eager
+
+
+def assert_same_head_state(model, eager, what):
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        a, b = getattr(model.head.module.bn, name), getattr(eager.head.module.bn, name)
+        assert rel(a, b) <= 4 * BOUND, f"{what}: {name} rel err {rel(a, b):.2e}"
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_fullgraph_compile_has_no_graph_break_and_matches_eager(head_model, mode):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, eager = head_model
+    model.train(mode == "train")
+    eager.train(mode == "train")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        x = torch.randn(N, 16, device="cuda")
+        explained = torch._dynamo.explain(model)(x)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+        eager(x)  # the explain call ran the model once: the running statistics moved
+        compiled = torch.compile(model, fullgraph=True, dynamic=True)
+        for step, n in enumerate((N, N + 7, N)):
+            x = torch.randn(n, 16, device="cuda")
+            y, y_ref = compiled(x), eager(x)
+            assert rel(y, y_ref) <= 4 * BOUND, f"{mode} step {step}: rel err {rel(y, y_ref):.2e}"
+            assert_same_head_state(model, eager, f"{mode} step {step}")
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_reduce_overhead_replays_the_cuda_graph(head_model, mode):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, eager = head_model
+    model.train(mode == "train")
+    eager.train(mode == "train")
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+    counters.clear()
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for step in range(5):  # warm-up, record, then replays
+            x = torch.randn(N, 16, device="cuda")
+            y = compiled(x).clone()
+            y_ref = eager(x)
+            assert rel(y, y_ref) <= 4 * BOUND, f"{mode} step {step}: rel err {rel(y, y_ref):.2e}"
+            assert_same_head_state(model, eager, f"{mode} step {step}")
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
+def test_export_succeeds_and_the_exported_program_runs(head_model):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, eager = head_model
+    model.eval()
+    eager.eval()
+    with torch.no_grad():
+        ep = torch.export.export(model, (torch.randn(N, 16, device="cuda"),),
+                                 dynamic_shapes=({0: torch.export.Dim("N")},))
+        assert any("kfuse" in str(node.target) for node in ep.graph.nodes)
+        for n in (N, 2 * N + 1):
+            x = torch.randn(n, 16, device="cuda")
+            assert rel(ep.module()(x), eager(x)) <= 4 * BOUND
+
+
+def test_precision_used_follows_pytorch_and_says_why(head_model):
+    model, _ = head_model
+    model.eval()
+    x = torch.randn(N, 16, device="cuda")
+    before = torch.get_float32_matmul_precision()
+    try:
+        with torch.no_grad():
+            for setting, precision in (("highest", "fp32"), ("high", "tf32"), ("medium", "bf16")):
+                torch.set_float32_matmul_precision(setting)
+                model(x)
+                assert model.head.used_precision == (precision, f"torch.get_float32_matmul_precision() is '{setting}'")
+            torch.set_float32_matmul_precision("highest")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = model(x)
+            assert model.head.used_precision == ("bf16", "torch.autocast(dtype=torch.bfloat16)")
+            assert y.dtype == torch.float32
+            model.head.precision = "3xtf32"
+            model(x)
+            assert model.head.used_precision == ("3xtf32", "precision= given")
+    finally:
+        torch.set_float32_matmul_precision(before)

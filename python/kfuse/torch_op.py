@@ -1,0 +1,195 @@
+"""A .kf pipeline as a PyTorch custom op: torch.ops.kfuse.<pipeline>_<mode>_<digest>.
+
+    op = kfuse.torch_op.pipeline_op("chain.kf", "train")
+    y = op(x, weight, bias, ..., running_mean, running_var, precision="matmul")
+
+Its arguments are the .kf's inputs, then its params and state in declaration order (each named
+as in the .kf), then `precision`; it returns the .kf's outputs. In train mode the state tensors
+are declared mutated (the running statistics the call updates in place), so torch.compile
+(fullgraph, dynamic shapes, CUDA graphs) and torch.export keep the call in the graph. Its fake
+implementation gives the outputs' shapes from the .kf's declarations, with the dims bound to
+the arguments' (symbolic) sizes, and their declared dtypes.
+
+`precision` is "fp32", "3xtf32", "tf32", "bf16", or "matmul": the one
+torch.get_float32_matmul_precision() names when the op runs ("highest" -> fp32, "high" ->
+tf32, "medium" -> bf16). The op compiles one kfuse.Pipeline per (precision, device) on first
+use and keeps it, and records the precision of its latest call and why (`used_precision`).
+"""
+
+import atexit
+import hashlib
+
+import torch
+
+import kfuse
+
+
+__all__ = ["PRECISIONS", "pipeline_op", "precision_from_torch"]
+
+PRECISIONS = ("fp32", "3xtf32", "tf32", "bf16")
+_MATMUL_PRECISIONS = {"highest": "fp32", "high": "tf32", "medium": "bf16"}
+_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+_DTYPE_NAMES = {t: name for name, t in _DTYPES.items()}
+
+_LIBRARY = torch.library.Library("kfuse", "FRAGMENT")  # noqa: TOR901 (one namespace, ops added per .kf)
+_OPS = {}  # (digest, mode) -> PipelineOp
+
+
+@atexit.register
+def _release_pipelines():
+    """torch keeps the ops (and so these objects) until the interpreter ends; their compiled
+    pipelines are released first, while the extension module that made them is still whole."""
+    for op in _OPS.values():
+        op._pipelines.clear()
+        op._bound.clear()
+
+
+def precision_from_torch():
+    """(kfuse precision, why) from torch.get_float32_matmul_precision()."""
+    setting = torch.get_float32_matmul_precision()
+    return _MATMUL_PRECISIONS[setting], f"torch.get_float32_matmul_precision() is '{setting}'"
+
+
+def pipeline_op(kf_file, mode, *, arch=""):
+    """The PipelineOp of `kf_file` (a path) in `mode`, registered on first use. The op's name
+    carries a digest of the .kf text and `arch`, so two files that name the same pipeline get
+    two ops, and an exported program names the op a later process registers again."""
+    where = "kfuse.torch_op.pipeline_op"
+    kf_file, arch = kfuse._path(where, "kf_file", kf_file), kfuse._text(where, "arch", arch)
+    where = f"{where}({kf_file})"
+    if mode not in ("train", "eval"):
+        raise kfuse.Error(f"{where}: mode must be 'train' or 'eval', got {mode!r}")
+    try:
+        with open(kf_file, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise kfuse.Error(f"{where}: cannot read the .kf file: {e.strerror}") from None
+    digest = hashlib.sha256(data + b"\0" + arch.encode()).hexdigest()[:10]
+    op = _OPS.get((digest, mode))
+    if op is None:
+        text = data.decode("utf-8", errors="surrogateescape")
+        op = _OPS[(digest, mode)] = PipelineOp(kf_file, text, mode, arch, digest)
+    return op
+
+
+def _extent(expr, dims):
+    """A declared extent (an int, a dim name or a product "B*T") under `dims` (ints or SymInts)."""
+    if isinstance(expr, int):
+        return expr
+    size = 1
+    for factor in expr.split("*"):
+        size = size * (int(factor) if factor.isdigit() else dims[factor])
+    return size
+
+
+class PipelineOp:
+    """One .kf pipeline in one mode as torch.ops.kfuse.<name>: its schema, its fake
+    implementation and its CUDA implementation over the compiled kfuse.Pipelines."""
+
+    def __init__(self, kf_file, text, mode, arch, digest):
+        self.kf_file, self._text, self.mode, self.arch = kf_file, text, mode, arch
+        program = kfuse.program(text=text, file_name=kf_file)
+        values = {v["id"]: v for v in program["values"]}
+        self.inputs = [v for v in program["values"] if v["kind"] == "input"]
+        self.params = [v for v in program["values"] if v["kind"] in ("param", "state")]
+        self.outputs = [values[i] for i in program["outputs"]]
+        self.name = f"{program['name']}_{mode}_{digest}"
+        self.qualname = f"kfuse::{self.name}"
+        self.used_precision = None  # (precision, why) of the latest call
+        self._pipelines = {}  # (precision, device) -> kfuse.Pipeline
+        self._bound = {}  # same key -> {kf name: what was bound last}
+        self._where = f"torch.ops.kfuse.{self.name} ({kf_file}, {mode})"
+        _LIBRARY.define(f"{self.name}({self._schema_arguments()}) -> {self._schema_returns()}")
+        torch.library.impl(self.qualname, "CompositeExplicitAutograd", lib=_LIBRARY)(self._run)
+        torch.library.register_fake(self.qualname, lib=_LIBRARY)(self._fake)
+        self.op = getattr(torch.ops.kfuse, self.name).default
+
+    def __deepcopy__(self, memo):
+        return self  # one registered op per .kf and mode: a copied Fused shares it
+
+    def _schema_arguments(self):
+        arguments = [f"Tensor {v['name']}" for v in self.inputs]
+        # Train mode updates the state in place: declared, so functionalization and export see it.
+        for i, v in enumerate(self.params):
+            mutated = self.mode == "train" and v["kind"] == "state"
+            arguments.append(f"Tensor(s{i}!) {v['name']}" if mutated else f"Tensor {v['name']}")
+        arguments.append("str precision")
+        return ", ".join(arguments)
+
+    def _schema_returns(self):
+        return "Tensor" if len(self.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+
+    def __call__(self, *tensors, precision):
+        return self.op(*tensors, precision)
+
+    def _dims(self, tensors):
+        """{dim name: size} from the arguments' sizes (ints or SymInts), each checked against
+        its declaration: a concrete mismatch raises kfuse.Error, a symbolic one becomes a
+        runtime assertion."""
+        dims = {}
+        for v, t in zip(self.inputs + self.params, tensors):
+            shown = f"{self._where}: tensor '{v['name']}' is {_DTYPE_NAMES.get(t.dtype, t.dtype)}{list(t.shape)}"
+            declared = f"declared {v['dtype']}[{', '.join(str(e) for e in v['shape'])}]"
+            if t.dtype != _DTYPES[v["dtype"]] or t.dim() != len(v["shape"]):
+                raise kfuse.Error(f"{shown}, {declared}")
+            for expr, size in zip(v["shape"], t.shape):
+                if isinstance(expr, str) and expr not in dims and "*" not in expr:
+                    dims[expr] = size
+                    continue
+                factors = [] if isinstance(expr, int) else expr.split("*")
+                if not all(f.isdigit() or f in dims for f in factors):
+                    continue  # a product of dims the later arguments bind: the run checks it
+                want = _extent(expr, dims)
+                if isinstance(size, int) and isinstance(want, int) and size != want:
+                    raise kfuse.Error(f"{shown}, {declared}")
+                torch._check(size == want, lambda: f"{shown}, {declared}")
+        return dims
+
+    def _fake(self, *arguments):
+        *tensors, precision = arguments
+        self._check_precision(precision)
+        dims = self._dims(tensors)
+        first = tensors[0]
+        outs = [first.new_empty([_extent(e, dims) for e in v["shape"]], dtype=_DTYPES[v["dtype"]])
+                for v in self.outputs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _check_precision(self, precision):
+        if precision != "matmul" and precision not in PRECISIONS:
+            raise kfuse.Error(f"{self._where}: precision must be 'matmul' or one of "
+                              f"{', '.join(PRECISIONS)}, got {precision!r}")
+
+    def resolve_precision(self, precision):
+        """(kfuse precision, why) a call with `precision` runs at now."""
+        self._check_precision(precision)
+        if precision == "matmul":
+            return precision_from_torch()
+        return precision, "precision= given"
+
+    def pipeline(self, precision, device):
+        """The kfuse.Pipeline at `precision` (one of PRECISIONS) for `device`, compiled on first
+        use and kept."""
+        key = (precision, device)
+        if key not in self._pipelines:
+            self._pipelines[key] = kfuse.Pipeline(text=self._text, file_name=self.kf_file, mode=self.mode,
+                                                  precision=precision, arch=self.arch)
+            self._bound[key] = {}
+        return self._pipelines[key]
+
+    def _run(self, *arguments):
+        *tensors, precision = arguments
+        precision, why = self.resolve_precision(precision)
+        inputs, params = tensors[: len(self.inputs)], tensors[len(self.inputs):]
+        key = (precision, inputs[0].device)
+        pipeline = self.pipeline(*key)
+        bound = self._bound[key]
+        for v, t in zip(self.params, params):
+            # Bound once and read in place. Precision bf16 rounds weights once per bind: a
+            # tensor changed in place (an optimizer step; torch counts them in _version) is
+            # bound again.
+            seen = (t.data_ptr(), tuple(t.shape), t._version if precision == "bf16" else 0)
+            if bound.get(v["name"]) != seen:
+                pipeline.bind(**{v["name"]: t.detach()})  # shares the storage: updates land in t
+                bound[v["name"]] = seen
+        self.used_precision = (precision, why)
+        return pipeline(*(t.detach() for t in inputs))
