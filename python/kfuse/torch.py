@@ -64,7 +64,7 @@ class Fused(nn.Module):
         self._refuse_autograd(inputs)
         # Autograd is not recording here (or nothing requires grad): an input is read as its data.
         inputs = [t.detach() if t.requires_grad else t for t in inputs]
-        precision, _ = self._precision(inputs[0])
+        precision = self._precision(inputs[0])
         tensors = [getattr(owner, attribute) for owner, attribute in self._owners.values()]
         # The pipeline runs on its tensors' device and that device's current stream by itself.
         out = op(*inputs, *tensors, precision=precision)
@@ -77,8 +77,7 @@ class Fused(nn.Module):
         """(kfuse precision, why) a forward on `x` runs at now: precision= where given, else
         bf16 under torch.autocast(dtype=torch.bfloat16) on x's device, else what
         torch.get_float32_matmul_precision() names ("highest" fp32, "high" tf32, "medium" bf16)."""
-        precision, why = self._precision(x)
-        return self._ops["train"].resolve_precision(precision) if precision == "matmul" else (precision, why)
+        return self._ops["train"].resolve_precision(self._precision(x))
 
     @property
     def used_precision(self):
@@ -92,10 +91,10 @@ class Fused(nn.Module):
         return op.pipeline(self.precision_choice(x)[0], x.device)
 
     def _precision(self, x):
-        """(the op's precision argument, why). Autocast is decided here, where torch.compile
-        sees it (and guards on it); the matmul precision is read when the op runs."""
+        """The op's precision argument. Autocast is decided here, where torch.compile sees it
+        (and guards on it); the matmul precision is read when the op runs."""
         if self.precision is not None:
-            return self.precision, "precision= given"
+            return self.precision
         device = x.device.type
         if torch.is_autocast_enabled(device):
             dtype = torch.get_autocast_dtype(device)
@@ -104,8 +103,8 @@ class Fused(nn.Module):
                     f"kfuse.torch.Fused({self.kf_file}): torch.autocast({device!r}, dtype={dtype}) is on, and "
                     "kfuse has no precision for it (fp32, 3xtf32, tf32 and bf16): autocast with "
                     "dtype=torch.bfloat16, or pass precision=")
-            return "bf16", "torch.autocast(dtype=torch.bfloat16)"
-        return "matmul", "torch.get_float32_matmul_precision()"
+            return "autocast"
+        return "matmul"
 
     def _inputs(self, op, inputs, named):
         """The inputs in declaration order; under autocast, each in its declared dtype (as

@@ -10,9 +10,9 @@ are declared mutated (the running statistics the call updates in place), so torc
 implementation gives the outputs' shapes from the .kf's declarations, with the dims bound to
 the arguments' (symbolic) sizes, and their declared dtypes.
 
-`precision` is "fp32", "3xtf32", "tf32", "bf16", or "matmul": the one
-torch.get_float32_matmul_precision() names when the op runs ("highest" -> fp32, "high" ->
-tf32, "medium" -> bf16). The op compiles one kfuse.Pipeline per (precision, device) on first
+`precision` is "fp32", "3xtf32", "tf32", "bf16", "autocast" (bf16, asked for by
+torch.autocast), or "matmul": the one torch.get_float32_matmul_precision() names when the op
+runs ("highest" -> fp32, "high" -> tf32, "medium" -> bf16). The op compiles one kfuse.Pipeline per (precision, device) on first
 use and keeps it, and records the precision of its latest call and why (`used_precision`).
 """
 
@@ -155,8 +155,8 @@ class PipelineOp:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _check_precision(self, precision):
-        if precision != "matmul" and precision not in PRECISIONS:
-            raise kfuse.Error(f"{self._where}: precision must be 'matmul' or one of "
+        if precision not in ("matmul", "autocast") and precision not in PRECISIONS:
+            raise kfuse.Error(f"{self._where}: precision must be 'matmul', 'autocast' or one of "
                               f"{', '.join(PRECISIONS)}, got {precision!r}")
 
     def resolve_precision(self, precision):
@@ -164,6 +164,8 @@ class PipelineOp:
         self._check_precision(precision)
         if precision == "matmul":
             return precision_from_torch()
+        if precision == "autocast":
+            return "bf16", "torch.autocast(dtype=torch.bfloat16)"
         return precision, "precision= given"
 
     def pipeline(self, precision, device):

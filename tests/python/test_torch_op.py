@@ -200,7 +200,7 @@ def test_the_fake_implementation_refuses_wrong_shapes_and_dtypes_naming_the_tens
         with pytest.raises(kfuse.Error, match=r"tensor 'bias' is bf16\[16\], declared f32\[16\]"):
             op(args[0], args[1], mode.from_tensor(torch.empty(FEATURES, dtype=torch.bfloat16)), *args[3:],
                precision="matmul")
-        with pytest.raises(kfuse.Error, match="precision must be 'matmul' or one of fp32, 3xtf32, tf32, bf16, got 'fp64'"):
+        with pytest.raises(kfuse.Error, match="precision must be 'matmul', 'autocast' or one of fp32, 3xtf32, tf32, bf16, got 'fp64'"):
             op(*args, precision="fp64")
 
 
@@ -311,7 +311,7 @@ def test_precision_follows_the_matmul_precision_and_autocast_and_an_explicit_one
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert m.head.precision_choice(x) == ("bf16", "torch.autocast(dtype=torch.bfloat16)")
             y = m(x)  # the Linear layers give bf16; the head takes its declared f32
-            assert seen[-1] == "bf16" and y.dtype == torch.float32
+            assert seen[-1] == "autocast" and y.dtype == torch.float32
         with torch.autocast("cpu", dtype=torch.float16), pytest.raises(
                 kfuse.Error, match=r"torch.autocast\('cpu', dtype=torch.float16\) is on, and kfuse has no precision"):
             m.head(x)
@@ -333,7 +333,7 @@ def test_autocast_is_followed_under_compile(model):
         assert seen[-1] == "matmul"
         with torch.autocast("cpu", dtype=torch.bfloat16):
             compiled(x)  # autocast is guarded: a new graph, calling the op at bf16
-        assert seen[-1] == "bf16"
+        assert seen[-1] == "autocast"
 
 
 def test_the_op_without_a_gpu_is_refused_naming_the_device(head_kf):
