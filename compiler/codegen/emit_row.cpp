@@ -20,7 +20,7 @@ using plan::Kernel;
 namespace {
 
 // The row_tail value of the softmax or normalization at k.row_stages[i], which k does not
-// store: the later stage whose inline tree reads it (partition.cpp places exactly one).
+// store: the later stage whose inline tree reads it (partition_rows.cpp places exactly one).
 ValueId row_tail(const EmitContext &cx, const Kernel &k, size_t i) {
   const Graph &g = cx.graph;
   const ValueId norm = k.row_stages[i];
