@@ -76,8 +76,8 @@ std::string functor(EmitContext &cx, const Kernel &k, const KernelWriter &w, Val
   int inputs = 0;
   for (ValueId m : read_per_element) {
     const TensorType &t = g[m].type;
-    if (given.count(m) || plan::computes(k, m) || t.rank() != 2 ||
-        t.shape[0] == Dim::constant(1) || t.shape[1] == Dim::constant(1))
+    if (given.count(m) || plan::computes(k, m) || t.rank() != 2 || t.shape[0] == Dim::constant(1) ||
+        t.shape[1] == Dim::constant(1))
       continue;
     matrices += fmt::format("    {}if constexpr (I == {}) return kf::Matrix<{}>{{{}, {}}};\n",
                             inputs ? "else " : "", inputs, w.element_type(m), w.ptr(m),

@@ -29,14 +29,16 @@ size_t elements(const std::vector<int64_t> &shape) {
 }
 
 // A device tensor of `shape` filled with values from `dist` (positive ones for variances).
-kfuse::Tensor device_tensor(const std::vector<int64_t> &shape, std::mt19937 &rng, float lo, float hi) {
+kfuse::Tensor device_tensor(const std::vector<int64_t> &shape, std::mt19937 &rng, float lo,
+                            float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> host(elements(shape));
   for (float &v : host)
     v = dist(rng);
   void *d = nullptr;
   check(cudaMalloc(&d, host.size() * sizeof(float)), "cudaMalloc");
-  check(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "cudaMemcpy");
   return {d, shape};
 }
 
@@ -46,7 +48,8 @@ int main(int argc, char **argv) {
   std::string file = argc > 1 ? argv[1] : "examples/gemm_bn_scale_softmax.kf";
   int64_t n = argc > 2 ? std::atoll(argv[2]) : 1024;
   kfuse::Options options;
-  options.mode = argc > 3 && std::string(argv[3]) == "eval" ? kfuse::Mode::Eval : kfuse::Mode::Train;
+  options.mode =
+      argc > 3 && std::string(argv[3]) == "eval" ? kfuse::Mode::Eval : kfuse::Mode::Train;
   try {
     // 1. Compile at start: parse, plan, generate, NVRTC (or the disk cache).
     kfuse::Pipeline pipeline = kfuse::Pipeline::from_file(file, options);
@@ -85,8 +88,9 @@ int main(int argc, char **argv) {
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
     std::vector<float> row(static_cast<size_t>(outputs[0].shape.back()));
-    check(cudaMemcpy(row.data(), outputs[0].data, row.size() * sizeof(float), cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
+    check(
+        cudaMemcpy(row.data(), outputs[0].data, row.size() * sizeof(float), cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
     double sum = 0;
     for (float v : row)
       sum += v;

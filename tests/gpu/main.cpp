@@ -9,10 +9,12 @@
 int main(int argc, char **argv) {
   bool listing = false;
   for (int i = 1; i < argc; ++i)
-    listing = listing || std::strncmp(argv[i], "--list", 6) == 0 || std::strcmp(argv[i], "-ltc") == 0;
+    listing =
+        listing || std::strncmp(argv[i], "--list", 6) == 0 || std::strcmp(argv[i], "-ltc") == 0;
   kfuse::rt::Driver &driver = kfuse::rt::Driver::get();
   if (!listing && !driver.available()) {
-    std::printf("SKIPPED: the GPU tests need a CUDA device: %s\n", driver.why_unavailable().c_str());
+    std::printf("SKIPPED: the GPU tests need a CUDA device: %s\n",
+                driver.why_unavailable().c_str());
     return 77;
   }
   doctest::Context context(argc, argv);

@@ -7,8 +7,8 @@
 #include "runtime/driver.h"
 #include "runtime/module.h"
 #include "runtime/nvrtc_compiler.h"
-#include "tools/check/reference_check.h"
 #include "tests/support/row_team_kernels.h"
+#include "tools/check/reference_check.h"
 
 #include <doctest/doctest.h>
 

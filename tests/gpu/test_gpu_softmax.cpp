@@ -5,8 +5,8 @@
 #include "kfuse/kfuse.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
-#include "tools/check/reference_check.h"
 #include "runtime/stream.h"
+#include "tools/check/reference_check.h"
 
 #include <doctest/doctest.h>
 

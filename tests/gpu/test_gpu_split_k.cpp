@@ -5,9 +5,9 @@
 // split-K turned off (Options::max_split_k = 1) agrees within the precision's bound.
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
-#include "tools/check/reference_check.h"
 #include "runtime/stream.h"
 #include "tests/support/gpu_cases.h"
+#include "tools/check/reference_check.h"
 
 #include <doctest/doctest.h>
 

@@ -102,11 +102,12 @@ TEST_CASE("planner: founding workloads meet their kernel counts") {
     ir::Mode mode;
     Kinds expected;
   };
-  for (const Case &c : {Case{"gemm_scale_bn.kf", ir::Mode::Eval, {"gemm"}},
-                        Case{"gemm_scale_bn_4096.kf", ir::Mode::Eval, {"gemm"}},
-                        Case{"gemm_bn_scale_softmax.kf", ir::Mode::Eval, {"gemm", "row"}},
-                        Case{"gemm_scale_bn.kf", ir::Mode::Train, {"gemm", "column", "elementwise"}},
-                        Case{"gemm_bn_scale_softmax.kf", ir::Mode::Train, {"gemm", "column", "row"}}}) {
+  for (const Case &c :
+       {Case{"gemm_scale_bn.kf", ir::Mode::Eval, {"gemm"}},
+        Case{"gemm_scale_bn_4096.kf", ir::Mode::Eval, {"gemm"}},
+        Case{"gemm_bn_scale_softmax.kf", ir::Mode::Eval, {"gemm", "row"}},
+        Case{"gemm_scale_bn.kf", ir::Mode::Train, {"gemm", "column", "elementwise"}},
+        Case{"gemm_bn_scale_softmax.kf", ir::Mode::Train, {"gemm", "column", "row"}}}) {
     INFO(c.file, " ", ir::mode_name(c.mode));
     plan::Plan p = plan::make_plan(example(c.file), c.mode);
     CHECK(kinds(p) == c.expected);
@@ -402,13 +403,13 @@ TEST_CASE("planner: the harness rejects a wrong rewrite") {
     if (p.name == "absorb_affine_into_stats")
       p = {"broken_absorb", absorb_with_wrong_variance};
   ir::Graph g = parse_text(kSmallScaleBn);
-  auto worst =
-      plan::first_failure(plan::check_planner(g, ir::Mode::Train, {{"N", 4}}, 21, broken), kTolerance);
+  auto worst = plan::first_failure(plan::check_planner(g, ir::Mode::Train, {{"N", 4}}, 21, broken),
+                                   kTolerance);
   CHECK(worst.stage == "broken_absorb");
   CHECK(worst.error > 1e-3);
   // The real pass on the same inputs agrees.
-  CHECK(plan::first_failure(plan::check_planner(g, ir::Mode::Train, {{"N", 4}}, 21, passes::pipeline()),
-                            kTolerance)
+  CHECK(plan::first_failure(
+            plan::check_planner(g, ir::Mode::Train, {{"N", 4}}, 21, passes::pipeline()), kTolerance)
             .error <= kTolerance);
 }
 
@@ -566,8 +567,9 @@ TEST_CASE("planner: the elementwise ops after a softmax or a normalization run i
   CHECK(kinds(unet) == Kinds{"gemm", "row"});
   CHECK(has_rule(unet, "row_tail"));
   CHECK(intermediate_names(unet) == std::vector<std::string>{"h"});
-  const plan::Plan unfused = plan::make_plan(example("sd_unet_groupnorm_silu.kf"), ir::Mode::Eval, {},
-                                             /*fuse=*/false);
+  const plan::Plan unfused =
+      plan::make_plan(example("sd_unet_groupnorm_silu.kf"), ir::Mode::Eval, {},
+                      /*fuse=*/false);
   CHECK_FALSE(has_rule(unfused, "row_tail"));
   auto text = [](const std::string &ret) {
     return "pipeline tails {\n  dim N\n  input x: f32[N, 6]\n  input r: f32[N, 300]\n"
