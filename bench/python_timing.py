@@ -90,15 +90,20 @@ def host_rows(tmp):
         fused = kfuse.torch.Fused(module, kf, mapping=compare_torch.PARAM_MAP)
         x = torch.randn(HOST_ROWS, 64, device="cuda")
         out = torch.empty(HOST_ROWS, 64, device="cuda")
+        # The Fused op inside a torch.compile(fullgraph=True) graph: its host cost against the
+        # eager call's.
+        compiled = torch.compile(fused, fullgraph=True)
         with torch.no_grad():
             for _ in range(20):  # compile, first-run checks, workspace: not timed
                 fused(x)
+                compiled(x)
             p = fused.pipeline(x)
             p(x, out=out)
             rows.append({"case": case, "mode": mode, "kernels": sum(not k["variant"] for k in p.report["kernels"]),
                          "pipeline_out": host_us_per_call(lambda: p(x, out=out)),
                          "pipeline_alloc": host_us_per_call(lambda: p(x)),
                          "fused": host_us_per_call(lambda: fused(x)),
+                         "fused_compiled": host_us_per_call(lambda: compiled(x)),
                          "eager": host_us_per_call(lambda: module(x))})
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
@@ -110,11 +115,12 @@ def print_host(host):
     print("Command: `python3 bench/python_timing.py --host-only`; median of 5 rounds of 200 back-to-back "
           "calls (no synchronisation between calls); host µs per call (wall time of the loop) / GPU µs "
           "per call (CUDA events around it)\n")
-    print("| case | mode | kernels | Pipeline p(x, out=y) | Pipeline p(x) | Fused | PyTorch eager |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| case | mode | kernels | Pipeline p(x, out=y) | Pipeline p(x) | Fused | Fused in torch.compile "
+          "(fullgraph) | PyTorch eager |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in host:
         print(f"| {r['case']} | {r['mode']} | {r['kernels']} | {us(r['pipeline_out'])} | {us(r['pipeline_alloc'])} "
-              f"| {us(r['fused'])} | {us(r['eager'])} |")
+              f"| {us(r['fused'])} | {us(r['fused_compiled'])} | {us(r['eager'])} |")
 
 
 def main():
