@@ -100,6 +100,7 @@ private:
   exec::Kernel kernel_of(const KernelLaunch &l, size_t k, const exec::Kernel *main);
   exec::Param param_of(const LaunchParam &p, size_t k);
   void add_bare_gemm(exec::Kernel &kernel, const plan::Kernel &planned);
+  void add_exchange(const plan::Kernel &planned, size_t k);
   void add_constraints();
   size_t buffer(Buffer::Home home, size_t index, const std::string &name);
   size_t buffer_of(ValueId v);
@@ -138,6 +139,7 @@ exec::Executable Builder::build() {
     e_.kernels.push_back(kernel_of(program_.launches[k], k, nullptr));
     e_.kernels.back().per_bind = plan_.kernels[k].per_bind;
     add_bare_gemm(e_.kernels.back(), plan_.kernels[k]);
+    add_exchange(plan_.kernels[k], k);
   }
   for (ValueId o : g_.outputs)
     e_.output_buffers.push_back(buffer_of(ir::view_source(g_, o)));
@@ -195,7 +197,11 @@ size_t Builder::workspace_buffer(WorkspaceEntry::Kind kind, ValueId v, int tile_
       index = i;
   if (index == keys_.size()) {
     keys_.push_back({kind, v, tile_rows, kernel});
-    WorkspaceEntry w{kind, {}, tile_rows, kernel};
+    WorkspaceEntry w{kind,
+                     {},
+                     tile_rows,
+                     kernel,
+                     kind == WorkspaceEntry::Kind::GatheredSummaries ? plan_.stats_ranks : 0};
     if (kind == WorkspaceEntry::Kind::Value) {
       w.type = type_of(g_[v].type);
       w.type.dtype = api_dtype(plan::buffer_type(plan_, v).dtype);
@@ -228,6 +234,13 @@ exec::Param Builder::param_of(const LaunchParam &p, size_t k) {
                                     ? WorkspaceEntry::Kind::SplitPartials
                                     : WorkspaceEntry::Kind::SplitCounters,
                                 p.value, 0, k);
+    break;
+  case LaunchParam::Kind::StatsSummary:
+  case LaunchParam::Kind::GatheredSummaries:
+    e.buffer = workspace_buffer(p.kind == LaunchParam::Kind::StatsSummary
+                                    ? WorkspaceEntry::Kind::StatsSummary
+                                    : WorkspaceEntry::Kind::GatheredSummaries,
+                                p.value, 0, 0);
     break;
   case LaunchParam::Kind::TensorMap:
     e.buffer = buffer_of(p.value);
@@ -293,6 +306,19 @@ void Builder::add_bare_gemm(exec::Kernel &kernel, const plan::Kernel &planned) {
   kernel.bare_gemm = b;
 }
 
+// After a Summary kernel, the run all-gathers its summary for the Column kernel that follows.
+void Builder::add_exchange(const plan::Kernel &planned, size_t k) {
+  if (planned.kind != plan::KernelKind::Summary)
+    return;
+  const ir::Dim features = g_[planned.stats_of].type.matrix_view().shape[1];
+  exec::Exchange x;
+  x.after = k;
+  x.send = workspace_buffer(WorkspaceEntry::Kind::StatsSummary, planned.stats_of, 0, 0);
+  x.recv = workspace_buffer(WorkspaceEntry::Kind::GatheredSummaries, planned.stats_of, 0, 0);
+  x.count = Extent::product({features, Extent::constant(3)});
+  e_.exchanges.push_back(std::move(x));
+}
+
 // What the bound dims must meet, in the order a run checks it: kernels count rows in int, a
 // view's two sides have as many rows, groupnorm's groups divide the channels, train-mode
 // batchnorm has more than one row.
@@ -335,8 +361,10 @@ void Builder::add_constraints() {
            fmt::format("{}: groups={}", ir::op_info(v.op).name, ir::format_number(groups)),
            line(v)});
     }
+  // Across ranks a batch of one row is allowed, as in PyTorch's SyncBatchNorm: the others have
+  // rows.
   for (const ir::Value &v : g_.values)
-    if (v.is_effect())
+    if (v.is_effect() && plan_.stats_ranks < 2)
       e_.constraints.push_back({Constraint::Kind::MoreThanOne,
                                 {v.attrs.at("count").shape.front()},
                                 0,

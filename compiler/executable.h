@@ -76,13 +76,31 @@ struct Buffer {
 
 // Bytes an intermediate takes at the bound dims, each at a 256-byte aligned offset.
 struct WorkspaceEntry {
-  enum class Kind : uint8_t { Value, PartialMean, PartialM2, SplitPartials, SplitCounters };
+  enum class Kind : uint8_t {
+    Value,
+    PartialMean,
+    PartialM2,
+    SplitPartials,
+    SplitCounters,
+    StatsSummary,      // 3 doubles per column of `type`: this rank's (count, mean, M2)
+    GatheredSummaries, // `ranks` of them, all-gathered
+  };
   Kind kind = Kind::Value;
-  // Value: the stored value (its buffer type). Partials: the [rows, columns] matrix they
-  // summarise, one partial per column per tile_rows rows.
+  // Value: the stored value (its buffer type). Partials and summaries: the [rows, columns]
+  // matrix they summarise, one partial per column per tile_rows rows.
   TensorType type;
   int tile_rows = 0;
   size_t kernel = 0; // SplitPartials / SplitCounters: the GEMM's kernel
+  int ranks = 0;     // GatheredSummaries
+};
+
+// An all-gather a run makes between two kernels (batch statistics exchanged across ranks,
+// Options::batch_stats_ranks): `count` doubles from buffer `send` of every rank into buffer
+// `recv` (ranks x count doubles, in rank order), after kernel `after` and before the next.
+struct Exchange {
+  size_t after = 0;
+  size_t send = 0, recv = 0; // into Executable::buffers (workspace entries)
+  Extent count = Extent::constant(0);
 };
 
 // A 2-D TMA descriptor the launcher encodes for a kernel parameter: the matrix of `rows` x
@@ -97,17 +115,19 @@ struct TensorMapSpec {
 // One kernel argument, in entry-point order.
 struct Param {
   enum class Kind : uint8_t {
-    Buffer,        // the device pointer of `buffer`
-    PartialMean,   // column partials in `buffer` (a workspace entry)
-    PartialM2,     //
-    Dim,           // the bound extent of `dim`, as int
-    SmemFloats,    // row kernels: how many floats of the row fit in dynamic shared memory
-    TensorMap,     // a TMA descriptor of `buffer` (kf::sm90::TensorMap, by value)
-    Splits,        // GEMMs: the K split count S of the launch, as int
-    SplitPartials, // GEMMs: split-K's partial tiles (`buffer`, a workspace entry; float *)
-    SplitCounters, // GEMMs: split-K's per-tile arrival counters (unsigned *)
-    RngSeed,       // kernels with a dropout: the run's RNG seed (unsigned long long, by value)
-    RngOffset,     // and its offset (templates/dropout.cuh)
+    Buffer,            // the device pointer of `buffer`
+    PartialMean,       // column partials in `buffer` (a workspace entry)
+    PartialM2,         //
+    Dim,               // the bound extent of `dim`, as int
+    SmemFloats,        // row kernels: how many floats of the row fit in dynamic shared memory
+    TensorMap,         // a TMA descriptor of `buffer` (kf::sm90::TensorMap, by value)
+    Splits,            // GEMMs: the K split count S of the launch, as int
+    SplitPartials,     // GEMMs: split-K's partial tiles (`buffer`, a workspace entry; float *)
+    SplitCounters,     // GEMMs: split-K's per-tile arrival counters (unsigned *)
+    RngSeed,           // kernels with a dropout: the run's RNG seed (unsigned long long, by value)
+    RngOffset,         // and its offset (templates/dropout.cuh)
+    StatsSummary,      // this rank's per-feature (count, mean, M2) in `buffer` (a workspace entry)
+    GatheredSummaries, // every rank's, all-gathered, in `buffer` (a workspace entry)
   };
   Kind kind = Kind::Buffer;
   size_t buffer = 0; // into Executable::buffers
@@ -192,6 +212,7 @@ struct Executable {
   std::vector<TensorType> per_bind;   // the values per-bind kernels store
   std::vector<size_t> output_buffers; // output i is copied from this buffer where it is not its own
   std::vector<Constraint> constraints;
+  std::vector<Exchange> exchanges; // in launch order
 
   size_t slots() const {
     return interface.declared.size() + interface.outputs.size() + per_bind.size();

@@ -44,7 +44,7 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
         if (dump.wants("ir"))
           dump.emit(fmt::format("{}-{}", ++step, pass.name), ".kf", ir::print_kf(after));
       },
-      options.fuse);
+      options.fuse, options.target.batch_stats_ranks);
   if (dump.wants("plan"))
     dump.emit("plan", ".txt", plan::print_plan_text(l.plan, {}));
   if (!to_cuda)

@@ -39,6 +39,8 @@ LaunchTable::LaunchTable(const exec::Executable &executable, int max_splits)
       case Param::Kind::PartialM2:
       case Param::Kind::SplitPartials:
       case Param::Kind::SplitCounters:
+      case Param::Kind::StatsSummary:
+      case Param::Kind::GatheredSummaries:
         a.from = pointer_of(p.buffer);
         launch.arg_pointers.push_back(&a.ptr);
         break;
@@ -69,6 +71,8 @@ LaunchTable::LaunchTable(const exec::Executable &executable, int max_splits)
       launch.result = l.bare_gemm->result;
     }
   }
+  for (const exec::Exchange &x : executable.exchanges)
+    exchanges_.push_back({x.after, pointer_of(x.send), pointer_of(x.recv)});
   for (size_t i = 0; i < executable.output_buffers.size(); ++i) {
     const size_t from = executable.output_buffers[i];
     copies_.push_back(
@@ -93,6 +97,10 @@ size_t LaunchTable::entry_bytes(const WorkspaceEntry &k, const Dims &dims,
   case WorkspaceEntry::Kind::PartialM2:
     return static_cast<size_t>((extent(t.shape[0], dims) + k.tile_rows - 1) / k.tile_rows) *
            static_cast<size_t>(extent(t.shape[1], dims)) * sizeof(float);
+  case WorkspaceEntry::Kind::StatsSummary: // count, mean and M2 per column, in double
+  case WorkspaceEntry::Kind::GatheredSummaries:
+    return static_cast<size_t>(extent(t.shape[1], dims)) * 3 * sizeof(double) *
+           static_cast<size_t>(k.kind == WorkspaceEntry::Kind::StatsSummary ? 1 : k.ranks);
   case WorkspaceEntry::Kind::SplitPartials:
   case WorkspaceEntry::Kind::SplitCounters: {
     // program.h: tiles * S partial tiles of tile_rows x tile_cols floats, a counter per tile;
@@ -153,6 +161,11 @@ size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
     launch.variant = variant_of(executable_.kernels[k], dims, multiprocessors, max_splits_);
     const exec::Kernel &l = variant(executable_.kernels[k], launch.variant);
     launch.shape = resolve(l.geometry, dims, multiprocessors, max_splits_);
+    // A launch after an all-gather waits for it in full: a programmatic launch waits only for
+    // the kernel before it, and the all-gather may be ordered by events (another stream's).
+    for (const ExchangeCall &x : exchanges_)
+      if (x.after + 1 == k)
+        launch.shape.programmatic = false;
     for (size_t i = 0; i < launch.args.size(); ++i) {
       Arg &a = launch.args[i];
       a.param.map = l.params[i].map; // the variant's tensor map boxes
@@ -176,6 +189,8 @@ size_t LaunchTable::prepare(const Dims &dims, int multiprocessors) {
   }
   for (OutputCopy &c : copies_)
     c.bytes = executable_.interface.outputs[c.output].bytes(dims);
+  for (size_t i = 0; i < exchanges_.size(); ++i)
+    exchanges_[i].count = static_cast<size_t>(extent(executable_.exchanges[i].count, dims));
   return total;
 }
 
@@ -195,6 +210,8 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
       case Param::Kind::PartialM2:
       case Param::Kind::SplitPartials:
       case Param::Kind::SplitCounters:
+      case Param::Kind::StatsSummary:
+      case Param::Kind::GatheredSummaries:
         a.ptr = address(a.from, tensors, workspace);
         break;
       case Param::Kind::TensorMap:
@@ -214,6 +231,10 @@ void LaunchTable::point(const CUdeviceptr *tensors, CUdeviceptr workspace,
       launch.b_ptr = address(launch.b, tensors, workspace);
       launch.c_ptr = address(launch.c, tensors, workspace);
     }
+  }
+  for (ExchangeCall &x : exchanges_) {
+    x.send_ptr = address(x.send, tensors, workspace);
+    x.recv_ptr = address(x.recv, tensors, workspace);
   }
   const size_t outputs = executable_.interface.declared.size();
   for (OutputCopy &c : copies_) {
@@ -253,7 +274,7 @@ std::vector<GemmCall> LaunchTable::gemm_calls() const {
 }
 
 void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream stream,
-                          const GemmHook &hook) const {
+                          const GemmHook &hook, const AllGather &all_gather) const {
   Driver &driver = Driver::get();
   // A returned state is its value at entry, as every read of state sees it: copied before any
   // kernel can update it in place; a returned op value once the kernels have written it.
@@ -275,6 +296,10 @@ void LaunchTable::enqueue(const std::vector<Function> &functions, CUstream strea
     launch(functions[l.function + l.variant], l.shape.grid, l.shape.block, l.shape.shared_bytes,
            stream, const_cast<void **>(l.arg_pointers.data()), l.shape.cluster,
            l.shape.programmatic);
+    for (const ExchangeCall &x : exchanges_)
+      if (x.after == k)
+        all_gather(reinterpret_cast<const double *>(x.send_ptr),
+                   reinterpret_cast<double *>(x.recv_ptr), x.count, stream);
   }
   copy_outputs(/*declared=*/false);
 }

@@ -7,8 +7,8 @@
 // Tensors are named by slot (exec::Executable::slot): declared tensor i, then output i, then
 // per-bind value i, which the pipeline owns (not the workspace: a caller's workspace may be
 // written by others between runs, and these values live from one bind to the next).
-// Intermediates, column-statistics partials and split-K's partial tiles and counters (the
-// Executable's workspace entries) live in one workspace, each at a 256-byte aligned offset.
+// Intermediates, column-statistics partials and summaries, split-K's partial tiles and counters
+// (the Executable's workspace entries) live in one workspace, each at a 256-byte aligned offset.
 // Split-K's counters must be zero before a launch that splits: each launch leaves them zero, so
 // zero_split_counters() is needed only where their memory is new or may have been written by others
 // since.
@@ -59,8 +59,13 @@ public:
 
   // Launches every kernel but the per-bind ones in plan order on `stream`, and copies outputs that
   // are declared tensors or returned twice into place. `hook`, where set, runs the bare-product
-  // GEMM kernels instead (benchmarks put cuBLAS there).
-  void enqueue(const std::vector<Function> &functions, CUstream stream, const GemmHook &hook) const;
+  // GEMM kernels instead (benchmarks put cuBLAS there). `all_gather` exchanges the batch
+  // statistics after the kernels that summarize them (Executable::exchanges; it must be set
+  // where there are any).
+  void enqueue(const std::vector<Function> &functions, CUstream stream, const GemmHook &hook,
+               const AllGather &all_gather) const;
+  // Whether runs exchange batch statistics (an all-gather between kernels).
+  bool exchanges() const { return !exchanges_.empty(); }
 
   // The bare-product GEMMs enqueue() hands a hook instead of launching them, in plan order, at
   // the prepared dims and pointed tensors.
@@ -136,6 +141,13 @@ private:
     size_t bytes = 0;
     CUdeviceptr src = 0, dst = 0;
   };
+  // An exchange's buffers and count at the prepared dims (exec::Exchange).
+  struct ExchangeCall {
+    size_t after;
+    Pointer send, recv;
+    size_t count = 0;
+    CUdeviceptr send_ptr = 0, recv_ptr = 0;
+  };
   Pointer pointer_of(size_t buffer) const;
   size_t entry_bytes(const exec::WorkspaceEntry &w, const Dims &dims, int multiprocessors) const;
   std::vector<size_t> workspace_offsets(const Dims &dims, int multiprocessors, size_t *total) const;
@@ -145,6 +157,7 @@ private:
   int max_splits_;
   std::vector<Launch> launches_;
   std::vector<OutputCopy> copies_;
+  std::vector<ExchangeCall> exchanges_;
   std::vector<size_t> offsets_;       // of the workspace entries, at prepare()
   std::vector<size_t> counter_bytes_; // of the workspace entries (SplitCounters, else 0)
   CUdeviceptr workspace_ = 0;         // at point()

@@ -120,7 +120,12 @@ const exec::Executable &rt::PipelineAccess::executable(const Pipeline &p) {
 }
 
 exec::Request rt::PipelineAccess::request(const Options &options, bool fuse) {
-  const Target target{rt::target_arch(options.arch), options.precision, options.max_split_k};
+  if (options.batch_stats_ranks < 0)
+    throw Error(fmt::format("Options::batch_stats_ranks is {}; it must be 0 (each run's own "
+                            "batch) or the number of ranks that exchange batch statistics",
+                            options.batch_stats_ranks));
+  const Target target{rt::target_arch(options.arch), options.precision, options.max_split_k,
+                      options.batch_stats_ranks};
   exec::Request r{options.mode, target, fuse, {}};
   // Tuned configurations are per device: without one there is nothing to look up.
   if (fuse && options.use_tuned && rt::Driver::get().available())

@@ -46,6 +46,7 @@ struct Pipeline::Impl {
   std::map<std::string, Tensor> bound;
   std::set<std::string> on_device; // bound tensors found in device memory of `device`
   rt::GemmHook gemm_hook;          // rt::PipelineAccess::set_gemm_hook
+  AllGather all_gather;            // set_all_gather: batch statistics across ranks
 
   // What the last run was checked with. A run whose tensors equal these (pointer, shape,
   // dtype, stride) with no bind() or set_workspace() since skips every check; where only

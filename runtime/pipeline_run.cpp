@@ -236,6 +236,11 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
   if (output_count != im.output_names.size() || (output_count > 0 && !outputs))
     throw Error(fmt::format("{}: expected {} output tensor(s), got {}", im.where,
                             im.output_names.size(), outputs ? output_count : 0));
+  if (im.table->exchanges() && !im.all_gather)
+    throw Error(fmt::format("{}: it exchanges batch statistics across {} ranks "
+                            "(Options::batch_stats_ranks), but no all-gather is set "
+                            "(Pipeline::set_all_gather)",
+                            im.where, im.executable.target.batch_stats_ranks));
   Change changed = Change::Tensors;
   if (!im.recheck)
     changed = std::max(change(inputs, im.seen_inputs), change(outputs, im.seen_outputs));
@@ -272,7 +277,7 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
   auto enqueue = [&](CUstream s) {
     if (zero_counters)
       im.table->zero_split_counters(s);
-    im.table->enqueue(im.functions, s, im.gemm_hook);
+    im.table->enqueue(im.functions, s, im.gemm_hook, im.all_gather);
   };
   // A pipeline that draws (dropout in train mode) gives each run its own offset: its kernels'
   // arguments change every run.
@@ -282,9 +287,10 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
     ++im.rng.offset;
   }
   // Steady runs replay one graph of the launches; a run captured into the caller's own graph
-  // launches one by one, and so do runs that draw and runs through a GEMM hook (it calls the
-  // host).
-  if (changed == Change::None && !draws && !im.gemm_hook && !rt::capturing(stream)) {
+  // launches one by one, and so do runs that draw and runs through a GEMM hook or an all-gather
+  // (they call the host).
+  if (changed == Change::None && !draws && !im.gemm_hook && !im.table->exchanges() &&
+      !rt::capturing(stream)) {
     constexpr int kSteadyRunsBeforeGraph = 2; // a one-off run never pays for a capture
     if (!im.run_graph.captured() && ++im.steady_runs >= kSteadyRunsBeforeGraph)
       im.run_graph.capture(enqueue);
@@ -297,6 +303,19 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
   enqueue(stream);
   im.split_counters_zero = true;
 }
+
+void Pipeline::set_all_gather(AllGather all_gather) {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  if (all_gather && !im.table->exchanges())
+    throw Error(fmt::format("{}: an all-gather is set, but the pipeline exchanges no batch "
+                            "statistics (Options::batch_stats_ranks is {}{})",
+                            im.where, im.executable.target.batch_stats_ranks,
+                            im.executable.mode == Mode::Eval ? ", and eval mode has none" : ""));
+  im.all_gather = std::move(all_gather);
+}
+
+size_t Pipeline::all_gathers_per_run() const { return impl().executable.exchanges.size(); }
 
 void Pipeline::set_rng(uint64_t seed, uint64_t offset) {
   Impl &im = impl();

@@ -10,6 +10,9 @@
 //    pairwise formula in double into the mean and M2 / m (running_var's unbiased variance is
 //    var * m / (m - 1)); lane l takes tiles l, l + LANES, ... in order, then the lanes merge as a
 //    fixed tree, every lane ending with the same result.
+// 3. With statistics exchanged across ranks, store_summary and merge_ranks (below) come between
+//    the merge and its use: each rank's (count, mean, M2) per column, all-gathered, merged in
+//    rank order.
 //
 // Deterministic (per-thread Welford in row order, row groups merged in order, tiles in the fixed
 // tree); no atomics, no E[x^2] - E[x]^2 cancellation. The matrix is float, kf::bf16 or kf::f16,
@@ -118,13 +121,13 @@ __device__ void col_partials(int m, int n, const In *__restrict__ in, int ld, co
 }
 
 // ntiles = ceil(m / tile_rows); tile t holds count = min(tile_rows, m - t * tile_rows) rows.
-// var is the biased variance M2 / m (NaN for m == 0). Called by the COLUMN_MERGE_LANES lanes of
-// a team (lane = 0 .. LANES - 1, the team's lanes consecutive and aligned in their warp), all
-// with the same col.
-__device__ inline void merge_column(int col, int lane, int n, int ntiles, int tile_rows, int m,
-                                    const float *__restrict__ partial_mean,
-                                    const float *__restrict__ partial_m2, double &mean,
-                                    double &var) {
+// The column's mean and M2 (the sum of squared deviations) over its m rows. Called by the
+// COLUMN_MERGE_LANES lanes of a team (lane = 0 .. LANES - 1, the team's lanes consecutive and
+// aligned in their warp), all with the same col.
+__device__ inline void merge_column_m2(int col, int lane, int n, int ntiles, int tile_rows, int m,
+                                       const float *__restrict__ partial_mean,
+                                       const float *__restrict__ partial_m2, double &mean,
+                                       double &m2) {
   constexpr int LANES = COLUMN_MERGE_LANES;
   static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "a power of two");
   // The partials of MERGE_BATCH of this lane's tiles are loaded before any is merged: the loads
@@ -165,7 +168,40 @@ __device__ inline void merge_column(int col, int lane, int n, int ntiles, int ti
     }
   }
   mean = mu;
-  var = s2 / static_cast<double>(m);
+  m2 = s2;
+}
+
+// merge_column_m2 with the biased variance M2 / m (NaN for m == 0) instead of M2.
+__device__ inline void merge_column(int col, int lane, int n, int ntiles, int tile_rows, int m,
+                                    const float *__restrict__ partial_mean,
+                                    const float *__restrict__ partial_m2, double &mean,
+                                    double &var) {
+  double m2;
+  merge_column_m2(col, lane, n, ntiles, tile_rows, m, partial_mean, partial_m2, mean, m2);
+  var = m2 / static_cast<double>(m);
+}
+
+// Statistics exchanged across ranks (SyncBatchNorm): a rank's summary of n columns is 3 * n
+// doubles, counts then means then M2s; the all-gather puts rank r's at gathered + r * 3 * n.
+__device__ inline void store_summary(int col, int n, int m, double mean, double m2,
+                                     double *__restrict__ summary) {
+  summary[col] = static_cast<double>(m);
+  summary[n + col] = mean;
+  summary[2 * n + col] = m2;
+}
+
+// The column's statistics over every rank's rows: the ranks' summaries merged in rank order, so
+// every rank computes the same bits. var is the biased variance M2 / count (NaN for no rows).
+__device__ inline void merge_ranks(int col, int n, int ranks, const double *__restrict__ gathered,
+                                   double &mean, double &var, double &count) {
+  double na = 0.0, mu = 0.0, s2 = 0.0;
+  for (int r = 0; r < ranks; ++r) {
+    const double *s = gathered + static_cast<long long>(r) * 3 * n;
+    chan_merge(na, mu, s2, s[col], s[n + col], s[2 * n + col]);
+  }
+  mean = mu;
+  var = s2 / na;
+  count = na;
 }
 
 #endif // __CUDACC__ || __CUDACC_RTC__

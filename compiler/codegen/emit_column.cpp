@@ -1,5 +1,7 @@
 // The column kernels: per-tile column partials of a matrix, and the per-feature kernel that
-// merges them (or computes per-feature values alone) and updates running statistics.
+// merges them (or computes per-feature values alone) and updates running statistics; where
+// statistics are exchanged across ranks, the Summary kernel that merges this rank's partials
+// and the Column kernel that merges every rank's summaries.
 #include "compiler/codegen/emit.h"
 #include "compiler/select/geometry.h"
 #include "templates/col_stats.cuh"
@@ -29,6 +31,18 @@ std::set<ValueId> early_loads(const EmitContext &cx, const Kernel &k) {
                        [&](const Kernel &o) { return &o != &k && plan::writes(g, o, v); }))
         out.insert(v);
   return out;
+}
+
+// A Summary kernel's body after its wait: the team merges this rank's partials, its first lane
+// stores the (count, mean, M2) the run all-gathers.
+std::string summary_statements(const EmitContext &cx, const Kernel &k, const KernelWriter &w,
+                               const std::string &n, const std::string &m) {
+  return fmt::format(
+      "  double mean, m2;\n  kf::merge_column_m2(col, threadIdx.x % kf::COLUMN_MERGE_LANES, {0}, "
+      "kf::ceil_div({1}, {3}), {3}, {1}, {2}_pmean, {2}_pm2, mean, m2);\n"
+      "  if (threadIdx.x % kf::COLUMN_MERGE_LANES == 0)\n"
+      "    kf::store_summary(col, {0}, {1}, mean, m2, {2}_summary);\n",
+      n, m, w.ptr(k.stats_of), cx.partial_rows.at(k.stats_of));
 }
 
 } // namespace
@@ -81,7 +95,17 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
                      w.operand(v, false, {}));
   // Every thread waits, so that this grid completes only after the one before it.
   s += fmt::format("  kf::wait_prior_grid();\n  if (col >= {})\n    return;\n", n);
-  if (merges) {
+  if (spec.summary)
+    return s + summary_statements(cx, k, w, n, KernelWriter::extent(launch.rows)) + "}\n";
+  // The rows the running variance's unbiased correction counts: this run's, or every rank's.
+  std::string total_rows;
+  if (merges && spec.ranks > 0) {
+    s += fmt::format("{0}double mean, var, total_rows;\n"
+                     "{0}kf::merge_ranks(col, {1}, {2}, {3}_gathered, mean, var, total_rows);\n"
+                     "{0}if (threadIdx.x % kf::COLUMN_MERGE_LANES != 0)\n{0}  return;\n",
+                     in, n, spec.ranks, w.ptr(k.stats_of));
+    total_rows = "static_cast<float>(total_rows)";
+  } else if (merges) {
     std::string m = KernelWriter::extent(launch.rows);
     const int tile_rows = cx.partial_rows.at(k.stats_of);
     s += fmt::format(
@@ -89,6 +113,8 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
         "{1}, kf::ceil_div({2}, {4}), {4}, {2}, {3}_pmean, {3}_pm2, mean, var);\n"
         "{0}if (threadIdx.x % kf::COLUMN_MERGE_LANES != 0)\n{0}  return;\n",
         in, n, m, w.ptr(k.stats_of), tile_rows);
+  }
+  if (merges) {
     for (ValueId id : k.computes)
       if (g[id].op == OpKind::ColMean || g[id].op == OpKind::ColVar)
         s += fmt::format("{}const float {} = static_cast<float>({});\n", in, w.var(id),
@@ -101,7 +127,8 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
     if (!e.is_effect())
       continue;
     const Dim &count = e.attrs.at("count").shape.front();
-    std::string cnt = count.is_symbolic()
+    std::string cnt = !total_rows.empty() ? total_rows
+                      : count.is_symbolic()
                           ? "static_cast<float>(" + KernelWriter::extent(count) + ")"
                           : float_literal(static_cast<double>(count.value));
     auto at = [&](ValueId v) { return w.operand(v, false, early); };

@@ -42,10 +42,17 @@ KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
       buffers.push_back(s);
   for (ValueId b : buffers)
     params_.push_back({LaunchParam::Kind::Buffer, b, {}});
-  if (k.stats_of >= 0) {
+  // A Column kernel of a plan that exchanges statistics merges the gathered summaries instead
+  // of the partials, which the Summary kernel before it merged.
+  const bool gathers = k.kind == plan::KernelKind::Column && p.stats_ranks > 0;
+  if (k.stats_of >= 0 && !gathers) {
     params_.push_back({LaunchParam::Kind::PartialMean, k.stats_of, {}});
     params_.push_back({LaunchParam::Kind::PartialM2, k.stats_of, {}});
   }
+  if (k.kind == plan::KernelKind::Summary)
+    params_.push_back({LaunchParam::Kind::StatsSummary, k.stats_of, {}});
+  if (k.stats_of >= 0 && gathers)
+    params_.push_back({LaunchParam::Kind::GatheredSummaries, k.stats_of, {}});
   for (const std::string &d : g_.dims)
     params_.push_back({LaunchParam::Kind::Dim, -1, d});
   if (std::any_of(k.computes.begin(), k.computes.end(),
@@ -232,6 +239,12 @@ std::string KernelWriter::param_list() const {
       break;
     case LaunchParam::Kind::PartialM2:
       parts.push_back(fmt::format("float *__restrict__ {}_pm2", ptr(lp.value)));
+      break;
+    case LaunchParam::Kind::StatsSummary:
+      parts.push_back(fmt::format("double *__restrict__ {}_summary", ptr(lp.value)));
+      break;
+    case LaunchParam::Kind::GatheredSummaries:
+      parts.push_back(fmt::format("const double *__restrict__ {}_gathered", ptr(lp.value)));
       break;
     case LaunchParam::Kind::Dim:
       parts.push_back("int " + dim_var(lp.dim));

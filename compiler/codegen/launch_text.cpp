@@ -47,6 +47,11 @@ std::string param_text(const LaunchParam &p, const std::vector<std::string> &nam
     return fmt::format("{}.partial_mean (per {} rows)", name(p.value), p.tile_rows);
   case LaunchParam::Kind::PartialM2:
     return fmt::format("{}.partial_m2 (per {} rows)", name(p.value), p.tile_rows);
+  case LaunchParam::Kind::StatsSummary:
+    return fmt::format("{}.summary (count, mean, M2 per feature: 3 x F doubles, all-gathered)",
+                       name(p.value));
+  case LaunchParam::Kind::GatheredSummaries:
+    return fmt::format("{}.gathered (every rank's summary: ranks x 3 x F doubles)", name(p.value));
   case LaunchParam::Kind::Dim:
     return "dim " + p.dim;
   case LaunchParam::Kind::SmemFloats:

@@ -60,6 +60,9 @@ struct LaunchParam {
     SplitCounters, // GEMMs: split-K's per-tile arrival counters in the workspace (unsigned *)
     RngSeed,       // kernels with a dropout: the run's RNG seed (unsigned long long, by value)
     RngOffset,     // and its offset (templates/dropout.cuh)
+    // Statistics exchanged across ranks (Plan::stats_ranks), of the matrix `value`:
+    StatsSummary,      // this rank's per-feature (count, mean, M2), 3 x F doubles
+    GatheredSummaries, // every rank's, all-gathered: ranks x 3 x F doubles
   };
   Kind kind;
   ir::ValueId value = -1; // SplitPartials / SplitCounters: the GEMM's product

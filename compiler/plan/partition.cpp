@@ -52,8 +52,8 @@ std::vector<std::vector<ValueId>> readers(const Graph &g) {
   return u;
 }
 
-Partitioner::Partitioner(const Graph &g, Mode mode, bool fuse)
-    : g_(g), users_(readers(g)), fuse_(fuse) {
+Partitioner::Partitioner(const Graph &g, Mode mode, bool fuse, int stats_ranks)
+    : g_(g), users_(readers(g)), fuse_(fuse), stats_ranks_(stats_ranks) {
   plan_.graph = g;
   plan_.mode = mode;
   size_t n = g.values.size();
@@ -279,9 +279,9 @@ void Partitioner::fuse_row_tails() {
 
 } // namespace partitioning
 
-Plan partition(const Graph &g, Mode mode, bool fuse) {
+Plan partition(const Graph &g, Mode mode, bool fuse, int stats_ranks) {
   const Graph view = matrix_view(g);
-  Plan p = partitioning::Partitioner(view, mode, fuse).run();
+  Plan p = partitioning::Partitioner(view, mode, fuse, stats_ranks).run();
   // The plan shows the user's shapes; its kernels are the view's (codegen takes the view again).
   p.graph = g;
   for (Intermediate &i : p.intermediates)

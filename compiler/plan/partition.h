@@ -59,6 +59,8 @@ inline constexpr int64_t kMaxOpsPerKernel = 256;
 // With `fuse` false every matrix value is stored by a kernel of its own (the unfused
 // baseline `kfuse bench` compares against); column expressions stay inline.
 // Plan::stored_because says for each stored value which of these decided it.
-Plan partition(const ir::Graph &g, ir::Mode mode, bool fuse = true);
+// `stats_ranks` > 0: batch statistics are exchanged across that many ranks (exchange_stats.h),
+// a step after the kernels are ordered.
+Plan partition(const ir::Graph &g, ir::Mode mode, bool fuse = true, int stats_ranks = 0);
 
 } // namespace kfuse::plan

@@ -1,5 +1,6 @@
 // Partitioner: the finished plan: what each kernel reads and stores, the kernels' order, names,
 // and why each value is stored.
+#include "compiler/plan/exchange_stats.h"
 #include "compiler/plan/partitioner.h"
 
 #include "compiler/ir/verifier.h"
@@ -245,6 +246,8 @@ void Partitioner::finish() {
   for (const Kernel &kr : plan_.kernels)
     stored_anywhere.insert(kr.stores.begin(), kr.stores.end());
   mark_per_bind();
+  if (stats_ranks_ > 0)
+    exchange_batch_stats(plan_, stats_ranks_);
   for (size_t k = 0; k < plan_.kernels.size(); ++k)
     plan_.kernels[k].name =
         "k" + std::to_string(k) + "_" + std::string(kernel_kind_name(plan_.kernels[k].kind));

@@ -30,7 +30,7 @@ bool is_row_op(const ir::Value &v);
 
 class Partitioner {
 public:
-  Partitioner(const ir::Graph &g, ir::Mode mode, bool fuse);
+  Partitioner(const ir::Graph &g, ir::Mode mode, bool fuse, int stats_ranks);
   Plan run();
 
 private:
@@ -153,6 +153,7 @@ private:
   const ir::Graph &g_;
   std::vector<std::vector<ir::ValueId>> users_;
   bool fuse_;
+  int stats_ranks_; // Options::batch_stats_ranks (0: none)
   Plan plan_;
   std::set<ir::ValueId> is_output_;
   std::vector<bool> stored_;

@@ -14,6 +14,8 @@ std::string_view kernel_kind_name(KernelKind k) {
     return "col_partials";
   case KernelKind::Column:
     return "column";
+  case KernelKind::Summary:
+    return "summary";
   case KernelKind::Row:
     return "row";
   case KernelKind::Elementwise:

@@ -20,6 +20,8 @@ enum class KernelKind : uint8_t {
   Gemm,        // a GEMM with an elementwise epilogue, optionally producing column partials
   ColPartials, // column partials of a stored matrix not produced by a GEMM
   Column,      // per feature: merges partials, updates running stats, stores vectors
+  Summary,     // per feature: merges partials into this rank's (count, mean, M2), which the run
+               // all-gathers from every rank for the Column kernel after it (Plan::stats_ranks)
   Row,         // a block per row of one stored matrix, passes over the row in order (its
                // row_stages): softmax / log_softmax, layernorm / rmsnorm, reductions along the
                // last axis, elementwise values of the row and of the row's earlier results
@@ -41,7 +43,9 @@ struct Kernel {
   std::vector<ir::ValueId> stores;   // values this kernel writes to buffers
   std::vector<ir::ValueId> reads;    // stored values (declared or earlier kernels') it loads
   // Gemm / ColPartials: the stored matrix whose column partials this kernel writes.
-  // Column: the matrix whose partials it merges into col_mean / col_var. -1: none.
+  // Column: the matrix whose partials it merges into col_mean / col_var (where the plan
+  // exchanges statistics, the gathered summaries of every rank instead). Summary: the matrix
+  // whose partials it summarizes. -1: none.
   ir::ValueId stats_of = -1;
   // Row: the stored matrix whose rows it reads, and what it evaluates over each row, in order:
   // row ops, then stored elementwise values computed from the row and the results before them.
@@ -78,6 +82,10 @@ struct Plan {
   std::vector<Intermediate> intermediates; // in value order (buffer_type searches them)
   // Every stats_of value, once: its partials buffers are intermediates too.
   std::vector<ir::ValueId> partials;
+  // Ranks whose batch statistics a run exchanges (Options::batch_stats_ranks): each Column
+  // kernel that merges partials then follows a Summary kernel of the same matrix and merges
+  // the summaries the run gathered from every rank. 0: none.
+  int stats_ranks = 0;
   // Why each stored op value is stored ("output", "read by max@11, ..."), for `kfuse plan`.
   std::map<ir::ValueId, std::string> stored_because;
 };

@@ -230,15 +230,23 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     std::vector<std::string> reads, writes;
     for (ValueId r : k.reads)
       reads.push_back(fmt::format("{} {}", names[static_cast<size_t>(r)], buffer_type(p, r).str()));
-    if (k.kind == KernelKind::Column && k.stats_of >= 0)
+    if (k.kind == KernelKind::Summary ||
+        (k.kind == KernelKind::Column && k.stats_of >= 0 && p.stats_ranks == 0))
       reads.push_back(fmt::format("partials({})", names[static_cast<size_t>(k.stats_of)]));
+    if (k.kind == KernelKind::Column && k.stats_of >= 0 && p.stats_ranks > 0)
+      reads.push_back(fmt::format("summaries({}) of {} rank{}, all-gathered",
+                                  names[static_cast<size_t>(k.stats_of)], p.stats_ranks,
+                                  p.stats_ranks == 1 ? "" : "s"));
     for (ValueId w : k.stores)
       writes.push_back(
           fmt::format("{} {}", names[static_cast<size_t>(w)], buffer_type(p, w).str()));
     for (ValueId e : effects_of(g, k))
       writes.push_back(fmt::format("{}, {} (in place)", names[static_cast<size_t>(g[e].args[0])],
                                    names[static_cast<size_t>(g[e].args[1])]));
-    if (k.kind != KernelKind::Column && k.stats_of >= 0)
+    if (k.kind == KernelKind::Summary)
+      writes.push_back(fmt::format("summary({}): count, mean, M2 per feature, for the all-gather",
+                                   names[static_cast<size_t>(k.stats_of)]));
+    else if (k.kind != KernelKind::Column && k.stats_of >= 0)
       writes.push_back(fmt::format("partials({})", names[static_cast<size_t>(k.stats_of)]));
     s += fmt::format("  reads    {}\n", reads.empty() ? "-" : join(reads, ", "));
     s += fmt::format("  writes   {}\n", join(writes, ", "));
@@ -262,9 +270,14 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
   for (const Intermediate &i : p.intermediates)
     s += fmt::format("  {} {} ({} B)\n", names[static_cast<size_t>(i.value)], i.type.str(),
                      bytes_text(i.type, dims));
-  for (ValueId v : p.partials)
+  for (ValueId v : p.partials) {
     s += fmt::format("  partials({}): count, mean, M2 per column per row tile\n",
                      names[static_cast<size_t>(v)]);
+    if (p.stats_ranks > 0)
+      s += fmt::format("  summary({0}) and summaries({0}): count, mean, M2 per column, in "
+                       "double, of this rank and of all {1} ranks (all-gathered by the run)\n",
+                       names[static_cast<size_t>(v)], p.stats_ranks);
+  }
   s += fmt::format("total bytes moved (tensors, partials excluded): {} read, {} written\n",
                    bytes_sum(g, buffer_types(p, all_reads), dims),
                    bytes_sum(g, buffer_types(p, all_writes), dims));

@@ -11,7 +11,7 @@ namespace kfuse::plan {
 
 Plan make_plan(const ir::Graph &g, ir::Mode mode,
                const std::function<void(const passes::Pass &, const ir::Graph &)> &after_each,
-               bool fuse) {
+               bool fuse, int stats_ranks) {
   const auto &pipeline = fuse ? passes::pipeline() : passes::unfused_pipeline();
   ir::Graph rewritten =
       passes::run_pipeline(g, mode, pipeline, [&](const passes::Pass &p, const ir::Graph &out) {
@@ -24,7 +24,7 @@ Plan make_plan(const ir::Graph &g, ir::Mode mode,
         if (after_each)
           after_each(p, out);
       });
-  Plan p = partition(rewritten, mode, fuse);
+  Plan p = partition(rewritten, mode, fuse, stats_ranks);
   validate_plan(p);
   return p;
 }

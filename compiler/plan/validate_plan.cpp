@@ -125,14 +125,35 @@ private:
   }
 
   void check_partials(const Kernel &k) {
-    if (k.stats_of < 0 || k.kind == KernelKind::Column)
+    if (k.stats_of < 0)
       return;
+    if (k.kind == KernelKind::Column || k.kind == KernelKind::Summary) {
+      check_merge(k);
+      return;
+    }
     if (!stored_by_.count(k.stats_of))
       fail(k, fmt::format("writes partials of {} which is not stored", describe(g_, k.stats_of)));
     auto [it, fresh] = partials_by_.emplace(k.stats_of, k.name);
     if (!fresh)
       fail(k, fmt::format("writes partials of '{}' which kernel {} already wrote",
                           g_[k.stats_of].name, it->second));
+  }
+
+  // A kernel that merges partials follows their writer; where the plan exchanges statistics,
+  // a Column kernel follows the Summary kernel of its matrix, and only then is there one.
+  void check_merge(const Kernel &k) {
+    const std::string &of = g_[k.stats_of].name;
+    if (!partials_by_.count(k.stats_of))
+      fail(k, fmt::format("merges partials of '{}' which no kernel before it wrote", of));
+    if (k.kind == KernelKind::Summary) {
+      if (p_.stats_ranks == 0)
+        fail(k, fmt::format("summarizes '{}' in a plan that exchanges no statistics", of));
+      summarized_.insert(k.stats_of);
+    } else if (p_.stats_ranks > 0 && !summarized_.count(k.stats_of)) {
+      fail(k, fmt::format("merges the gathered summaries of '{}' which no kernel before it "
+                          "summarized",
+                          of));
+    }
   }
 
   void check_state_updates(const Kernel &k) {
@@ -168,6 +189,7 @@ private:
   const Graph &g_;
   std::map<ValueId, std::string> stored_by_, partials_by_, updated_by_; // buffer -> kernel name
   std::set<ValueId> computed_;
+  std::set<ValueId> summarized_;               // matrices a Summary kernel summarized
   std::map<ValueId, std::string> computed_by_; // ops no kernel computes inline -> their kernel
   std::set<ValueId> local_;                    // what the kernel being checked computed so far
 };

@@ -74,7 +74,11 @@ public:
         s.kernels.emplace_back(ColPartialsSpec{});
         break;
       case KernelKind::Column:
-        s.kernels.emplace_back(ColumnSpec{k.stats_of >= 0});
+        s.kernels.emplace_back(
+            ColumnSpec{k.stats_of >= 0, false, k.stats_of >= 0 ? p_.stats_ranks : 0});
+        break;
+      case KernelKind::Summary:
+        s.kernels.emplace_back(ColumnSpec{true, true, 0});
         break;
       }
     }

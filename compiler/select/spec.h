@@ -64,7 +64,9 @@ struct ElementwiseSpec {
 struct ColPartialsSpec {};
 
 struct ColumnSpec {
-  bool merges = false; // merges column-statistics partials (a team per feature)
+  bool merges = false;  // merges column-statistics partials (a team per feature)
+  bool summary = false; // a Summary kernel: stores the merged (count, mean, M2) and nothing else
+  int ranks = 0; // merges the summaries gathered from this many ranks instead (Plan::stats_ranks)
 };
 
 using KernelSpec = std::variant<GemmSpec, RowSpec, ElementwiseSpec, ColPartialsSpec, ColumnSpec>;

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,7 +51,21 @@ struct Options {
   // per candidate); never done unless asked here. Needs a GPU and use_tuned. A max_split_k set
   // here still caps every run's split count, tuned caps included.
   std::map<std::string, int64_t> tune_at_start;
+  // Train-mode batchnorm statistics over the batches of several processes (SyncBatchNorm):
+  // n >= 1 ranks, each running this pipeline on its own batch. Every run then merges its
+  // statistics into per-feature (count, mean, M2) summaries, has the all-gather set with
+  // set_all_gather() exchange them, and merges the gathered summaries in rank order, so every
+  // rank normalizes with, and updates its running statistics from, the whole batch. 0: each
+  // run's own batch only.
+  int batch_stats_ranks = 0;
 };
+
+// The all-gather of a pipeline compiled with Options::batch_stats_ranks = n: gathers `count`
+// doubles at `send` from every rank into `recv` (n * count doubles, rank r's at r * count),
+// enqueued on `stream` or ordered with it both ways (as ncclAllGather on that stream is), in the
+// same order on every rank.
+using AllGather =
+    std::function<void(const double *send, double *recv, size_t count, CUstream stream)>;
 
 // Element types: a Tensor's dtype must be the one its .kf declaration names. f32 is 4 bytes,
 // f16 (IEEE half) and bf16 (bfloat16) 2 bytes.
@@ -171,6 +186,13 @@ public:
   // there). A run that needs more than `bytes` throws. set_workspace(nullptr, 0) goes back to
   // the pipeline's own.
   void set_workspace(void *data, size_t bytes);
+  // The all-gather runs of a pipeline compiled with Options::batch_stats_ranks > 0 call between
+  // their kernels, once per train-mode batchnorm; such a run without one throws. Runs that call
+  // it launch their kernels one by one (no replayed graph), on the caller's stream.
+  void set_all_gather(AllGather all_gather);
+  // The all-gathers each run makes: one per train-mode batchnorm where the pipeline was compiled
+  // with Options::batch_stats_ranks > 0, else none.
+  size_t all_gathers_per_run() const;
 
 private:
   friend struct rt::PipelineAccess;

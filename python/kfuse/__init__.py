@@ -173,17 +173,21 @@ class Pipeline:
     """A .kf pipeline compiled for `mode` ("train" or "eval") and `precision`: "fp32",
     "3xtf32", "tf32" or "bf16" (GEMM operands rounded to bf16 as torch.autocast does, f32
     results; docs/PYTHON.md). `arch` ("sm_90a") defaults to the current GPU's, or sm_90a
-    without one. Give a file, or the .kf text as text= (named file_name=)."""
+    without one. Give a file, or the .kf text as text= (named file_name=).
+    `batch_stats_ranks` R > 0: train-mode batchnorm statistics over the batches of R ranks
+    (SyncBatchNorm), exchanged by the all-gather set with set_all_gather()."""
 
-    def __init__(self, file=None, mode="train", precision="fp32", *, text=None, file_name="<text>", arch=""):
+    def __init__(self, file=None, mode="train", precision="fp32", *, text=None, file_name="<text>", arch="",
+                 batch_stats_ranks=0):
         where = "kfuse.Pipeline"
         path, text, file_name = _source(where, file, text, file_name)
         mode, precision, arch = (_text(where, "mode", mode), _text(where, "precision", precision),
                                  _text(where, "arch", arch))
+        ranks = _integer(where, "batch_stats_ranks", batch_stats_ranks, 0, 2**31 - 1)
         if path is not None:
-            self._core = _CorePipeline.from_file(path, mode, precision, arch)
+            self._core = _CorePipeline.from_file(path, mode, precision, arch, ranks)
         else:
-            self._core = _CorePipeline.from_string(text, file_name, mode, precision, arch)
+            self._core = _CorePipeline.from_string(text, file_name, mode, precision, arch, ranks)
         self.mode = mode
         self.precision = precision
         self._bound = {}  # name -> (tensor, capsule): kept alive while kfuse holds the pointer
@@ -239,6 +243,23 @@ class Pipeline:
         """Bytes of device memory a run at these dims (every dim by name, e.g. N=1024) keeps its
         intermediates in (0: it keeps none): the size set_workspace needs."""
         return self._core.workspace_size(_dims(f"{self._where}: workspace_size", dims))
+
+    @property
+    def all_gathers_per_run(self):
+        """The all-gathers each call makes: one per train-mode batchnorm of a pipeline compiled
+        with batch_stats_ranks > 0, else 0."""
+        return self._core.all_gathers_per_run
+
+    def set_all_gather(self, fn):
+        """The all-gather of the batch statistics (batch_stats_ranks > 0): calls make
+        fn(send, recv, count, stream) between their kernels, which must gather `count` float64
+        values at device address `send` from every rank into `recv` (ranks x count, in rank
+        order), ordered with CUDA stream `stream` (addresses and stream handle as ints), in the
+        same order on every rank; kfuse.torch.Fused(process_group=) sets one over
+        torch.distributed. What fn raises is raised by the call. None: none."""
+        if fn is not None and not callable(fn):
+            raise Error(f"{self._where}: set_all_gather takes a callable or None, got {type(fn).__name__}")
+        self._core.set_all_gather(fn)
 
     def set_rng(self, seed, offset=0):
         """Where train-mode dropouts draw (docs/DSL.md, "dropout"): each call of a pipeline that

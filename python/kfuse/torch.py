@@ -15,6 +15,11 @@ Without precision=, the precision follows torch.autocast (bf16) and
 torch.get_float32_matmul_precision(); `used_precision` says which a call used and why. A forward
 is one torch.ops.kfuse op (python/kfuse/torch_op.py), so torch.compile(fullgraph=True),
 CUDA graphs and torch.export keep it in their graph.
+With process_group= (a torch.distributed group), or a module holding nn.SyncBatchNorm while
+torch.distributed is initialized (its process_group, else the default group), train-mode
+batchnorm statistics are those of every rank's batch, as SyncBatchNorm computes them: each call
+all-gathers per-feature (count, mean, M2) across the group between the kernels that compute and
+use them.
 
 kfuse.torch.Reference("chain.kf") is the .kf's chain as an nn.Module of PyTorch ops
 (python/kfuse/torch_reference.py): the module to wrap, or to compare Fused with.
@@ -31,8 +36,23 @@ from kfuse.torch_reference import Reference
 __all__ = ["Fused", "Reference"]
 
 
+def _sync_group(module):
+    """The group a module's nn.SyncBatchNorm layers synchronize over where torch.distributed is
+    initialized (as SyncBatchNorm decides), else None."""
+    import torch.distributed as dist
+    syncs = [m for m in module.modules() if isinstance(m, nn.SyncBatchNorm)]
+    if not syncs or not dist.is_available() or not dist.is_initialized():
+        return None
+    groups = {id(m.process_group): m.process_group for m in syncs}
+    if len(groups) > 1:
+        raise kfuse.Error(f"kfuse.torch.Fused: the {type(module).__name__}'s SyncBatchNorm layers synchronize "
+                          "over different process groups; pass process_group=")
+    group = next(iter(groups.values()))
+    return dist.group.WORLD if group is None else group
+
+
 class Fused(nn.Module):
-    def __init__(self, module, kf_file, *, precision=None, mapping=None, arch=""):
+    def __init__(self, module, kf_file, *, precision=None, mapping=None, arch="", process_group=None):
         super().__init__()
         self.module = module
         self.kf_file = str(kf_file)
@@ -42,7 +62,9 @@ class Fused(nn.Module):
                                        "kf names to state_dict keys")
         # One torch.ops.kfuse op per mode, registered now: a call under torch.compile then
         # only looks it up, and the names resolve to the module's tensors before any call.
-        self._ops = {mode: pipeline_op(self.kf_file, mode, arch=arch) for mode in ("train", "eval")}
+        self.process_group = _sync_group(module) if process_group is None else process_group
+        self._ops = {mode: pipeline_op(self.kf_file, mode, arch=arch, process_group=self.process_group)
+                     for mode in ("train", "eval")}
         self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
         self._batchnorm_counters = [
             owner for owner, attribute in self._owners.values()

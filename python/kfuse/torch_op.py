@@ -50,26 +50,73 @@ def precision_from_torch():
     return _MATMUL_PRECISIONS[setting], f"torch.get_float32_matmul_precision() is '{setting}'"
 
 
-def pipeline_op(kf_file, mode, *, arch=""):
+def pipeline_op(kf_file, mode, *, arch="", process_group=None):
     """The PipelineOp of `kf_file` (a path) in `mode`, registered on first use. The op's name
     carries a digest of the .kf text and `arch`, so two files that name the same pipeline get
-    two ops, and an exported program names the op a later process registers again."""
+    two ops, and an exported program names the op a later process registers again.
+    `process_group` (a torch.distributed group): train-mode batchnorm statistics over the batches
+    of every rank of the group, as torch.nn.SyncBatchNorm computes them; the op then carries the
+    group's name too."""
     where = "kfuse.torch_op.pipeline_op"
     kf_file, arch = kfuse._path(where, "kf_file", kf_file), kfuse._text(where, "arch", arch)
     where = f"{where}({kf_file})"
     if mode not in ("train", "eval"):
         raise kfuse.Error(f"{where}: mode must be 'train' or 'eval', got {mode!r}")
+    group = _group_key(where, process_group)
     try:
         with open(kf_file, "rb") as f:
             data = f.read()
     except OSError as e:
         raise kfuse.Error(f"{where}: cannot read the .kf file: {e.strerror}") from None
-    digest = hashlib.sha256(data + b"\0" + arch.encode()).hexdigest()[:10]
+    digest = hashlib.sha256(data + b"\0" + arch.encode() + b"\0" + group.encode()).hexdigest()[:10]
     op = _OPS.get((digest, mode))
     if op is None:
         text = data.decode("utf-8", errors="surrogateescape")
-        op = _OPS[(digest, mode)] = PipelineOp(kf_file, text, mode, arch, digest)
+        op = _OPS[(digest, mode)] = PipelineOp(kf_file, text, mode, arch, digest, process_group)
     return op
+
+
+def _group_key(where, process_group):
+    """'' without a group, else the group's name (its ranks exchange statistics)."""
+    if process_group is None:
+        return ""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized():
+        raise kfuse.Error(f"{where}: process_group given, but torch.distributed is not initialized")
+    if not isinstance(process_group, dist.ProcessGroup):
+        raise kfuse.Error(f"{where}: process_group must be a torch.distributed.ProcessGroup, got "
+                          f"{type(process_group).__module__}.{type(process_group).__name__}")
+    return f"{dist.get_world_size(process_group)}:{process_group.group_name}"
+
+
+class _CudaDoubles:
+    """`count` float64 values at a device address, as torch.as_tensor takes them
+    (__cuda_array_interface__ version 2: no stream to synchronize with)."""
+
+    def __init__(self, address, count):
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": "<f8", "data": (address, False),
+                                         "version": 2}
+
+
+def _all_gather_over(process_group, device):
+    """A kfuse.Pipeline all-gather (set_all_gather) over torch.distributed's `process_group`,
+    for a pipeline on `device`: the collective is ordered with the pipeline's stream."""
+    import torch.distributed as dist
+    ranks = dist.get_world_size(process_group)
+
+    def all_gather(send, recv, count, stream):
+        send_t = torch.as_tensor(_CudaDoubles(send, count), device=device)
+        recv_t = torch.as_tensor(_CudaDoubles(recv, count * ranks), device=device)
+        # The pipeline runs on torch's current stream (Fused calls it so): the collective is
+        # ordered with it as every torch.distributed call is. An ExternalStream of the legacy
+        # default stream's handle 0 would not be that stream to torch.
+        if torch.cuda.current_stream(device).cuda_stream == stream:
+            dist.all_gather_into_tensor(recv_t, send_t, group=process_group)
+            return
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device)):
+            dist.all_gather_into_tensor(recv_t, send_t, group=process_group)
+
+    return all_gather
 
 
 def _extent(expr, dims):
@@ -86,8 +133,9 @@ class PipelineOp:
     """One .kf pipeline in one mode as torch.ops.kfuse.<name>: its schema, its fake
     implementation and its CUDA implementation over the compiled kfuse.Pipelines."""
 
-    def __init__(self, kf_file, text, mode, arch, digest):
+    def __init__(self, kf_file, text, mode, arch, digest, process_group=None):
         self.kf_file, self._text, self.mode, self.arch = kf_file, text, mode, arch
+        self.process_group = process_group
         program = kfuse.program(text=text, file_name=kf_file)
         values = {v["id"]: v for v in program["values"]}
         self.inputs = [v for v in program["values"] if v["kind"] == "input"]
@@ -173,8 +221,15 @@ class PipelineOp:
         use and kept."""
         key = (precision, device)
         if key not in self._pipelines:
-            self._pipelines[key] = kfuse.Pipeline(text=self._text, file_name=self.kf_file, mode=self.mode,
-                                                  precision=precision, arch=self.arch)
+            ranks = 0
+            if self.process_group is not None:
+                import torch.distributed as dist
+                ranks = dist.get_world_size(self.process_group)
+            pipeline = kfuse.Pipeline(text=self._text, file_name=self.kf_file, mode=self.mode,
+                                      precision=precision, arch=self.arch, batch_stats_ranks=ranks)
+            if pipeline.all_gathers_per_run:
+                pipeline.set_all_gather(_all_gather_over(self.process_group, device))
+            self._pipelines[key] = pipeline
             self._bound[key] = {}
         return self._pipelines[key]
 

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 namespace nb = nanobind;
@@ -32,7 +33,7 @@ using kfuse::Tensor;
 namespace {
 
 kfuse::Options options(const std::string &mode, const std::string &precision,
-                       const std::string &arch) {
+                       const std::string &arch, int batch_stats_ranks) {
   kfuse::Options o;
   if (mode == "train")
     o.mode = kfuse::Mode::Train;
@@ -46,7 +47,28 @@ kfuse::Options options(const std::string &mode, const std::string &precision,
         fmt::format("precision must be 'fp32', '3xtf32', 'tf32' or 'bf16', got '{}'", precision));
   o.precision = *parsed;
   o.arch = arch;
+  o.batch_stats_ranks = batch_stats_ranks;
   return o;
+}
+
+// A Python callable as the pipeline's all-gather: called with the GIL held, as
+// all_gather(send, recv, count, stream) with the pointers and the stream as ints; what it raises
+// comes out of the run as a kfuse.Error naming it.
+kfuse::AllGather all_gather_of(nb::object fn) {
+  auto held = std::shared_ptr<nb::object>(new nb::object(std::move(fn)), [](nb::object *o) {
+    nb::gil_scoped_acquire gil; // the last copy may go where the GIL is released
+    delete o;
+  });
+  return [held](const double *send, double *recv, size_t count, CUstream stream) {
+    nb::gil_scoped_acquire gil;
+    try {
+      (*held)(reinterpret_cast<uintptr_t>(send), reinterpret_cast<uintptr_t>(recv), count,
+              reinterpret_cast<uintptr_t>(stream));
+    } catch (nb::python_error &e) {
+      throw kfuse::Error(
+          fmt::format("the all-gather of the batch statistics raised: {}", e.what()));
+    }
+  };
 }
 
 nb::dict report(const Pipeline &p) {
@@ -194,22 +216,23 @@ NB_MODULE(_kfuse, m) {
       .def_static(
           "from_file",
           [](const std::string &path, const std::string &mode, const std::string &precision,
-             const std::string &arch) {
-            kfuse::Options o = options(mode, precision, arch);
+             const std::string &arch, int batch_stats_ranks) {
+            kfuse::Options o = options(mode, precision, arch, batch_stats_ranks);
             nb::gil_scoped_release release; // NVRTC takes a while on a cache miss
             return PyPipeline(Pipeline::from_file(path, o));
           },
-          nb::arg("path"), nb::arg("mode"), nb::arg("precision"), nb::arg("arch"))
+          nb::arg("path"), nb::arg("mode"), nb::arg("precision"), nb::arg("arch"),
+          nb::arg("batch_stats_ranks") = 0)
       .def_static(
           "from_string",
           [](const std::string &text, const std::string &file_name, const std::string &mode,
-             const std::string &precision, const std::string &arch) {
-            kfuse::Options o = options(mode, precision, arch);
+             const std::string &precision, const std::string &arch, int batch_stats_ranks) {
+            kfuse::Options o = options(mode, precision, arch, batch_stats_ranks);
             nb::gil_scoped_release release;
             return PyPipeline(Pipeline::from_string(text, file_name, o));
           },
           nb::arg("text"), nb::arg("file_name"), nb::arg("mode"), nb::arg("precision"),
-          nb::arg("arch"))
+          nb::arg("arch"), nb::arg("batch_stats_ranks") = 0)
       .def_prop_ro("name", [](const PyPipeline &p) { return p.core.name(); })
       .def_prop_ro("cuda_source", [](const PyPipeline &p) { return p.core.cuda_source(); })
       .def_prop_ro("plan", [](const PyPipeline &p) { return p.core.plan_text(); })
@@ -288,6 +311,16 @@ NB_MODULE(_kfuse, m) {
           },
           nb::arg("capsule").none(),
           "Runs keep their intermediates in the capsule's memory (None: the pipeline's own).")
+      .def(
+          "set_all_gather",
+          [](PyPipeline &p, nb::object fn) {
+            p.core.set_all_gather(fn.is_none() ? kfuse::AllGather{} : all_gather_of(std::move(fn)));
+          },
+          nb::arg("fn").none(),
+          "The all-gather of the batch statistics (Pipeline::set_all_gather): "
+          "fn(send, recv, count, stream), pointers and stream as ints; None: none.")
+      .def_prop_ro("all_gathers_per_run",
+                   [](const PyPipeline &p) { return p.core.all_gathers_per_run(); })
       .def(
           "set_rng",
           [](PyPipeline &p, uint64_t seed, uint64_t offset) { p.core.set_rng(seed, offset); },

@@ -1,7 +1,8 @@
-// kfuse compile F.kf [--mode] [--precision] [--arch] [--no-tuned]: NVRTC through the disk cache;
-// no GPU needed. Prints the compile time, whether it was a cache hit, each kernel's (and each
-// GEMM variant's) resources and each GEMM's config and why (the heuristic's reason, or "tuned on
-// <device> at N=...": on a GPU the configs `kfuse tune` stored for it are used unless
+// kfuse compile F.kf [--mode] [--precision] [--arch] [--no-tuned] [--batch-stats-ranks R]: NVRTC
+// through the disk cache; no GPU needed. Prints the compile time, whether it was a cache hit, each
+// kernel's (and each GEMM variant's) resources and each GEMM's config and why (the heuristic's
+// reason, or "tuned on <device> at N=...": on a GPU the configs `kfuse tune` stored for it are used
+// unless
 // --no-tuned).
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
@@ -12,7 +13,8 @@
 namespace kfuse::tool {
 
 int cmd_compile(int argc, char **argv) {
-  CommandLine cl = parse_command_line(argc, argv, {"mode", "precision", "arch"}, {"no-tuned"});
+  CommandLine cl = parse_command_line(
+      argc, argv, {"mode", "precision", "arch", "batch-stats-ranks"}, {"no-tuned"});
   Pipeline p = Pipeline::from_file(cl.file(), pipeline_options(cl));
   const CompileReport &r = p.report();
   size_t variants = 0;

@@ -1,4 +1,5 @@
-// kfuse emit F.kf [--mode train|eval] [-o out.cu] [--standalone] [--no-tuned]
+// kfuse emit F.kf [--mode train|eval] [-o out.cu] [--standalone] [--no-tuned] [--batch-stats-ranks
+// R]
 #include "compiler/build_executable.h"
 #include "compiler/codegen/program.h"
 #include "compiler/lower.h"
@@ -9,8 +10,9 @@
 namespace kfuse::tool {
 
 int cmd_emit(int argc, char **argv) {
-  CommandLine cl = parse_command_line(argc, argv, {"mode", "output", "precision", "arch"},
-                                      {"standalone", "no-tuned"});
+  CommandLine cl =
+      parse_command_line(argc, argv, {"mode", "output", "precision", "arch", "batch-stats-ranks"},
+                         {"standalone", "no-tuned"});
   const Options options = pipeline_options(cl);
   const codegen::Program prog =
       lower(dsl::SourceFile::read(cl.file()),

@@ -1,6 +1,7 @@
 // kfuse plan F.kf [--mode train|eval] [--json] [--dump-after-each-pass] [--dim N=...]
-//                 [--precision P] [--arch sm_XX] [--no-tuned]: the text form ends with each GEMM
-//                 kernel's config at that precision and why (heuristic, or tuned on this GPU)
+//                 [--precision P] [--arch sm_XX] [--no-tuned] [--batch-stats-ranks R]: the text
+//                 form ends with each GEMM kernel's config at that precision and why (heuristic, or
+//                 tuned on this GPU)
 // kfuse plan F.kf --prove [--dim N=...]: proof by interpretation of the plan of F.kf in both
 // modes, on random data at several sizes (every dim bound to 1, 2 and 5, a dim that a view
 // equates with a product of others to that product, or the --dim values given; a size the file
@@ -133,8 +134,9 @@ std::string gemm_configs(const codegen::Program *program, const LowerOptions &lo
 } // namespace
 
 int cmd_plan(int argc, char **argv) {
-  CommandLine cl = parse_command_line(argc, argv, {"mode", "dim", "precision", "arch"},
-                                      {"json", "dump-after-each-pass", "prove", "no-tuned"});
+  CommandLine cl =
+      parse_command_line(argc, argv, {"mode", "dim", "precision", "arch", "batch-stats-ranks"},
+                         {"json", "dump-after-each-pass", "prove", "no-tuned"});
   const bool prove_plan = cl.flag("prove");
   if (prove_plan &&
       (cl.options.count("mode") || cl.flag("json") || cl.flag("dump-after-each-pass")))

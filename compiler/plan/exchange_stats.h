@@ -1,0 +1,17 @@
+// Batch statistics over several ranks' batches (kfuse::Options::batch_stats_ranks, PyTorch's
+// SyncBatchNorm): a plan step after partition.
+#pragma once
+
+#include "compiler/plan/plan.h"
+
+namespace kfuse::plan {
+
+// Every Column kernel that merges a matrix's partials is preceded by a Summary kernel that
+// merges them into this rank's per-feature (count, mean, M2); the run all-gathers those
+// summaries from `ranks` ranks between the two, and the Column kernel merges the gathered ones
+// in rank order (rule exchange_stats), so every rank computes the same statistics of the
+// whole batch. A step of partition, after the kernels are ordered and before they are named.
+// `ranks` >= 1; a plan without partials (eval mode) is left unchanged but for stats_ranks.
+void exchange_batch_stats(Plan &p, int ranks);
+
+} // namespace kfuse::plan
