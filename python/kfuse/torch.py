@@ -4,10 +4,10 @@
     with torch.no_grad():
         y = fused(x)                                    # train or eval, as module.training says
 
-The .kf file's params and state are the module's parameters and buffers, by name: a state_dict
-key with '.' replaced by '_' ("bn.running_mean" -> bn_running_mean), or `mapping`
-{kf name: state_dict key}. They are read in place, so optimizer steps and load_state_dict are
-seen; train mode updates BatchNorm running statistics in place (and num_batches_tracked, as
+The .kf is a file or text=. Its params and state are the module's parameters and buffers, by
+name: a state_dict key with '.' replaced by '_' ("bn.running_mean" -> bn_running_mean), or
+`mapping` {kf name: state_dict key}. They are read in place, so optimizer steps and
+load_state_dict are seen; train mode updates BatchNorm running statistics in place (and num_batches_tracked, as
 PyTorch does). One pipeline is compiled per (mode, precision, device) and kept, so
 switching train/eval does not recompile (and NVRTC's output is cached on disk across processes).
 Forward only: with autograd recording and a parameter or input that requires grad, it raises.
@@ -32,17 +32,19 @@ __all__ = ["Fused", "Reference"]
 
 
 class Fused(nn.Module):
-    def __init__(self, module, kf_file, *, precision=None, mapping=None, arch=""):
+    def __init__(self, module, kf_file=None, *, text=None, file_name="<text>", precision=None, mapping=None,
+                 arch=""):
         super().__init__()
         self.module = module
-        self.kf_file = str(kf_file)
+        self.kf_file = str(kf_file) if text is None else file_name
         self.precision = precision
         self.arch = arch
         self._mapping = kfuse._mapping(f"kfuse.torch.Fused({self.kf_file})", "mapping", mapping or {},
                                        "kf names to state_dict keys")
         # One torch.ops.kfuse op per mode, registered now: a call under torch.compile then
         # only looks it up, and the names resolve to the module's tensors before any call.
-        self._ops = {mode: pipeline_op(self.kf_file, mode, arch=arch) for mode in ("train", "eval")}
+        self._ops = {mode: pipeline_op(kf_file, mode, text=text, file_name=file_name, arch=arch)
+                     for mode in ("train", "eval")}
         self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
         self._batchnorm_counters = [
             owner for owner, attribute in self._owners.values()
