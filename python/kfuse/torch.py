@@ -4,9 +4,10 @@
     with torch.no_grad():
         y = fused(x)                                    # train or eval, as module.training says
 
-The .kf is a file or text=. Its params and state are the module's parameters and buffers, by
-name: a state_dict key with '.' replaced by '_' ("bn.running_mean" -> bn_running_mean), or
-`mapping` {kf name: state_dict key}. They are read in place, so optimizer steps and
+The .kf is a file or text= (kfuse.torch.draft(module, inputs) writes a first one: draft.py).
+Its params and state are the module's parameters and buffers, by name: a state_dict key with
+'.' replaced by '_' ("bn.running_mean" -> bn_running_mean; "0.weight" -> _0_weight: kf_name),
+or `mapping` {kf name: state_dict key}. They are read in place, so optimizer steps and
 load_state_dict are seen; train mode updates BatchNorm running statistics in place (and num_batches_tracked, as
 PyTorch does). One pipeline is compiled per (mode, precision, device) and kept, so
 switching train/eval does not recompile (and NVRTC's output is cached on disk across processes).
@@ -24,11 +25,12 @@ import torch
 from torch import nn
 
 import kfuse
+from kfuse.draft import draft, kf_name
 from kfuse.torch_op import _DTYPES, pipeline_op
 from kfuse.torch_reference import Reference
 
 
-__all__ = ["Fused", "Reference"]
+__all__ = ["Fused", "Reference", "draft"]
 
 
 class Fused(nn.Module):
@@ -148,7 +150,7 @@ class Fused(nn.Module):
     def _resolve(self, params):
         """kf param/state name -> (submodule, attribute) of the module's parameter or buffer."""
         keys = [k for k, _ in self.module.named_parameters()] + [k for k, _ in self.module.named_buffers()]
-        by_underscore = {k.replace(".", "_"): k for k in keys}
+        by_underscore = {kf_name(k): k for k in keys}
         owners = {}
         for v in params:
             name = v["name"]
