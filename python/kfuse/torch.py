@@ -4,10 +4,11 @@
     with torch.no_grad():
         y = fused(x)                                    # train or eval, as module.training says
 
-The .kf file's params and state are the module's parameters and buffers, by name: a state_dict
-key with '.' replaced by '_' ("bn.running_mean" -> bn_running_mean), or `mapping`
-{kf name: state_dict key}. They are read in place, so optimizer steps and load_state_dict are
-seen; train mode updates BatchNorm running statistics in place (and num_batches_tracked, as
+The .kf is a file or text= (kfuse.torch.draft(module, inputs) writes a first one: draft.py).
+Its params and state are the module's parameters and buffers, by name: a state_dict key with
+'.' replaced by '_' ("bn.running_mean" -> bn_running_mean; "0.weight" -> _0_weight: kf_name),
+or `mapping` {kf name: state_dict key}. They are read in place, so optimizer steps and
+load_state_dict are seen; train mode updates BatchNorm running statistics in place (and num_batches_tracked, as
 PyTorch does). One pipeline is compiled per (mode, precision, device) and kept, so
 switching train/eval does not recompile (and NVRTC's output is cached on disk across processes).
 Forward only: with autograd recording and a parameter or input that requires grad, it raises.
@@ -29,11 +30,12 @@ import torch
 from torch import nn
 
 import kfuse
+from kfuse.draft import draft, kf_name
 from kfuse.torch_op import _DTYPES, pipeline_op
 from kfuse.torch_reference import Reference
 
 
-__all__ = ["Fused", "Reference"]
+__all__ = ["Fused", "Reference", "draft"]
 
 
 def _sync_group(module):
@@ -52,10 +54,11 @@ def _sync_group(module):
 
 
 class Fused(nn.Module):
-    def __init__(self, module, kf_file, *, precision=None, mapping=None, arch="", process_group=None):
+    def __init__(self, module, kf_file=None, *, text=None, file_name="<text>", precision=None, mapping=None,
+                 arch="", process_group=None):
         super().__init__()
         self.module = module
-        self.kf_file = str(kf_file)
+        self.kf_file = str(kf_file) if text is None else file_name
         self.precision = precision
         self.arch = arch
         self._mapping = kfuse._mapping(f"kfuse.torch.Fused({self.kf_file})", "mapping", mapping or {},
@@ -63,7 +66,8 @@ class Fused(nn.Module):
         # One torch.ops.kfuse op per mode, registered now: a call under torch.compile then
         # only looks it up, and the names resolve to the module's tensors before any call.
         self.process_group = _sync_group(module) if process_group is None else process_group
-        self._ops = {mode: pipeline_op(self.kf_file, mode, arch=arch, process_group=self.process_group)
+        self._ops = {mode: pipeline_op(kf_file, mode, text=text, file_name=file_name, arch=arch,
+                                       process_group=self.process_group)
                      for mode in ("train", "eval")}
         self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
         self._batchnorm_counters = [
@@ -168,7 +172,7 @@ class Fused(nn.Module):
     def _resolve(self, params):
         """kf param/state name -> (submodule, attribute) of the module's parameter or buffer."""
         keys = [k for k, _ in self.module.named_parameters()] + [k for k, _ in self.module.named_buffers()]
-        by_underscore = {k.replace(".", "_"): k for k in keys}
+        by_underscore = {kf_name(k): k for k in keys}
         owners = {}
         for v in params:
             name = v["name"]

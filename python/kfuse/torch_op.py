@@ -50,25 +50,34 @@ def precision_from_torch():
     return _MATMUL_PRECISIONS[setting], f"torch.get_float32_matmul_precision() is '{setting}'"
 
 
-def pipeline_op(kf_file, mode, *, arch="", process_group=None):
-    """The PipelineOp of `kf_file` (a path) in `mode`, registered on first use. The op's name
-    carries a digest of the .kf text and `arch`, so two files that name the same pipeline get
-    two ops, and an exported program names the op a later process registers again.
-    `process_group` (a torch.distributed group): train-mode batchnorm statistics over the batches
-    of every rank of the group, as torch.nn.SyncBatchNorm computes them; the op then carries the
-    group's name too."""
+def pipeline_op(kf_file, mode, *, text=None, file_name="<text>", arch="", process_group=None):
+    """The PipelineOp of `kf_file` (a path), or of the .kf `text` (named `file_name`), in
+    `mode`, registered on first use. The op's name carries a digest of the .kf text and `arch`,
+    so two files that name the same pipeline get two ops, and an exported program names the op
+    a later process registers again. `process_group` (a torch.distributed group): train-mode
+    batchnorm statistics over the batches of every rank of the group, as
+    torch.nn.SyncBatchNorm computes them; the digest then covers the group's size and name."""
     where = "kfuse.torch_op.pipeline_op"
-    kf_file, arch = kfuse._path(where, "kf_file", kf_file), kfuse._text(where, "arch", arch)
+    if (kf_file is None) == (text is None):
+        raise kfuse.Error(f"{where} takes a .kf file or text=, not both or neither")
+    if text is None:
+        kf_file = kfuse._path(where, "kf_file", kf_file)
+    else:
+        kf_file = kfuse._text(where, "file_name", file_name)
+        data = kfuse._text(where, "text", text).encode("utf-8", errors="surrogateescape")
+    arch = kfuse._text(where, "arch", arch)
     where = f"{where}({kf_file})"
     if mode not in ("train", "eval"):
         raise kfuse.Error(f"{where}: mode must be 'train' or 'eval', got {mode!r}")
     group = _group_key(where, process_group)
-    try:
-        with open(kf_file, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise kfuse.Error(f"{where}: cannot read the .kf file: {e.strerror}") from None
-    digest = hashlib.sha256(data + b"\0" + arch.encode() + b"\0" + group.encode()).hexdigest()[:10]
+    if text is None:
+        try:
+            with open(kf_file, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise kfuse.Error(f"{where}: cannot read the .kf file: {e.strerror}") from None
+    key = data + b"\0" + arch.encode() + (b"\0" + group.encode() if group else b"")
+    digest = hashlib.sha256(key).hexdigest()[:10]
     op = _OPS.get((digest, mode))
     if op is None:
         text = data.decode("utf-8", errors="surrogateescape")

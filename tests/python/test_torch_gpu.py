@@ -21,6 +21,7 @@ _spec = importlib.util.spec_from_file_location("compare_torch", REPO / "bench" /
 compare_torch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compare_torch)
 
+from test_draft import dynamic_shapes  # noqa: E402
 from test_pipeline import SMALL  # noqa: E402
 
 N = 64
@@ -144,6 +145,32 @@ def test_every_example_matches_pytorch_over_steps_and_in_a_cuda_graph(kf, mode, 
                     getattr(pair.fused.module, name).copy_(p)
             graph.replay()
             pair.check(static_y, static, f"{kf.stem} {mode} graph replay {replay}")
+
+
+
+class DraftedPair(ExamplePair):
+    """An ExamplePair whose Fused runs kfuse.torch.draft's .kf of the example's PyTorch module
+    (its Reference, exported on the GPU with the example's dims dynamic), not the example."""
+
+    def __init__(self, kf, mode):
+        super().__init__(kf, mode)
+        inputs = self.torch.random_inputs(DIMS, torch.Generator(device="cuda").manual_seed(1), "cuda")
+        shapes = (dynamic_shapes(self.torch.program),)  # Reference.forward(*inputs)
+        self.text = kfuse.torch.draft(self.torch, tuple(inputs), dynamic_shapes=shapes, name=kf.stem)
+        self.fused = kfuse.torch.Fused(copy.deepcopy(self.torch), text=self.text).train(mode == "train")
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("kf", EXAMPLES, ids=lambda p: p.stem)
+def test_the_draft_of_every_examples_module_runs_through_fused_as_the_module(kf, mode):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    pair = DraftedPair(kf, mode)
+    with torch.no_grad():
+        for step in range(STEPS):
+            inputs = pair.torch.random_inputs(DIMS, pair.generator, "cuda")
+            pair.use_rng_of_next_call(inputs)
+            pair.check(pair.fused(*inputs), inputs, f"draft of {kf.stem} {mode} step {step}")
 
 
 @pytest.mark.parametrize("case", list(compare_torch.CASES))
