@@ -8,6 +8,7 @@
 #include "compiler/plan/validate_plan.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/kf_text.h"
+#include "tests/support/run_tool.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -239,4 +240,26 @@ TEST_CASE("grad: transpose is interpreted, and refused by the planner") {
                           "  return transpose(x)\n}\n",
                           "t.kf")
             .find("transpose expects its input of rank 2") != std::string::npos);
+}
+
+TEST_CASE("cli: kfuse grad prints the backward graph, what the forward saves, and errors") {
+  testing::ToolRun r = testing::run_kfuse("grad examples/gpt2_mlp_dropout.kf --mode train");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out.rfind("# The backward graph of pipeline 'gpt2_mlp_dropout' in train mode.\n"
+                    "# It is not planned: no kernel computes its transposes yet",
+                    0) == 0);
+  CHECK(r.out.find("#   saved_h = 'h' (%5, linear)\n") != std::string::npos);
+  CHECK(r.out.find("#   1: the gradient of param 'fc_weight' (%1)\n") != std::string::npos);
+  CHECK(r.out.find("dropout(grad_out0, p=0.1, stream=0)") != std::string::npos);
+  ir::Graph backward = parse(r.out); // the header is comments: the whole output parses
+  CHECK(backward.name == "gpt2_mlp_dropout_backward");
+
+  r = testing::run_kfuse("grad examples/maxout_relu_max_pool1d.kf");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("kfuse grad: error: grad: %") == 0);
+  CHECK(r.err.find("(max_pool1d) has no vector-Jacobian product") != std::string::npos);
+  r = testing::run_kfuse("grad examples/gemm_scale_bn.kf --mode test");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--mode must be train or eval, got 'test'") != std::string::npos);
 }
