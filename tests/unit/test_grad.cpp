@@ -263,3 +263,14 @@ TEST_CASE("cli: kfuse grad prints the backward graph, what the forward saves, an
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--mode must be train or eval, got 'test'") != std::string::npos);
 }
+
+TEST_CASE("grad: transpose, comparisons and bn_update in a forward graph") {
+  // bn_update is an effect and the comparison piecewise constant: gradients flow around both.
+  expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[N, 6]\n"
+                   "  state rm: f32[6]\n  state rv: f32[6]\n"
+                   "  m = col_mean(x)\n  v = col_var(x)\n"
+                   "  bn_update(rm, rv, m, v, momentum=0.1, count=N)\n"
+                   "  t = mul(transpose(x), transpose(w))\n"
+                   "  return t, add(x, ge(x, w)), mul(w, gt(w, x))\n}\n",
+                   Mode::Train);
+}
