@@ -181,7 +181,8 @@ private:
       std::vector<ValueId> args;
       for (ValueId a : v.args)
         args.push_back(value(a));
-      at = b_.op(v.op, args, v.attrs, v.name, v.loc); // in_backward_ never grows: `at` holds
+      // `at` is still valid: in_backward_ has one entry per forward value from the start.
+      at = b_.op(v.op, args, v.attrs, v.name, v.loc);
     }
     return at;
   }
