@@ -96,42 +96,40 @@ VjpFn vjp_rule(OpKind k);
 
 namespace vjp {
 // The pointwise rules (compiler/ir/vjp_pointwise.cpp), named after their ops.
-#define KFUSE_VJP(name) std::vector<ValueId> name(const VjpContext &c);
-KFUSE_VJP(add)
-KFUSE_VJP(sub)
-KFUSE_VJP(mul)
-KFUSE_VJP(div)
-KFUSE_VJP(maximum)
-KFUSE_VJP(minimum)
-KFUSE_VJP(pow)
-KFUSE_VJP(relu)
-KFUSE_VJP(leaky_relu)
-KFUSE_VJP(gelu)
-KFUSE_VJP(silu)
-KFUSE_VJP(sigmoid)
-KFUSE_VJP(tanh)
-KFUSE_VJP(hardtanh)
-KFUSE_VJP(clamp)
-KFUSE_VJP(hardsigmoid)
-KFUSE_VJP(hardswish)
-KFUSE_VJP(mish)
-KFUSE_VJP(softplus)
-KFUSE_VJP(elu)
-KFUSE_VJP(selu)
-KFUSE_VJP(logsigmoid)
-KFUSE_VJP(softsign)
-KFUSE_VJP(exp)
-KFUSE_VJP(log)
-KFUSE_VJP(abs)
-KFUSE_VJP(neg)
-KFUSE_VJP(sqrt)
-KFUSE_VJP(rsqrt)
-KFUSE_VJP(square)
-KFUSE_VJP(reciprocal)
-KFUSE_VJP(cast)
-KFUSE_VJP(comparison)
-KFUSE_VJP(erf)
-#undef KFUSE_VJP
+std::vector<ValueId> add(const VjpContext &c);
+std::vector<ValueId> sub(const VjpContext &c);
+std::vector<ValueId> mul(const VjpContext &c);
+std::vector<ValueId> div(const VjpContext &c);
+std::vector<ValueId> maximum(const VjpContext &c);
+std::vector<ValueId> minimum(const VjpContext &c);
+std::vector<ValueId> pow(const VjpContext &c);
+std::vector<ValueId> relu(const VjpContext &c);
+std::vector<ValueId> leaky_relu(const VjpContext &c);
+std::vector<ValueId> gelu(const VjpContext &c);
+std::vector<ValueId> silu(const VjpContext &c);
+std::vector<ValueId> sigmoid(const VjpContext &c);
+std::vector<ValueId> tanh(const VjpContext &c);
+std::vector<ValueId> hardtanh(const VjpContext &c);
+std::vector<ValueId> clamp(const VjpContext &c);
+std::vector<ValueId> hardsigmoid(const VjpContext &c);
+std::vector<ValueId> hardswish(const VjpContext &c);
+std::vector<ValueId> mish(const VjpContext &c);
+std::vector<ValueId> softplus(const VjpContext &c);
+std::vector<ValueId> elu(const VjpContext &c);
+std::vector<ValueId> selu(const VjpContext &c);
+std::vector<ValueId> logsigmoid(const VjpContext &c);
+std::vector<ValueId> softsign(const VjpContext &c);
+std::vector<ValueId> exp(const VjpContext &c);
+std::vector<ValueId> log(const VjpContext &c);
+std::vector<ValueId> abs(const VjpContext &c);
+std::vector<ValueId> neg(const VjpContext &c);
+std::vector<ValueId> sqrt(const VjpContext &c);
+std::vector<ValueId> rsqrt(const VjpContext &c);
+std::vector<ValueId> square(const VjpContext &c);
+std::vector<ValueId> reciprocal(const VjpContext &c);
+std::vector<ValueId> cast(const VjpContext &c);
+std::vector<ValueId> comparison(const VjpContext &c);
+std::vector<ValueId> erf(const VjpContext &c);
 } // namespace vjp
 
 } // namespace kfuse::ir
