@@ -11,7 +11,8 @@
 // Non-differentiable points follow PyTorch's autograd: relu'(0) = 0, abs'(0) = 0 (sgn),
 // hardtanh' = 0 at its bounds but clamp' = 1 at its bounds, maximum/minimum split the gradient
 // evenly between equal operands, max/min/amax/amin reductions split it evenly between the
-// equal maxima of a slice (amax's rule; PyTorch's max(dim) gives it all to one index).
+// equal maxima of a slice (amax's rule; PyTorch's max(dim) gives it all to the first maximal
+// index, which no op of the table selects).
 #pragma once
 
 #include "kfuse/error.h"
