@@ -274,3 +274,44 @@ TEST_CASE("grad: transpose, comparisons and bn_update in a forward graph") {
                    "  return t, add(x, ge(x, w)), mul(w, gt(w, x))\n}\n",
                    Mode::Train);
 }
+
+namespace {
+
+// The gradient of x for `call` of x: f32[1, 4] holding `x`, the output's gradient all ones.
+std::vector<double> gradient_at(const std::string &call, std::vector<double> x) {
+  ir::Graph f = parse("pipeline p {\n  input x: f32[1, 4]\n  return " + call + "\n}\n");
+  ir::GradResult r = ir::grad(f, Mode::Eval);
+  const ir::Value &out = f[f.outputs[0]];
+  ir::TensorMap t = {{"x", {{1, 4}, std::move(x)}}};
+  ir::HostTensor ones;
+  ones.shape = ir::concrete_shape(out.type, {});
+  ones.data.assign(static_cast<size_t>(ones.numel()), 1.0);
+  t[r.grad_inputs[0]] = ones;
+  for (size_t s = 0; s < r.saved.size(); ++s) {
+    ir::TensorMap fw = {{"x", t.at("x")}};
+    t[r.saved_names[s]] = ir::interpret(ir::forward_with_saves(f, r), Mode::Eval, {}, fw).at(1 + s);
+  }
+  return ir::interpret(r.backward, Mode::Eval, {}, t).at(0).data;
+}
+
+} // namespace
+
+TEST_CASE("grad: non-differentiable points as PyTorch's autograd") {
+  using V = std::vector<double>;
+  CHECK(gradient_at("relu(x)", {-1, 0, 0.5, 2}) == V{0, 0, 1, 1});
+  CHECK(gradient_at("abs(x)", {-1, 0, 0.5, 2}) == V{-1, 0, 1, 1});
+  CHECK(gradient_at("leaky_relu(x, negative_slope=0.25)", {-1, 0, 0.5, 2}) == V{0.25, 0.25, 1, 1});
+  // hardtanh passes nothing at its bounds, clamp everything.
+  CHECK(gradient_at("hardtanh(x)", {-1, 0, 1, 2}) == V{0, 1, 0, 0});
+  CHECK(gradient_at("clamp(x, min=-1, max=1)", {-1, 0, 1, 2}) == V{1, 1, 1, 0});
+  CHECK(gradient_at("hardsigmoid(x)", {-3, 0, 3, 4}) == V{0, 1.0 / 6, 0, 0});
+  CHECK(gradient_at("hardswish(x)", {-3, 0, 3, 4}) == V{-0.5, 0.5, 1.5, 1});
+  CHECK(gradient_at("elu(x, alpha=2)", {-1e-300, 0, 1, 2}) == V{2, 2, 1, 1});
+  // Equal operands split the gradient: maximum(x, 1) at x = 1.
+  CHECK(gradient_at("maximum(x, constant(value=1, dtype=f32))", {0, 1, 1, 2}) == V{0, 0.5, 0.5, 1});
+  CHECK(gradient_at("minimum(x, constant(value=1, dtype=f32))", {0, 1, 1, 2}) == V{1, 0.5, 0.5, 0});
+  // amax's rule for every extreme reduction: the gradient split among the equal maxima.
+  CHECK(gradient_at("amax(x, dim=1, keepdim=true)", {1, 3, 3, 2}) == V{0, 0.5, 0.5, 0});
+  CHECK(gradient_at("max(x, dim=1, keepdim=true)", {1, 3, 3, 2}) == V{0, 0.5, 0.5, 0});
+  CHECK(gradient_at("amin(x, dim=1)", {1, 3, 1, 2}) == V{0.5, 0, 0.5, 0});
+}
