@@ -28,6 +28,7 @@ TensorType random(const OpInfo &op, const std::vector<TensorType> &args, const A
 TensorType view(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType col_reduce(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType col_affine(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
+TensorType transpose(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType effect(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType constant(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 } // namespace shape_rule
@@ -69,6 +70,7 @@ HostTensor random(const OpRun &run);
 HostTensor view(const OpRun &run);
 HostTensor col_reduce(const OpRun &run);
 HostTensor col_affine(const OpRun &run);
+HostTensor transpose(const OpRun &run);
 HostTensor effect(const OpRun &run);
 HostTensor constant(const OpRun &run);
 } // namespace fp64

@@ -310,6 +310,12 @@ TensorType col_affine(const OpInfo &op, const std::vector<TensorType> &args, con
   return args[0];
 }
 
+// Only a matrix: a rank-3/4 tensor's transpose would move its feature axis among its rows.
+TensorType transpose(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
+  expect_rank(op, args, 0, 2, "its input");
+  return {args[0].dtype, {args[0].shape[1], args[0].shape[0]}};
+}
+
 // Each state is updated in its own type from fp32 statistics; the effect has rank 0.
 TensorType effect(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
   expect_rank(op, args, 0, 1, "running_mean");

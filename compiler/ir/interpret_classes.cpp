@@ -393,6 +393,16 @@ HostTensor col_affine(const OpRun &run) {
                         run.args.size() == 4 ? &run.arg(3) : nullptr);
 }
 
+HostTensor transpose(const OpRun &run) {
+  const HostTensor &x = run.arg(0);
+  int64_t n = x.shape[0], m = x.shape[1];
+  HostTensor out = zeros({m, n});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j)
+      out.data[j * n + i] = x.data[i * m + j];
+  return out;
+}
+
 // bn_update: the running statistics from a batch's, unbiased by count / (count - 1).
 HostTensor effect(const OpRun &run) {
   const Value &v = run.v;

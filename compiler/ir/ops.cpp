@@ -110,6 +110,15 @@ constexpr OpInfo binary(OpKind k, std::string_view name, ScalarFn f, std::string
           f, cuda, nullptr,         kAny, semantics, nullptr, {}, torch};
 }
 
+// An internal pointwise op without attributes: what backward graphs are written with.
+constexpr OpInfo internal_pointwise(OpKind k, OpClass cls, std::string_view name, ScalarFn f,
+                                    std::string_view cuda, std::string_view semantics,
+                                    std::string_view torch) {
+  int n = cls == OpClass::Binary ? 2 : 1;
+  return {k,    name,      cls,     n,  n,    n == 2 ? "a, b" : "x", {}, true, f, cuda, nullptr,
+          kAny, semantics, nullptr, {}, torch};
+}
+
 // A row normalization along `dim`.
 constexpr OpInfo row(OpKind k, std::string_view name, std::string_view semantics,
                      std::string_view torch) {
@@ -455,6 +464,41 @@ constexpr OpInfo kOps[] = {
      nullptr,
      {},
      "x.to(dtype)"},
+    // The derivatives of piecewise ops (relu, clamp, maximum, ...) and the reductions' masks
+    // select with these (compiler/ir/vjp.h); 1 or 0 in the type of the operands, 0 where
+    // either is NaN, as PyTorch's comparisons are false there.
+    internal_pointwise(
+        OpKind::Greater, OpClass::Binary, "gt",
+        [](double x, double y, const double *) { return x > y ? 1.0 : 0.0; },
+        "({0} > {1} ? 1.0f : 0.0f)", "`a > b` as 1 or 0 (`torch.gt`); 0 where either is NaN",
+        "torch.gt(a, b).to(torch.result_type(a, b))"),
+    internal_pointwise(
+        OpKind::GreaterEqual, OpClass::Binary, "ge",
+        [](double x, double y, const double *) { return x >= y ? 1.0 : 0.0; },
+        "({0} >= {1} ? 1.0f : 0.0f)", "`a >= b` as 1 or 0 (`torch.ge`); 0 where either is NaN",
+        "torch.ge(a, b).to(torch.result_type(a, b))"),
+    // gelu's derivative (the normal CDF) needs it.
+    internal_pointwise(
+        OpKind::Erf, OpClass::Unary, "erf",
+        [](double x, double, const double *) { return std::erf(x); }, "erff({0})", "`torch.erf`",
+        "torch.erf(x)"),
+    // The backward of a GEMM multiplies by its operands transposed (compiler/ir/vjp.h).
+    {OpKind::Transpose,
+     "transpose",
+     OpClass::Transpose,
+     1,
+     1,
+     "x",
+     {},
+     true,
+     nullptr,
+     {},
+     nullptr,
+     kAny,
+     "`x.T`: the rows of `x` as its columns",
+     nullptr,
+     {},
+     "torch.transpose(x, 0, 1)"},
     {OpKind::Constant,
      "constant",
      OpClass::Constant,

@@ -99,6 +99,10 @@ enum class OpKind : uint8_t {
   ColAffine,
   BnUpdate,
   Cast,
+  Greater,
+  GreaterEqual,
+  Erf,
+  Transpose,
   Constant,
 };
 inline constexpr size_t kOpCount = static_cast<size_t>(OpKind::Constant) + 1;
@@ -119,6 +123,7 @@ enum class OpClass : uint8_t {
   View,      // the same elements under another shape with the same feature axis: no kernel
   ColReduce, // column statistics: [N, C] -> [C]
   ColAffine, // per-column affine map of a matrix
+  Transpose, // a matrix's rows as columns: [N, M] -> [M, N] (backward GEMMs' operands)
   Effect,    // no value; updates states
   Constant,  // no operands
 };

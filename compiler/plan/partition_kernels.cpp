@@ -2,6 +2,9 @@
 // kernels (statistics, running-stat updates, column values), stored elementwise values.
 #include "compiler/plan/partitioner.h"
 
+#include "compiler/ir/op_class.h"
+#include "compiler/plan/validate_plan.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -96,6 +99,9 @@ void Partitioner::build_kernels() {
     if (!v.is_op() || is_view(v))
       continue;
     OpClass cls = op_info(v.op).cls;
+    if (class_traits(cls).interpreted_only())
+      throw PlanError(fmt::format("{}: {} has no kernel yet; only the fp64 interpreter runs it",
+                                  describe(g_, id), op_info(v.op).name));
     if (cls == OpClass::Gemm) {
       int k = new_kernel(KernelKind::Gemm, id);
       gemm_kernel_[id] = k;

@@ -524,6 +524,8 @@ private:
       return h;
     case OpClass::View:
       return view(h);
+    case OpClass::Transpose: // not drawn: only backward graphs hold one (compiler/ir/grad.h)
+      return h;
     }
     return h;
   }

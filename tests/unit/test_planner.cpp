@@ -4,6 +4,7 @@
 #include "compiler/codegen/gpu_support.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
+#include "compiler/ir/op_class.h"
 #include "compiler/ir/pointwise.h"
 #include "compiler/passes/rewriter.h"
 #include "compiler/plan/agreement.h"
@@ -187,7 +188,8 @@ TEST_CASE("planner: random pipelines agree with the interpreter after every pass
   // The generator reaches every op of the table.
   for (const ir::OpInfo &op : ir::all_ops()) {
     INFO(op.name);
-    CHECK(ops_seen[std::string(op.name)] > 0);
+    if (!ir::class_traits(op.cls).interpreted_only()) // the planner refuses those
+      CHECK(ops_seen[std::string(op.name)] > 0);
   }
 }
 

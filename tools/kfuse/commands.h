@@ -16,6 +16,7 @@ int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_eval_op(int argc, char **argv);
+int cmd_grad(int argc, char **argv);
 
 struct CommandLine;
 

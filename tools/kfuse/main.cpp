@@ -27,6 +27,8 @@ const Command kCommands[] = {
     {"bench", kfuse::tool::cmd_bench, "time fused vs unfused vs cuBLAS's GEMM alone on the GPU"},
     {"tune", kfuse::tool::cmd_tune,
      "time each GEMM's candidate configs on the GPU, store the fastest"},
+    {"grad", kfuse::tool::cmd_grad,
+     "print the backward graph: gradients of inputs and params, what the forward saves"},
     {"eval-op", kfuse::tool::cmd_eval_op,
      "evaluate one expression with the fp64 reference (stdin)"},
 };

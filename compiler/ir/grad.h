@@ -1,0 +1,48 @@
+// Reverse mode: the backward graph of a forward graph, an ordinary graph of ops of the table.
+//
+// grad runs on the graph as the user wrote it, before the planner's passes: every op there has
+// PyTorch's meaning, so each rule (compiler/ir/vjp.h) is PyTorch's backward of that op, and the
+// backward graph is a pipeline the same passes and planner can take. Train-mode batchnorm is
+// one op there: its rule recomputes the batch statistics from its input with col_mean / col_var
+// and differentiates through them; its running-statistic updates (states) have no gradient.
+//
+// The backward graph's inputs: one gradient per forward output (`grad_<name>`), the forward
+// values it reads that the forward saves (`saved_<name>`, see save_for_backward), and the
+// forward's declarations it reads (by their own names). Its outputs: the gradient of each input
+// and param that one reaches, in declaration order (GradResult::gradients says which); states
+// get none. It is run in the forward's mode with the forward's random stream (RngState), so that
+// its dropouts draw the forward's masks.
+#pragma once
+
+#include "compiler/ir/graph.h"
+#include "compiler/ir/vjp.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kfuse::ir {
+
+struct GradResult {
+  Graph backward;
+  // The backward's gradient inputs, one per forward output, in output order.
+  std::vector<std::string> grad_inputs;
+  // The forward values the backward reads as inputs, and the names of those inputs.
+  std::vector<ValueId> saved;
+  std::vector<std::string> saved_names;
+  // (forward input or param, index of its gradient among the backward's outputs).
+  std::vector<std::pair<ValueId, size_t>> gradients;
+};
+
+// The cost rule: whether the forward saves value `id` for the backward (true) or the backward
+// recomputes it from its operands (false).
+bool save_for_backward(const Graph &forward, ValueId id);
+
+// Throws GradError naming an op whose gradient is needed and that has no rule.
+GradResult grad(const Graph &forward, Mode mode);
+
+// The forward graph with the values the backward reads (GradResult::saved) as further outputs,
+// after its own: a run of it gives the backward's saved inputs.
+Graph forward_with_saves(const Graph &forward, const GradResult &r);
+
+} // namespace kfuse::ir

@@ -1,0 +1,317 @@
+// Reverse mode (compiler/ir/grad.h): each op's vector-Jacobian product against central finite
+// differences of the fp64 interpreter, the backward graph's inputs and outputs, the cost rule,
+// and the errors of ops without a rule.
+#include "compiler/ir/grad.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/plan/planner.h"
+#include "compiler/plan/validate_plan.h"
+#include "tests/support/grad_check.h"
+#include "tests/support/kf_text.h"
+#include "tests/support/run_tool.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <string>
+
+using namespace kfuse;
+using ir::Mode;
+
+namespace {
+
+// Relative error of fp64 central differences (step 1e-6): truncation ~1e-12, rounding
+// ~1e-16 |L| / 1e-6; 1e-6 leaves room for losses of a few hundred.
+constexpr double kBound = 1e-6;
+
+ir::Graph parse(const std::string &text) { return testing::parse_kf_text(text, "grad.kf"); }
+
+// A pipeline of x: f32[N, 6] (and what `decls` declares) returning `body`'s last line.
+std::string pipeline(const std::string &decls, const std::string &body) {
+  return fmt::format("pipeline p {{\n  dim N\n  input x: f32[N, 6]\n{}{}\n}}\n", decls, body);
+}
+
+void expect_gradients(const std::string &text, Mode mode, ir::DimBindings dims = {{"N", 5}}) {
+  CAPTURE(text);
+  CAPTURE(ir::mode_name(mode));
+  ir::Graph f = parse(text);
+  testing::GradReport r = testing::check_gradients(f, mode, dims, 11);
+  CAPTURE(ir::print_kf(r.result.backward));
+  CAPTURE(r.worst);
+  CHECK(r.checked > 0);
+  CHECK(r.error <= kBound);
+}
+
+void expect_unary(const std::string &call) {
+  expect_gradients(pipeline("", "  return " + call), Mode::Train);
+}
+
+} // namespace
+
+TEST_CASE("grad: pointwise unary ops against finite differences") {
+  for (const char *call : {"relu(x)",
+                           "leaky_relu(x, negative_slope=0.2)",
+                           "gelu(x)",
+                           "gelu(x, approximate=\"tanh\")",
+                           "silu(x)",
+                           "sigmoid(x)",
+                           "tanh(x)",
+                           "hardtanh(mul(x, constant(value=2, dtype=f32)))",
+                           "clamp(x, min=-0.5)",
+                           "clamp(x, min=-0.5, max=0.7)",
+                           "clamp(x, max=0.1)",
+                           "hardsigmoid(mul(x, constant(value=4, dtype=f32)))",
+                           "hardswish(mul(x, constant(value=4, dtype=f32)))",
+                           "mish(x)",
+                           "softplus(x, beta=2)",
+                           "softplus(x, beta=1, threshold=0.5)",
+                           "elu(x, alpha=0.7)",
+                           "selu(x)",
+                           "logsigmoid(x)",
+                           "softsign(x)",
+                           "exp(x)",
+                           "log(exp(x))",
+                           "abs(x)",
+                           "neg(x)",
+                           "sqrt(exp(x))",
+                           "rsqrt(exp(x))",
+                           "square(x)",
+                           "reciprocal(exp(x))",
+                           "erf(x)",
+                           "cast(x, dtype=f32)"})
+    expect_unary(call);
+}
+
+TEST_CASE("grad: pointwise binary ops with broadcasting against finite differences") {
+  // b of every shape that broadcasts against [N, 6]: [6], [1, 6], [N, 1], [1], [N, 6].
+  for (const char *b : {"f32[6]", "f32[1, 6]", "f32[N, 1]", "f32[1]", "f32[N, 6]", "f32[1, 1]"})
+    for (const char *op : {"add", "sub", "mul", "div", "maximum", "minimum"}) {
+      std::string rhs = std::string(op) == "div" ? "exp(b)" : "b";
+      expect_gradients(
+          pipeline(fmt::format("  param b: {}\n", b), fmt::format("  return {}(x, {})", op, rhs)),
+          Mode::Eval);
+      expect_gradients(
+          pipeline(fmt::format("  param b: {}\n", b), fmt::format("  return {}({}, x)", op, rhs)),
+          Mode::Eval);
+    }
+  expect_gradients(pipeline("  param b: f32[6]\n", "  return pow(exp(x), b)"), Mode::Eval);
+  // Comparisons are piecewise constant: no gradient, and none flows through them.
+  ir::Graph f = parse(pipeline("  param b: f32[6]\n", "  return add(x, gt(x, b))"));
+  testing::GradReport r = testing::check_gradients(f, Mode::Eval, {{"N", 4}}, 3);
+  CHECK(r.error <= kBound);
+  CHECK(r.result.gradients.size() == 1); // x only: b reaches the output through gt alone
+}
+
+TEST_CASE("grad: GEMMs, rank 3 included") {
+  expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[4, 6]\n"
+                   "  param b: f32[4]\n  return linear(x, w, b)\n}\n",
+                   Mode::Train);
+  expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[6, 3]\n"
+                   "  return tanh(matmul(x, w))\n}\n",
+                   Mode::Train);
+  expect_gradients("pipeline p {\n  dim N\n  dim T\n  input x: f32[N, T, 6]\n"
+                   "  param w: f32[4, 6]\n  param b: f32[4]\n"
+                   "  h = linear(x, w, b)\n  return softmax(h, dim=-1)\n}\n",
+                   Mode::Train, {{"N", 2}, {"T", 3}});
+}
+
+TEST_CASE("grad: batchnorm in train mode (through the batch statistics) and in eval mode") {
+  const std::string affine =
+      "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[6, 6]\n"
+      "  param g: f32[6]\n  param b: f32[6]\n  state rm: f32[6]\n  state rv: f32[6]\n"
+      "  h = linear(x, w)\n  h = batchnorm(h, g, b, rm, rv)\n  return softmax(h, dim=1)\n}\n";
+  const std::string plain = "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  state rm: f32[6]\n"
+                            "  state rv: f32[6]\n  return tanh(batchnorm(x, rm, rv))\n}\n";
+  for (Mode mode : {Mode::Train, Mode::Eval}) {
+    expect_gradients(affine, mode);
+    expect_gradients(plain, mode);
+  }
+  // The running statistics are states: no gradient.
+  ir::GradResult r = ir::grad(parse(plain), Mode::Eval);
+  REQUIRE(r.gradients.size() == 1);
+  CHECK(parse(plain)[r.gradients[0].first].name == "x");
+}
+
+TEST_CASE("grad: row ops and feature normalizations, odd widths and rank 3") {
+  for (const char *body :
+       {"  return softmax(x, dim=1)", "  return softmax(x, dim=0)",
+        "  return log_softmax(x, dim=1)", "  return log_softmax(x, dim=0)",
+        "  return layernorm(x, lw, lb)", "  return layernorm(x)", "  return rmsnorm(x, lw)",
+        "  return rmsnorm(x)", "  return instancenorm(x, eps=0.01)"})
+    expect_gradients(pipeline("  param lw: f32[6]\n  param lb: f32[6]\n", body), Mode::Train);
+  expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 2, 7]\n  param lw: f32[7]\n"
+                   "  return layernorm(mul(x, x), lw)\n}\n",
+                   Mode::Train, {{"N", 3}});
+}
+
+TEST_CASE("grad: reductions along either axis, with and without keepdim") {
+  for (const char *op : {"sum", "mean", "max", "min", "amax", "amin", "logsumexp", "var", "std"})
+    for (const char *attrs : {"dim=1", "dim=1, keepdim=true", "dim=0", "dim=0, keepdim=true"}) {
+      std::string extra =
+          std::string(op) == "var" || std::string(op) == "std" ? ", correction=0" : "";
+      expect_gradients(pipeline("", fmt::format("  return {}(x, {}{})", op, attrs, extra)),
+                       Mode::Train);
+    }
+  expect_gradients(pipeline("", "  return var(x, dim=1, keepdim=true)"), Mode::Train);
+  expect_gradients(pipeline("", "  return mul(x, std(x, dim=0, keepdim=true))"), Mode::Train);
+  // A reduced extent that is a dim: the count comes from a sum of ones.
+  expect_gradients(pipeline("", "  return mean(x, dim=0)"), Mode::Train, {{"N", 7}});
+}
+
+TEST_CASE("grad: views and column ops") {
+  expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param v: f32[6]\n"
+                   "  h = reshape(x, shape=[N, 1, 6])\n  h = mul(h, unsqueeze(v, dim=0))\n"
+                   "  return squeeze(h, dim=1)\n}\n",
+                   Mode::Train);
+  expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param a: f32[6]\n"
+                   "  param b: f32[1]\n  param s: f32[6]\n"
+                   "  h = col_affine(x, a, b, s)\n  m = col_mean(h)\n  v = col_var(h)\n"
+                   "  return mul(sub(h, m), v)\n}\n",
+                   Mode::Train);
+}
+
+TEST_CASE("grad: dropout's backward draws the forward's mask") {
+  const std::string text = "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[6, 6]\n"
+                           "  h = dropout(linear(x, w), p=0.5)\n  return mul(h, sigmoid(h))\n}\n";
+  // Finite differences see the same mask (the same stream and run state): they agree only where
+  // the backward draws it too.
+  expect_gradients(text, Mode::Train);
+  expect_gradients(text, Mode::Eval);
+  ir::GradResult r = ir::grad(parse(text), Mode::Train);
+  int dropouts = 0;
+  for (const ir::Value &v : r.backward.values)
+    if (v.is_op() && v.op == ir::OpKind::Dropout) {
+      ++dropouts;
+      CHECK(v.attr("stream") == 0);
+      CHECK(v.attr("p") == 0.5);
+    }
+  CHECK(dropouts == 1);
+}
+
+TEST_CASE("grad: the backward's inputs, outputs and saved values") {
+  const std::string text = "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[4, 6]\n"
+                           "  h = linear(x, w)\n  y = mul(h, sigmoid(h))\n  return y, h\n}\n";
+  ir::Graph f = parse(text);
+  ir::GradResult r = ir::grad(f, Mode::Train);
+  ir::verify(r.backward);
+  CHECK(r.grad_inputs == std::vector<std::string>{"grad_y", "grad_h"});
+  // The GEMM's output is saved; sigmoid(h) is recomputed from it.
+  REQUIRE(r.saved.size() == 1);
+  CHECK(f[r.saved[0]].name == "h");
+  CHECK(r.saved_names[0] == "saved_h");
+  CHECK(ir::save_for_backward(f, r.saved[0]));
+  for (const ir::Value &v : f.values)
+    if (v.is_op() && v.op == ir::OpKind::Sigmoid)
+      CHECK_FALSE(ir::save_for_backward(f, static_cast<ir::ValueId>(&v - f.values.data())));
+  REQUIRE(r.gradients.size() == 2);
+  CHECK(f[r.gradients[0].first].name == "x");
+  CHECK(f[r.gradients[1].first].name == "w");
+  ir::Graph fw = ir::forward_with_saves(f, r);
+  CHECK(fw.outputs.size() == 3);
+  ir::verify(fw);
+  // The backward prints as .kf that parses back.
+  ir::Graph again = parse(ir::print_kf(r.backward));
+  CHECK(again.values.size() == r.backward.values.size());
+}
+
+TEST_CASE("grad: an op without a rule is named") {
+  ir::Graph f = parse("pipeline p {\n  dim N\n  input x: f32[N, 6]\n"
+                      "  return max_pool1d(x, kernel_size=2)\n}\n");
+  CHECK_THROWS_WITH_AS(ir::grad(f, Mode::Train),
+                       doctest::Contains("grad: %1 (max_pool1d) has no vector-Jacobian product"),
+                       ir::GradError);
+  ir::Graph g = parse("pipeline p {\n  dim N\n  input x: f32[N, 6]\n"
+                      "  return groupnorm(x, groups=2)\n}\n");
+  CHECK_THROWS_AS(ir::grad(g, Mode::Train), ir::GradError);
+}
+
+TEST_CASE("grad: transpose is interpreted, and refused by the planner") {
+  ir::Graph f = parse("pipeline p {\n  dim N\n  input x: f32[N, 3]\n  return transpose(x)\n}\n");
+  CHECK(f[f.outputs[0]].type.str() == "f32[3, N]");
+  ir::TensorMap t = {{"x", {{2, 3}, {1, 2, 3, 4, 5, 6}}}};
+  std::vector<ir::HostTensor> out = ir::interpret(f, Mode::Eval, {{"N", 2}}, t);
+  CHECK(out[0].shape == std::vector<int64_t>{3, 2});
+  CHECK(out[0].data == std::vector<double>{1, 4, 2, 5, 3, 6});
+  CHECK_THROWS_WITH_AS(plan::make_plan(f, Mode::Eval),
+                       "%1 (transpose): transpose has no kernel yet; only the fp64 "
+                       "interpreter runs it",
+                       plan::PlanError);
+  CHECK(testing::kf_error("pipeline p {\n  dim N\n  input x: f32[N, 3, 2]\n"
+                          "  return transpose(x)\n}\n",
+                          "t.kf")
+            .find("transpose expects its input of rank 2") != std::string::npos);
+}
+
+TEST_CASE("cli: kfuse grad prints the backward graph, what the forward saves, and errors") {
+  testing::ToolRun r = testing::run_kfuse("grad examples/gpt2_mlp_dropout.kf --mode train");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out.rfind("# The backward graph of pipeline 'gpt2_mlp_dropout' in train mode.\n"
+                    "# It is not planned: no kernel computes its transposes yet",
+                    0) == 0);
+  CHECK(r.out.find("#   saved_h = 'h' (%5, linear)\n") != std::string::npos);
+  CHECK(r.out.find("#   1: the gradient of param 'fc_weight' (%1)\n") != std::string::npos);
+  CHECK(r.out.find("dropout(grad_out0, p=0.1, stream=0)") != std::string::npos);
+  ir::Graph backward = parse(r.out); // the header is comments: the whole output parses
+  CHECK(backward.name == "gpt2_mlp_dropout_backward");
+
+  r = testing::run_kfuse("grad examples/maxout_relu_max_pool1d.kf");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("kfuse grad: error: grad: %") == 0);
+  CHECK(r.err.find("(max_pool1d) has no vector-Jacobian product") != std::string::npos);
+  r = testing::run_kfuse("grad examples/gemm_scale_bn.kf --mode test");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--mode must be train or eval, got 'test'") != std::string::npos);
+}
+
+TEST_CASE("grad: transpose, comparisons and bn_update in a forward graph") {
+  // bn_update is an effect and the comparison piecewise constant: gradients flow around both.
+  expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[N, 6]\n"
+                   "  state rm: f32[6]\n  state rv: f32[6]\n"
+                   "  m = col_mean(x)\n  v = col_var(x)\n"
+                   "  bn_update(rm, rv, m, v, momentum=0.1, count=N)\n"
+                   "  t = mul(transpose(x), transpose(w))\n"
+                   "  return t, add(x, ge(x, w)), mul(w, gt(w, x))\n}\n",
+                   Mode::Train);
+}
+
+namespace {
+
+// The gradient of x for `call` of x: f32[1, 4] holding `x`, the output's gradient all ones.
+std::vector<double> gradient_at(const std::string &call, std::vector<double> x) {
+  ir::Graph f = parse("pipeline p {\n  input x: f32[1, 4]\n  return " + call + "\n}\n");
+  ir::GradResult r = ir::grad(f, Mode::Eval);
+  const ir::Value &out = f[f.outputs[0]];
+  ir::TensorMap t = {{"x", {{1, 4}, std::move(x)}}};
+  ir::HostTensor ones;
+  ones.shape = ir::concrete_shape(out.type, {});
+  ones.data.assign(static_cast<size_t>(ones.numel()), 1.0);
+  t[r.grad_inputs[0]] = ones;
+  for (size_t s = 0; s < r.saved.size(); ++s) {
+    ir::TensorMap fw = {{"x", t.at("x")}};
+    t[r.saved_names[s]] = ir::interpret(ir::forward_with_saves(f, r), Mode::Eval, {}, fw).at(1 + s);
+  }
+  return ir::interpret(r.backward, Mode::Eval, {}, t).at(0).data;
+}
+
+} // namespace
+
+TEST_CASE("grad: non-differentiable points as PyTorch's autograd") {
+  using V = std::vector<double>;
+  CHECK(gradient_at("relu(x)", {-1, 0, 0.5, 2}) == V{0, 0, 1, 1});
+  CHECK(gradient_at("abs(x)", {-1, 0, 0.5, 2}) == V{-1, 0, 1, 1});
+  CHECK(gradient_at("leaky_relu(x, negative_slope=0.25)", {-1, 0, 0.5, 2}) == V{0.25, 0.25, 1, 1});
+  // hardtanh passes nothing at its bounds, clamp everything.
+  CHECK(gradient_at("hardtanh(x)", {-1, 0, 1, 2}) == V{0, 1, 0, 0});
+  CHECK(gradient_at("clamp(x, min=-1, max=1)", {-1, 0, 1, 2}) == V{1, 1, 1, 0});
+  CHECK(gradient_at("hardsigmoid(x)", {-3, 0, 3, 4}) == V{0, 1.0 / 6, 0, 0});
+  CHECK(gradient_at("hardswish(x)", {-3, 0, 3, 4}) == V{-0.5, 0.5, 1.5, 1});
+  CHECK(gradient_at("elu(x, alpha=2)", {-1e-300, 0, 1, 2}) == V{2, 2, 1, 1});
+  // Equal operands split the gradient: maximum(x, 1) at x = 1.
+  CHECK(gradient_at("maximum(x, constant(value=1, dtype=f32))", {0, 1, 1, 2}) == V{0, 0.5, 0.5, 1});
+  CHECK(gradient_at("minimum(x, constant(value=1, dtype=f32))", {0, 1, 1, 2}) == V{1, 0.5, 0.5, 0});
+  // amax's rule for every extreme reduction: the gradient split among the equal maxima.
+  CHECK(gradient_at("amax(x, dim=1, keepdim=true)", {1, 3, 3, 2}) == V{0, 0.5, 0.5, 0});
+  CHECK(gradient_at("max(x, dim=1, keepdim=true)", {1, 3, 3, 2}) == V{0, 0.5, 0.5, 0});
+  CHECK(gradient_at("amin(x, dim=1)", {1, 3, 1, 2}) == V{0.5, 0, 0.5, 0});
+}
