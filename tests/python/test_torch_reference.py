@@ -114,6 +114,7 @@ CASES = {
     "dropout": "dropout(x, p=0.25)", "reshape": "reshape(x, shape=[N, 1, 8])", "unsqueeze": "unsqueeze(x, dim=0)",
     "squeeze": "squeeze(unsqueeze(x, dim=0), dim=0)", "col_mean": "col_mean(x)", "col_var": "col_var(x)",
     "col_affine": "col_affine(x, w, w, w)", "cast": "cast(x, dtype=bf16)", "constant": "mul(x, 2.5)",
+    "gt": "gt(x, y)", "ge": "ge(x, y)", "erf": "erf(x)", "transpose": "transpose(x)",
     "bn_update": "bn_update(rm, rv, col_mean(x), col_var(x), momentum=0.5, count=N)\n  return relu(x)",
 }
 DECLARATIONS = {"x": "input x: f32[N, 8]", "y": "input y: f32[N, 8]", "w": "param w: f32[8]",
