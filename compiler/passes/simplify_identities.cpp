@@ -6,6 +6,8 @@
 //   dropout(x) = x in eval mode, and dropout(x, p=0) = x in both (nothing is dropped, the
 //   scale is 1)
 //   op(constants) = the constant it evaluates to (the interpreter's scalar semantics)
+//   a reduction over an axis of extent 1 = its element (max, min, amax, amin) or its element
+//   + 0 (sum, mean, logsumexp), squeezed where keepdim is false and the axis is not the last
 // The zeros are signed as IEEE arithmetic requires: x + -0 and x - +0 are x for every x, while
 // x + 0 is +0 where x is -0 (PyTorch's -0 + 0 is +0), so adding +0 or subtracting -0 stays.
 // An identity is removed only where x already has the result's type (no broadcast is
@@ -15,7 +17,9 @@
 #include "compiler/passes/passes.h"
 #include "compiler/passes/rewriter.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace kfuse::passes {
 
@@ -36,6 +40,32 @@ bool is(const Rewriter &r, ValueId id, double c) {
   return v && *v == c && std::signbit(*v) == std::signbit(c);
 }
 
+// A reduction over an axis of extent 1 reduces one element: max, min, amax and amin give it,
+// sum, mean and logsumexp give it plus +0 (their sums start from +0, so -0 gives +0, as
+// PyTorch's do). -1 where `v` is no such reduction.
+ValueId reduce_one(Rewriter &r, const Value &v, ValueId x) {
+  static const OpKind kGives[] = {OpKind::Max, OpKind::Min, OpKind::Amax, OpKind::Amin};
+  static const OpKind kPlusZero[] = {OpKind::Sum, OpKind::Mean, OpKind::Logsumexp};
+  const bool gives = std::count(std::begin(kGives), std::end(kGives), v.op) > 0;
+  if (!gives && std::count(std::begin(kPlusZero), std::end(kPlusZero), v.op) == 0)
+    return -1;
+  const TensorType &t = r.new_value(x).type;
+  const int64_t dim = static_cast<int64_t>(v.attr("dim"));
+  const int64_t axis = dim < 0 ? dim + static_cast<int64_t>(t.rank()) : dim;
+  if (axis < 0 || axis >= static_cast<int64_t>(t.rank()) ||
+      t.shape[static_cast<size_t>(axis)] != Dim::constant(1))
+    return -1;
+  // Without keepdim the result drops the axis: a squeeze, which is a view kfuse runs only
+  // where the axis is not the last (the features).
+  const bool keep = v.attr("keepdim") != 0;
+  if (!keep && axis == static_cast<int64_t>(t.rank()) - 1)
+    return -1;
+  ValueId out = gives ? x : r.op(OpKind::Add, {x, r.constant(0.0, t.dtype)});
+  if (keep)
+    return out;
+  return r.op(OpKind::Squeeze, {out}, {{"dim", AttrValue(static_cast<double>(axis))}});
+}
+
 } // namespace
 
 Graph simplify_identities(const Graph &g, Mode mode) {
@@ -54,6 +84,9 @@ Graph simplify_identities(const Graph &g, Mode mode) {
       return args[0];
     if (v.op == OpKind::Dropout && (mode == Mode::Eval || v.attr("p") == 0))
       return args[0];
+    if (op_info(v.op).cls == OpClass::Reduce)
+      if (ValueId one = reduce_one(r, v, args[0]); one >= 0)
+        return one;
     if (is_pointwise(v.op)) {
       auto a = r.constant_value(args[0]);
       auto b = args.size() > 1 ? r.constant_value(args[1]) : a;

@@ -212,3 +212,42 @@ TEST_CASE("ieee: the proof's special values catch a fold that loses a zero's sig
   }
   CHECK(caught > 0);
 }
+
+TEST_CASE("ieee: a reduction over an axis of extent 1 is its element, sums plus +0") {
+  // sum, mean and logsumexp of one element start from +0, as PyTorch's do: -0 gives +0 and
+  // 1 / it +inf; max and min give the element itself, -0 included. The chain after the first
+  // reduction needs no kernel of its own.
+  ir::Graph g = parse_text(R"(pipeline one_element {
+  dim N
+  input  x: f32[N, 1]
+  s = sum(x, dim=1, keepdim=true)
+  m = max(x, dim=-1, keepdim=true)
+  a = mean(m, dim=1, keepdim=true)
+  l = logsumexp(a, dim=1, keepdim=true)
+  return reciprocal(s), reciprocal(m), reciprocal(l)
+}
+)");
+  const double inf = std::numeric_limits<double>::infinity();
+  const ir::DimBindings dims{{"N", 5}};
+  ir::TensorMap t = ir::random_tensors(g, dims, 3);
+  t.at("x").data = {-0.0, 0.0, -2, inf, std::nan("")};
+  plan::Plan p = plan::make_plan(g, Mode::Eval);
+  for (ir::ValueId id = 0; id < static_cast<ir::ValueId>(p.graph.values.size()); ++id)
+    if (p.graph[id].is_op())
+      CHECK(ir::op_info(p.graph[id].op).cls != ir::OpClass::Reduce);
+  const std::vector<std::vector<double>> want = {{inf, inf, -0.5, 0, std::nan("")},
+                                                 {-inf, inf, -0.5, 0, std::nan("")},
+                                                 {inf, inf, -0.5, 0, std::nan("")}};
+  for (size_t o = 0; o < want.size(); ++o) {
+    const std::vector<double> got = plan::run_plan(p, dims, t).outputs.at(o).data,
+                              file = plan::run_graph(g, Mode::Eval, dims, t).outputs.at(o).data;
+    for (size_t i = 0; i < want[o].size(); ++i) {
+      CHECK(std::isnan(got[i]) == std::isnan(want[o][i]));
+      CHECK(std::isnan(file[i]) == std::isnan(want[o][i]));
+      if (!std::isnan(want[o][i])) {
+        CHECK(got[i] == want[o][i]);
+        CHECK(file[i] == want[o][i]);
+      }
+    }
+  }
+}
