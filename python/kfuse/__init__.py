@@ -140,8 +140,8 @@ def _capsule(where, name, t, dl_stream):
         # What __dlpack__(stream=-1) returns (no synchronisation), without its 5 µs of checks in
         # Python; the one of them that applies to kfuse's tensors is kept.
         if t.requires_grad:
-            raise Error(f"{where}: tensor '{name}' requires grad; kfuse runs forward only: pass "
-                        "it under torch.no_grad() and .detach() it")
+            raise Error(f"{where}: tensor '{name}' requires grad, and a kfuse.Pipeline does not record "
+                        "autograd (kfuse.torch.Fused does): .detach() it")
         return sys.modules["torch"].utils.dlpack.to_dlpack(t)
     if not hasattr(t, "__dlpack__") or not hasattr(t, "__dlpack_device__"):
         raise Error(f"{where}: tensor '{name}': a {type(t).__module__}.{type(t).__name__} is not a DLPack tensor "
