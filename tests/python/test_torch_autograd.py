@@ -304,3 +304,20 @@ def test_a_chain_without_a_gradient_rule_refuses_a_recorded_call_naming_the_op(i
     x = ref.random_inputs({"N": N}, torch.Generator().manual_seed(0))[0]
     with pytest.raises(kfuse.Error, match=r"maxout_relu_max_pool1d.kf has no backward in train mode: .*max_pool1d"):
         fused(x)
+
+
+def test_a_recorded_call_with_a_process_group_is_refused(tmp_path, interpreter):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ref = kfuse.torch.Reference(BATCHNORM)
+        fused = kfuse.torch.Fused(copy.deepcopy(ref), BATCHNORM, process_group=dist.group.WORLD)
+        interpreter.register(fused._ops["train"])
+        x = inputs_of(ref)[0]
+        with pytest.raises(kfuse.Error, match="synchronizes batchnorm over a process group and has no backward"):
+            fused(x)
+        with torch.no_grad():
+            assert fused(x).shape == (N, 1024)  # forward passes run
+    finally:
+        dist.destroy_process_group()
