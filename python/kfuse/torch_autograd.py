@@ -83,6 +83,11 @@ class TrainingOps:
         outputs = len(self.forward.outputs)
         ctx.mark_non_differentiable(*output[outputs:])
         by_name = dict(zip(self._names, tensors))
+        # The backward reads a state as the forward did, at entry; Fused writes the updated
+        # state into it after this call.
+        for v in self.saving.updated:
+            if v["name"] in self._read:
+                by_name[v["name"]] = by_name[v["name"]].detach().clone()
         ctx.save_for_backward(*(by_name[name] for name in self._read), *output[outputs:outputs + len(self.saved)],
                               *(output[-1:] if self.saving.rng == "out" else ()))
         ctx.precision = precision

@@ -321,3 +321,40 @@ def test_a_recorded_call_with_a_process_group_is_refused(tmp_path, interpreter):
             assert fused(x).shape == (N, 1024)  # forward passes run
     finally:
         dist.destroy_process_group()
+
+
+def test_a_backward_that_reads_a_state_reads_it_as_the_forward_did(tmp_path, interpreter):
+    # The backward reads running_mean, which the forward updates (Fused writes it back after
+    # the call); like the forward's read, the backward's sees the value at entry.
+    kf = tmp_path / "state_read.kf"
+    kf.write_text("""pipeline state_read {
+  dim N
+  input  x: f32[N, 4]
+  param  bn_weight: f32[4]
+  param  bn_bias: f32[4]
+  state  running_mean: f32[4]
+  state  running_var: f32[4]
+  y = batchnorm(x, bn_weight, bn_bias, running_mean, running_var, eps=1e-5, momentum=0.1)
+  return mul(y, running_mean)
+}
+""")
+    assert "running_mean" in [v["name"] for v in kfuse.program(text=kfuse.grad(kf, mode="train")["backward"])["values"]]
+    fused, _ = fused_pair(kf, interpreter)
+    m = fused.module
+    entry = {name: t.detach().double().clone() for name, t in m.state_dict().items()}
+    x = torch.randn(N, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    y = fused(x)
+    # PyTorch, reading running_mean at entry (kfuse.torch.Reference's batch_norm updates it
+    # before the mul reads it).
+    leaves = [t.detach().double().requires_grad_(True) for t in (x, m.bn_weight, m.bn_bias)]
+    running = [entry["running_mean"].clone(), entry["running_var"].clone()]
+    normalized = torch.nn.functional.batch_norm(leaves[0], *running, leaves[1], leaves[2], training=True,
+                                                momentum=0.1, eps=1e-5)
+    want = normalized * entry["running_mean"]
+    assert rel(y, want) <= TOLERANCE
+    weights = torch.randn(N, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    (y.double() * weights).sum().backward()
+    (want * weights).sum().backward()
+    for got, leaf in zip((x, m.bn_weight, m.bn_bias), leaves):
+        assert close(got.grad, leaf.grad), f"rel err {rel(got.grad, leaf.grad):.2e}"
+    assert rel(m.running_mean, running[0]) <= TOLERANCE and rel(m.running_var, running[1]) <= TOLERANCE
