@@ -53,7 +53,8 @@ class TrainingOps:
         # Only a train-mode dropout draws; the pair of ops then carries where it drew.
         draws = forward.mode == "train" and any(v.get("class") == "random pointwise" for v in program["values"])
         self.saving = PipelineOp(forward.kf_file, reverse["forward"], forward.mode, forward.arch,
-                                 f"{forward.name}_saving", functional=True, rng="out" if draws else None)
+                                 f"{forward.name}_saving", functional=True, rng="out" if draws else None,
+                                 latest=forward._latest)
         self.backward = PipelineOp(forward.kf_file, reverse["backward"], forward.mode, forward.arch,
                                    f"{forward.name}_backward", rng="in" if draws else None)
         for role, op in (("saving", self.saving), ("backward", self.backward)):

@@ -148,9 +148,11 @@ class PipelineOp:
     updated, after the outputs (torch.library.register_autograd takes functional ops only).
     `rng`: "out" returns the (seed, offset) the call's dropouts drew at last, as an int64[2]
     tensor on the CPU; "in" takes one as its argument `rng` before `precision` and draws there
-    (a backward draws its forward's masks)."""
+    (a backward draws its forward's masks). `latest`: the used_precision record of the op whose
+    calls this op's calls count as."""
 
-    def __init__(self, kf_file, text, mode, arch, name, process_group=None, *, functional=False, rng=None):
+    def __init__(self, kf_file, text, mode, arch, name, process_group=None, *, functional=False, rng=None,
+                 latest=None):
         self.kf_file, self._text, self.mode, self.arch = kf_file, text, mode, arch
         self.process_group = process_group
         self.functional, self.rng = functional, rng
@@ -163,7 +165,9 @@ class PipelineOp:
         self.updated = [v for v in self.params if v["kind"] == "state" and mode == "train"]
         self.name = name
         self.qualname = f"kfuse::{self.name}"
-        self.used_precision = None  # (precision, why) of the latest call
+        # [(precision, why)] of the latest call; `latest`: another op's, which this one's calls
+        # update too (a saving forward's calls are calls of the .kf's forward).
+        self._latest = [None] if latest is None else latest
         self._pipelines = {}  # (precision, device) -> kfuse.Pipeline
         self._bound = {}  # same key -> {kf name: what was bound last}
         self._where = f"torch.ops.kfuse.{self.name} ({kf_file}, {mode})"
@@ -174,6 +178,11 @@ class PipelineOp:
 
     def __deepcopy__(self, memo):
         return self  # one registered op per .kf and mode: a copied Fused shares it
+
+    @property
+    def used_precision(self):
+        """(precision, why) of the latest call, None before one."""
+        return self._latest[0]
 
     def _schema_arguments(self):
         arguments = [f"Tensor {v['name']}" for v in self.inputs]
@@ -290,7 +299,7 @@ class PipelineOp:
         if self.functional:  # the caller's state stays as it is; the copies are updated
             params = [t.detach().clone() if v in self.updated else t for v, t in zip(self.params, params)]
         outs, drawn = execute(precision, inputs, params, rng)
-        self.used_precision = (precision, why)
+        self._latest[0] = (precision, why)
         outs = list(outs) if isinstance(outs, tuple) else [outs]
         if self.functional:
             outs += [t for v, t in zip(self.params, params) if v in self.updated]

@@ -201,6 +201,7 @@ def test_precision_of_the_backward_is_the_forwards_and_bf16_params_get_f32_gradi
     fused.precision = "bf16"
     step(fused, exact, inputs_of(exact))
     assert [call[1] for call in interpreter.calls] == ["bf16", "bf16"]
+    assert fused.used_precision == ("bf16", "precision= given")  # the saving forward's call
     assert all(p.grad.dtype == torch.float32 for p in fused.module.parameters())
 
 
