@@ -1,7 +1,7 @@
-"""kfuse.torch.Fused trained through PyTorch's autograd, on the CPU (no GPU): kfuse.grad, the
-gradients of inputs and every parameter against PyTorch's autograd of the same chain
-(kfuse.torch.Reference in float64) for a batchnorm chain in train and eval mode, a
-layernorm/gelu chain and a dropout chain, SGD steps with torch.optim, .grad accumulation,
+"""kfuse.torch.Fused trained through PyTorch's autograd, on the CPU (no GPU): the gradients of
+inputs and every parameter against PyTorch's autograd of the same chain (kfuse.torch.Reference
+in float64) for a batchnorm chain in train and eval mode, a layernorm/gelu chain, a dropout
+chain and a chain of [B, T, F] views, SGD steps with torch.optim, .grad accumulation,
 frozen parameters, gradcheck, opcheck of the ops and torch.compile(fullgraph=True) of a
 training step. The ops' CUDA kernels cannot run here: each op gets a CPU kernel that runs its
 pipeline on kfuse's fp64 reference interpreter. Skipped without torch."""
@@ -25,6 +25,8 @@ TOLERANCE = 1e-5
 BATCHNORM = REPO / "examples" / "gemm_bn_scale_softmax_512x1024.kf"
 LAYERNORM = REPO / "examples" / "bert_head_gelu_layernorm.kf"
 DROPOUT = REPO / "examples" / "bert_output_dropout_layernorm.kf"
+# [B, T, F] activations read as B*T rows: a saved value of [B*T, F] is the backward's [B, T, F].
+VIEWS = REPO / "examples" / "bert_mlm_transform_tokens_view.kf"
 
 
 class Interpreter:
@@ -91,7 +93,8 @@ def fused_pair(kf, interpreter, mode="train"):
 
 
 def inputs_of(ref, seed=1):
-    return [t.requires_grad_(True) for t in ref.random_inputs({"N": N}, torch.Generator().manual_seed(seed))]
+    dims = {"N": N, "B": 2, "T": 3}
+    return [t.requires_grad_(True) for t in ref.random_inputs(dims, torch.Generator().manual_seed(seed))]
 
 
 def close(a, b):
@@ -127,7 +130,8 @@ def step(fused, exact, inputs, seed=2):
 
 
 @pytest.mark.parametrize("kf, mode", [(BATCHNORM, "train"), (BATCHNORM, "eval"), (LAYERNORM, "train"),
-                                      (DROPOUT, "train"), (DROPOUT, "eval")], ids=lambda p: getattr(p, "stem", p))
+                                      (DROPOUT, "train"), (DROPOUT, "eval"), (VIEWS, "train")],
+                         ids=lambda p: getattr(p, "stem", p))
 def test_gradients_of_inputs_and_every_param_are_pytorchs(kf, mode, interpreter):
     fused, exact = fused_pair(kf, interpreter, mode)
     inputs = inputs_of(exact)
