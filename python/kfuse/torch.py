@@ -72,16 +72,14 @@ class Fused(nn.Module):
         self._ops = {mode: pipeline_op(kf_file, mode, text=text, file_name=file_name, arch=arch,
                                        process_group=self.process_group)
                      for mode in ("train", "eval")}
-        # The differentiable pair per mode, registered now too, where reverse mode has a rule
-        # for every op (else a recorded call raises why); not with a process group, whose
-        # backward would need the batch statistics' gradients summed over the ranks.
+        # The differentiable pair per mode, registered now too where the .kf has a backward
+        # (else a call that autograd records raises why it has none).
         self._training = {}
-        if self.process_group is None:
-            for mode, op in self._ops.items():
-                try:
-                    self._training[mode] = training_ops(op)
-                except kfuse.Error:
-                    pass  # raised again, with the op that has no rule, by a call that records
+        for mode, op in self._ops.items():
+            try:
+                self._training[mode] = training_ops(op)
+            except kfuse.Error:
+                pass  # training_ops keeps the error and raises it again for a recorded call
         self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
         self._batchnorm_counters = [
             owner for owner, attribute in self._owners.values()
@@ -183,11 +181,6 @@ class Fused(nn.Module):
         """The call through the saving forward, whose backward gives the gradients of the
         inputs and parameters that require grad; train mode's updated running statistics are
         written back here, once."""
-        if self.process_group is not None:
-            raise kfuse.Error(
-                f"kfuse.torch.Fused({self.kf_file}) synchronizes batchnorm over a process group and has no backward "
-                "(its gradients of the batch statistics would need a sum over the ranks): call it under "
-                "torch.no_grad(), or freeze the parameters with requires_grad_(False)")
         ops = self._training.get(mode) or training_ops(self._ops[mode])  # raises why it has none
         outs, states = ops(*inputs, *tensors, precision=precision)
         with torch.no_grad():

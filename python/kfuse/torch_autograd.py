@@ -19,7 +19,7 @@ autograd accumulates them into .grad and torch.compile(fullgraph=True) traces bo
 import torch
 
 import kfuse
-from kfuse.torch_op import _OPS, PipelineOp
+from kfuse.torch_op import _LIBRARY, _OPS, PipelineOp, _extent
 
 __all__ = ["TrainingOps", "training_ops"]
 
@@ -46,6 +46,10 @@ class TrainingOps:
     first differentiable through the second."""
 
     def __init__(self, forward):
+        if forward.process_group is not None:
+            raise kfuse.Error("batchnorm statistics synchronized over a process group have no backward (their "
+                              "gradients' column sums would need adding over the ranks): call it under "
+                              "torch.no_grad(), or freeze the parameters with requires_grad_(False)")
         self.forward = forward
         where = f"{forward.kf_file}, {forward.mode} mode"
         reverse = kfuse.grad(text=forward._text, file_name=forward.kf_file, mode=forward.mode)
@@ -65,7 +69,7 @@ class TrainingOps:
         # The forward's declarations the backward reads, saved with the forward's further outputs.
         self._read = [name for name in self._names if name in self._declared]
         torch.library.register_autograd(self.saving.qualname, self._backward, setup_context=self._setup_context,
-                                        lib=kfuse.torch_op._LIBRARY)
+                                        lib=_LIBRARY)
 
     def __deepcopy__(self, memo):
         return self  # registered once per .kf and mode
@@ -112,4 +116,4 @@ class TrainingOps:
         shape = self._declared[name]["shape"]
         if t.dim() == len(shape):
             return t
-        return t.reshape([kfuse.torch_op._extent(e, dims) for e in shape])
+        return t.reshape([_extent(e, dims) for e in shape])

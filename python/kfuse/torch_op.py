@@ -32,7 +32,7 @@ _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_NAMES = {t: name for name, t in _DTYPES.items()}
 
 _LIBRARY = torch.library.Library("kfuse", "FRAGMENT")  # noqa: TOR901 (one namespace, ops added per .kf)
-_OPS = {}  # (digest, mode) -> PipelineOp
+_OPS = {}  # (digest, mode) -> PipelineOp; (its name, role) -> a training op (torch_autograd.py)
 
 
 @atexit.register
