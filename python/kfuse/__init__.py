@@ -24,7 +24,7 @@ from . import _kfuse
 from ._kfuse import Error
 from ._kfuse import Pipeline as _CorePipeline
 
-__all__ = ["Error", "Pipeline", "compile_many", "dropout_keep", "interpret", "ops", "program"]
+__all__ = ["Error", "Pipeline", "compile_many", "dropout_keep", "grad", "interpret", "ops", "program"]
 
 _UINT64_MAX = 2**64 - 1
 
@@ -140,8 +140,8 @@ def _capsule(where, name, t, dl_stream):
         # What __dlpack__(stream=-1) returns (no synchronisation), without its 5 µs of checks in
         # Python; the one of them that applies to kfuse's tensors is kept.
         if t.requires_grad:
-            raise Error(f"{where}: tensor '{name}' requires grad; kfuse runs forward only: pass "
-                        "it under torch.no_grad() and .detach() it")
+            raise Error(f"{where}: tensor '{name}' requires grad, and a kfuse.Pipeline does not record "
+                        "autograd (kfuse.torch.Fused does): .detach() it")
         return sys.modules["torch"].utils.dlpack.to_dlpack(t)
     if not hasattr(t, "__dlpack__") or not hasattr(t, "__dlpack_device__"):
         raise Error(f"{where}: tensor '{name}': a {type(t).__module__}.{type(t).__name__} is not a DLPack tensor "
@@ -333,6 +333,18 @@ def program(file=None, *, text=None, file_name="<text>"):
     "name", "dims", "values" and "outputs" (docs/PYTHON.md, "The program of a .kf"). Needs no
     GPU; a .kf error raises kfuse.Error with its diagnostic."""
     return _kfuse.program(*_source("kfuse.program", file, text, file_name))
+
+
+def grad(file=None, *, text=None, file_name="<text>", mode):
+    """The reverse mode of a .kf pipeline in `mode` ("train" or "eval"), as `kfuse grad` prints
+    it (docs/DSL.md, "Gradients"): a dict with "backward" (the backward pipeline's .kf text),
+    "forward" (the .kf text of the forward that also returns what the backward reads),
+    "grad_inputs" (the backward's gradient inputs, one per forward output), "saved" (the
+    backward's inputs bound to the forward's further outputs, in their order) and "gradients"
+    (for each backward output, the name of the input or param it is the gradient of). Needs no
+    GPU; an op without a gradient rule raises kfuse.Error naming it."""
+    where = "kfuse.grad"
+    return _kfuse.grad(*_source(where, file, text, file_name), _text(where, "mode", mode))
 
 
 def ops():

@@ -11,7 +11,9 @@ or `mapping` {kf name: state_dict key}. They are read in place, so optimizer ste
 load_state_dict are seen; train mode updates BatchNorm running statistics in place (and num_batches_tracked, as
 PyTorch does). One pipeline is compiled per (mode, precision, device) and kept, so
 switching train/eval does not recompile (and NVRTC's output is cached on disk across processes).
-Forward only: with autograd recording and a parameter or input that requires grad, it raises.
+Differentiable: while autograd records and an input or parameter requires grad, a call runs
+the forward that saves what the backward reads, and the backward pipeline gives the gradients
+(kfuse.torch_autograd); otherwise it runs the forward alone, saving nothing.
 Without precision=, the precision follows torch.autocast (bf16) and
 torch.get_float32_matmul_precision(); `used_precision` says which a call used and why. A forward
 is one torch.ops.kfuse op (python/kfuse/torch_op.py), so torch.compile(fullgraph=True),
@@ -31,6 +33,7 @@ from torch import nn
 
 import kfuse
 from kfuse.draft import draft, kf_name
+from kfuse.torch_autograd import training_ops
 from kfuse.torch_op import _DTYPES, pipeline_op
 from kfuse.torch_reference import Reference
 
@@ -69,6 +72,14 @@ class Fused(nn.Module):
         self._ops = {mode: pipeline_op(kf_file, mode, text=text, file_name=file_name, arch=arch,
                                        process_group=self.process_group)
                      for mode in ("train", "eval")}
+        # The differentiable pair per mode, registered now too where the .kf has a backward
+        # (else a call that autograd records raises why it has none).
+        self._training = {}
+        for mode, op in self._ops.items():
+            try:
+                self._training[mode] = training_ops(op)
+            except kfuse.Error:
+                pass  # training_ops keeps the error and raises it again for a recorded call
         self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
         self._batchnorm_counters = [
             owner for owner, attribute in self._owners.values()
@@ -85,15 +96,18 @@ class Fused(nn.Module):
     def forward(self, *inputs, **named):
         if not inputs and not named:
             raise kfuse.Error(f"kfuse.torch.Fused({self.kf_file}): forward needs the pipeline's inputs")
-        op = self._ops["train" if self.module.training else "eval"]
+        mode = "train" if self.module.training else "eval"
+        op = self._ops[mode]
         inputs = self._inputs(op, inputs, named)
-        self._refuse_autograd(inputs)
-        # Autograd is not recording here (or nothing requires grad): an input is read as its data.
-        inputs = [t.detach() if t.requires_grad else t for t in inputs]
         precision = self._precision(inputs[0])
         tensors = [getattr(owner, attribute) for owner, attribute in self._owners.values()]
-        # The pipeline runs on its tensors' device and that device's current stream by itself.
-        out = op(*inputs, *tensors, precision=precision)
+        if self._records(inputs, tensors):
+            out = self._differentiable(mode, inputs, tensors, precision)
+        else:
+            # Nothing to differentiate: an input is read as its data, and nothing is saved.
+            inputs = [t.detach() if t.requires_grad else t for t in inputs]
+            # The pipeline runs on its tensors' device and that device's current stream by itself.
+            out = op(*inputs, *tensors, precision=precision)
         if self.module.training:
             for bn in self._batchnorm_counters:
                 bn.num_batches_tracked.add_(1)
@@ -157,17 +171,23 @@ class Fused(nn.Module):
             raise kfuse.Error(f"{where}: input '{missing[0]}' is missing (its inputs: {', '.join(names)})")
         return [given[name] for name in names]
 
-    def _refuse_autograd(self, tensors):
-        if not torch.is_grad_enabled():
-            return
-        needing = [n for n, p in self.module.named_parameters() if p.requires_grad]
-        needing += [f"input {i}" for i, t in enumerate(tensors) if t.requires_grad]
-        if needing:
-            shown = ", ".join(needing[:4]) + (", ..." if len(needing) > 4 else "")
-            raise kfuse.Error(
-                f"kfuse.torch.Fused({self.kf_file}) computes the forward pass only (no backward), but autograd "
-                f"is recording and {shown} require grad: call it under torch.no_grad() or "
-                "torch.inference_mode(), or freeze the parameters with requires_grad_(False)")
+    @staticmethod
+    def _records(inputs, tensors):
+        """Whether autograd records this call: it does, and an input or a parameter of the .kf
+        requires grad."""
+        return torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, *tensors))
+
+    def _differentiable(self, mode, inputs, tensors, precision):
+        """The call through the saving forward, whose backward gives the gradients of the
+        inputs and parameters that require grad; train mode's updated running statistics are
+        written back here, once."""
+        ops = self._training.get(mode) or training_ops(self._ops[mode])  # raises why it has none
+        outs, states = ops(*inputs, *tensors, precision=precision)
+        with torch.no_grad():
+            by_name = dict(zip((v["name"] for v in ops.forward.params), tensors))
+            for v, updated in zip(ops.saving.updated, states):
+                by_name[v["name"]].copy_(updated)
+        return outs[0] if len(outs) == 1 else outs
 
     def _resolve(self, params):
         """kf param/state name -> (submodule, attribute) of the module's parameter or buffer."""

@@ -32,7 +32,7 @@ _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_NAMES = {t: name for name, t in _DTYPES.items()}
 
 _LIBRARY = torch.library.Library("kfuse", "FRAGMENT")  # noqa: TOR901 (one namespace, ops added per .kf)
-_OPS = {}  # (digest, mode) -> PipelineOp
+_OPS = {}  # (digest, mode) -> PipelineOp; (its name, role) -> a training op (torch_autograd.py)
 
 
 @atexit.register
@@ -81,7 +81,8 @@ def pipeline_op(kf_file, mode, *, text=None, file_name="<text>", arch="", proces
     op = _OPS.get((digest, mode))
     if op is None:
         text = data.decode("utf-8", errors="surrogateescape")
-        op = _OPS[(digest, mode)] = PipelineOp(kf_file, text, mode, arch, digest, process_group)
+        name = f"{kfuse.program(text=text, file_name=kf_file)['name']}_{mode}_{digest}"
+        op = _OPS[(digest, mode)] = PipelineOp(kf_file, text, mode, arch, name, process_group)
     return op
 
 
@@ -140,19 +141,33 @@ def _extent(expr, dims):
 
 class PipelineOp:
     """One .kf pipeline in one mode as torch.ops.kfuse.<name>: its schema, its fake
-    implementation and its CUDA implementation over the compiled kfuse.Pipelines."""
+    implementation and its CUDA implementation over the compiled kfuse.Pipelines.
 
-    def __init__(self, kf_file, text, mode, arch, digest, process_group=None):
+    `text` is the pipeline the op runs: the user's .kf, or one that reverse mode made of it
+    (kfuse.torch_autograd). `functional`: train-mode state is not updated in place but returned,
+    updated, after the outputs (torch.library.register_autograd takes functional ops only).
+    `rng`: "out" returns the (seed, offset) the call's dropouts drew at last, as an int64[2]
+    tensor on the CPU; "in" takes one as its argument `rng` before `precision` and draws there
+    (a backward draws its forward's masks). `latest`: the used_precision record of the op whose
+    calls this op's calls count as."""
+
+    def __init__(self, kf_file, text, mode, arch, name, process_group=None, *, functional=False, rng=None,
+                 latest=None):
         self.kf_file, self._text, self.mode, self.arch = kf_file, text, mode, arch
         self.process_group = process_group
+        self.functional, self.rng = functional, rng
         program = kfuse.program(text=text, file_name=kf_file)
         values = {v["id"]: v for v in program["values"]}
         self.inputs = [v for v in program["values"] if v["kind"] == "input"]
         self.params = [v for v in program["values"] if v["kind"] in ("param", "state")]
         self.outputs = [values[i] for i in program["outputs"]]
-        self.name = f"{program['name']}_{mode}_{digest}"
+        # The state a train-mode call updates: in place, or returned by a functional op.
+        self.updated = [v for v in self.params if v["kind"] == "state" and mode == "train"]
+        self.name = name
         self.qualname = f"kfuse::{self.name}"
-        self.used_precision = None  # (precision, why) of the latest call
+        # [(precision, why)] of the latest call; `latest`: another op's, which this one's calls
+        # update too (a saving forward's calls are calls of the .kf's forward).
+        self._latest = [None] if latest is None else latest
         self._pipelines = {}  # (precision, device) -> kfuse.Pipeline
         self._bound = {}  # same key -> {kf name: what was bound last}
         self._where = f"torch.ops.kfuse.{self.name} ({kf_file}, {mode})"
@@ -164,17 +179,25 @@ class PipelineOp:
     def __deepcopy__(self, memo):
         return self  # one registered op per .kf and mode: a copied Fused shares it
 
+    @property
+    def used_precision(self):
+        """(precision, why) of the latest call, None before one."""
+        return self._latest[0]
+
     def _schema_arguments(self):
         arguments = [f"Tensor {v['name']}" for v in self.inputs]
         # Train mode updates the state in place: declared, so functionalization and export see it.
         for i, v in enumerate(self.params):
-            mutated = self.mode == "train" and v["kind"] == "state"
+            mutated = v in self.updated and not self.functional
             arguments.append(f"Tensor(s{i}!) {v['name']}" if mutated else f"Tensor {v['name']}")
+        if self.rng == "in":
+            arguments.append("Tensor rng")
         arguments.append("str precision")
         return ", ".join(arguments)
 
     def _schema_returns(self):
-        return "Tensor" if len(self.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+        count = len(self.outputs) + (len(self.updated) if self.functional else 0) + (self.rng == "out")
+        return "Tensor" if count == 1 else "(" + ", ".join("Tensor" for _ in range(count)) + ")"
 
     def __call__(self, *tensors, precision):
         return self.op(*tensors, precision)
@@ -202,19 +225,37 @@ class PipelineOp:
                 torch._check(size == want, lambda: f"{shown}, {declared}")
         return dims
 
-    def _fake(self, *arguments):
+    def _split(self, arguments):
+        """(inputs, params and state, rng argument or None, precision) of a call's arguments."""
         *tensors, precision = arguments
+        rng = tensors.pop() if self.rng == "in" else None
+        return tensors[: len(self.inputs)], tensors[len(self.inputs):], rng, precision
+
+    def _fake(self, *arguments):
+        inputs, params, rng, precision = self._split(arguments)
         self._check_precision(precision)
-        dims = self._dims(tensors)
-        first = tensors[0]
+        if rng is not None:
+            self._check_rng(rng)
+        dims = self._dims(inputs + params)
+        first = inputs[0]
         outs = [first.new_empty([_extent(e, dims) for e in v["shape"]], dtype=_DTYPES[v["dtype"]])
                 for v in self.outputs]
+        if self.functional:
+            outs += [t.new_empty(t.shape) for v, t in zip(self.params, params) if v in self.updated]
+        if self.rng == "out":
+            outs.append(torch.empty(2, dtype=torch.int64, device="cpu"))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _check_precision(self, precision):
         if precision not in ("matmul", "autocast") and precision not in PRECISIONS:
             raise kfuse.Error(f"{self._where}: precision must be 'matmul', 'autocast' or one of "
                               f"{', '.join(PRECISIONS)}, got {precision!r}")
+
+    def _check_rng(self, rng):
+        if rng.dtype != torch.int64 or tuple(rng.shape) != (2,) or rng.device.type != "cpu":
+            raise kfuse.Error(f"{self._where}: rng must be the int64[2] (seed, offset) tensor on the CPU that "
+                              f"the forward returned, got {_DTYPE_NAMES.get(rng.dtype, rng.dtype)}"
+                              f"{list(rng.shape)} on {rng.device}")
 
     def resolve_precision(self, precision):
         """(kfuse precision, why) a call with `precision` runs at now."""
@@ -243,9 +284,30 @@ class PipelineOp:
         return self._pipelines[key]
 
     def _run(self, *arguments):
-        *tensors, precision = arguments
+        return self.run_with(self._run_pipeline, *arguments)
+
+    def run_with(self, execute, *arguments):
+        """The op's semantics for `arguments`, its pipeline run by
+        execute(precision, inputs, params, rng) -> (outputs, (seed, offset) drawn at): it updates
+        the state among `params` in place and draws at `rng` where that is not None (the tests
+        give it kfuse's reference interpreter)."""
+        inputs, params, rng, precision = self._split(arguments)
         precision, why = self.resolve_precision(precision)
-        inputs, params = tensors[: len(self.inputs)], tensors[len(self.inputs):]
+        if rng is not None:
+            self._check_rng(rng)
+            rng = tuple(int(n) % 2**64 for n in rng.tolist())  # int64 holds a uint64's bits
+        if self.functional:  # the caller's state stays as it is; the copies are updated
+            params = [t.detach().clone() if v in self.updated else t for v, t in zip(self.params, params)]
+        outs, drawn = execute(precision, inputs, params, rng)
+        self._latest[0] = (precision, why)
+        outs = list(outs) if isinstance(outs, tuple) else [outs]
+        if self.functional:
+            outs += [t for v, t in zip(self.params, params) if v in self.updated]
+        if self.rng == "out":
+            outs.append(torch.tensor([n - 2**64 if n >= 2**63 else n for n in drawn], dtype=torch.int64))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run_pipeline(self, precision, inputs, params, rng):
         key = (precision, inputs[0].device)
         pipeline = self.pipeline(*key)
         bound = self._bound[key]
@@ -257,5 +319,7 @@ class PipelineOp:
             if bound.get(v["name"]) != seen:
                 pipeline.bind(**{v["name"]: t.detach()})  # shares the storage: updates land in t
                 bound[v["name"]] = seen
-        self.used_precision = (precision, why)
-        return pipeline(*(t.detach() for t in inputs))
+        if rng is not None:
+            pipeline.set_rng(*rng)
+        drawn = pipeline.rng_state
+        return pipeline(*(t.detach() for t in inputs)), drawn

@@ -9,6 +9,7 @@
 #include "kfuse/kfuse.h"
 #include "python/src/device_scope.h"
 #include "python/src/dlpack_tensor.h"
+#include "python/src/grad.h"
 #include "python/src/interpret.h"
 #include "python/src/program.h"
 #include "templates/dropout.cuh"
@@ -177,6 +178,14 @@ NB_MODULE(_kfuse, m) {
       },
       nb::arg("path").none(), nb::arg("text"), nb::arg("file_name"),
       "The pipeline of a .kf file (path) or text as parsed and verified (python/src/program.h).");
+  m.def(
+      "grad",
+      [](const std::optional<std::string> &path, const std::string &text,
+         const std::string &file_name, const std::string &mode) {
+        return kfuse::python::grad_dict(parse(path, text, file_name), mode);
+      },
+      nb::arg("path").none(), nb::arg("text"), nb::arg("file_name"), nb::arg("mode"),
+      "The backward of a .kf file (path) or text in a mode (python/src/grad.h).");
   m.def("ops", &kfuse::python::op_table, "kfuse's op table (python/src/program.h).");
   m.def(
       "interpret",

@@ -1,5 +1,6 @@
-"""kfuse.program, kfuse.interpret and kfuse.dropout_keep without a GPU or torch: the parsed .kf
-as Python sees it, the fp64 reference interpreter on the CPU, and dropout's keep rule."""
+"""kfuse.program, kfuse.interpret, kfuse.dropout_keep and kfuse.grad without a GPU or torch: the
+parsed .kf as Python sees it, the fp64 reference interpreter on the CPU, dropout's keep rule and
+reverse mode."""
 import struct
 
 import pytest
@@ -123,3 +124,25 @@ def test_batchnorm_over_a_view_counts_its_b_times_t_rows():
 """, file_name="p.kf")
     update = next(v for v in lowered["values"] if v.get("op") == "bn_update")
     assert update["attrs"] == {"momentum": 0.5, "count": "B*T"}
+
+
+def test_grad_gives_the_backward_and_the_forward_that_saves_for_it_as_kf(examples):
+    layernorm = examples / "bert_head_gelu_layernorm.kf"
+    reverse = kfuse.grad(layernorm, mode="train")
+    assert reverse["grad_inputs"] == ["grad_out0"]
+    assert reverse["saved"] == ["saved_h"]
+    assert reverse["gradients"] == ["x", "dense_weight", "dense_bias", "ln_weight", "ln_bias"]
+    backward = kfuse.program(text=reverse["backward"])  # both parse back
+    assert backward["name"] == "bert_head_gelu_layernorm_backward"
+    assert len(backward["outputs"]) == len(reverse["gradients"])
+    forward = kfuse.program(text=reverse["forward"])
+    assert len(forward["outputs"]) == 1 + len(reverse["saved"])
+    declared = [(v["kind"], v["name"], v["shape"]) for v in kfuse.program(layernorm)["values"] if v["kind"] != "op"]
+    assert [(v["kind"], v["name"], v["shape"]) for v in forward["values"] if v["kind"] != "op"] == declared
+    assert kfuse.grad(text=layernorm.read_text(), mode="eval")["gradients"] == reverse["gradients"]
+    with pytest.raises(kfuse.Error, match="max_pool1d"):
+        kfuse.grad(examples / "maxout_relu_max_pool1d.kf", mode="train")
+    with pytest.raises(kfuse.Error, match="mode must be 'train' or 'eval', got 'test'"):
+        kfuse.grad(layernorm, mode="test")
+    with pytest.raises(kfuse.Error, match="kfuse.grad: mode must be a str, got int"):
+        kfuse.grad(layernorm, mode=1)

@@ -269,7 +269,7 @@ def test_export_traces_the_op_and_the_exported_program_runs(model):
     m, _ = model
     m.eval()
     x = torch.randn(6, FEATURES)
-    with torch.no_grad():  # Fused computes the forward pass only
+    with torch.no_grad():  # the forward op alone, as inference exports it
         ep = torch.export.export(m, (x,), dynamic_shapes=({0: torch.export.Dim("N")},))
     targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
     assert any(m.head._ops["eval"].name in t for t in targets), targets

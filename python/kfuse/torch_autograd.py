@@ -1,0 +1,119 @@
+"""A .kf pipeline differentiable through PyTorch's autograd: two torch.ops.kfuse ops made of
+its reverse mode (kfuse.grad, docs/DSL.md "Gradients").
+
+    ops = kfuse.torch_autograd.training_ops(kfuse.torch_op.pipeline_op("chain.kf", "train"))
+    outs, states = ops(x, weight, ..., running_mean, ..., precision="matmul")
+
+- `<name>_saving`: the forward that also returns what the backward reads (the "saved" values
+  of kfuse.grad), the updated state (train mode; it is functional, as register_autograd
+  requires: the caller writes the state back) and, where its train-mode dropouts draw, the
+  (seed, offset) they drew at;
+- `<name>_backward`: the backward pipeline, run in the forward's mode and precision at the
+  forward's (seed, offset), so that its dropouts draw the forward's masks.
+
+The first has the second as its autograd formula (torch.library.register_autograd): the
+gradients of the inputs and params that require grad, None for state and for the rest, so
+autograd accumulates them into .grad and torch.compile(fullgraph=True) traces both ops.
+"""
+
+import torch
+
+import kfuse
+from kfuse.torch_op import _LIBRARY, _OPS, PipelineOp, _extent
+
+__all__ = ["TrainingOps", "training_ops"]
+
+_TRAINING = {}  # forward op's name -> TrainingOps, or the kfuse.Error reverse mode raised
+
+
+def training_ops(forward):
+    """The TrainingOps of PipelineOp `forward`'s .kf and mode, registered on first use; a .kf
+    that reverse mode cannot differentiate raises kfuse.Error naming the op without a rule."""
+    made = _TRAINING.get(forward.name)
+    if made is None:
+        try:
+            made = TrainingOps(forward)
+        except kfuse.Error as e:
+            made = e
+        _TRAINING[forward.name] = made
+    if isinstance(made, kfuse.Error):
+        raise kfuse.Error(f"kfuse.torch: {forward.kf_file} has no backward in {forward.mode} mode: {made}")
+    return made
+
+
+class TrainingOps:
+    """The saving forward and the backward of one .kf in one mode, as torch.ops.kfuse ops, the
+    first differentiable through the second."""
+
+    def __init__(self, forward):
+        if forward.process_group is not None:
+            raise kfuse.Error("batchnorm statistics synchronized over a process group have no backward (their "
+                              "gradients' column sums would need adding over the ranks): call it under "
+                              "torch.no_grad(), or freeze the parameters with requires_grad_(False)")
+        self.forward = forward
+        where = f"{forward.kf_file}, {forward.mode} mode"
+        reverse = kfuse.grad(text=forward._text, file_name=forward.kf_file, mode=forward.mode)
+        program = kfuse.program(text=reverse["forward"], file_name=where)
+        # Only a train-mode dropout draws; the pair of ops then carries where it drew.
+        draws = forward.mode == "train" and any(v.get("class") == "random pointwise" for v in program["values"])
+        self.saving = PipelineOp(forward.kf_file, reverse["forward"], forward.mode, forward.arch,
+                                 f"{forward.name}_saving", functional=True, rng="out" if draws else None,
+                                 latest=forward._latest)
+        self.backward = PipelineOp(forward.kf_file, reverse["backward"], forward.mode, forward.arch,
+                                   f"{forward.name}_backward", rng="in" if draws else None)
+        for role, op in (("saving", self.saving), ("backward", self.backward)):
+            _OPS[(forward.name, role)] = op
+        self.grad_inputs, self.saved, self.gradients = reverse["grad_inputs"], reverse["saved"], reverse["gradients"]
+        self._names = [v["name"] for v in forward.inputs + forward.params]
+        self._declared = {v["name"]: v for v in self.backward.inputs + self.backward.params}
+        # The forward's declarations the backward reads, saved with the forward's further outputs.
+        self._read = [name for name in self._names if name in self._declared]
+        torch.library.register_autograd(self.saving.qualname, self._backward, setup_context=self._setup_context,
+                                        lib=_LIBRARY)
+
+    def __deepcopy__(self, memo):
+        return self  # registered once per .kf and mode
+
+    def __call__(self, *tensors, precision):
+        """The forward's outputs and the updated state (train mode) of a call recorded by
+        autograd: the saved values and the rng stay in the graph, for the backward."""
+        results = self.saving.op(*tensors, precision)
+        results = results if isinstance(results, tuple) else (results,)
+        outputs = len(self.forward.outputs)
+        return results[:outputs], results[outputs + len(self.saved): outputs + len(self.saved) + len(self.saving.updated)]
+
+    def _setup_context(self, ctx, inputs, output):
+        *tensors, precision = inputs
+        output = output if isinstance(output, tuple) else (output,)
+        outputs = len(self.forward.outputs)
+        ctx.mark_non_differentiable(*output[outputs:])
+        by_name = dict(zip(self._names, tensors))
+        # The backward reads a state as the forward did, at entry; Fused writes the updated
+        # state into it after this call.
+        for v in self.saving.updated:
+            if v["name"] in self._read:
+                by_name[v["name"]] = by_name[v["name"]].detach().clone()
+        ctx.save_for_backward(*(by_name[name] for name in self._read), *output[outputs:outputs + len(self.saved)],
+                              *(output[-1:] if self.saving.rng == "out" else ()))
+        ctx.precision = precision
+        ctx.dims = self.forward._dims(tensors)
+
+    def _backward(self, ctx, *grads):
+        saved = list(ctx.saved_tensors)
+        rng = [saved.pop()] if self.saving.rng == "out" else []
+        by_name = dict(zip(self._read + self.saved, saved))
+        by_name.update(zip(self.grad_inputs, grads))
+        arguments = [self._as_declared(name, by_name[name], ctx.dims)
+                     for name in (v["name"] for v in self.backward.inputs + self.backward.params)]
+        results = self.backward.op(*arguments, *rng, ctx.precision)
+        results = results if isinstance(results, tuple) else (results,)
+        wanted = dict(zip(self._names, ctx.needs_input_grad))
+        computed = {name: g for name, g in zip(self.gradients, results) if wanted[name]}
+        return (*(computed.get(name) for name in self._names), None)
+
+    def _as_declared(self, name, t, dims):
+        """`t` in the backward's declared shape: a value of [B*T, F] is declared [B, T, F]."""
+        shape = self._declared[name]["shape"]
+        if t.dim() == len(shape):
+            return t
+        return t.reshape([_extent(e, dims) for e in shape])

@@ -1,0 +1,124 @@
+"""kfuse.torch.Fused trained on the GPU: for every example that reverse mode differentiates, the
+gradients of its inputs and every parameter against PyTorch's autograd of its Reference in
+float64, train and eval; bf16 precision with f32 master weights; SGD steps and a compiled
+training step. A backward pipeline that does not plan or compile fails its test naming the
+example and kfuse's reason. Skipped without torch or a CUDA device."""
+import copy
+
+import pytest
+
+import kfuse
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs PyTorch with a CUDA device")
+
+import kfuse.torch  # noqa: E402
+from kfuse.torch_autograd import training_ops  # noqa: E402
+
+from conftest import REPO, rel  # noqa: E402
+
+EXAMPLES = sorted((REPO / "examples").glob("*.kf"))
+DIMS = {"N": 64, "B": 3, "T": 5}
+# DESIGN.md's bounds on ||x - fp64|| / ||fp64||; a gradient may also be as far as 1.5x
+# PyTorch's own at the same precision.
+BOUND = 1e-5
+BF16_BOUND = 2e-2
+
+
+class TrainingPair:
+    """An example's Reference (PyTorch in the .kf's dtypes), the same in float64, and Fused
+    wrapping a copy, the Fused's backward pipeline compiled up front."""
+
+    def __init__(self, kf, mode, precision=None):
+        self.kf, self.mode = kf, mode
+        self.generator = torch.Generator(device="cuda").manual_seed(0)
+        self.torch = kfuse.torch.Reference(kf, device="cuda").train(mode == "train")
+        self.torch.reset_parameters(torch.Generator(device="cuda").manual_seed(0))
+        self.exact = copy.deepcopy(self.torch).double()
+        self.fused = kfuse.torch.Fused(copy.deepcopy(self.torch), kf, precision=precision).train(mode == "train")
+        half = any(v["dtype"] != "f32" for v in self.torch.program["values"]) or precision == "bf16"
+        self.bound = BF16_BOUND if half else BOUND
+        if mode not in self.fused._training:
+            try:
+                kfuse.grad(kf, mode=mode)
+            except kfuse.Error as e:  # an op without a gradient rule (docs/DSL.md, "Gradients")
+                pytest.skip(f"{kf.stem}: no backward in {mode} mode: {e}")
+        self.ops = training_ops(self.fused._ops[mode])  # raises why where reverse mode did not
+
+    def compile_backward(self, inputs):
+        precision = self.fused.precision_choice(inputs[0])[0]
+        for role, op in (("saving forward", self.ops.saving), ("backward", self.ops.backward)):
+            try:
+                op.pipeline(precision, inputs[0].device)
+            except kfuse.Error as e:
+                pytest.fail(f"{self.kf.stem} ({self.mode}, {precision}): the {role} pipeline does not plan or "
+                            f"compile: {e}", pytrace=False)
+
+    def inputs(self):
+        return [t.requires_grad_(True) for t in self.torch.random_inputs(DIMS, self.generator, "cuda")]
+
+    def step(self, inputs, what):
+        """A forward and backward of all three, the outputs weighted at random; checks kfuse's
+        gradients against float64's within the bound or 1.5x PyTorch's error, whichever is larger."""
+        if self.ops.saving.rng == "out":  # the references keep what the next kfuse call keeps
+            rng = self.ops.saving.pipeline(self.fused.precision_choice(inputs[0])[0], inputs[0].device).rng_state
+            self.torch.kfuse_rng = self.exact.kfuse_rng = rng
+        leaves = {"kfuse": inputs, "torch": [t.detach().clone().requires_grad_(True) for t in inputs],
+                  "exact": [t.detach().double().requires_grad_(True) for t in inputs]}
+        outs = {name: m(*leaves[name]) for name, m in (("kfuse", self.fused), ("torch", self.torch),
+                                                       ("exact", self.exact))}
+        outs = {name: y if isinstance(y, tuple) else (y,) for name, y in outs.items()}
+        weights = [torch.randn(y.shape, device="cuda", dtype=torch.float64, generator=self.generator)
+                   for y in outs["exact"]]
+        for name, ys in outs.items():
+            sum((y.double() * w).sum() for y, w in zip(ys, weights)).backward()
+        torch.cuda.synchronize()
+        pairs = [(f"input {i}", *(leaves[n][i].grad for n in ("kfuse", "torch", "exact"))) for i in range(len(inputs))]
+        modules = (self.fused.module, self.torch, self.exact)
+        for name, _ in self.torch.named_parameters():
+            pairs.append((name, *(m.get_parameter(name).grad for m in modules)))
+        for name, g, t, e in pairs:
+            assert g is not None and g.shape == e.shape and g.dtype == t.dtype, f"{what} {name}"
+            err, torch_err = rel(g, e), rel(t, e)
+            assert err <= max(self.bound, 1.5 * torch_err), \
+                f"{what} gradient of {name}: kfuse rel err {err:.2e}, PyTorch's {torch_err:.2e}, bound {self.bound:.0e}"
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("kf", EXAMPLES, ids=lambda p: p.stem)
+def test_every_differentiable_example_gives_pytorchs_gradients(kf, mode):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    pair = TrainingPair(kf, mode)
+    inputs = pair.inputs()
+    pair.compile_backward(inputs)
+    pair.step(inputs, f"{kf.stem} {mode}")
+
+
+def test_bf16_precision_keeps_f32_master_weights_and_gradients():
+    pair = TrainingPair(REPO / "examples" / "gemm_bn_scale_softmax_512x1024.kf", "train", precision="bf16")
+    inputs = pair.inputs()
+    pair.compile_backward(inputs)
+    pair.step(inputs, "bf16")
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in pair.fused.module.parameters())
+    assert pair.fused.used_precision[0] == "bf16"
+
+
+def test_sgd_steps_and_a_compiled_training_step_match_pytorch():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    pair = TrainingPair(REPO / "examples" / "gemm_bn_scale_softmax_512x1024.kf", "train")
+    inputs = pair.inputs()
+    pair.compile_backward(inputs)
+    compiled = torch.compile(pair.fused, fullgraph=True)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (pair.fused, pair.exact)]
+    for i in range(3):
+        x = pair.inputs()[0]
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        weights = torch.randn(x.shape[0], 1024, device="cuda", dtype=torch.float64, generator=pair.generator)
+        (compiled(x).double() * weights).sum().backward()
+        (pair.exact(x.detach().double()) * weights).sum().backward()
+        for optimizer in optimizers:
+            optimizer.step()
+    state = pair.exact.state_dict()
+    for name, t in pair.fused.module.state_dict().items():
+        assert rel(t, state[name]) <= 1e-4, f"{name} after 3 steps: rel err {rel(t, state[name]):.2e}"
