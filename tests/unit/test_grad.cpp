@@ -166,7 +166,7 @@ TEST_CASE("grad: views and column ops") {
   expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param a: f32[6]\n"
                    "  param b: f32[1]\n  param s: f32[6]\n"
                    "  h = col_affine(x, a, b, s)\n  m = col_mean(h)\n  v = col_var(h)\n"
-                   "  return mul(sub(h, m), v)\n}\n",
+                   "  return mul(sub(h, m), mul(v, col_sum(h)))\n}\n",
                    Mode::Train);
 }
 
