@@ -247,7 +247,7 @@ TEST_CASE("cli: kfuse grad prints the backward graph, what the forward saves, an
   CHECK(r.exit_code == 0);
   CHECK(r.err.empty());
   CHECK(r.out.rfind("# The backward graph of pipeline 'gpt2_mlp_dropout' in train mode.\n"
-                    "# It is not planned: no kernel computes its transposes yet",
+                    "# Run it in the forward's mode, with the forward's random stream.\n",
                     0) == 0);
   CHECK(r.out.find("#   saved_h = 'h' (%5, linear)\n") != std::string::npos);
   CHECK(r.out.find("#   1: the gradient of param 'fc_weight' (%1)\n") != std::string::npos);
