@@ -166,11 +166,6 @@ private:
     } else if (math_ == GemmMath::Fp32 || spec.trans_a) {
       // The SIMT mainloop alone reads A column-major; it computes in fp32 at every precision.
       simt(k, spec, rows);
-      if (spec.trans_a)
-        for (GemmTile *t : {&spec.tile, spec.by_rows.empty() ? nullptr : &spec.by_rows[0]})
-          if (t)
-            t->config += "; its first operand read column-major (matmul_tn), which the SIMT "
-                         "mainloop alone does";
     } else {
       const Operand op = math_ == GemmMath::Tf32 ? Operand::Tf32 : Operand::Tf32x3;
       const GemmTraits traits = gemm_traits({Mainloop::MmaSync, op, 0, 0, 1, false, {}, {}}, 0);
@@ -341,6 +336,10 @@ private:
                              "lower",
                              wide.entry)};
     spec.by_rows.push_back(wide);
+    if (spec.trans_a)
+      for (GemmTile *t : {&spec.tile, &spec.by_rows.back()})
+        t->config += "; its first operand read column-major (matmul_tn), which the SIMT "
+                     "mainloop alone does";
   }
 
   RowSpec row(const Kernel &k) const {
