@@ -296,6 +296,9 @@ void Builder::add_bare_gemm(exec::Kernel &kernel, const plan::Kernel &planned) {
     if (v != planned.anchor && ir::op_info(g_[v].op).cls != ir::OpClass::View)
       return;
   const ir::Value &mm = g_[planned.anchor];
+  // A bare GEMM reads A row-major; matmul_tn's baseline is its fused kernel alone.
+  if (mm.op == ir::OpKind::MatmulTN)
+    return;
   exec::BareGemm b;
   b.trans_b = mm.op == ir::OpKind::Linear;
   b.a = buffer_of(ir::view_source(g_, mm.args[0]));

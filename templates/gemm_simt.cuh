@@ -3,9 +3,10 @@
 //
 //   C[row, col] = epi.functor.apply(epi.functor.column(col), row, col, sum_k A[row,k] * B'[k,col])
 //
-// A is [m, k] row-major (lda). B' is B^T when TransB (B [n, k] row-major, a Linear weight), else
-// B ([k, n] row-major). C is [m, n] row-major (ldc) and aliases neither A, B nor any epilogue
-// input.
+// A' is A ([m, k] row-major, lda), or A^T when TransA (A [k, m] row-major: the weight gradient
+// g^T x of a backward graph reads g where it lies). B' is B^T when TransB (B [n, k] row-major, a
+// Linear weight), else B ([k, n] row-major). C is [m, n] row-major (ldc) and aliases neither A, B
+// nor any epilogue input.
 //
 // SimtGemm<BM, BN, WARPS_M, WARPS_N, MIN_BLOCKS>: WARPS_M x WARPS_N warps per tile, each thread
 // TM x TN accumulators (one group of 4 rows/columns, or two groups BM / 2 (BN / 2) apart).
@@ -20,16 +21,17 @@
 //
 // Mainloop: a STAGES-deep cp.async pipeline of BK = 16 K-slices into K-major shared tiles, so a
 // thread reads its 4-wide fragments as float4, registers double-buffered across slices. A
-// k-contiguous operand (A, and B when TransB) is transposed by its 4-byte copies (KMajorCopy: a
-// warp covers 4 rows x 8 k, 32-byte global segments, 32 distinct banks); B when !TransB goes in
-// with 16-byte cp.async.cg where allowed (NMajorCopy). The epilogue stages the whole tile
+// k-contiguous operand (A when !TransA, B when TransB) is transposed by its 4-byte copies
+// (KMajorCopy: a warp covers 4 rows x 8 k, 32-byte global segments, 32 distinct banks); an
+// operand already K-major (A when TransA, B when !TransB) goes in with 16-byte cp.async.cg where
+// allowed (NMajorCopy). The epilogue stages the whole tile
 // (Store::Tile) in the pipeline's shared memory, as do its statistics and row passes.
 //
-// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). K-slice elements past k, and B's
-// columns past n when !TransB, are zero-filled (src-size 0, nothing read). A k-contiguous
-// operand's rows past m (n) repeat its last row: they reach only accumulators the epilogue
-// neither stores nor counts. 16-byte copies only where the base is 16-byte aligned and the
-// leading dimension a multiple of 4 (checked at run time, per matrix). 64-bit addresses.
+// Sizes: any m, n, k >= 0 (k = 0 gives apply(..., 0.0f)). K-slice elements past k, B's
+// columns past n when !TransB and A's past m when TransA, are zero-filled (src-size 0, nothing
+// read). A k-contiguous operand's rows past m (n) repeat its last row: they reach only accumulators
+// the epilogue neither stores nor counts. 16-byte copies only where the base is 16-byte aligned and
+// the leading dimension a multiple of 4 (checked at run time, per matrix). 64-bit addresses.
 //
 // Also valid host C++, so the code generator can take the geometry constants from this source.
 #pragma once
@@ -180,11 +182,11 @@ template <int TILE_ROWS, int COPY_ROWS, int LD> struct KMajorCopy {
   }
 };
 
-// The copies of B when !TransB ([k, n] row-major, already n-major) into its [BK][LD] tile, one
-// K-slice per issue(), slices in order: thread t copies the 4 columns n0 + (t % VECS) * 4 of k
-// rows t / VECS + KROWS * h, as one 16-byte copy where vec (B 16-byte aligned, ld a multiple of
-// 4), as four 4-byte copies otherwise. Columns past n and k rows past k are zero-filled (nothing
-// read; a copy reading nothing takes P itself as its source).
+// The copies of B when !TransB ([k, n] row-major, already n-major; A when TransA, its m for n) into
+// its [BK][LD] tile, one K-slice per issue(), slices in order: thread t copies the 4 columns n0 +
+// (t % VECS) * 4 of k rows t / VECS + KROWS * h, as one 16-byte copy where vec (B 16-byte aligned,
+// ld a multiple of 4), as four 4-byte copies otherwise. Columns past n and k rows past k are
+// zero-filled (nothing read; a copy reading nothing takes P itself as its source).
 template <int BN, int THREADS, int LD> struct NMajorCopy {
   static constexpr int VECS = BN / 4, KROWS = THREADS / VECS, ROUNDS = 16 / KROWS;
   static_assert(THREADS % VECS == 0 && 16 % KROWS == 0, "whole rounds of 16-byte copies of B");
@@ -260,7 +262,7 @@ __device__ __forceinline__ void spread(const float4 &lo, const float4 &hi, float
 
 } // namespace gemm_detail
 
-template <class Config, bool TransB, class Scheduler, class Epilogue>
+template <class Config, bool TransB, bool TransA = false, class Scheduler, class Epilogue>
 __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__restrict__ A, int lda,
                           const float *__restrict__ B, int ldb, const Epilogue &epi) {
   static_assert(Scheduler::BM == Config::BM && Scheduler::BN == Config::BN,
@@ -289,12 +291,14 @@ __device__ void gemm_simt(GemmShape s, const Scheduler &tiles, const float *__re
 
   // The copies (KMajorCopy, NMajorCopy), each at the unit's first slice.
   const int k_first = unit.k_begin * BK;
-  KMajorCopy<BM, COPY_ROWS, LDA> copy_a(A, lda, s.m, m0, k_first, t);
+  using CopyA = typename If<TransA, NMajorCopy<BM, Config::THREADS, LDA>,
+                            KMajorCopy<BM, COPY_ROWS, LDA>>::type;
+  CopyA copy_a(A, lda, s.m, m0, k_first, t);
   using CopyB = typename If<TransB, KMajorCopy<BN, COPY_ROWS, LDB>,
                             NMajorCopy<BN, Config::THREADS, LDB>>::type;
   CopyB copy_b(B, ldb, s.n, n0, k_first, t);
   const unsigned smem0 = smem_addr(kf_gemm_smem);
-  const unsigned a_first = decltype(copy_a)::first_word(t), b_first = CopyB::first_word(t);
+  const unsigned a_first = CopyA::first_word(t), b_first = CopyB::first_word(t);
 
   // Issues the copies of K-slice kt into stage st (the caller makes one commit group); slices
   // come in order.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <optional>
 
 namespace kfuse::codegen {
 
@@ -43,6 +44,18 @@ std::string summary_statements(const EmitContext &cx, const Kernel &k, const Ker
       "  if (threadIdx.x % kf::COLUMN_MERGE_LANES == 0)\n"
       "    kf::store_summary(col, {0}, {1}, mean, m2, {2}_summary);\n",
       n, m, w.ptr(k.stats_of), cx.partial_rows.at(k.stats_of));
+}
+
+// The expression of a column statistic from the merged (double) mean and variance and the rows
+// they count; nullopt for an op that is not one.
+std::optional<std::string> merged_statistic(OpKind op, const std::string &rows) {
+  if (op == OpKind::ColMean)
+    return std::string("mean");
+  if (op == OpKind::ColVar)
+    return std::string("var");
+  if (op == OpKind::ColSum)
+    return "mean * " + rows;
+  return std::nullopt;
 }
 
 } // namespace
@@ -98,13 +111,13 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
   if (spec.summary)
     return s + summary_statements(cx, k, w, n, KernelWriter::extent(launch.rows)) + "}\n";
   // The rows the running variance's unbiased correction counts: this run's, or every rank's.
-  std::string total_rows;
+  std::string total_rows = "static_cast<double>(" + KernelWriter::extent(launch.rows) + ")";
   if (merges && spec.ranks > 0) {
     s += fmt::format("{0}double mean, var, total_rows;\n"
                      "{0}kf::merge_ranks(col, {1}, {2}, {3}_gathered, mean, var, total_rows);\n"
                      "{0}if (threadIdx.x % kf::COLUMN_MERGE_LANES != 0)\n{0}  return;\n",
                      in, n, spec.ranks, w.ptr(k.stats_of));
-    total_rows = "static_cast<float>(total_rows)";
+    total_rows = "total_rows";
   } else if (merges) {
     std::string m = KernelWriter::extent(launch.rows);
     const int tile_rows = cx.partial_rows.at(k.stats_of);
@@ -116,9 +129,8 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
   }
   if (merges) {
     for (ValueId id : k.computes)
-      if (g[id].op == OpKind::ColMean || g[id].op == OpKind::ColVar)
-        s += fmt::format("{}const float {} = static_cast<float>({});\n", in, w.var(id),
-                         g[id].op == OpKind::ColMean ? "mean" : "var");
+      if (auto merged = merged_statistic(g[id].op, total_rows))
+        s += fmt::format("{}const float {} = static_cast<float>({});\n", in, w.var(id), *merged);
   }
   s += w.column_statements(in, nullptr, early);
   // Effects last: every read above saw the running statistics as they were on entry.
@@ -127,7 +139,7 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
     if (!e.is_effect())
       continue;
     const Dim &count = e.attrs.at("count").shape.front();
-    std::string cnt = !total_rows.empty() ? total_rows
+    std::string cnt = merges && spec.ranks > 0 ? "static_cast<float>(total_rows)"
                       : count.is_symbolic()
                           ? "static_cast<float>(" + KernelWriter::extent(count) + ")"
                           : float_literal(static_cast<double>(count.value));

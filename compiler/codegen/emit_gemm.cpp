@@ -148,9 +148,11 @@ std::string entry(EmitContext &cx, const Kernel &k, const KernelWriter &w, const
   launch.tile = select::tile_text(t);
   const std::string config = mainloop_config(t), a = w.ptr(spec.a), b = w.ptr(spec.b);
   const std::string tb = spec.trans_b ? "true" : "false";
-  const std::string operands = fmt::format("(shape, scheduler, {}, {}, {}, {}, epilogue)", a,
-                                           KernelWriter::extent(launch.inner), b,
-                                           KernelWriter::extent(g[spec.b].type.shape[1]));
+  // A's leading dimension: K, or where it is read column-major ([K, M]), M.
+  const Dim &lda = g[spec.a].type.shape[1];
+  const std::string operands =
+      fmt::format("(shape, scheduler, {}, {}, {}, {}, epilogue)", a, KernelWriter::extent(lda), b,
+                  KernelWriter::extent(g[spec.b].type.shape[1]));
   std::string head, first_params, mainloop;
   launch.params.clear();
   switch (t.mainloop) {
@@ -175,7 +177,8 @@ std::string entry(EmitContext &cx, const Kernel &k, const KernelWriter &w, const
     cx.includes.insert("gemm_simt.cuh");
     head = fmt::format(
         "extern \"C\" __global__ void __launch_bounds__({0}::THREADS, {0}::MIN_BLOCKS)", config);
-    mainloop = fmt::format("kf::gemm_simt<{}, {}>{}", config, tb, operands);
+    mainloop = fmt::format("kf::gemm_simt<{}, {}{}>{}", config, tb, spec.trans_a ? ", true" : "",
+                           operands);
     break;
   case Mainloop::MmaSync:
     cx.includes.insert("gemm_tc.cuh");
@@ -224,7 +227,7 @@ std::string emit_gemm(EmitContext &cx, const Kernel &k, const KernelWriter &w, c
   const Value &mm = g[k.anchor];
   launch.rows = mm.type.shape[0];
   launch.cols = mm.type.shape[1];
-  launch.inner = g[spec.a].type.shape[1];
+  launch.inner = g[spec.a].type.shape[spec.trans_a ? 0 : 1];
   launch.tiles = spec.tiles;
   launch.signature = spec.signature;
   const std::string functor_type = k.name + "_functor";

@@ -3,6 +3,7 @@
 #include "compiler/codegen/class_codegen.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/views.h"
+#include "compiler/passes/passes.h"
 
 #include <fmt/format.h>
 
@@ -59,7 +60,8 @@ std::optional<GpuUnsupported> gpu_unsupported(const Graph &g, const std::string 
     if (cls == OpClass::Gemm && g[v.args[0]].type.dtype != DType::F32)
       if (auto why = half_gemm_unsupported(g, v, arch))
         return GpuUnsupported{id, *why};
-    if (!v.attrs.count("dim"))
+    // The planner computes these as column statistics (compiler/passes/columns_from_reductions).
+    if (!v.attrs.count("dim") || passes::becomes_column_statistic(g, v))
       continue;
     int rank = g[v.args[0]].type.rank();
     double d = v.attr("dim");

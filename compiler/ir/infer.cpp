@@ -161,6 +161,11 @@ TensorType gemm(const OpInfo &op, const std::vector<TensorType> &args, const Att
         0, fmt::format("{} expects its input of rank 2 to 4, got {}", op.name, args[0].str()));
   expect_rank(op, args, 1, 2, "its weight");
   expect_same_dtype(op, args);
+  if (op.kind == OpKind::MatmulTN) {
+    expect_rank(op, args, 0, 2, "its first operand");
+    unify(op, args, 1, args[0].shape[0], args[1].shape[0], "the inner dim");
+    return {args[0].dtype, {args[0].shape[1], args[1].shape[1]}};
+  }
   bool linear = op.kind == OpKind::Linear;
   // linear: weight is [out, in]; matmul: b is [in, out].
   const Dim &k = linear ? args[1].shape[1] : args[1].shape[0];
@@ -288,10 +293,11 @@ TensorType pool(const OpInfo &op, const std::vector<TensorType> &args, const Att
   return {args[0].dtype, shape};
 }
 
-// Statistics are held in fp32 whatever the matrix's type.
+// Statistics are held in fp32 whatever the matrix's type; a sum over the rows has the matrix's
+// type, as sum does (kernels compute it in fp32 either way).
 TensorType col_reduce(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {
   expect_rank(op, args, 0, 2, "its input");
-  return {DType::F32, {args[0].shape[1]}};
+  return {op.kind == OpKind::ColSum ? args[0].dtype : DType::F32, {args[0].shape[1]}};
 }
 
 // Vectors of any type, the result in the matrix's; on a rank-3/4 matrix per feature of the

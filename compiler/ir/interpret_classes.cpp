@@ -69,6 +69,16 @@ HostTensor linear(const HostTensor &x, const HostTensor &w, const HostTensor *bi
   return out;
 }
 
+// x[N,M] -> [M,N].
+HostTensor transposed(const HostTensor &x) {
+  int64_t n = x.shape[0], m = x.shape[1];
+  HostTensor out = zeros({m, n});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j)
+      out.data[j * n + i] = x.data[i * m + j];
+  return out;
+}
+
 // a[N,K] @ b[K,M] in i-k-j order: the inner loop runs along rows of b and of the output,
 // both contiguous.
 HostTensor matmul(const HostTensor &a, const HostTensor &b) {
@@ -331,7 +341,8 @@ HostTensor gemm(const OpRun &run) {
   const HostTensor &x = matrix_view(run.arg(0), storage);
   HostTensor out = run.v.op == OpKind::Linear
                        ? linear(x, run.arg(1), run.args.size() == 3 ? &run.arg(2) : nullptr)
-                       : matmul(x, run.arg(1));
+                   : run.v.op == OpKind::MatmulTN ? matmul(transposed(x), run.arg(1))
+                                                  : matmul(x, run.arg(1));
   out.shape = run.shape();
   return out;
 }
@@ -384,7 +395,10 @@ HostTensor col_reduce(const OpRun &run) {
   ColumnStats stats = column_stats(run.arg(0));
   HostTensor out;
   out.shape = {run.arg(0).shape[1]};
-  out.data = run.v.op == OpKind::ColMean ? stats.mean : stats.var;
+  out.data = run.v.op == OpKind::ColVar ? stats.var : stats.mean;
+  if (run.v.op == OpKind::ColSum) // mean times rows, in double, as the column kernel does
+    for (double &x : out.data)
+      x *= static_cast<double>(run.arg(0).shape[0]);
   return out;
 }
 
@@ -393,15 +407,7 @@ HostTensor col_affine(const OpRun &run) {
                         run.args.size() == 4 ? &run.arg(3) : nullptr);
 }
 
-HostTensor transpose(const OpRun &run) {
-  const HostTensor &x = run.arg(0);
-  int64_t n = x.shape[0], m = x.shape[1];
-  HostTensor out = zeros({m, n});
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < m; ++j)
-      out.data[j * n + i] = x.data[i * m + j];
-  return out;
-}
+HostTensor transpose(const OpRun &run) { return transposed(run.arg(0)); }
 
 // bn_update: the running statistics from a batch's, unbiased by count / (count - 1).
 HostTensor effect(const OpRun &run) {

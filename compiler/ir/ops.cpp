@@ -157,6 +157,13 @@ constexpr OpInfo view(OpKind k, std::string_view name, Span<AttrSpec> attrs,
           nullptr, {},   nullptr,       shapes, semantics, nullptr, {},    torch};
 }
 
+// A per-column statistic of a matrix's rows, computed by the column kernel from merged partials.
+constexpr OpInfo col_statistic(OpKind k, std::string_view name, std::string_view semantics,
+                               std::string_view torch) {
+  return {k,       name, OpClass::ColReduce, 1,       1,  "y",  {}, true, nullptr, {},
+          nullptr, kAny, semantics,          nullptr, {}, torch};
+}
+
 namespace pw = pointwise;
 namespace rd = reduce;
 
@@ -193,6 +200,24 @@ constexpr OpInfo kOps[] = {
      nullptr,
      {},
      "torch.matmul(a, b)"},
+    // What matmul(transpose(a), b) becomes (compiler/passes/transposed_operands.cpp): the
+    // backward's weight gradient gᵀ x, a GEMM reading its first operand column-major.
+    {OpKind::MatmulTN,
+     "matmul_tn",
+     OpClass::Gemm,
+     2,
+     2,
+     "a, b",
+     {},
+     true,
+     nullptr,
+     {},
+     nullptr,
+     "`a: [K, N]`, `b: [K, M]` → `[N, M]`",
+     "`a.T @ b`",
+     nullptr,
+     {},
+     "torch.matmul(a.T, b)"},
     {OpKind::BatchNorm,
      "batchnorm",
      OpClass::Norm,
@@ -376,38 +401,12 @@ constexpr OpInfo kOps[] = {
          "`torch.squeeze(x, dim)`; `dim` in `[-rank, rank)` other than the feature axis "
          "(`rank - 1`, `-1`); an axis of another extent is an error (PyTorch leaves it as is)",
          "torch.squeeze(x, dim)"),
-    {OpKind::ColMean,
-     "col_mean",
-     OpClass::ColReduce,
-     1,
-     1,
-     "y",
-     {},
-     true,
-     nullptr,
-     {},
-     nullptr,
-     kAny,
-     "`y.mean(0)`",
-     nullptr,
-     {},
-     "torch.mean(y, 0)"},
-    {OpKind::ColVar,
-     "col_var",
-     OpClass::ColReduce,
-     1,
-     1,
-     "y",
-     {},
-     true,
-     nullptr,
-     {},
-     nullptr,
-     kAny,
-     "`y.var(0, unbiased=False)` (biased)",
-     nullptr,
-     {},
-     "torch.var(y, 0, correction=0)"},
+    col_statistic(OpKind::ColMean, "col_mean", "`y.mean(0)`", "torch.mean(y, 0)"),
+    col_statistic(OpKind::ColVar, "col_var", "`y.var(0, unbiased=False)` (biased)",
+                  "torch.var(y, 0, correction=0)"),
+    // What a sum over the rows (dim=0) becomes (compiler/passes/columns_from_reductions.cpp):
+    // the column kernel's merged mean times the rows, in double.
+    col_statistic(OpKind::ColSum, "col_sum", "`y.sum(0)`", "torch.sum(y, 0)"),
     // The shift is subtracted first, as batchnorm does: `(y - mean) * alpha + beta` loses
     // nothing to cancellation on a column whose spread is tiny next to its mean (a constant
     // column gives exact zeros), where `y * alpha + (beta - mean * alpha)` cancels. The code

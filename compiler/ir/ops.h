@@ -31,6 +31,7 @@ enum class OpKind : uint8_t {
   // matrix
   Linear,
   Matmul,
+  MatmulTN,
   // batch normalization
   BatchNorm,
   // pointwise binary
@@ -96,6 +97,7 @@ enum class OpKind : uint8_t {
   // internal
   ColMean,
   ColVar,
+  ColSum,
   ColAffine,
   BnUpdate,
   Cast,

@@ -95,6 +95,12 @@ ValueId sum_along(const VjpContext &c, ValueId x) {
   return c.op(OpKind::Sum, {x}, dim_attrs(c.axis(), true));
 }
 
+// matmul_tn: y = aᵀ b. da = b gᵀ (linear's product), db = a g.
+std::vector<ValueId> matmul_tn(const VjpContext &c) {
+  ValueId g = c.grad(), a = c.arg(0), b = c.arg(1);
+  return {c.op(OpKind::Linear, {b, g}), c.op(OpKind::Matmul, {a, g})};
+}
+
 // linear: y = x Wᵀ + b. dx = g W, dW = gᵀ x (over all rows), db = Σ_rows g.
 std::vector<ValueId> linear(const VjpContext &c) {
   ValueId g = c.grad(), x = c.arg(0), w = c.arg(1);
@@ -263,10 +269,14 @@ std::vector<ValueId> view(const VjpContext &c) {
   return {c.op(OpKind::Reshape, {c.grad()}, {{"shape", AttrValue(0, {}, x.shape)}})};
 }
 
-// col_mean: g / N on every row; col_var: g 2 (y - mean) / N.
+// col_mean: g / N on every row; col_sum: g on every row; col_var: g 2 (y - mean) / N.
 std::vector<ValueId> col_mean(const VjpContext &c) {
   ValueId y = c.arg(0);
   return {c.mul(c.ones_like(y), c.div(c.grad(), c.extent(y, 0)))};
+}
+
+std::vector<ValueId> col_sum(const VjpContext &c) {
+  return {c.mul(c.ones_like(c.arg(0)), c.grad())};
 }
 
 std::vector<ValueId> col_var(const VjpContext &c) {
@@ -308,6 +318,7 @@ struct VjpEntry {
 constexpr VjpEntry kRules[] = {
     {OpKind::Linear, linear},
     {OpKind::Matmul, matmul},
+    {OpKind::MatmulTN, matmul_tn},
     {OpKind::BatchNorm, batchnorm},
     {OpKind::Add, add},
     {OpKind::Sub, sub},
@@ -363,6 +374,7 @@ constexpr VjpEntry kRules[] = {
     {OpKind::Squeeze, view},
     {OpKind::ColMean, col_mean},
     {OpKind::ColVar, col_var},
+    {OpKind::ColSum, col_sum},
     {OpKind::ColAffine, col_affine},
     {OpKind::BnUpdate, effect},
     {OpKind::Cast, cast},

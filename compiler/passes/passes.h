@@ -16,6 +16,10 @@ struct Pass {
 };
 
 ir::Graph canonicalize_linear(const ir::Graph &g, ir::Mode mode);
+ir::Graph transposed_operands(const ir::Graph &g, ir::Mode mode);
+ir::Graph columns_from_reductions(const ir::Graph &g, ir::Mode mode);
+// Whether columns_from_reductions rewrites `v`: a sum or mean over the rows of a matrix.
+bool becomes_column_statistic(const ir::Graph &g, const ir::Value &v);
 ir::Graph lower_batchnorm(const ir::Graph &g, ir::Mode mode);
 ir::Graph fold_affine(const ir::Graph &g, ir::Mode mode);
 ir::Graph absorb_affine_into_stats(const ir::Graph &g, ir::Mode mode);
@@ -25,11 +29,12 @@ ir::Graph eliminate_dead(const ir::Graph &g, ir::Mode mode);
 // lower() applies it to the parsed graph, which then defines the pipeline.
 ir::Graph autocast_bf16(const ir::Graph &g, ir::Mode mode);
 
-// The pipeline: canonicalize, lower batchnorm for the mode, fold affine chains, move
-// affine maps across column statistics, fold again what that exposed, then clean up.
+// The pipeline: canonicalize, read transposed GEMM operands in place, turn sums and means over the
+// rows into column statistics, lower batchnorm for the mode, fold affine chains, move affine maps
+// across column statistics, fold again what that exposed, then clean up.
 const std::vector<Pass> &pipeline();
 
-// The passes an unfused plan needs: only the lowering, no fusion.
+// The passes an unfused plan needs: only the lowerings, no fusion.
 const std::vector<Pass> &unfused_pipeline();
 
 // Runs `passes`; `after_each` (if set) sees the graph after every pass.

@@ -5,6 +5,8 @@ namespace kfuse::passes {
 const std::vector<Pass> &pipeline() {
   static const std::vector<Pass> passes = {
       {"canonicalize_linear", canonicalize_linear},
+      {"transposed_operands", transposed_operands},
+      {"columns_from_reductions", columns_from_reductions},
       {"lower_batchnorm", lower_batchnorm},
       {"fold_affine", fold_affine},
       {"absorb_affine_into_stats", absorb_affine_into_stats},
@@ -18,6 +20,8 @@ const std::vector<Pass> &pipeline() {
 const std::vector<Pass> &unfused_pipeline() {
   static const std::vector<Pass> passes = {
       {"canonicalize_linear", canonicalize_linear},
+      {"transposed_operands", transposed_operands},
+      {"columns_from_reductions", columns_from_reductions},
       {"lower_batchnorm", lower_batchnorm},
       {"simplify_identities", simplify_identities},
       {"eliminate_dead", eliminate_dead},

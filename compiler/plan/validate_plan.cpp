@@ -77,8 +77,7 @@ private:
   // shape of data codegen can read where `id` is computed.
   void check_arguments(const Kernel &k, ValueId id, const std::set<ValueId> &reads) const {
     const Value &v = g_[id];
-    bool from_partials =
-        k.kind == KernelKind::Column && (v.op == OpKind::ColMean || v.op == OpKind::ColVar);
+    bool from_partials = k.kind == KernelKind::Column && op_info(v.op).cls == OpClass::ColReduce;
     // Codegen computes a column value once per feature, reading each argument at the feature
     // index: a matrix value has none (is_column_value). A column kernel runs per feature.
     const bool per_feature = !op_info(v.op).cuda.empty() && is_column_value(v.type);

@@ -111,8 +111,7 @@ private:
   std::string signature(const Kernel &k, const Value &mm) const {
     const std::vector<std::string> &names = names_;
     std::string s = fmt::format("{} math {} {} {} K={} N={}\n", arch_, static_cast<int>(math_),
-                                dtype_name(g_[mm.args[0]].type.dtype),
-                                mm.op == OpKind::Linear ? "linear" : "matmul",
+                                dtype_name(g_[mm.args[0]].type.dtype), op_info(mm.op).name,
                                 g_[mm.args[0]].type.shape[1].str(), mm.type.shape[1].str());
     for (ValueId id : k.computes)
       s += print_statement(g_, names, id) + "\n";
@@ -133,6 +132,7 @@ private:
     spec.a = mm.args[0];
     spec.b = mm.args[1];
     spec.trans_b = mm.op == OpKind::Linear;
+    spec.trans_a = mm.op == OpKind::MatmulTN;
     const bool rows = !k.row_stages.empty();
     spec.out = rows ? k.rows_of : k.stores.at(0);
     spec.signature = signature(k, mm);
@@ -163,7 +163,8 @@ private:
                      "memory of a second block"};
       else
         by_width(k, op, spec);
-    } else if (math_ == GemmMath::Fp32) {
+    } else if (math_ == GemmMath::Fp32 || spec.trans_a) {
+      // The SIMT mainloop alone reads A column-major; it computes in fp32 at every precision.
       simt(k, spec, rows);
     } else {
       const Operand op = math_ == GemmMath::Tf32 ? Operand::Tf32 : Operand::Tf32x3;
@@ -335,6 +336,10 @@ private:
                              "lower",
                              wide.entry)};
     spec.by_rows.push_back(wide);
+    if (spec.trans_a)
+      for (GemmTile *t : {&spec.tile, &spec.by_rows.back()})
+        t->config += "; its first operand read column-major (matmul_tn), which the SIMT "
+                     "mainloop alone does";
   }
 
   RowSpec row(const Kernel &k) const {

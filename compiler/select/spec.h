@@ -54,6 +54,7 @@ struct GemmSpec {
   std::vector<std::string> split_whys;
   ir::ValueId a = -1, b = -1, out = -1; // operands and the epilogue's value
   bool trans_b = true;                  // Linear: B is [N, K]
+  bool trans_a = false;                 // matmul_tn: A is [K, M], read column-major (SIMT)
   RowSpec rows = {0, false};            // where the epilogue runs row passes: its team's lanes
 };
 

@@ -91,7 +91,7 @@ TEST_CASE("op table: names are unique, and ops are listed by class and arity") {
   CHECK(ir::ops_of_class(ir::OpClass::Binary, 1).empty());
   CHECK(ir::ops_of_class(ir::OpClass::Unary).size() == 24);
   CHECK(ir::ops_of_class(ir::OpClass::ColReduce).empty()); // internal only
-  CHECK(ir::ops_of_class(ir::OpClass::ColReduce, -1, true).size() == 2);
+  CHECK(ir::ops_of_class(ir::OpClass::ColReduce, -1, true).size() == 3);
   CHECK(ir::ops_of_class(ir::OpClass::Gemm, 3) == std::vector<ir::OpKind>{ir::OpKind::Linear});
 }
 

@@ -498,6 +498,21 @@ TEST_CASE("interpreter: col_mean, col_var and col_affine with and without a shif
   check_values(out[5], {3, 2}, {8, 9, 10, 9, 12, 3});
 }
 
+TEST_CASE("interpreter: col_sum is the sum over the rows, in the matrix's type") {
+  GraphBuilder b("col", {"N"});
+  ValueId y = b.declare(ValueKind::Input, "y", f32({N, c(2)}));
+  ValueId h = b.declare(ValueKind::Input, "h", {DType::BF16, {c(2), c(3)}});
+  b.add_output(b.op(OpKind::ColSum, {y}));
+  ValueId h_sum = b.op(OpKind::ColSum, {h});
+  b.add_output(h_sum);
+  Graph g = b.finish();
+  CHECK(g[h_sum].type == TensorType{DType::BF16, {c(3)}});
+  TensorMap t{{"y", kThreeRows}, {"h", tensor({2, 3}, {1, -2, 0.5, 3, 0.25, -4})}};
+  auto out = interpret(g, Mode::Eval, {{"N", 3}}, t);
+  check_values(out[0], {2}, {6, 6});
+  check_values(out[1], {3}, {4, -1.75, -3.5});
+}
+
 TEST_CASE("interpreter: col_var and bn_update reproduce train-mode batchnorm") {
   const int64_t rows = 6, cols = 4;
   GraphBuilder b("bn", {"N"});

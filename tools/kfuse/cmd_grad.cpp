@@ -19,11 +19,10 @@ namespace {
 constexpr const char *kUsage = "usage: kfuse grad FILE.kf [--mode train|eval]\n";
 
 std::string header(const ir::Graph &f, const ir::GradResult &r, ir::Mode mode) {
-  std::string out = fmt::format(
-      "# The backward graph of pipeline '{}' in {} mode.\n"
-      "# It is not planned: no kernel computes its transposes yet, so only the fp64\n"
-      "# interpreter runs it (in the forward's mode, with the forward's random stream).\n",
-      f.name, ir::mode_name(mode));
+  std::string out =
+      fmt::format("# The backward graph of pipeline '{}' in {} mode.\n"
+                  "# Run it in the forward's mode, with the forward's random stream.\n",
+                  f.name, ir::mode_name(mode));
   out += "# Gradient inputs, one per forward output:";
   for (const std::string &name : r.grad_inputs)
     out += " " + name;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The backward graph of every example, in both modes, run on the GPU and compared with the fp64
+# interpreter: `kfuse grad` writes it, `kfuse run` runs it with random inputs and checks every
+# gradient against the reference (exit 1 over the precision's bound or on a non-finite value).
+#
+#   bash bench/backward_check.sh BUILD_DIR [LOG_DIR]
+#
+# Runs from the repository root. PRECISION (default fp32) is passed to `kfuse run`; the dims are
+# small, so the fp64 reference stays quick: N=130 (two row tiles of the 128-row GEMM tiles and
+# their partials, the second partial), B=2 and T=65 for the [B, T, F] examples. An example whose
+# forward has an op without a vector-Jacobian product (the pools, groupnorm) is listed as
+# skipped. Prints one line per case (status, seconds, example, mode, and a failure's error),
+# then the counts; exits 1 when any case fails.
+set -uo pipefail
+# A failure's first error line, else its last line.
+why() { grep -m1 'error:' "$1" || tail -1 "$1"; }
+build=${1:?usage: bash bench/backward_check.sh BUILD_DIR [LOG_DIR]}
+kfuse="$(cd "$build" && pwd)/kfuse"
+logs=${2:-$(mktemp -d /tmp/kfuse-backward.XXXXXX)}
+precision=${PRECISION:-fp32}
+mkdir -p "$logs" || exit 1
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+[[ -x "$kfuse" ]] || { echo "backward_check.sh: no kfuse binary in $build" >&2; exit 1; }
+
+passed=0 failed=0 skipped=0
+for kf in examples/*.kf; do
+  name=$(basename "$kf" .kf)
+  # Every dim the example declares, bound small.
+  dims=()
+  for d in $(sed -n 's/^ *dim //p' "$kf" | tr ',' ' '); do
+    case "$d" in
+    B) dims+=(--dim B=2) ;;
+    T) dims+=(--dim T=65) ;;
+    *) dims+=(--dim "$d=130") ;;
+    esac
+  done
+  for mode in train eval; do
+    backward="$logs/$name.$mode.backward.kf" log="$logs/$name.$mode.log"
+    start=$SECONDS
+    if ! "$kfuse" grad "$kf" --mode "$mode" >"$backward" 2>"$log"; then
+      if grep -q "has no vector-Jacobian product" "$log"; then
+        printf 'skip\t%4ds\t%s\t%s\t%s\n' 0 "$name" "$mode" "$(head -1 "$log")"
+        skipped=$((skipped + 1))
+        continue
+      fi
+      printf 'FAIL\t%4ds\t%s\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode" "$(why "$log")"
+      failed=$((failed + 1))
+      continue
+    fi
+    if "$kfuse" run "$backward" --mode "$mode" --precision "$precision" "${dims[@]}" >>"$log" 2>&1; then
+      printf 'ok\t%4ds\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode"
+      passed=$((passed + 1))
+    else
+      printf 'FAIL\t%4ds\t%s\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode" "$(why "$log")"
+      failed=$((failed + 1))
+    fi
+  done
+done
+echo "backward_check ($precision): $passed passed, $failed failed, $skipped skipped; logs in $logs"
+[[ $failed -eq 0 ]]
