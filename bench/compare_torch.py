@@ -9,7 +9,7 @@ data (`kfuse run --save`), judged against PyTorch in float64. Prints one timing 
 
     python3 bench/compare_torch.py --kfuse build/kfuse [--out results.json] [--quick]
 
-PyTorch runs forward passes under torch.no_grad(): kfuse computes the forward pass only, and
+PyTorch runs forward passes under torch.no_grad(), the forward pass `kfuse bench` times, and
 a train-mode BatchNorm still normalizes with the batch statistics and updates its running
 statistics there.
 
