@@ -58,6 +58,30 @@ std::optional<std::string> merged_statistic(OpKind op, const std::string &rows) 
   return std::nullopt;
 }
 
+// A bn_update's statements: the running statistics with momentum and the unbiased variance,
+// computed in fp32 from the statistics and rounded once to each state's type. `gathered`: the
+// correction counts every rank's rows (total_rows), else the effect's own count.
+std::string running_stat_update(const Value &e, const KernelWriter &w,
+                                const std::set<ValueId> &early, bool gathered) {
+  const Dim &count = e.attrs.at("count").shape.front();
+  std::string cnt = gathered ? "static_cast<float>(total_rows)"
+                    : count.is_symbolic()
+                        ? "static_cast<float>(" + KernelWriter::extent(count) + ")"
+                        : float_literal(static_cast<double>(count.value));
+  auto at = [&](ValueId v) { return w.operand(v, false, early); };
+  ValueId rm = e.args[0], rv = e.args[1];
+  return fmt::format(
+      "  {{ // bn_update: running stats with momentum, unbiased variance\n"
+      "    const float momentum = {0};\n    const float count = {1};\n"
+      "    {2};\n    {3};\n  }}\n",
+      float_literal(e.attr("momentum")), cnt,
+      w.store(rm, "col",
+              fmt::format("(1.0f - momentum) * {} + momentum * {}", at(rm), at(e.args[2]))),
+      w.store(rv, "col",
+              fmt::format("(1.0f - momentum) * {} + momentum * {} * count / (count - 1.0f)", at(rv),
+                          at(e.args[3]))));
+}
+
 } // namespace
 
 std::string emit_col_partials(EmitContext &cx, const Kernel &k, const KernelWriter &w,
@@ -134,29 +158,9 @@ std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,
   }
   s += w.column_statements(in, nullptr, early);
   // Effects last: every read above saw the running statistics as they were on entry.
-  for (ValueId id : k.computes) {
-    const Value &e = g[id];
-    if (!e.is_effect())
-      continue;
-    const Dim &count = e.attrs.at("count").shape.front();
-    std::string cnt = merges && spec.ranks > 0 ? "static_cast<float>(total_rows)"
-                      : count.is_symbolic()
-                          ? "static_cast<float>(" + KernelWriter::extent(count) + ")"
-                          : float_literal(static_cast<double>(count.value));
-    auto at = [&](ValueId v) { return w.operand(v, false, early); };
-    // Computed in fp32 from the statistics, rounded once to each state's type.
-    ValueId rm = e.args[0], rv = e.args[1];
-    s += fmt::format(
-        "{0}{{ // bn_update: running stats with momentum, unbiased variance\n"
-        "{0}  const float momentum = {1};\n{0}  const float count = {2};\n"
-        "{0}  {3};\n{0}  {4};\n{0}}}\n",
-        in, float_literal(e.attr("momentum")), cnt,
-        w.store(rm, "col",
-                fmt::format("(1.0f - momentum) * {} + momentum * {}", at(rm), at(e.args[2]))),
-        w.store(rv, "col",
-                fmt::format("(1.0f - momentum) * {} + momentum * {} * count / (count - 1.0f)",
-                            at(rv), at(e.args[3]))));
-  }
+  for (ValueId id : k.computes)
+    if (g[id].is_effect())
+      s += running_stat_update(g[id], w, early, merges && spec.ranks > 0);
   for (ValueId v : k.stores) {
     bool scalar = g[v].type.shape.back() == Dim::constant(1);
     s += fmt::format("{}{}{};\n", in, scalar ? "if (col == 0)\n    " : "",

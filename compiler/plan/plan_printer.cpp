@@ -200,6 +200,27 @@ std::string roundings_text(const Plan &p, const std::vector<std::string> &names)
   return s.empty() ? s : "\nroundings\n" + s;
 }
 
+// The column statistics kernel `k` merges ("partials(h)", or every rank's gathered summaries
+// where the plan exchanges them), and those it writes; "" where none.
+std::string statistics_read(const Plan &p, const Kernel &k, const std::vector<std::string> &names) {
+  if (k.stats_of < 0 || (k.kind != KernelKind::Summary && k.kind != KernelKind::Column))
+    return {};
+  const std::string &of = names[static_cast<size_t>(k.stats_of)];
+  if (k.kind == KernelKind::Column && p.stats_ranks > 0)
+    return fmt::format("summaries({}) of {} rank{}, all-gathered", of, p.stats_ranks,
+                       p.stats_ranks == 1 ? "" : "s");
+  return fmt::format("partials({})", of);
+}
+
+std::string statistics_written(const Kernel &k, const std::vector<std::string> &names) {
+  if (k.stats_of < 0 || k.kind == KernelKind::Column)
+    return {};
+  const std::string &of = names[static_cast<size_t>(k.stats_of)];
+  return k.kind == KernelKind::Summary
+             ? fmt::format("summary({}): count, mean, M2 per feature, for the all-gather", of)
+             : fmt::format("partials({})", of);
+}
+
 } // namespace
 
 std::string print_plan_text(const Plan &p, const DimBindings &dims) {
@@ -230,24 +251,16 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
     std::vector<std::string> reads, writes;
     for (ValueId r : k.reads)
       reads.push_back(fmt::format("{} {}", names[static_cast<size_t>(r)], buffer_type(p, r).str()));
-    if (k.kind == KernelKind::Summary ||
-        (k.kind == KernelKind::Column && k.stats_of >= 0 && p.stats_ranks == 0))
-      reads.push_back(fmt::format("partials({})", names[static_cast<size_t>(k.stats_of)]));
-    if (k.kind == KernelKind::Column && k.stats_of >= 0 && p.stats_ranks > 0)
-      reads.push_back(fmt::format("summaries({}) of {} rank{}, all-gathered",
-                                  names[static_cast<size_t>(k.stats_of)], p.stats_ranks,
-                                  p.stats_ranks == 1 ? "" : "s"));
+    if (std::string merged = statistics_read(p, k, names); !merged.empty())
+      reads.push_back(merged);
     for (ValueId w : k.stores)
       writes.push_back(
           fmt::format("{} {}", names[static_cast<size_t>(w)], buffer_type(p, w).str()));
     for (ValueId e : effects_of(g, k))
       writes.push_back(fmt::format("{}, {} (in place)", names[static_cast<size_t>(g[e].args[0])],
                                    names[static_cast<size_t>(g[e].args[1])]));
-    if (k.kind == KernelKind::Summary)
-      writes.push_back(fmt::format("summary({}): count, mean, M2 per feature, for the all-gather",
-                                   names[static_cast<size_t>(k.stats_of)]));
-    else if (k.kind != KernelKind::Column && k.stats_of >= 0)
-      writes.push_back(fmt::format("partials({})", names[static_cast<size_t>(k.stats_of)]));
+    if (std::string summarized = statistics_written(k, names); !summarized.empty())
+      writes.push_back(summarized);
     s += fmt::format("  reads    {}\n", reads.empty() ? "-" : join(reads, ", "));
     s += fmt::format("  writes   {}\n", join(writes, ", "));
     for (ValueId w : k.stores)
