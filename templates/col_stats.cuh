@@ -51,6 +51,27 @@ __device__ __forceinline__ void chan_merge(T &na, T &mean_a, T &m2_a, T nb, T me
   na = n;
 }
 
+// The block's tile partials from its row groups' Welford summaries (row group g: rows g, g +
+// COL_STATS_ROW_GROUPS, ... of the tile's `rows`; sm_*[g][c] for the block's column c): one
+// thread per column merges the groups in order. Call after the block's __syncthreads().
+__device__ inline void
+store_tile_partials(const float (&sm_mean)[COL_STATS_ROW_GROUPS][COL_STATS_COLS],
+                    const float (&sm_m2)[COL_STATS_ROW_GROUPS][COL_STATS_COLS], int rows, int n,
+                    float *__restrict__ partial_mean, float *__restrict__ partial_m2) {
+  const int cl = threadIdx.x;
+  const int col = blockIdx.x * COL_STATS_COLS + cl;
+  if (cl >= COL_STATS_COLS || col >= n)
+    return;
+  float na = 0.0f, mu = 0.0f, s2 = 0.0f;
+  for (int g = 0; g < COL_STATS_ROW_GROUPS; ++g) {
+    const int cnt = rows > g ? (rows - g + COL_STATS_ROW_GROUPS - 1) / COL_STATS_ROW_GROUPS : 0;
+    chan_merge(na, mu, s2, static_cast<float>(cnt), sm_mean[g][cl], sm_m2[g][cl]);
+  }
+  const long long idx = static_cast<long long>(blockIdx.y) * n + col;
+  partial_mean[idx] = mu;
+  partial_m2[idx] = s2;
+}
+
 // Pre concept: __device__ float operator()(int col, float x) const.
 template <class Pre, class In>
 __device__ void col_partials(int m, int n, const In *__restrict__ in, int ld, const Pre &pre,
@@ -104,20 +125,7 @@ __device__ void col_partials(int m, int n, const In *__restrict__ in, int ld, co
     sm_m2[rg][(t & 31) * 4 + j] = m2[j];
   }
   __syncthreads();
-
-  // One thread per column merges the row groups in order.
-  const int cl = t;
-  const int col = blockIdx.x * COL_STATS_COLS + cl;
-  if (cl < COL_STATS_COLS && col < n) {
-    float na = 0.0f, mu = 0.0f, s2 = 0.0f;
-    for (int g = 0; g < COL_STATS_ROW_GROUPS; ++g) {
-      const int cnt = rows > g ? (rows - g + COL_STATS_ROW_GROUPS - 1) / COL_STATS_ROW_GROUPS : 0;
-      chan_merge(na, mu, s2, static_cast<float>(cnt), sm_mean[g][cl], sm_m2[g][cl]);
-    }
-    const long long idx = static_cast<long long>(blockIdx.y) * n + col;
-    partial_mean[idx] = mu;
-    partial_m2[idx] = s2;
-  }
+  store_tile_partials(sm_mean, sm_m2, rows, n, partial_mean, partial_m2);
 }
 
 // ntiles = ceil(m / tile_rows); tile t holds count = min(tile_rows, m - t * tile_rows) rows.

@@ -3,6 +3,7 @@
 #include "compiler/codegen/emit.h"
 #include "compiler/select/geometry.h"
 #include "compiler/select/select.h"
+#include "templates/col_stats.cuh"
 
 #include <fmt/format.h>
 
@@ -14,7 +15,8 @@ using plan::Kernel;
 std::string emit_elementwise(EmitContext &cx, const Kernel &k, const KernelWriter &w,
                              const select::ElementwiseSpec &spec, KernelLaunch &launch) {
   const Graph &g = cx.graph;
-  ValueId out = k.stores.at(0);
+  const ValueId out = k.anchor;
+  const bool stores = !k.stores.empty();
   const TensorType &t = g[out].type;
   launch.rows = t.rank() == 2 ? t.shape[0] : Dim::constant(1);
   launch.cols = t.shape.back();
@@ -43,18 +45,29 @@ std::string emit_elementwise(EmitContext &cx, const Kernel &k, const KernelWrite
   s += fmt::format("  static constexpr int MATRICES = {};\n", inputs);
   if (inputs > 0)
     s += fmt::format("  template <int I> __device__ auto matrix() const {{\n{}  }}\n", matrices);
-  s += fmt::format("  __device__ {} *output() const {{ return {}; }}\n", w.element_type(out),
-                   w.ptr(out));
+  s += fmt::format("  using Out = {};\n", w.element_type(out));
+  if (stores)
+    s += fmt::format("  __device__ {} *output() const {{ return {}; }}\n", w.element_type(out),
+                     w.ptr(out));
   s += fmt::format("  __device__ float apply(int row, int col, const float *in) const {{\n{}{}{}"
                    "{}return {};\n  }}\n}};\n",
                    from_inputs, w.column_statements(cx.indent, nullptr, given),
                    w.element_statements(cx.indent, given), cx.indent, w.var(out));
-  s += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)\n{}({}) {{\n"
-      "  kf::wait_prior_grid();\n  kf::map_elements<{}>({}, {}, {}{});\n}}\n",
-      k.name, w.param_list(), spec.vec, KernelWriter::extent(launch.rows),
-      KernelWriter::extent(launch.cols), type, w.member_initializer());
-  return s;
+  const std::string rows = KernelWriter::extent(launch.rows),
+                    cols = KernelWriter::extent(launch.cols);
+  if (spec.partials) {
+    cx.includes.insert("elementwise_stats.cuh");
+    return s + fmt::format("extern \"C\" __global__ void __launch_bounds__(kf::COL_STATS_THREADS)\n"
+                           "{0}({1}) {{\n  kf::wait_prior_grid();\n"
+                           "  kf::elements_with_partials<{2}>({3}, {4}, {5}{6}, {7}, {8}_pmean, "
+                           "{8}_pm2);\n}}\n",
+                           k.name, w.param_list(), stores ? "true" : "false", rows, cols, type,
+                           w.member_initializer(), kf::COL_STATS_TILE_ROWS, w.ptr(k.stats_of));
+  }
+  return s + fmt::format(
+                 "extern \"C\" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)\n{}({}) "
+                 "{{\n  kf::wait_prior_grid();\n  kf::map_elements<{}>({}, {}, {}{});\n}}\n",
+                 k.name, w.param_list(), spec.vec, rows, cols, type, w.member_initializer());
 }
 
 } // namespace kfuse::codegen

@@ -210,7 +210,8 @@ std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &
 
 TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed) {
   // Declarations read as a running variance must be positive, or eval-mode batchnorm takes
-  // the square root of a negative number.
+  // the square root of a negative number; so must one a square root reads after adding a
+  // constant (rsqrt(running_var + eps), as a backward graph spells eval-mode batchnorm).
   // Weights are scaled like PyTorch's Linear initialization (standard deviation
   // 1/sqrt(fan_in)), so products stay O(1) as in a real model; with unit weights a K=8192
   // product is ~90 and a following softmax turns fp32's last-bit differences into 1e-5.
@@ -221,6 +222,20 @@ TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed)
       running_vars.insert(v.args.back());
     if (v.is_op() && v.op == OpKind::BnUpdate)
       running_vars.insert(v.args[1]);
+    if (v.is_op() && (v.op == OpKind::Rsqrt || v.op == OpKind::Sqrt)) {
+      ValueId a = v.args[0];
+      while (g[a].is_op() && g[a].op == OpKind::Add) {
+        const bool first_constant =
+            g[g[a].args[0]].is_op() && g[g[a].args[0]].op == OpKind::Constant;
+        const bool second_constant =
+            g[g[a].args[1]].is_op() && g[g[a].args[1]].op == OpKind::Constant;
+        if (first_constant == second_constant)
+          break;
+        a = g[a].args[first_constant ? 1 : 0];
+      }
+      if (!g[a].is_op())
+        running_vars.insert(a);
+    }
     if (v.is_op() && (v.op == OpKind::Linear || v.op == OpKind::Matmul)) {
       const Dim &fan_in = g[v.args[1]].type.shape[v.op == OpKind::Linear ? 1 : 0];
       auto bound = fan_in.is_symbolic() ? dims.find(fan_in.sym) : dims.end();

@@ -22,7 +22,10 @@ inline constexpr int64_t kMaxOpsPerKernel = 256;
 //                      activations, a DAG such as h * sigmoid(h)); a product read by a row op
 //                      crosses a reduction and is stored
 //   shared_value       a kernel computes a value two of its ops read once, in a register
-//   stats_epilogue     column partials of a matrix a GEMM stores come from its epilogue
+//   stats_epilogue     column partials of a matrix a GEMM or an elementwise kernel computes
+//                      come from that kernel (a GEMM's epilogue, an elementwise kernel's tiles)
+//   summarized_only    an elementwise value only column statistics read is summarized by its
+//                      kernel and never stored
 //   column_finalize    one per-feature kernel merges those partials, updates running
 //                      stats and stores the vectors later kernels need (alpha, beta)
 //   row_prologue       row ops (softmax / log_softmax, layernorm / rmsnorm / groupnorm /

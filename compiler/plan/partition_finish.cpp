@@ -207,6 +207,25 @@ std::string Partitioner::join(const std::vector<std::string> &items) {
   return s;
 }
 
+// An elementwise kernel that writes the partials of its value and whose value no other kernel
+// reads and no caller receives summarizes it without storing it: the math needs only the
+// statistics (a row sum of a gradient product, say), so the matrix never goes to memory.
+void Partitioner::summarize_only_unread_values() {
+  std::set<ValueId> read;
+  for (const Kernel &k : plan_.kernels)
+    read.insert(k.reads.begin(), k.reads.end());
+  for (Kernel &k : plan_.kernels)
+    if (k.kind == KernelKind::Elementwise && k.stats_of == k.anchor &&
+        k.stores == std::vector<ValueId>{k.anchor} && !read.count(k.anchor) &&
+        !is_output_.count(k.anchor)) {
+      k.stores.clear();
+      stored_[static_cast<size_t>(k.anchor)] = false;
+      kernel_of_[static_cast<size_t>(k.anchor)] = -1;
+      k.rules.push_back("summarized_only");
+      std::sort(k.rules.begin(), k.rules.end());
+    }
+}
+
 void Partitioner::finish() {
   store_column_values();
   std::set<ValueId> stored_anywhere;
@@ -234,6 +253,7 @@ void Partitioner::finish() {
       rules.insert("shared_value");
     kr.rules.assign(rules.begin(), rules.end());
   }
+  summarize_only_unread_values();
   keep_row_results_in_registers();
   // A pass that writes a matrix (softmax, norm, row_epilogue) feeds no other pass: later
   // passes read only the rows and per-row results. Those go last, so every per-row result

@@ -69,7 +69,13 @@ int Partitioner::column_kernel_of(ValueId m) {
   if (it != column_of_.end())
     return it->second;
   int p = producer(m);
-  if (p >= 0 && kernel(p).kind == KernelKind::Gemm && kernel(p).stats_of < 0) {
+  // The kernel that computes m writes its partials as it stores it (a GEMM's epilogue, an
+  // elementwise kernel's tiles), rather than a col_partials kernel loading it again.
+  const bool writes_partials =
+      p >= 0 && kernel(p).stats_of < 0 &&
+      (kernel(p).kind == KernelKind::Gemm ||
+       (kernel(p).kind == KernelKind::Elementwise && kernel(p).stores == std::vector<ValueId>{m}));
+  if (writes_partials) {
     kernel(p).stats_of = m;
     kernel(p).rules.push_back("stats_epilogue");
   } else {

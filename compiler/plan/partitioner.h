@@ -146,6 +146,7 @@ private:
   void keep_row_results_in_registers();
   bool computes_shared_value(const Kernel &kr) const;
   void mark_per_bind();
+  void summarize_only_unread_values();
   void explain_stores();
   static std::string join(const std::vector<std::string> &items);
   void finish();

@@ -18,14 +18,15 @@ namespace kfuse::plan {
 
 enum class KernelKind : uint8_t {
   Gemm,        // a GEMM with an elementwise epilogue, optionally producing column partials
-  ColPartials, // column partials of a stored matrix not produced by a GEMM
+  ColPartials, // column partials of a stored matrix no GEMM or elementwise kernel produced
   Column,      // per feature: merges partials, updates running stats, stores vectors
   Summary,     // per feature: merges partials into this rank's (count, mean, M2), which the run
                // all-gathers from every rank for the Column kernel after it (Plan::stats_ranks)
   Row,         // a block per row of one stored matrix, passes over the row in order (its
                // row_stages): softmax / log_softmax, layernorm / rmsnorm, reductions along the
                // last axis, elementwise values of the row and of the row's earlier results
-  Elementwise, // any elementwise expression of stored tensors, stored once
+  Elementwise, // any elementwise expression of stored tensors, stored once, with its column
+               // partials where statistics read it (not stored where only they do)
 };
 std::string_view kernel_kind_name(KernelKind k);
 
@@ -42,7 +43,8 @@ struct Kernel {
   std::vector<ir::ValueId> computes; // op values evaluated here, in graph order
   std::vector<ir::ValueId> stores;   // values this kernel writes to buffers
   std::vector<ir::ValueId> reads;    // stored values (declared or earlier kernels') it loads
-  // Gemm / ColPartials: the stored matrix whose column partials this kernel writes.
+  // Gemm / ColPartials / Elementwise: the matrix whose column partials this kernel writes (an
+  // elementwise kernel's own value, stored or not: summarize_only_unread_values).
   // Column: the matrix whose partials it merges into col_mean / col_var (where the plan
   // exchanges statistics, the gathered summaries of every rank instead). Summary: the matrix
   // whose partials it summarizes. -1: none.

@@ -130,7 +130,9 @@ private:
       check_merge(k);
       return;
     }
-    if (!stored_by_.count(k.stats_of))
+    // An elementwise kernel may summarize the value it computes without storing it.
+    const bool summarizes_own = k.kind == KernelKind::Elementwise && k.anchor == k.stats_of;
+    if (!stored_by_.count(k.stats_of) && !summarizes_own)
       fail(k, fmt::format("writes partials of {} which is not stored", describe(g_, k.stats_of)));
     auto [it, fresh] = partials_by_.emplace(k.stats_of, k.name);
     if (!fresh)

@@ -127,6 +127,8 @@ LaunchGeometry row_geometry(const RowSpec &spec, const ir::Dim &rows, const ir::
 
 LaunchGeometry elementwise_geometry(const ElementwiseSpec &spec, const ir::Dim &rows,
                                     const ir::Dim &cols) {
+  if (spec.partials)
+    return col_partials_geometry(rows, cols);
   LaunchGeometry g;
   g.grid = LaunchGeometry::Grid::Elements;
   g.rows = rows;

@@ -67,6 +67,8 @@ public:
         s.kernels.emplace_back(row(k));
         break;
       case KernelKind::Elementwise:
+        if (k.stats_of >= 0)
+          s.partial_rows[k.stats_of] = kf::COL_STATS_TILE_ROWS;
         s.kernels.emplace_back(elementwise(k));
         break;
       case KernelKind::ColPartials:
@@ -354,7 +356,9 @@ private:
   // A thread moves `vec` columns of each matrix as 16-byte accesses where a row holds whole
   // vectors (checked again at run time with the pointers' alignment).
   ElementwiseSpec elementwise(const Kernel &k) const {
-    const ValueId out = k.stores.at(0);
+    if (k.stats_of >= 0)
+      return {1, true};
+    const ValueId out = k.anchor;
     int64_t narrowest = dtype_bytes(g_[out].type.dtype);
     for (ValueId m : elementwise_matrices(g_, k))
       narrowest = std::min(narrowest, dtype_bytes(g_[m].type.dtype));
@@ -376,7 +380,7 @@ private:
 } // namespace
 
 std::vector<ValueId> elementwise_matrices(const Graph &g, const Kernel &k) {
-  const ValueId out = k.stores.at(0);
+  const ValueId out = k.anchor;
   const Dim &cols = g[out].type.shape.back();
   std::vector<ValueId> matrices;
   for (ValueId id : k.computes)

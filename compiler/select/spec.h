@@ -60,6 +60,9 @@ struct GemmSpec {
 
 struct ElementwiseSpec {
   int vec = 1; // columns a thread moves per 16-byte access
+  // Writes the column partials of its value (Kernel::stats_of) over row tiles of
+  // COL_STATS_TILE_ROWS, a block per tile of columns (elementwise_stats.cuh); vec is then 1.
+  bool partials = false;
 };
 
 struct ColPartialsSpec {};

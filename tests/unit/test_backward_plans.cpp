@@ -9,6 +9,8 @@
 #include "compiler/lower.h"
 #include "compiler/passes/passes.h"
 #include "compiler/plan/agreement.h"
+#include "compiler/plan/plan_printer.h"
+#include "compiler/plan/planner.h"
 #include "kfuse/error.h"
 
 #include <doctest/doctest.h>
@@ -130,5 +132,34 @@ TEST_CASE("backward plans: the planner's passes agree with the interpreter on ba
         plan::first_failure(plan::check_planner(g, b.mode, dims, 7, passes::pipeline()), 1e-9);
     INFO("worst stage ", worst.stage);
     CHECK(worst.error <= 1e-9);
+  }
+}
+
+TEST_CASE("backward plans: a gradient product that only a row sum reads is summarized, not "
+          "stored") {
+  // pointnet's eval backward: Σ_rows g·x̂ (bn2_weight's gradient) needs only the column sums of
+  // the product, and g·relu'(h) and the input gradient are summarized by the kernels that
+  // store them: no col_partials kernel loads a matrix again.
+  for (ir::Mode mode : {ir::Mode::Train, ir::Mode::Eval}) {
+    const ir::Graph forward =
+        dsl::parse_kf_file(std::string(KFUSE_SOURCE_DIR) + "/examples/pointnet_mlp_relu_btf_"
+                                                           "batchnorm.kf");
+    const plan::Plan p = plan::make_plan(ir::grad(forward, mode).backward, mode);
+    INFO(plan::print_plan_text(p, {}));
+    int summarized_only = 0, stored_and_summarized = 0;
+    for (const plan::Kernel &k : p.kernels) {
+      if (mode == ir::Mode::Eval)
+        CHECK(k.kind != plan::KernelKind::ColPartials);
+      if (k.kind != plan::KernelKind::Elementwise || k.stats_of < 0)
+        continue;
+      CHECK(k.stats_of == k.anchor);
+      (k.stores.empty() ? summarized_only : stored_and_summarized) += 1;
+      CHECK(std::find(p.partials.begin(), p.partials.end(), k.stats_of) != p.partials.end());
+      for (const plan::Intermediate &i : p.intermediates)
+        if (k.stores.empty())
+          CHECK(i.value != k.stats_of);
+    }
+    CHECK(summarized_only >= 1);
+    CHECK(stored_and_summarized >= 2);
   }
 }

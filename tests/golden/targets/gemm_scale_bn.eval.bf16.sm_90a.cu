@@ -15,6 +15,7 @@ struct k0_elementwise_element {
   template <int I> __device__ auto matrix() const {
     if constexpr (I == 0) return kf::Matrix<float>{p_x, 8192};
   }
+  using Out = kf::bf16;
   __device__ kf::bf16 *output() const { return p_t1; }
   __device__ float apply(int row, int col, const float *in) const {
     const float v_x = in[0];
@@ -37,6 +38,7 @@ struct k1_elementwise_element {
   template <int I> __device__ auto matrix() const {
     if constexpr (I == 0) return kf::Matrix<float>{p_weight, 8192};
   }
+  using Out = kf::bf16;
   __device__ kf::bf16 *output() const { return p_t2; }
   __device__ float apply(int row, int col, const float *in) const {
     const float v_weight = in[0];

@@ -96,6 +96,7 @@ struct k2_elementwise_element {
     else if constexpr (I == 2) return kf::Matrix<float>{p_bn_bias, 0};
     else if constexpr (I == 3) return kf::Matrix<float>{p_t3, 0};
   }
+  using Out = float;
   __device__ float *output() const { return p_t23; }
   __device__ float apply(int row, int col, const float *in) const {
     const float v_t1 = in[0];

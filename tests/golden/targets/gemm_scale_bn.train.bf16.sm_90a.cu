@@ -16,6 +16,7 @@ struct k0_elementwise_element {
   template <int I> __device__ auto matrix() const {
     if constexpr (I == 0) return kf::Matrix<float>{p_x, 8192};
   }
+  using Out = kf::bf16;
   __device__ kf::bf16 *output() const { return p_t1; }
   __device__ float apply(int row, int col, const float *in) const {
     const float v_x = in[0];
@@ -38,6 +39,7 @@ struct k1_elementwise_element {
   template <int I> __device__ auto matrix() const {
     if constexpr (I == 0) return kf::Matrix<float>{p_weight, 8192};
   }
+  using Out = kf::bf16;
   __device__ kf::bf16 *output() const { return p_t2; }
   __device__ float apply(int row, int col, const float *in) const {
     const float v_weight = in[0];
@@ -141,6 +143,7 @@ struct k4_elementwise_element {
     else if constexpr (I == 2) return kf::Matrix<float>{p_bn_bias, 0};
     else if constexpr (I == 3) return kf::Matrix<float>{p_t6, 0};
   }
+  using Out = float;
   __device__ float *output() const { return p_t26; }
   __device__ float apply(int row, int col, const float *in) const {
     const float v_t4 = in[0];
