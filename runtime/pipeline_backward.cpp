@@ -40,14 +40,16 @@ bool same_tensor(const Tensor &a, const Tensor &b) {
          a.row_stride == b.row_stride;
 }
 
-// `t` must have `shape` and `dtype`: what the last run's dims make of the tensor it stands for.
-void check_like(const std::string &where, const std::string &what, const Tensor &t,
-                const std::vector<int64_t> &shape, DType dtype, const rt::Dims &dims) {
-  if (t.shape == shape && t.dtype == dtype)
-    return;
-  throw Error(fmt::format("{}: backward(): {} must be {}{} (at the last run's {}), got {}{}", where,
-                          what, exec::dtype_name(dtype), exec::shape_text(shape), dims_text(dims),
-                          exec::dtype_name(t.dtype), exec::shape_text(t.shape)));
+// `t` of `shape` and `dtype`: what the last run's dims make of the tensor it stands for.
+bool matches(const Tensor &t, const std::vector<int64_t> &shape, DType dtype) {
+  return t.shape == shape && t.dtype == dtype;
+}
+
+Error mismatch(const std::string &where, const std::string &what, const Tensor &t,
+               const std::vector<int64_t> &shape, DType dtype, const rt::Dims &dims) {
+  return Error(fmt::format("{}: backward(): {} must be {}{} (at the last run's {}), got {}{}",
+                           where, what, exec::dtype_name(dtype), exec::shape_text(shape),
+                           dims_text(dims), exec::dtype_name(t.dtype), exec::shape_text(t.shape)));
 }
 
 } // namespace
@@ -64,6 +66,9 @@ Pipeline rt::PipelineAccess::compile_training(exec::Training training) {
   auto t = std::make_unique<Pipeline::Impl::Training>(compile(std::move(training.backward)));
   Pipeline::Impl &bw = *t->backward.impl_;
   t->gradients = training.gradients;
+  for (const std::string &name : t->gradients)
+    t->gradient_dtypes.push_back(
+        forward.declared[static_cast<size_t>(forward.find(name))].type.dtype);
   for (size_t i = 0; i < t->gradients.size(); ++i)
     bw.output_names.at(i) = fmt::format("gradient of '{}'", t->gradients[i]);
   using Source = Pipeline::Impl::Training::Source;
@@ -146,6 +151,10 @@ void Pipeline::Impl::place_saved() {
   t.grad_output_shapes.clear();
   for (size_t i = 0; i < own_outputs; ++i)
     t.grad_output_shapes.push_back(shape_at(in.outputs[i], dims));
+  const Impl &bw = *t.backward.impl_;
+  t.backward_input_shapes.clear();
+  for (size_t id : bw.input_ids)
+    t.backward_input_shapes.push_back(shape_at(bw.executable.interface.declared[id].type, dims));
   t.gradient_shapes.clear();
   for (const std::string &name : t.gradients)
     t.gradient_shapes.push_back(
@@ -161,7 +170,8 @@ void Pipeline::Impl::keep_layout() {
                              : bound.at(executable.interface.declared[t.param_declared[p]].name);
 }
 
-void Pipeline::Impl::keep_for_backward(const Tensor *inputs, const RngState &drawn, CUstream stream) {
+void Pipeline::Impl::keep_for_backward(const Tensor *inputs, const RngState &drawn,
+                                       CUstream stream) {
   Training &t = *training;
   rt::Driver &driver = rt::Driver::get();
   for (size_t p = 0; p < t.params.size(); ++p)
@@ -193,8 +203,7 @@ DType Pipeline::gradient_dtype(size_t i) const {
   const Impl::Training &t = impl().training_or_throw("gradient_dtype()");
   if (i >= t.gradients.size())
     throw Error(fmt::format("{}: no gradient {} (it has {})", impl_->where, i, t.gradients.size()));
-  const exec::Interface &in = impl_->executable.interface;
-  return in.declared[static_cast<size_t>(in.find(t.gradients[i]))].type.dtype;
+  return t.gradient_dtypes[i];
 }
 
 void Pipeline::backward(const std::vector<Tensor> &grad_outputs,
@@ -232,17 +241,21 @@ void Pipeline::backward(const Tensor *grad_outputs, size_t grad_output_count,
                             t.gradients.size(), fmt::join(t.gradients, ", "),
                             gradients ? gradient_count : 0));
   for (size_t i = 0; i < grad_output_count; ++i)
-    check_like(im.where, fmt::format("the gradient of output {}", i), grad_outputs[i],
-               t.grad_output_shapes[i], im.output_type(i).dtype, t.dims);
+    if (const DType dtype = im.executable.interface.outputs[i].dtype;
+        !matches(grad_outputs[i], t.grad_output_shapes[i], dtype))
+      throw mismatch(im.where, fmt::format("the gradient of output {}", i), grad_outputs[i],
+                     t.grad_output_shapes[i], dtype, t.dims);
   for (size_t i = 0; i < gradient_count; ++i)
-    check_like(im.where, fmt::format("the gradient of '{}'", t.gradients[i]), gradients[i],
-               t.gradient_shapes[i], gradient_dtype(i), t.dims);
+    if (!matches(gradients[i], t.gradient_shapes[i], t.gradient_dtypes[i]))
+      throw mismatch(im.where, fmt::format("the gradient of '{}'", t.gradients[i]), gradients[i],
+                     t.gradient_shapes[i], t.gradient_dtypes[i], t.dims);
   using Source = Impl::Training::Source;
   for (size_t i = 0; i < t.inputs.size(); ++i) {
     const auto &[source, index] = t.inputs[i];
     t.backward_inputs[i] = source == Source::GradOutput ? grad_outputs[index]
                            : source == Source::Saved    ? im.all_outputs[im.own_outputs + index]
                                                         : t.forward_inputs[index];
+    t.backward_inputs[i].shape = t.backward_input_shapes[i];
   }
   for (size_t p = 0; p < t.params.size(); ++p)
     if (!same_tensor(t.backward_bound[p], t.param_tensors[p])) {

@@ -117,6 +117,7 @@ struct Pipeline::Impl::Training {
 
   Pipeline backward;
   std::vector<std::string> gradients;
+  std::vector<DType> gradient_dtypes;
   // Per backward input position: the gradient of output `index`, saved value `index` (forward
   // output own_outputs + index), or forward input `index`.
   enum class Source : uint8_t { GradOutput, Saved, ForwardInput };
@@ -133,6 +134,9 @@ struct Pipeline::Impl::Training {
   bool ran = false;
   rt::Dims dims;
   std::vector<std::vector<int64_t>> grad_output_shapes, gradient_shapes;
+  // Each backward input's declared shape at those dims: a value of a view's shape ([B*T, F]) is
+  // declared in the backward by its dims ([B, T, F]), the same rows.
+  std::vector<std::vector<int64_t>> backward_input_shapes;
   std::vector<Tensor> forward_inputs, param_tensors, snapshots;
   RngState rng;
   // What backward() hands the backward pipeline, and what it has bound there.

@@ -235,8 +235,9 @@ private:
     for (size_t i = 0; i < req_.backward.grad_inputs.size(); ++i) {
       HostTensor &t = reference.at(req_.backward.grad_inputs[i]);
       grads.push_back(upload(t, pipeline_.output_dtype(i)));
-      grad_refs.push_back({reinterpret_cast<void *>(grads.back().buffer.ptr()), t.shape,
-                           pipeline_.output_dtype(i)});
+      // Declared in the backward by its dims ([B, T, F]), it is output i's gradient ([B*T, F]).
+      grad_refs.push_back({reinterpret_cast<void *>(grads.back().buffer.ptr()),
+                           pipeline_.output_shape(i, dims_), pipeline_.output_dtype(i)});
     }
     const std::vector<std::string> names = pipeline_.gradients();
     for (size_t i = 0; i < names.size(); ++i) {
@@ -253,9 +254,10 @@ private:
     stream.synchronize();
     std::vector<HostTensor> expected;
     if (req_.reference) {
+      // The saved values in the backward's declared shapes (the same elements).
       for (size_t i = 0; i < req_.backward.saved.size(); ++i)
-        reference[req_.backward.saved[i]] =
-            ref_outs_.at(g_.outputs.size() - req_.backward.saved.size() + i);
+        reference.at(req_.backward.saved[i]).data =
+            ref_outs_.at(g_.outputs.size() - req_.backward.saved.size() + i).data;
       for (const Value &v : bg.values)
         if (!v.is_op() && at_entry_.count(v.name))
           reference[v.name] = at_entry_.at(v.name);
