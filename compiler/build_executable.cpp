@@ -429,12 +429,17 @@ LoweredTraining lower_training(const dsl::SourceFile &src, const LowerOptions &o
 }
 
 exec::Training build_training(const LoweredTraining &t) {
-  return {build_executable(t.forward),
-          build_executable(t.backward),
-          t.sources.outputs,
-          t.sources.grad_inputs,
-          t.sources.saved,
-          t.sources.gradients};
+  return build_training(t.sources, t.forward, t.backward);
+}
+
+exec::Training build_training(const TrainingSources &sources, const Lowered &forward,
+                              const Lowered &backward) {
+  return {build_executable(forward),
+          build_executable(backward),
+          sources.outputs,
+          sources.grad_inputs,
+          sources.saved,
+          sources.gradients};
 }
 
 namespace exec {

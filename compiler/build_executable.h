@@ -26,6 +26,8 @@ struct LoweredTraining {
 };
 LoweredTraining lower_training(const dsl::SourceFile &src, const LowerOptions &options);
 exec::Training build_training(const LoweredTraining &training);
+exec::Training build_training(const TrainingSources &sources, const Lowered &forward,
+                              const Lowered &backward);
 
 // `lowered` must be lowered to CUDA (LowerOptions::Until::Cuda).
 exec::Executable build_executable(const Lowered &lowered);

@@ -301,6 +301,8 @@ void Pipeline::bind(const std::string &name, const Tensor &t) {
 void rt::PipelineAccess::set_gemm_hook(Pipeline &p, GemmHook hook) {
   Pipeline::Impl &im = p.impl();
   std::lock_guard<std::mutex> lock(im.mutex);
+  if (im.training) // a training pipeline's backward runs its GEMMs through the hook too
+    set_gemm_hook(im.training->backward, hook);
   im.gemm_hook = std::move(hook);
   im.run_graph.reset(); // a captured graph holds the launches the hook would replace
   im.steady_runs = 0;

@@ -72,6 +72,10 @@ TEST_CASE("cli backward: what has no backward is refused, before any GPU work") 
   CHECK(pool.exit_code == 1);
   CHECK(pool.err.find("kfuse plan: error: grad: %5 (max_pool1d) has no vector-Jacobian product") ==
         0);
+  ToolRun bench = run_kfuse("bench examples/maxout_relu_max_pool1d.kf --backward --dim N=4");
+  CHECK(bench.exit_code == 1);
+  CHECK(bench.err.find("kfuse bench: error: grad: %5 (max_pool1d) has no vector-Jacobian "
+                       "product") == 0);
   ToolRun ranks = run_kfuse("compile examples/gemm_scale_bn.kf --backward --batch-stats-ranks 2");
   CHECK(ranks.exit_code == 1);
   CHECK(ranks.err.find("batchnorm statistics exchanged across ranks (Options::batch_stats_ranks) "
