@@ -121,6 +121,7 @@ const Tensor *Pipeline::Impl::with_saved(const Tensor *outputs) {
 // and the shapes backward() will expect; the run's table points at the saved values.
 void Pipeline::Impl::place_saved() {
   Training &t = *training;
+  t.ran = false; // what the last run kept is being replaced: no backward until a run completes
   const exec::Interface &in = executable.interface;
   std::vector<size_t> offsets;
   size_t bytes = 0;

@@ -33,7 +33,7 @@ Options training(Mode mode = Mode::Train) {
 
 } // namespace
 
-TEST_CASE("training api: a pipeline compiled with its backward names its gradients; the saved "
+TEST_CASE("training api: a pipeline compiled with its backward names its gradients, the saved "
           "values are no outputs of its own") {
   Pipeline p = Pipeline::from_string(kTrain, "chain.kf", training());
   CHECK(p.gradients() == std::vector<std::string>{"x", "weight", "bn_weight", "bn_bias"});

@@ -227,7 +227,7 @@ private:
                .emplace(std::make_pair(graph, id),
                         random_tensor(
                             {g[id].name, exec::DeclaredTensor::Kind::Input, type_of(g[id].type)},
-                            s_.dims, (s_.seed * 7919u + graph) * 7919u + static_cast<uint64_t>(id)))
+                            s_.dims, s_.seed * 7919u + graph * 104729u + static_cast<uint64_t>(id)))
                .first;
     return it->second.data();
   }
