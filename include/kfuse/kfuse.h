@@ -5,6 +5,10 @@
 //   p.bind("weight", {d_weight, {8192, 8192}});  // params and state, by name
 //   p.run({{"x", {d_x, {1024, 8192}}}}, {{d_out, {1024, 8192}}}, stream);
 //
+// Training: compiled with Options::backward, a run keeps what backward() reads, and
+// backward(output gradients, {{"x", d_x_grad}, {"weight", d_weight_grad}, ...}, stream) writes
+// the gradients (docs/DSL.md, "Training from C++ and the command line").
+//
 // Every error is a kfuse::Error (kfuse/error.h) naming the pipeline, the tensor and what was
 // expected. Compiling is thread-safe; a Pipeline runs on one stream at a time (use one per
 // concurrent stream), in the CUDA context current on the thread when it first runs (else device
