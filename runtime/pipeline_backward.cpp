@@ -60,7 +60,7 @@ Pipeline rt::PipelineAccess::compile_training(exec::Training training) {
   Pipeline::Impl &im = *p.impl_;
   im.own_outputs = training.outputs;
   for (size_t i = 0; i < training.saved.size(); ++i)
-    im.output_names.at(im.own_outputs + i) = fmt::format("saved value '{}'", training.saved[i]);
+    im.output_names.at(im.own_outputs + i) = training.saved[i];
   im.all_outputs.resize(im.output_names.size());
 
   auto t = std::make_unique<Pipeline::Impl::Training>(compile(std::move(training.backward)));
@@ -70,7 +70,7 @@ Pipeline rt::PipelineAccess::compile_training(exec::Training training) {
     t->gradient_dtypes.push_back(
         forward.declared[static_cast<size_t>(forward.find(name))].type.dtype);
   for (size_t i = 0; i < t->gradients.size(); ++i)
-    bw.output_names.at(i) = fmt::format("gradient of '{}'", t->gradients[i]);
+    bw.output_names.at(i) = "grad " + t->gradients[i]; // as `kfuse run --backward` names them
   using Source = Pipeline::Impl::Training::Source;
   auto position = [](const std::vector<std::string> &names, const std::string &name) {
     return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());

@@ -108,6 +108,12 @@ TEST_CASE("gpu training: backward() checks its tensors against the last run's di
                        doctest::Contains("the gradient of 'weight' must be f32[53, 37] (at the "
                                          "last run's N=29), got f32[37, 53]"),
                        Error);
+  // What the backward pipeline checks itself (memory, layout) names the gradient as run does.
+  wrong["weight"] = Tensor{nullptr, {53, 37}};
+  CHECK_THROWS_WITH_AS(p.backward({grad_out}, wrong, stream.handle()),
+                       doctest::Contains("pipeline 'scale_bn_f32_37_53_backward': tensor 'grad "
+                                         "weight' is a null pointer"),
+                       Error);
   CHECK_THROWS_WITH_AS(p.backward({}, gradients, stream.handle()),
                        doctest::Contains("backward(): expected 1 output gradient(s), got 0"),
                        Error);
