@@ -1,5 +1,7 @@
 #include "compiler/build_executable.h"
 
+#include "compiler/dsl/parser.h"
+#include "compiler/ir/grad.h"
 #include "compiler/ir/infer.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/views.h"
@@ -401,6 +403,45 @@ LowerOptions lower_options(const exec::Request &request) {
   return lo;
 }
 
+TrainingSources training_sources(const dsl::SourceFile &src, ir::Mode mode) {
+  dsl::Diagnostics diags(src);
+  const ir::Graph forward = dsl::parse_kf(src, diags);
+  const ir::GradResult r = ir::grad(forward, mode);
+  // The printed graphs name their file after `src`: a message about either says whose it is.
+  const std::string where = fmt::format("{} ({} mode", src.name(), ir::mode_name(mode));
+  TrainingSources t{dsl::SourceFile(where + ", forward that saves)",
+                                    ir::print_kf(ir::forward_with_saves(forward, r))),
+                    dsl::SourceFile(where + ", backward)", ir::print_kf(r.backward)),
+                    forward.outputs.size(),
+                    r.grad_inputs,
+                    r.saved_names,
+                    std::vector<std::string>(r.gradients.size())};
+  for (const auto &[id, index] : r.gradients)
+    t.gradients.at(index) = forward[id].name;
+  return t;
+}
+
+LoweredTraining lower_training(const dsl::SourceFile &src, const LowerOptions &options) {
+  TrainingSources sources = training_sources(src, options.mode);
+  Lowered forward = lower(sources.forward, options);
+  Lowered backward = lower(sources.backward, options);
+  return {std::move(sources), std::move(forward), std::move(backward)};
+}
+
+exec::Training build_training(const LoweredTraining &t) {
+  return build_training(t.sources, t.forward, t.backward);
+}
+
+exec::Training build_training(const TrainingSources &sources, const Lowered &forward,
+                              const Lowered &backward) {
+  return {build_executable(forward),
+          build_executable(backward),
+          sources.outputs,
+          sources.grad_inputs,
+          sources.saved,
+          sources.gradients};
+}
+
 namespace exec {
 
 std::string read_kf_file(const std::string &path) { return dsl::SourceFile::read(path).text(); }
@@ -408,6 +449,17 @@ std::string read_kf_file(const std::string &path) { return dsl::SourceFile::read
 Executable compile_executable(const std::string &kf_text, const std::string &file_name,
                               const Request &request) {
   return build_executable(lower(dsl::SourceFile(file_name, kf_text), lower_options(request)));
+}
+
+Training compile_training(const std::string &kf_text, const std::string &file_name,
+                          const Request &request) {
+  // Each rank's gradient column sums would need adding over the ranks as the statistics are.
+  if (request.target.batch_stats_ranks > 0)
+    throw Error(fmt::format("{}: batchnorm statistics exchanged across ranks "
+                            "(Options::batch_stats_ranks) have no backward",
+                            file_name));
+  return build_training(
+      lower_training(dsl::SourceFile(file_name, kf_text), lower_options(request)));
 }
 
 } // namespace exec

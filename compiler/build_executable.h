@@ -7,6 +7,28 @@
 
 namespace kfuse {
 
+// Reverse mode (compiler/ir/grad.h) as two .kf texts that lower() takes as any other: the
+// forward of `src` that also returns what the backward reads (its further outputs, `saved` in
+// order), and the backward (inputs: `grad_inputs`, one per forward output, `saved`, and the
+// forward's declarations it reads; outputs: the gradients of `gradients`, in order). Throws
+// dsl::DiagnosticError for a .kf error, ir::GradError for an op without a gradient rule.
+struct TrainingSources {
+  dsl::SourceFile forward, backward;
+  size_t outputs = 0; // the forward's own
+  std::vector<std::string> grad_inputs, saved, gradients;
+};
+TrainingSources training_sources(const dsl::SourceFile &src, ir::Mode mode);
+
+// Both lowered with `options` (in its mode), and their executables (lowered to CUDA).
+struct LoweredTraining {
+  TrainingSources sources;
+  Lowered forward, backward;
+};
+LoweredTraining lower_training(const dsl::SourceFile &src, const LowerOptions &options);
+exec::Training build_training(const LoweredTraining &training);
+exec::Training build_training(const TrainingSources &sources, const Lowered &forward,
+                              const Lowered &backward);
+
 // `lowered` must be lowered to CUDA (LowerOptions::Until::Cuda).
 exec::Executable build_executable(const Lowered &lowered);
 exec::Executable build_executable(const plan::Plan &plan, const codegen::Program &program,

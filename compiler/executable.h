@@ -243,4 +243,21 @@ std::string read_kf_file(const std::string &path);
 Executable compile_executable(const std::string &kf_text, const std::string &file_name,
                               const Request &request);
 
+// A pipeline and its reverse mode (Options::backward) as two executables: the forward, which
+// returns the values the backward reads after its own outputs, and the backward, run in the
+// forward's mode at the forward run's dropout stream. The names say which tensor is which: the
+// runtime knows no IR.
+struct Training {
+  Executable forward, backward;
+  size_t outputs = 0; // the pipeline's own outputs; forward's output outputs + i is saved[i]
+  std::vector<std::string> grad_inputs; // backward inputs: the gradient of output i
+  std::vector<std::string> saved;       // backward inputs: the forward's further outputs
+  std::vector<std::string> gradients;   // backward output i: the gradient of this input or param
+};
+
+// Throws as compile_executable does, and ir::GradError (a kfuse::Error) naming an op whose
+// gradient has no rule.
+Training compile_training(const std::string &kf_text, const std::string &file_name,
+                          const Request &request);
+
 } // namespace kfuse::exec

@@ -107,12 +107,18 @@ Pipeline Pipeline::from_string(const std::string &kf_text, const std::string &fi
       throw Error(fmt::format("{}: Options::tune_at_start stores tuned configurations that "
                               "Options::use_tuned = false would not use",
                               file_name));
+    if (options.backward)
+      throw Error(fmt::format("{}: Options::tune_at_start tunes the pipeline's forward alone, not "
+                              "the forward that saves for Options::backward and the backward",
+                              file_name));
     rt::TuningRequest request;
     request.dims = options.tune_at_start;
     rt::tune_gemms(kf_text, file_name, options, request);
   }
-  return PipelineAccess::compile(
-      exec::compile_executable(kf_text, file_name, PipelineAccess::request(options, true)));
+  const exec::Request request = PipelineAccess::request(options, true);
+  if (options.backward)
+    return PipelineAccess::compile_training(exec::compile_training(kf_text, file_name, request));
+  return PipelineAccess::compile(exec::compile_executable(kf_text, file_name, request));
 }
 
 const exec::Executable &rt::PipelineAccess::executable(const Pipeline &p) {
@@ -182,6 +188,7 @@ Pipeline rt::PipelineAccess::compile(exec::Executable executable) {
     }
   for (size_t i = 0; i < in.outputs.size(); ++i)
     impl->output_names.push_back(fmt::format("output {}", i));
+  impl->own_outputs = in.outputs.size();
   if (target.max_split_k < 0)
     throw Error(fmt::format("{}: Options::max_split_k is {}; it must be 0 (the shape's choice) "
                             "or a positive cap",
@@ -213,7 +220,7 @@ std::vector<std::string> Pipeline::params() const {
   return out;
 }
 
-size_t Pipeline::output_count() const { return impl().executable.interface.outputs.size(); }
+size_t Pipeline::output_count() const { return impl().own_outputs; }
 
 namespace {
 
@@ -235,10 +242,9 @@ std::vector<int64_t> bound_shape(const std::string &where, const exec::TensorTyp
 } // namespace
 
 const exec::TensorType &Pipeline::Impl::output_type(size_t i) const {
-  const std::vector<exec::TensorType> &outputs = executable.interface.outputs;
-  if (i >= outputs.size())
-    throw Error(fmt::format("{}: no output {} (it has {})", where, i, outputs.size()));
-  return outputs[i];
+  if (i >= own_outputs)
+    throw Error(fmt::format("{}: no output {} (it has {})", where, i, own_outputs));
+  return executable.interface.outputs[i];
 }
 
 std::vector<int64_t> Pipeline::shape(const std::string &name,
@@ -295,6 +301,8 @@ void Pipeline::bind(const std::string &name, const Tensor &t) {
 void rt::PipelineAccess::set_gemm_hook(Pipeline &p, GemmHook hook) {
   Pipeline::Impl &im = p.impl();
   std::lock_guard<std::mutex> lock(im.mutex);
+  if (im.training) // a training pipeline's backward runs its GEMMs through the hook too
+    set_gemm_hook(im.training->backward, hook);
   im.gemm_hook = std::move(hook);
   im.run_graph.reset(); // a captured graph holds the launches the hook would replace
   im.steady_runs = 0;

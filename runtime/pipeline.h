@@ -55,9 +55,15 @@ struct PipelineAccess {
   // Every Pipeline is made here: NVRTC (through the disk cache) on `executable`, for its target
   // (the compiler built it for request(options, ...)), so each front end lowers once.
   static Pipeline compile(exec::Executable executable);
+  // A pipeline compiled with Options::backward: its forward and its backward, both through
+  // compile() (runtime/pipeline_backward.cpp).
+  static Pipeline compile_training(exec::Training training);
+  // The backward of such a pipeline (its plan, source and compile report); throws for another.
+  static const Pipeline &backward(const Pipeline &p);
   static const exec::Executable &executable(const Pipeline &p);
-  // Every later run hands its bare-product GEMM kernels (exec::Kernel::bare_gemm) to `hook`
-  // instead of launching them; an empty hook launches them again.
+  // Every later run (and backward() of a training pipeline) hands its bare-product GEMM kernels
+  // (exec::Kernel::bare_gemm) to `hook` instead of launching them; an empty hook launches them
+  // again.
   static void set_gemm_hook(Pipeline &p, GemmHook hook);
   // Every GEMM kernel of `p` in launch order, with S at the dims of its last run (kfuse bench
   // reports them beside the fused pipeline's time).

@@ -34,6 +34,12 @@ struct Pipeline::Impl {
   std::vector<size_t> input_ids;
   std::vector<int> input_position;
   std::vector<std::string> output_names; // "output 0", ...: how messages name outputs
+  size_t own_outputs = 0; // the outputs run() takes; a training forward's saved values follow
+
+  // Options::backward: the backward and what each run keeps for it (pipeline_backward.cpp).
+  struct Training;
+  std::unique_ptr<Training> training;
+  std::vector<Tensor> all_outputs; // training: the caller's outputs, then the saved values
   std::unique_ptr<rt::LaunchTable> table;
   RngState rng; // the next train-mode run's dropout stream; each such run advances the offset
 
@@ -93,6 +99,48 @@ struct Pipeline::Impl {
   void prepare();
   // Instead of all of the above, where only data pointers changed.
   void check_moved(const Tensor *inputs, const Tensor *outputs);
+
+  // Training (pipeline_backward.cpp). The caller's outputs followed by the saved values, which
+  // place_saved() lays out in memory the pipeline owns for the run's dims (from prepare());
+  // keep_layout() records the dims and the params and state a run reads (after its tensors
+  // changed); keep_for_backward() what else backward() needs of each run, before its launches.
+  const Tensor *with_saved(const Tensor *outputs);
+  void place_saved();
+  void keep_layout();
+  void keep_for_backward(const Tensor *inputs, const RngState &drawn, CUstream stream);
+  Training &training_or_throw(const char *what) const;
+};
+
+// Where every tensor a backward run reads comes from, and what the last forward run kept.
+struct Pipeline::Impl::Training {
+  explicit Training(Pipeline backward_pipeline) : backward(std::move(backward_pipeline)) {}
+
+  Pipeline backward;
+  std::vector<std::string> gradients;
+  std::vector<DType> gradient_dtypes;
+  // Per backward input position: the gradient of output `index`, saved value `index` (forward
+  // output own_outputs + index), or forward input `index`.
+  enum class Source : uint8_t { GradOutput, Saved, ForwardInput };
+  std::vector<std::pair<Source, size_t>> inputs;
+  // Per backward param or state (by name): the forward's declared tensor it is, and in train
+  // mode for a state, the snapshot a run takes at entry (runs update state in place).
+  std::vector<std::string> params;
+  std::vector<size_t> param_declared;
+  std::vector<bool> snapshot;
+
+  rt::DeviceBuffer memory; // the saved values and snapshots at 256-byte offsets; grown
+  // Of the last run: its dims, the shapes backward() expects, its inputs, params and state (or
+  // their snapshots) and the dropout stream it drew from.
+  bool ran = false;
+  rt::Dims dims;
+  std::vector<std::vector<int64_t>> grad_output_shapes, gradient_shapes;
+  // Each backward input's declared shape at those dims: a value of a view's shape ([B*T, F]) is
+  // declared in the backward by its dims ([B, T, F]), the same rows.
+  std::vector<std::vector<int64_t>> backward_input_shapes;
+  std::vector<Tensor> forward_inputs, param_tensors, snapshots;
+  RngState rng;
+  // What backward() hands the backward pipeline, and what it has bound there.
+  std::vector<Tensor> backward_inputs, backward_bound;
 };
 
 // Binds symbolic dims of `type` from `shape`, checking every extent; `bound_by` names the tensor

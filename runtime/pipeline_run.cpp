@@ -80,7 +80,7 @@ void Pipeline::Impl::check_tensors(const Tensor *inputs, const Tensor *outputs) 
     (v.kind == DeclaredTensor::Kind::State ? states : im.read)
         .push_back(rt::bytes_of(fmt::format("{} '{}'", exec::kind_name(v.kind), v.name), *t));
   }
-  for (size_t i = 0; i < in.outputs.size(); ++i) {
+  for (size_t i = 0; i < im.own_outputs; ++i) { // the saved values are the pipeline's own
     const std::string &name = im.output_names[i];
     rt::check_layout(im.where, name, in.outputs[i], outputs[i]);
     unify(im.where, name, in.outputs[i], outputs[i].shape, bound_dims, bound_by);
@@ -132,7 +132,7 @@ void Pipeline::Impl::check_memory(const Tensor *inputs, const Tensor *outputs) {
     if (i >= im.seen_inputs.size() || inputs[i].data != im.seen_inputs[i].data)
       rt::check_device_memory(im.where, im.executable.interface.declared[im.input_ids[i]].name,
                               inputs[i], im.device);
-  for (size_t i = 0; i < im.output_names.size(); ++i)
+  for (size_t i = 0; i < im.own_outputs; ++i)
     if (i >= im.seen_outputs.size() || outputs[i].data != im.seen_outputs[i].data)
       rt::check_device_memory(im.where, im.output_names[i], outputs[i], im.device);
   for (const auto &[name, t] : im.bound)
@@ -167,7 +167,7 @@ void Pipeline::Impl::check_moved(const Tensor *inputs, const Tensor *outputs) {
     const DeclaredTensor &v = in.declared[input_ids[i]];
     move(inputs[i], seen_inputs[i], v.name, v.type, input_ids[i], read[input_bytes[i]]);
   }
-  for (size_t i = 0; i < output_names.size(); ++i)
+  for (size_t i = 0; i < own_outputs; ++i)
     move(outputs[i], seen_outputs[i], output_names[i], in.outputs[i], in.declared.size() + i,
          written[i]);
   rt::check_no_aliasing(where, written, read);
@@ -186,6 +186,8 @@ void Pipeline::Impl::prepare() {
     }
     im.pointers[im.table->per_bind_slot(i)] = im.per_bind_buffers[i].ptr();
   }
+  if (im.training)
+    im.place_saved();
   im.split_counters_zero = false;
   const Dump dump(im.executable.interface.name,
                   im.executable.mode == Mode::Train ? "train" : "eval");
@@ -233,9 +235,13 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
   if (input_count != im.input_ids.size() || (input_count > 0 && !inputs))
     throw Error(fmt::format("{}: expected {} input tensor(s), got {}", im.where,
                             im.input_ids.size(), inputs ? input_count : 0));
-  if (output_count != im.output_names.size() || (output_count > 0 && !outputs))
-    throw Error(fmt::format("{}: expected {} output tensor(s), got {}", im.where,
-                            im.output_names.size(), outputs ? output_count : 0));
+  if (output_count != im.own_outputs || (output_count > 0 && !outputs))
+    throw Error(fmt::format("{}: expected {} output tensor(s), got {}", im.where, im.own_outputs,
+                            outputs ? output_count : 0));
+  if (im.training) { // the saved values follow the caller's outputs
+    outputs = im.with_saved(outputs);
+    output_count = im.output_names.size();
+  }
   if (im.table->exchanges() && !im.all_gather)
     throw Error(fmt::format("{}: it exchanges batch statistics across {} ranks "
                             "(Options::batch_stats_ranks), but no all-gather is set "
@@ -264,6 +270,8 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
     im.recheck = false;
     im.run_graph.reset();
     im.steady_runs = 0;
+    if (im.training)
+      im.keep_layout();
   }
   // Per-bind kernels (precision bf16's rounded weights) run before the first run after a bind,
   // outside the replayed graph.
@@ -282,6 +290,8 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
   // A pipeline that draws (dropout in train mode) gives each run its own offset: its kernels'
   // arguments change every run.
   const bool draws = im.table->draws();
+  if (im.training)
+    im.keep_for_backward(inputs, im.rng, stream);
   if (draws) {
     im.table->set_rng(im.rng.seed, im.rng.offset);
     ++im.rng.offset;

@@ -5,6 +5,10 @@
 //   p.bind("weight", {d_weight, {8192, 8192}});  // params and state, by name
 //   p.run({{"x", {d_x, {1024, 8192}}}}, {{d_out, {1024, 8192}}}, stream);
 //
+// Training: compiled with Options::backward, a run keeps what backward() reads, and
+// backward(output gradients, {{"x", d_x_grad}, {"weight", d_weight_grad}, ...}, stream) writes
+// the gradients (docs/DSL.md, "Training from C++ and the command line").
+//
 // Every error is a kfuse::Error (kfuse/error.h) naming the pipeline, the tensor and what was
 // expected. Compiling is thread-safe; a Pipeline runs on one stream at a time (use one per
 // concurrent stream), in the CUDA context current on the thread when it first runs (else device
@@ -58,6 +62,10 @@ struct Options {
   // rank normalizes with, and updates its running statistics from, the whole batch. 0: each
   // run's own batch only.
   int batch_stats_ranks = 0;
+  // Also compile the pipeline's backward (reverse mode, docs/DSL.md "Gradients"): every run then
+  // keeps what the backward reads (saved values, in memory the pipeline owns) and backward()
+  // writes the gradients of the inputs and params. Not with batch_stats_ranks or tune_at_start.
+  bool backward = false;
 };
 
 // The all-gather of a pipeline compiled with Options::batch_stats_ranks = n: gathers `count`
@@ -186,6 +194,30 @@ public:
   // there). A run that needs more than `bytes` throws. set_workspace(nullptr, 0) goes back to
   // the pipeline's own.
   void set_workspace(void *data, size_t bytes);
+  // Training (a pipeline compiled with Options::backward; on any other these throw). A run keeps
+  // what backward() reads: the values the forward saves (in memory the pipeline allocates at the
+  // first run of each larger shape, written on the run's stream), the params and, in train mode,
+  // the state as the run read them, and its input tensors by pointer: leave those unchanged until
+  // backward(). backward() then runs in the pipeline's mode at the run's dropout stream (the
+  // run's masks), for the last run: a later run replaces what an earlier one kept.
+  //
+  // The inputs and params (declaration order) whose gradients backward() writes: those an output
+  // depends on through differentiable ops. State gets none.
+  std::vector<std::string> gradients() const;
+  // The shape and element type of gradient `i` (those of the tensor it is the gradient of).
+  std::vector<int64_t> gradient_shape(size_t i, const std::map<std::string, int64_t> &dims) const;
+  DType gradient_dtype(size_t i) const;
+  // The gradient of the loss with respect to every output (grad_outputs, in return order, each of
+  // its output's shape and type at the last run's dims) in, the gradient of every input and
+  // param of gradients() out, by name, on `stream` (asynchronously, ordered after the run when
+  // on its stream). Orders the gradients by gradients() and calls the positional backward().
+  void backward(const std::vector<Tensor> &grad_outputs,
+                const std::map<std::string, Tensor> &gradients, CUstream stream = nullptr);
+  // The same, positional: `gradients` in gradients() order. Like run(), a backward whose
+  // tensors equal the last one's only launches.
+  void backward(const Tensor *grad_outputs, size_t grad_output_count, const Tensor *gradients,
+                size_t gradient_count, CUstream stream = nullptr);
+
   // The all-gather runs of a pipeline compiled with Options::batch_stats_ranks > 0 call between
   // their kernels, once per train-mode batchnorm; such a run without one throws. Runs that call
   // it launch their kernels one by one (no replayed graph), on the caller's stream.

@@ -145,6 +145,8 @@ public:
     allocate_outputs();
     run_steps();
     compare_results();
+    if (req_.backward.graph)
+      check_backward();
     save_results();
     return std::move(result_);
   }
@@ -192,8 +194,11 @@ private:
       const kfuse::RngState rng = pipeline_.rng_state(); // what this run draws with
       pipeline_.run(inputs_, out_refs_, stream.handle());
       stream.synchronize();
+      last_rng_ = {rng.seed, rng.offset};
+      if (req_.backward.graph)
+        at_entry_ = host_; // the backward reads the state the last step read
       if (req_.reference)
-        ref_outs_ = interpret(g_, mode_, dims_, host_, {rng.seed, rng.offset});
+        ref_outs_ = interpret(g_, mode_, dims_, host_, last_rng_);
     }
     if (req_.reference)
       return;
@@ -217,6 +222,54 @@ private:
     for (ValueId id : g_.declared(ValueKind::State))
       add(compare(g_[id].name, download(device_.at(g_[id].name), host_.at(g_[id].name).data.size()),
                   host_.at(g_[id].name).data));
+  }
+
+  // The pipeline's backward after the last step on random output gradients, and the backward
+  // graph interpreted on the same gradients, the reference's saved values and the tensors the
+  // step read; every gradient poisoned first. Without a reference, finiteness only.
+  void check_backward() {
+    const Graph &bg = *req_.backward.graph;
+    TensorMap reference = random_tensors(bg, dims_, req_.seed + 1);
+    std::vector<DeviceTensor> grads, results;
+    std::vector<Tensor> grad_refs, result_refs;
+    for (size_t i = 0; i < req_.backward.grad_inputs.size(); ++i) {
+      HostTensor &t = reference.at(req_.backward.grad_inputs[i]);
+      grads.push_back(upload(t, pipeline_.output_dtype(i)));
+      // Declared in the backward by its dims ([B, T, F]), it is output i's gradient ([B*T, F]).
+      grad_refs.push_back({reinterpret_cast<void *>(grads.back().buffer.ptr()),
+                           pipeline_.output_shape(i, dims_), pipeline_.output_dtype(i)});
+    }
+    const std::vector<std::string> names = pipeline_.gradients();
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::vector<int64_t> shape = pipeline_.gradient_shape(i, dims_);
+      const kfuse::DType dtype = pipeline_.gradient_dtype(i);
+      const size_t bytes = elements(shape) * static_cast<size_t>(exec::dtype_bytes(dtype));
+      results.push_back({DeviceBuffer(std::max<size_t>(bytes, 4)), shape, dtype});
+      results.back().buffer.fill_bytes(0xff); // NaN: an element the backward forgets shows
+      result_refs.push_back({reinterpret_cast<void *>(results.back().buffer.ptr()), shape, dtype});
+    }
+    Stream stream;
+    pipeline_.backward(grad_refs.data(), grad_refs.size(), result_refs.data(), result_refs.size(),
+                       stream.handle());
+    stream.synchronize();
+    std::vector<HostTensor> expected;
+    if (req_.reference) {
+      // The saved values in the backward's declared shapes (the same elements).
+      for (size_t i = 0; i < req_.backward.saved.size(); ++i)
+        reference.at(req_.backward.saved[i]).data =
+            ref_outs_.at(g_.outputs.size() - req_.backward.saved.size() + i).data;
+      for (const Value &v : bg.values)
+        if (!v.is_op() && at_entry_.count(v.name))
+          reference[v.name] = at_entry_.at(v.name);
+      expected = interpret(bg, mode_, dims_, reference, last_rng_);
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::vector<double> gpu = download(results[i], elements(results[i].shape));
+      CheckEntry e = compare("grad " + names[i], gpu, req_.reference ? expected[i].data : gpu);
+      result_.worst =
+          std::max(result_.worst, e.finite ? e.relative : std::numeric_limits<double>::infinity());
+      result_.entries.push_back(std::move(e));
+    }
   }
 
   // --save DIR: every tensor, states before and after, and meta.json (docs/PERF.md). --inputs
@@ -275,8 +328,10 @@ private:
   const CheckRequest &req_;
   const ir::Mode mode_;
   DimBindings dims_;
-  TensorMap host_;    // the declared tensors as the device holds them; states as updated
-  TensorMap initial_; // the declared tensors before the first run
+  TensorMap host_;        // the declared tensors as the device holds them; states as updated
+  TensorMap initial_;     // the declared tensors before the first run
+  TensorMap at_entry_;    // the declared tensors as the last step read them (a backward's)
+  ir::RngState last_rng_; // the last step's dropout stream
   std::map<std::string, DeviceTensor> device_;
   std::map<std::string, Tensor> inputs_;
   std::vector<DeviceTensor> outs_;

@@ -44,6 +44,16 @@ struct CheckRequest {
   // such as PyTorch in float64 judges the saved tensors). Results are then only checked to be
   // finite, and their `relative` is 0.
   bool reference = true;
+  // Set for a pipeline compiled with Options::backward (checked as its forward that saves, the
+  // graph passed with the pipeline): after the last step, its backward() on random output
+  // gradients, every gradient ("grad <name>") checked against the fp64 interpreter's run of
+  // `backward`, the backward graph as lowered, on the reference's saved values, the declared
+  // tensors as that step read them and its dropout stream. Its inputs `grad_inputs` and `saved`
+  // are the gradients of the outputs and the forward's further outputs (TrainingSources).
+  struct Backward {
+    const ir::Graph *graph = nullptr;
+    std::vector<std::string> grad_inputs, saved;
+  } backward;
 };
 
 // Throws kfuse::Error when the GPU is unavailable or the pipeline is rejected.

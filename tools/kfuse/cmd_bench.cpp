@@ -1,12 +1,15 @@
 // kfuse bench F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32|bf16]
 //                  [--json FILE] [--iters 100] [--warmup 10] [--seed S] [--arch sm_90a]
-//                  [--max-split-k S (1: split-K off)] [--no-tuned]
+//                  [--max-split-k S (1: split-K off)] [--no-tuned] [--backward]
 //
 // Times three contenders in one process, on one stream, over the same device tensors, the same
 // way (runtime/gpu_timer.h): fused, the pipeline as planned; unfused (LowerOptions::fuse false:
 // one kernel per op, each result stored in its own type, GEMMs by cuBLAS at the requested
 // precision or on the bf16/f16 operands); cublas_gemm, the pipeline's GEMMs alone, the floor a
 // fused chain chases. A contender that cannot run says why; no number is ever made up.
+// --backward: every timed run is a training step, the forward that saves then the backward on
+// random output gradients (Options::backward), fused and unfused alike; cuBLAS runs the GEMMs of
+// both graphs (for a linear: the forward's, dX and dW); the agreement covers the gradients too.
 // docs/FORMATS.md describes the printed table and the --json schema.
 #include "compiler/build_executable.h"
 #include "compiler/dsl/parser.h"
@@ -67,8 +70,11 @@ struct BenchSetup {
   uint64_t seed = 0;
   std::string json_path, file;
   Lowered fused, unfused;
+  // --backward: fused and unfused are the forwards that save; these are their backwards.
+  std::optional<TrainingSources> training;
+  Lowered fused_backward, unfused_backward;
   ir::DimBindings dims;
-  std::vector<GemmShape> gemms;
+  std::vector<GemmShape> gemms, backward_gemms;
   GemmArithmetic arithmetic;
   bool tf32 = false;
 };
@@ -77,7 +83,7 @@ BenchSetup bench_setup(int argc, char **argv) {
   CommandLine cl = parse_command_line(
       argc, argv,
       {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim", "max-split-k"},
-      {"no-tuned"});
+      {"no-tuned", "backward"});
   BenchSetup s;
   s.options = pipeline_options(cl);
   s.iters = parse_count(cl, "iters", kRecommendedIters, 1);
@@ -94,13 +100,28 @@ BenchSetup bench_setup(int argc, char **argv) {
   if (s.options.precision != Precision::BF16)
     unfused_options.precision = Precision::FP32;
   const dsl::SourceFile src = dsl::SourceFile::read(s.file);
-  s.fused = lower(src, lower_options(rt::PipelineAccess::request(s.options, true)));
+  const LowerOptions fused = lower_options(rt::PipelineAccess::request(s.options, true));
+  const LowerOptions unfused = lower_options(rt::PipelineAccess::request(unfused_options, false));
+  if (s.options.backward) {
+    LoweredTraining f = lower_training(src, fused), u = lower_training(src, unfused);
+    s.training.emplace(std::move(f.sources));
+    s.fused = std::move(f.forward);
+    s.fused_backward = std::move(f.backward);
+    s.unfused = std::move(u.forward);
+    s.unfused_backward = std::move(u.backward);
+  } else {
+    s.fused = lower(src, fused);
+    s.unfused = lower(src, unfused);
+  }
   const ir::Graph &g = s.fused.graph;
   s.dims = cl.dims_of(g, /*all=*/true);
   s.gemms = gemm_shapes(g, s.dims);
-  s.arithmetic = gemm_arithmetic(g, s.gemms, s.options.precision);
+  if (s.training)
+    s.backward_gemms = gemm_shapes(s.fused_backward.graph, s.dims);
+  std::vector<GemmShape> all = s.gemms;
+  all.insert(all.end(), s.backward_gemms.begin(), s.backward_gemms.end());
+  s.arithmetic = gemm_arithmetic(g, all, s.options.precision);
   s.tf32 = !s.arithmetic.half() && s.options.precision == Precision::TF32;
-  s.unfused = lower(src, lower_options(rt::PipelineAccess::request(unfused_options, false)));
   return s;
 }
 
@@ -108,7 +129,7 @@ BenchSetup bench_setup(int argc, char **argv) {
 BenchReport describe_bench(const BenchSetup &s) {
   const ir::Graph &g = s.fused.graph;
   BenchReport r;
-  r.pipeline = g.name;
+  r.pipeline = s.training ? g.name + " (forward + backward)" : g.name;
   r.file = s.file;
   r.mode = std::string(ir::mode_name(ir_mode(s.options.mode)));
   r.arithmetic = s.arithmetic;
@@ -116,9 +137,10 @@ BenchReport describe_bench(const BenchSetup &s) {
   r.warmup = s.warmup;
   r.iters = s.iters;
   r.gemms = s.gemms;
+  r.gemms.insert(r.gemms.end(), s.backward_gemms.begin(), s.backward_gemms.end());
   r.min_bytes = minimum_bytes(g, s.fused.plan, s.dims);
   int64_t cublas_bytes = 0;
-  for (const GemmShape &gemm : s.gemms) {
+  for (const GemmShape &gemm : r.gemms) {
     r.flop += gemm.flop();
     cublas_bytes += gemm.bytes();
   }
@@ -132,6 +154,14 @@ BenchReport describe_bench(const BenchSetup &s) {
   r.fused.kernels = static_cast<int64_t>(s.fused.plan.kernels.size());
   r.fused.bytes_moved = plan::bytes_moved(s.fused.plan, s.dims);
   r.cublas.bytes_moved = cublas_bytes;
+  if (s.training) { // the backward's too: a step is both
+    const ir::Graph &bg = s.fused_backward.graph;
+    r.min_bytes += minimum_bytes(bg, s.fused_backward.plan, s.dims);
+    *r.unfused.kernels += static_cast<int64_t>(s.unfused_backward.plan.kernels.size());
+    *r.unfused.bytes_moved += plan::bytes_moved(s.unfused_backward.plan, s.dims);
+    *r.fused.kernels += static_cast<int64_t>(s.fused_backward.plan.kernels.size());
+    *r.fused.bytes_moved += plan::bytes_moved(s.fused_backward.plan, s.dims);
+  }
   if (s.tf32)
     r.unfused.note = "kfuse's own kernels compute in fp32; only the GEMM (cuBLAS) runs at tf32";
   if (s.options.precision == Precision::BF16)
@@ -162,6 +192,11 @@ public:
     } catch (const Error &e) {
       cublas_error_ = e.what();
     }
+    for (size_t i = 0; s.training && i < s.training->outputs; ++i)
+      grad_outputs_.push_back(
+          random_tensor({s.training->grad_inputs[i], exec::DeclaredTensor::Kind::Input,
+                         fused_executable_.interface.outputs[i]},
+                        s.dims, s.seed * 7919u + 104729u + i));
   }
 
   const std::string &cublas_version() const { return cublas_version_; }
@@ -178,17 +213,21 @@ public:
   }
 
 private:
-  // A GEMM operand: a declared tensor, or random scratch data of its shape for one another op
-  // computes (a GEMM fed by another op).
-  const void *operand(ir::ValueId id) {
-    if (!g_[id].is_op())
-      return data_.declared.at(g_[id].name).data();
-    auto it = scratch_.find(id);
+  // A GEMM operand of `g` (the forward, or with --backward the backward): a declared tensor of
+  // the pipeline, or random scratch data of its shape for one another op computes (a GEMM fed by
+  // another op) or the backward reads (an output's gradient, a saved value).
+  const void *operand(const ir::Graph &g, ir::ValueId id) {
+    if (!g[id].is_op())
+      if (auto declared = data_.declared.find(g[id].name); declared != data_.declared.end())
+        return declared->second.data();
+    const uint64_t graph = &g == &g_ ? 0 : 1;
+    auto it = scratch_.find({graph, id});
     if (it == scratch_.end())
       it = scratch_
-               .emplace(id, random_tensor({g_[id].name, exec::DeclaredTensor::Kind::Input,
-                                           type_of(g_[id].type)},
-                                          s_.dims, s_.seed * 7919u + static_cast<uint64_t>(id)))
+               .emplace(std::make_pair(graph, id),
+                        random_tensor(
+                            {g[id].name, exec::DeclaredTensor::Kind::Input, type_of(g[id].type)},
+                            s_.dims, s_.seed * 7919u + graph * 104729u + static_cast<uint64_t>(id)))
                .first;
     return it->second.data();
   }
@@ -205,16 +244,18 @@ private:
       c.error = cublas_error_;
       return;
     }
-    for (const GemmShape &s : s_.gemms)
-      gemm_outputs_.push_back(make_tensor({s.m, s.n}, api_dtype(s.result)));
+    std::vector<GemmShape> gemms;
     std::vector<const void *> as, bs;
-    for (const GemmShape &s : s_.gemms) {
-      as.push_back(operand(s.a));
-      bs.push_back(operand(s.b));
-    }
-    run_cublas_ = [this, as, bs](CUstream st) {
-      for (size_t i = 0; i < s_.gemms.size(); ++i) {
-        const GemmShape &s = s_.gemms[i];
+    for (const ir::Graph *g : {&g_, &s_.fused_backward.graph})
+      for (const GemmShape &s : g == &g_ ? s_.gemms : s_.backward_gemms) {
+        gemms.push_back(s);
+        gemm_outputs_.push_back(make_tensor({s.m, s.n}, api_dtype(s.result)));
+        as.push_back(operand(*g, s.a));
+        bs.push_back(operand(*g, s.b));
+      }
+    run_cublas_ = [this, gemms, as, bs](CUstream st) {
+      for (size_t i = 0; i < gemms.size(); ++i) {
+        const GemmShape &s = gemms[i];
         cublas_->gemm(math_, {s.operands, s.result}, s.trans_b, s.m, s.n, s.k, as[i], s.k, bs[i],
                       s.trans_b ? s.k : s.n, gemm_outputs_[i].data(), s.n, st);
       }
@@ -224,13 +265,15 @@ private:
   // unfused: kfuse's per-op kernels in fp32 storing each result in its type, GEMMs through
   // cuBLAS at the precision asked (on the pipeline's bf16/f16 operands where it has them).
   void prepare_unfused(Contender &c) {
-    unfused_out_ = data_.make_outputs();
+    unfused_out_ = outputs();
     if (!s_.gemms.empty() && !cublas_) {
       c.error = "its GEMMs need cuBLAS: " + cublas_error_;
       return;
     }
     try {
-      unfused_.emplace(rt::PipelineAccess::compile(build_executable(s_.unfused)));
+      unfused_.emplace(s_.training ? rt::PipelineAccess::compile_training(build_training(
+                                         *s_.training, s_.unfused, s_.unfused_backward))
+                                   : rt::PipelineAccess::compile(build_executable(s_.unfused)));
       if (cublas_)
         rt::PipelineAccess::set_gemm_hook(*unfused_, [this](const rt::GemmCall &call, CUstream st) {
           cublas_->gemm(math_, {ir_dtype(call.operands), ir_dtype(call.result)}, call.trans_b,
@@ -238,6 +281,7 @@ private:
                         call.ldc, st);
         });
       data_.bind_all(*unfused_);
+      unfused_gradients_ = gradients(*unfused_);
       c.compile_ms = unfused_->report().milliseconds;
       c.cache_hit = unfused_->report().cache_hit;
     } catch (const Error &e) {
@@ -248,7 +292,7 @@ private:
 
   // fused: only where kfuse implements the precision; otherwise say why, time nothing.
   void prepare_fused(Contender &c) {
-    fused_out_ = data_.make_outputs();
+    fused_out_ = outputs();
     try {
       require_supported(s_.options.precision);
     } catch (const Error &e) {
@@ -258,8 +302,11 @@ private:
     if (!c.supported)
       return;
     try {
-      fused_.emplace(rt::PipelineAccess::compile(fused_executable_));
+      fused_.emplace(s_.training ? rt::PipelineAccess::compile_training(
+                                       build_training(*s_.training, s_.fused, s_.fused_backward))
+                                 : rt::PipelineAccess::compile(fused_executable_));
       data_.bind_all(*fused_);
+      fused_gradients_ = gradients(*fused_);
       c.compile_ms = fused_->report().milliseconds;
       c.cache_hit = fused_->report().cache_hit;
     } catch (const Error &e) {
@@ -289,12 +336,26 @@ private:
       }
     };
     const std::vector<Tensor> unfused_tensors = tensors_of(unfused_out_),
-                              fused_tensors = tensors_of(fused_out_);
+                              fused_tensors = tensors_of(fused_out_),
+                              grad_outputs = tensors_of(grad_outputs_),
+                              unfused_gradients = tensors_of(unfused_gradients_),
+                              fused_gradients = tensors_of(fused_gradients_);
+    // --backward: a training step, the forward that saves then the backward.
+    auto step = [&](Pipeline &p, const std::vector<Tensor> &outs,
+                    const std::vector<Tensor> &gradients) {
+      return [this, pipeline = &p, outs = &outs, gradients = &gradients,
+              grads = &grad_outputs](CUstream st) {
+        pipeline->run(data_.inputs, *outs, st);
+        if (s_.training)
+          pipeline->backward(grads->data(), grads->size(), gradients->data(), gradients->size(),
+                             st);
+      };
+    };
     enter(r.cublas, run_cublas_);
     if (unfused_)
-      enter(r.unfused, [&](CUstream st) { unfused_->run(data_.inputs, unfused_tensors, st); });
+      enter(r.unfused, step(*unfused_, unfused_tensors, unfused_gradients));
     if (fused_)
-      enter(r.fused, [&](CUstream st) { fused_->run(data_.inputs, fused_tensors, st); });
+      enter(r.fused, step(*fused_, fused_tensors, fused_gradients));
     if (works.empty())
       return;
     try {
@@ -314,8 +375,13 @@ private:
   Agreement agreement() const {
     Agreement a;
     double diff2 = 0, ref2 = 0;
-    for (size_t i = 0; i < fused_out_.size(); ++i) {
-      std::vector<double> f = download(fused_out_[i]), u = download(unfused_out_[i]);
+    std::vector<std::pair<const DeviceTensor *, const DeviceTensor *>> pairs;
+    for (size_t i = 0; i < fused_out_.size(); ++i)
+      pairs.emplace_back(&fused_out_[i], &unfused_out_[i]);
+    for (size_t i = 0; i < fused_gradients_.size(); ++i)
+      pairs.emplace_back(&fused_gradients_[i], &unfused_gradients_[i]);
+    for (const auto &[fused, unfused] : pairs) {
+      std::vector<double> f = download(*fused), u = download(*unfused);
       for (size_t j = 0; j < f.size(); ++j) {
         double d = static_cast<double>(f[j]) - static_cast<double>(u[j]);
         a.max_abs = std::max(a.max_abs, std::fabs(d));
@@ -325,7 +391,26 @@ private:
     }
     a.rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
     a.bound = 2 * rt::error_bound(s_.options.precision, g_);
+    if (s_.training)
+      a.bound =
+          std::max(a.bound, 2 * rt::error_bound(s_.options.precision, s_.fused_backward.graph));
     return a;
+  }
+
+  // Fresh outputs of the pipeline's own (with --backward, not the saved values after them).
+  std::vector<DeviceTensor> outputs() const {
+    std::vector<DeviceTensor> out = data_.make_outputs();
+    if (s_.training)
+      out.erase(out.begin() + static_cast<std::ptrdiff_t>(s_.training->outputs), out.end());
+    return out;
+  }
+
+  // --backward: a buffer for every gradient `p` writes; none without.
+  std::vector<DeviceTensor> gradients(const Pipeline &p) const {
+    std::vector<DeviceTensor> out;
+    for (size_t i = 0; s_.training && i < p.gradients().size(); ++i)
+      out.push_back(make_tensor(p.gradient_shape(i, s_.dims), p.gradient_dtype(i)));
+    return out;
   }
 
   const BenchSetup &s_;
@@ -336,13 +421,15 @@ private:
   const GemmMath math_;
   std::optional<Cublas> cublas_;
   std::string cublas_error_, cublas_version_;
-  std::map<ir::ValueId, DeviceTensor> scratch_; // GEMM operands no declared tensor holds
-  std::vector<DeviceTensor> gemm_outputs_;      // cuBLAS's
+  // GEMM operands no declared tensor holds, by graph (0 the forward, 1 the backward) and value.
+  std::map<std::pair<uint64_t, ir::ValueId>, DeviceTensor> scratch_;
+  std::vector<DeviceTensor> gemm_outputs_; // cuBLAS's
   std::function<void(CUstream)> run_cublas_;
+  std::vector<DeviceTensor> grad_outputs_; // --backward: random, of the outputs' shapes
   std::optional<Pipeline> unfused_;
-  std::vector<DeviceTensor> unfused_out_;
+  std::vector<DeviceTensor> unfused_out_, unfused_gradients_;
   std::optional<Pipeline> fused_;
-  std::vector<DeviceTensor> fused_out_;
+  std::vector<DeviceTensor> fused_out_, fused_gradients_;
 };
 
 // The table on stdout and, with --json, the report in FILE.

@@ -1,9 +1,11 @@
-// kfuse compile F.kf [--mode] [--precision] [--arch] [--no-tuned] [--batch-stats-ranks R]: NVRTC
+// kfuse compile F.kf [--mode] [--precision] [--arch] [--no-tuned] [--batch-stats-ranks R]
+// [--backward (the forward that saves, then the backward)]: NVRTC
 // through the disk cache; no GPU needed. Prints the compile time, whether it was a cache hit, each
 // kernel's (and each GEMM variant's) resources and each GEMM's config and why (the heuristic's
 // reason, or "tuned on <device> at N=...": on a GPU the configs `kfuse tune` stored for it are used
 // unless
 // --no-tuned).
+#include "runtime/pipeline.h"
 #include "tools/kfuse/command_line.h"
 #include "tools/kfuse/commands.h"
 
@@ -12,10 +14,9 @@
 
 namespace kfuse::tool {
 
-int cmd_compile(int argc, char **argv) {
-  CommandLine cl = parse_command_line(
-      argc, argv, {"mode", "precision", "arch", "batch-stats-ranks"}, {"no-tuned"});
-  Pipeline p = Pipeline::from_file(cl.file(), pipeline_options(cl));
+namespace {
+
+void print_report(const Pipeline &p) {
   const CompileReport &r = p.report();
   size_t variants = 0;
   for (const KernelReport &k : r.kernels)
@@ -38,6 +39,17 @@ int cmd_compile(int argc, char **argv) {
     if (!k.unused.empty())
       std::printf("  %s: not used: %s\n", k.name.c_str(), k.unused.c_str());
   std::printf("cache key %s\n", r.cache_key.c_str());
+}
+
+} // namespace
+
+int cmd_compile(int argc, char **argv) {
+  CommandLine cl = parse_command_line(
+      argc, argv, {"mode", "precision", "arch", "batch-stats-ranks"}, {"no-tuned", "backward"});
+  Pipeline p = Pipeline::from_file(cl.file(), pipeline_options(cl));
+  print_report(p); // with --backward, the forward that saves what the backward reads
+  if (cl.flag("backward"))
+    print_report(rt::PipelineAccess::backward(p));
   return 0;
 }
 

@@ -1,7 +1,7 @@
 // kfuse grad F.kf [--mode train|eval]: the backward graph of the pipeline (compiler/ir/grad.h) as
 // .kf, after a header that says what the forward saves for it and which output is whose
-// gradient. The backward graph is not planned: its transposes have no kernel yet, so only the
-// fp64 interpreter runs it, and the header says so. Exit codes as `kfuse check`.
+// gradient. `kfuse plan|emit|compile|run|bench --backward` plan, compile and run it beside the
+// forward that saves. Exit codes as `kfuse check`.
 #include "compiler/dsl/diagnostics.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/grad.h"

@@ -2,6 +2,9 @@
 //                 [--precision P] [--arch sm_XX] [--no-tuned] [--batch-stats-ranks R]: the text
 //                 form ends with each GEMM kernel's config at that precision and why (heuristic, or
 //                 tuned on this GPU)
+// kfuse plan F.kf --backward [...]: the plans of the forward that saves what the backward reads,
+// and of the backward (docs/DSL.md, "Gradients"), each after a line naming what it reads and
+// writes; with --json, one object {"forward": ..., "backward": ...}.
 // kfuse plan F.kf --prove [--dim N=...]: proof by interpretation of the plan of F.kf in both
 // modes, on random data at several sizes (every dim bound to 1, 2 and 5, a dim that a view
 // equates with a product of others to that product, or the --dim values given; a size the file
@@ -131,17 +134,72 @@ std::string gemm_configs(const codegen::Program *program, const LowerOptions &lo
   return s;
 }
 
+// `src` lowered for its plan: to CUDA for the text form, which ends with the GEMM configs; the
+// plan of a pipeline the GPU path does not run (gpu_runs false) is lowered until the plan only.
+Lowered lower_for_plan(const dsl::SourceFile &src, LowerOptions options, bool text,
+                       bool &gpu_runs) {
+  options.until = text ? LowerOptions::Until::Cuda : LowerOptions::Until::Plan;
+  gpu_runs = text;
+  try {
+    return lower(src, options);
+  } catch (const dsl::DiagnosticError &) {
+    if (!text)
+      throw;
+    gpu_runs = false;
+    options.until = LowerOptions::Until::Plan; // a .kf error is raised again here
+    return lower(src, options);
+  }
+}
+
+std::string plan_output(const dsl::SourceFile &src, const LowerOptions &options,
+                        const Options &pipeline, const CommandLine &cl) {
+  const bool text = !cl.flag("json");
+  bool gpu_runs = false;
+  const Lowered lowered = lower_for_plan(src, options, text, gpu_runs);
+  const ir::DimBindings dims = cl.dims_of(lowered.graph, /*all=*/false);
+  if (!text)
+    return plan::print_plan_json(lowered.plan, dims);
+  return plan::print_plan_text(lowered.plan, dims) +
+         gemm_configs(gpu_runs ? &lowered.program : nullptr, options, pipeline, cl);
+}
+
+// --backward: the plans of the forward that saves for the backward and of the backward
+// (compiler/build_executable.h, TrainingSources), each after a line saying what it reads and
+// writes; --json: one object holding both.
+std::string training_plans(const dsl::SourceFile &src, const LowerOptions &options,
+                           const Options &pipeline, const CommandLine &cl) {
+  const TrainingSources t = training_sources(src, options.mode);
+  const std::string forward = plan_output(t.forward, options, pipeline, cl);
+  const std::string backward = plan_output(t.backward, options, pipeline, cl);
+  if (cl.flag("json"))
+    return fmt::format("{{\n\"forward\": {},\n\"backward\": {}}}\n", forward, backward);
+  std::vector<std::string> outputs;
+  for (size_t i = 0; i < t.outputs; ++i)
+    outputs.push_back(fmt::format("output {}", i));
+  std::vector<std::string> reads = t.grad_inputs;
+  reads.insert(reads.end(), t.saved.begin(), t.saved.end());
+  return fmt::format("# forward ({} mode): {}, then saves {} for the backward\n{}\n"
+                     "# backward ({} mode): reads {}; the gradients of {}\n{}",
+                     ir::mode_name(options.mode), fmt::join(outputs, ", "),
+                     t.saved.empty() ? "nothing" : fmt::format("{}", fmt::join(t.saved, ", ")),
+                     forward, ir::mode_name(options.mode), fmt::join(reads, ", "),
+                     fmt::join(t.gradients, ", "), backward);
+}
+
 } // namespace
 
 int cmd_plan(int argc, char **argv) {
   CommandLine cl =
       parse_command_line(argc, argv, {"mode", "dim", "precision", "arch", "batch-stats-ranks"},
-                         {"json", "dump-after-each-pass", "prove", "no-tuned"});
+                         {"json", "dump-after-each-pass", "prove", "no-tuned", "backward"});
   const bool prove_plan = cl.flag("prove");
   if (prove_plan &&
       (cl.options.count("mode") || cl.flag("json") || cl.flag("dump-after-each-pass")))
     throw UsageError("--prove checks both modes and prints its own report: it takes no "
                      "--mode, --json or --dump-after-each-pass");
+  if (prove_plan && cl.flag("backward"))
+    throw UsageError("--prove checks the file's own plan, not its backward's (kfuse run "
+                     "--backward checks the gradients)");
   // Precision bf16 changes the graph (its roundings), not only the GEMMs' math: the plan, and
   // --prove, are of the graph with them.
   const Options pipeline = pipeline_options(cl);
@@ -151,32 +209,15 @@ int cmd_plan(int argc, char **argv) {
       std::fprintf(stderr, "# IR after %.*s\n%s\n", static_cast<int>(pass.name.size()),
                    pass.name.data(), ir::print_kf(out).c_str());
     };
-  // The text form ends with the GEMM configs, from the CUDA of the same lowering; the plan of a
-  // pipeline the GPU path does not run is lowered until the plan only.
-  const bool text = !prove_plan && !cl.flag("json");
-  options.until = text ? LowerOptions::Until::Cuda : LowerOptions::Until::Plan;
   const dsl::SourceFile src = dsl::SourceFile::read(cl.file());
-  Lowered lowered;
-  bool gpu_runs = text;
-  try {
-    lowered = lower(src, options);
-  } catch (const dsl::DiagnosticError &) {
-    if (!text)
-      throw;
-    gpu_runs = false;
-    options.until = LowerOptions::Until::Plan; // a .kf error is raised again here
-    lowered = lower(src, options);
+  if (prove_plan) {
+    bool gpu_runs = false;
+    const Lowered lowered = lower_for_plan(src, options, /*text=*/false, gpu_runs);
+    const ir::Graph &g = lowered.graph;
+    return prove(g, cl.dims_of(g, /*all=*/!cl.dims.empty()), src, options);
   }
-  const ir::Graph &g = lowered.graph;
-  const plan::Plan &p = lowered.plan;
-  ir::DimBindings dims = cl.dims_of(g, /*all=*/false);
-  if (prove_plan)
-    return prove(g, cl.dims.empty() ? dims : cl.dims_of(g, /*all=*/true), src, options);
-  if (cl.flag("json"))
-    write_stdout(plan::print_plan_json(p, dims));
-  else
-    write_stdout(plan::print_plan_text(p, dims) +
-                 gemm_configs(gpu_runs ? &lowered.program : nullptr, options, pipeline, cl));
+  write_stdout(cl.flag("backward") ? training_plans(src, options, pipeline, cl)
+                                   : plan_output(src, options, pipeline, cl));
   return 0;
 }
 

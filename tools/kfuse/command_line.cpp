@@ -150,6 +150,7 @@ Options pipeline_options(const CommandLine &cl) {
   o.max_split_k = static_cast<int>(cap);
   o.use_tuned = !cl.flag("no-tuned");
   o.batch_stats_ranks = parse_count(cl, "batch-stats-ranks", 0, 0);
+  o.backward = cl.flag("backward");
   return o;
 }
 

@@ -25,7 +25,8 @@ ir::Mode parse_mode(const std::string &text);
 // --mode (default train), --precision (default fp32), --arch (default: the GPU's),
 // --max-split-k (default 0: split-K as the shape and SM count choose; 1: never), --no-tuned
 // (the heuristics' GEMM configurations even where `kfuse tune` stored others),
-// --batch-stats-ranks (default 0; R: batch statistics exchanged across R ranks, where allowed).
+// --batch-stats-ranks (default 0; R: batch statistics exchanged across R ranks, where allowed),
+// --backward (Options::backward, where the command takes it).
 Options pipeline_options(const CommandLine &cl);
 ir::Mode ir_mode(Mode m);
 
