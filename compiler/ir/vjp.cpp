@@ -255,6 +255,23 @@ std::vector<ValueId> pool(const VjpContext &c) {
             "table does not have");
 }
 
+// avg_pool1d_backward is linear in g, its transpose avg_pool1d itself.
+std::vector<ValueId> avg_pool_grad(const VjpContext &c) {
+  return {c.op(OpKind::AvgPool1d, {c.grad()},
+               {{"kernel_size", AttrValue(c.attr("kernel_size"))},
+                {"stride", AttrValue(c.attr("stride"))}})};
+}
+
+// Second derivatives of the max pool and of groupnorm would need ops the table does not have
+// (a gather at the pool's indices; groupnorm's Hessian terms).
+std::vector<ValueId> max_pool_grad(const VjpContext &c) {
+  c.missing("the gradient of max_pool1d's gradient (a second derivative) is not supported");
+}
+
+std::vector<ValueId> groupnorm_grad(const VjpContext &c) {
+  c.missing("the gradient of groupnorm's gradient (a second derivative) is not supported");
+}
+
 // The backward draws the forward's mask: a dropout of the gradient on the same stream, run with
 // the forward's (seed, offset), keeps the same elements (the mask is a function of the element's
 // index, the stream and the run's Philox key and counter: templates/dropout.cuh) and scales them
@@ -382,6 +399,9 @@ constexpr VjpEntry kRules[] = {
     {OpKind::GreaterEqual, comparison},
     {OpKind::Erf, erf},
     {OpKind::Transpose, transpose},
+    {OpKind::MaxPool1dBackward, max_pool_grad},
+    {OpKind::AvgPool1dBackward, avg_pool_grad},
+    {OpKind::GroupNormBackward, groupnorm_grad},
     {OpKind::Constant, constant},
 };
 

@@ -9,12 +9,15 @@
 #include "compiler/lower.h"
 #include "compiler/passes/passes.h"
 #include "compiler/plan/agreement.h"
+#include "compiler/plan/planner.h"
 #include "kfuse/error.h"
+#include "tests/support/kf_text.h"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -131,4 +134,52 @@ TEST_CASE("backward plans: the planner's passes agree with the interpreter on ba
     INFO("worst stage ", worst.stage);
     CHECK(worst.error <= 1e-9);
   }
+}
+
+TEST_CASE("backward plans: groupnorm_backward computes the elementwise ops after it in its pass") {
+  const ir::Graph g =
+      parse_text("pipeline p {\n  dim N\n  input g: f32[N, 64]\n"
+                 "  input x: f32[N, 64]\n  param w: f32[64]\n"
+                 "  return tanh(mul(groupnorm_backward(g, x, w, groups=4), w))\n}\n");
+  const plan::Plan p = plan::make_plan(g, ir::Mode::Train);
+  REQUIRE(p.kernels.size() == 1);
+  CHECK(std::count(p.kernels[0].rules.begin(), p.kernels[0].rules.end(), "row_tail"));
+  LowerOptions o;
+  o.target = Target{"sm_90a", Precision::FP32};
+  const Lowered l = lower(dsl::SourceFile("tail.kf", ir::print_kf(g)), o);
+  CHECK(l.program.source.find("struct k0_row_pass0_post {") != std::string::npos);
+}
+
+TEST_CASE("backward plans: the gradient ops' shape rules name what is wrong") {
+  auto error = [](const std::string &body) {
+    return testing::kf_error("pipeline p {\n  dim N\n  input g: f32[N, 3]\n  input x: f32[N, 8]\n"
+                             "  input y: f32[N, 6]\n  input v: f32[N, 8, 8]\n"
+                             "  param w: f32[6]\n  return " +
+                                 body + "\n}\n",
+                             "t.kf");
+  };
+  CHECK(error("max_pool1d_backward(g, x, kernel_size=2, stride=2)")
+            .find("t.kf:8:30: error: shape mismatch in max_pool1d_backward: g must have the 4 "
+                  "windows of 8 features (kernel_size=2, stride=2), got f32[N, 3]") == 0);
+  CHECK(error("avg_pool1d_backward(g, kernel_size=9, stride=1, features=8)")
+            .find("avg_pool1d_backward: kernel_size=9 is wider than the 8 features") !=
+        std::string::npos);
+  CHECK(error("avg_pool1d_backward(g, kernel_size=2, stride=2)")
+            .find("avg_pool1d_backward requires the attribute 'features'") != std::string::npos);
+  CHECK(error("max_pool1d_backward(v, x, kernel_size=2, stride=2)")
+            .find("max_pool1d_backward of f32[N, 8, 8] (rank 3) is not supported") !=
+        std::string::npos);
+  CHECK(error("groupnorm_backward(y, x, groups=2)")
+            .find("shape mismatch in groupnorm_backward: x must have the shape of g f32[N, 6], "
+                  "got f32[N, 8]") != std::string::npos);
+  CHECK(error("groupnorm_backward(y, y, w, groups=4)")
+            .find("groupnorm_backward: groups=4 does not divide the 6 features") !=
+        std::string::npos);
+  CHECK(error("groupnorm_backward(x, x, w, groups=2)")
+            .find("weight must be [8] to match f32[N, 8], got f32[6]") != std::string::npos);
+  const ir::Graph ok =
+      parse_text("pipeline p {\n  dim N\n  input g: f32[N, 3]\n"
+                 "  input y: f32[N, 7]\n"
+                 "  return max_pool1d_backward(g, y, kernel_size=3, stride=2)\n}\n");
+  CHECK(ok[ok.outputs[0]].type.str() == "f32[N, 7]");
 }
