@@ -136,6 +136,34 @@ TEST_CASE("backward plans: the planner's passes agree with the interpreter on ba
   }
 }
 
+TEST_CASE("backward plans: a row op reads its second matrix from an earlier kernel only") {
+  // groupnorm_backward reads x from memory: a pass of the kernel that stores x (over the same
+  // rows) would read it while other threads write it, and a GEMM's row epilogue would read the
+  // product it is storing.
+  const ir::Graph rows = parse_text("pipeline p {\n  dim N\n  input g: f32[N, 64]\n"
+                                    "  t = softmax(g, dim=1)\n"
+                                    "  return groupnorm_backward(g, t, groups=4)\n}\n");
+  const plan::Plan p = plan::make_plan(rows, ir::Mode::Train);
+  REQUIRE(p.kernels.size() == 2);
+  CHECK(p.kernels[0].row_stages.size() == 1);
+  CHECK(p.kernels[1].row_stages.size() == 1);
+  const ir::Graph gemm = parse_text("pipeline p {\n  dim N\n  input x: f32[N, 64]\n"
+                                    "  param w: f32[64, 64]\n  h = linear(x, w)\n"
+                                    "  return groupnorm_backward(h, h, groups=4)\n}\n");
+  const plan::Plan q = plan::make_plan(gemm, ir::Mode::Train);
+  REQUIRE(q.kernels.size() == 2);
+  CHECK(q.kernels[0].kind == plan::KernelKind::Gemm);
+  CHECK(q.kernels[0].row_stages.empty());
+  // Another matrix stored before the GEMM runs: the row epilogue takes it.
+  const ir::Graph other = parse_text("pipeline p {\n  dim N\n  input x: f32[N, 64]\n"
+                                     "  input y: f32[N, 64]\n  param w: f32[64, 64]\n"
+                                     "  h = linear(x, w)\n"
+                                     "  return groupnorm_backward(h, y, groups=4)\n}\n");
+  const plan::Plan r = plan::make_plan(other, ir::Mode::Train);
+  REQUIRE(r.kernels.size() == 1);
+  CHECK(std::count(r.kernels[0].rules.begin(), r.kernels[0].rules.end(), "gemm_row_epilogue"));
+}
+
 TEST_CASE("backward plans: groupnorm_backward computes the elementwise ops after it in its pass") {
   const ir::Graph g =
       parse_text("pipeline p {\n  dim N\n  input g: f32[N, 64]\n"
