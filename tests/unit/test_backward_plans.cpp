@@ -37,8 +37,8 @@ struct Backward {
   std::string text; // the backward graph as `kfuse grad` prints it
 };
 
-// Every example's backward graph in both modes; examples whose ops have no rule (the pools,
-// groupnorm) are left out, as `kfuse grad` refuses them.
+// Every example's backward graph in both modes (an example grad refuses would be left out;
+// every op has a rule).
 std::vector<Backward> backward_graphs() {
   std::vector<Backward> out;
   std::vector<std::filesystem::path> files;
@@ -122,7 +122,9 @@ TEST_CASE("backward plans: every example's backward graph plans and emits at eac
 TEST_CASE("backward plans: the planner's passes agree with the interpreter on backward graphs") {
   for (const Backward &b : backward_graphs()) {
     if (b.example != "gemm_bn_scale_softmax_512x1024" && b.example != "llama_gate_silu" &&
-        b.example != "bert_output_residual_layernorm" && b.example != "tabular_elu_clamp")
+        b.example != "bert_output_residual_layernorm" && b.example != "tabular_elu_clamp" &&
+        b.example != "sd_unet_groupnorm_silu" && b.example != "maxout_relu_max_pool1d" &&
+        b.example != "bert_ffn_gelu_avg_pool1d")
       continue;
     INFO(b.example, " ", ir::mode_name(b.mode));
     const ir::Graph g = parse_text(b.text);
@@ -134,6 +136,39 @@ TEST_CASE("backward plans: the planner's passes agree with the interpreter on ba
     INFO("worst stage ", worst.stage);
     CHECK(worst.error <= 1e-9);
   }
+}
+
+TEST_CASE("backward plans: the pools' and groupnorm's gradients are one row pass each") {
+  const std::map<std::string, std::string> template_of = {
+      {"maxout_relu_max_pool1d", "kf::row_pool_grad<128, kf::Reduce::Max>("},
+      {"bert_ffn_gelu_avg_pool1d", "kf::row_pool_grad<256, kf::Reduce::Mean>("},
+      {"sd_unet_groupnorm_silu", "kf::row_group_norm_grad<256>("}};
+  int found = 0;
+  for (const Backward &b : backward_graphs()) {
+    auto it = template_of.find(b.example);
+    if (it == template_of.end())
+      continue;
+    ++found;
+    INFO(b.example, " ", ir::mode_name(b.mode));
+    LowerOptions o;
+    o.mode = b.mode;
+    o.target = Target{"sm_90a", Precision::FP32};
+    const Lowered l = lower(dsl::SourceFile("backward.kf", b.text), o);
+    // The gradient op is the only row stage of a row kernel of its own.
+    int rows = 0;
+    for (const plan::Kernel &k : l.plan.kernels)
+      for (ir::ValueId st : k.row_stages) {
+        const ir::OpClass cls = ir::op_info(l.plan.graph[st].op).cls;
+        if (cls == ir::OpClass::PoolGrad || cls == ir::OpClass::NormGrad) {
+          ++rows;
+          CHECK(k.kind == plan::KernelKind::Row);
+          CHECK(k.row_stages.size() == 1);
+        }
+      }
+    CHECK(rows == 1);
+    CHECK(l.program.source.find(it->second) != std::string::npos);
+  }
+  CHECK(found == 6);
 }
 
 TEST_CASE("backward plans: a row op reads its second matrix from an earlier kernel only") {
