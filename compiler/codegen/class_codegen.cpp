@@ -21,6 +21,8 @@ constexpr ClassCodegen kClasses[] = {
     {OpClass::RowNorm, &RowPasses::norm, true, false, false},
     {OpClass::Reduce, &RowPasses::reduce, false, true, false},
     {OpClass::Pool, &RowPasses::pool, false, false, false},
+    {OpClass::PoolGrad, &RowPasses::pool_grad, false, false, false},
+    {OpClass::NormGrad, &RowPasses::norm_grad, false, false, false},
     {OpClass::Random, &RowPasses::map, false, false, true},
     {OpClass::View, nullptr, false, false, true},
     {OpClass::ColReduce, &RowPasses::map, false, false, false},

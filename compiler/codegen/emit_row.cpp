@@ -181,6 +181,37 @@ void RowPasses::pool(size_t, ValueId st, const std::string &pre, std::string &) 
                   static_cast<int64_t>(op.attr("kernel_size")), pool_stride(op.attrs), pre, team_);
 }
 
+std::string RowPasses::operand_row(ValueId v) const {
+  return fmt::format("{} + static_cast<long long>(row) * {}", w_.ptr(v),
+                     KernelWriter::extent(g_[v].type.shape.back()));
+}
+
+void RowPasses::pool_grad(size_t, ValueId st, const std::string &pre, std::string &) {
+  const Value &op = g_[st];
+  cx_.includes.insert("row_pool_grad.cuh");
+  const bool max = op.op == OpKind::MaxPool1dBackward;
+  body_ += fmt::format(
+      "  kf::row_pool_grad<{}, kf::Reduce::{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
+      threads_, max ? "Max" : "Mean", row_arg_, src_, ld_,
+      max ? operand_row(op.args[1]) : "static_cast<const float *>(nullptr)", dst(st), n_,
+      KernelWriter::extent(op.type.shape.back()), static_cast<int64_t>(op.attr("kernel_size")),
+      static_cast<int64_t>(op.attr("stride")), pre, team_);
+}
+
+void RowPasses::norm_grad(size_t i, ValueId st, const std::string &pre, std::string &defs) {
+  const Value &op = g_[st];
+  cx_.includes.insert("row_group_norm_grad.cuh");
+  ValueId out = st;
+  const std::string post = post_functor(i, st, "y", out, defs);
+  body_ +=
+      fmt::format("  kf::row_group_norm_grad<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+                  "{}{});\n",
+                  threads_, row_arg_, n_, static_cast<int64_t>(op.attr("groups")), src_, ld_,
+                  operand_row(op.args[1]),
+                  op.args.size() > 2 ? w_.ptr(op.args[2]) : "static_cast<const float *>(nullptr)",
+                  dst(out), ld_, float_literal(op.attr("eps")), pre, post, team_);
+}
+
 void RowPasses::map(size_t, ValueId st, const std::string &pre, std::string &) {
   cx_.includes.insert("row_map.cuh");
   body_ += fmt::format("  kf::row_map<{}>({}, {}, {}, {}, {}, {}, {}{});\n", threads_, row_arg_, n_,

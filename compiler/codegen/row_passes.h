@@ -35,12 +35,18 @@ public:
   void norm(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
   void reduce(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
   void pool(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
+  // The pools' gradients, gathered over the windows (the row is g's; x's row read directly).
+  void pool_grad(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
+  // groupnorm's input gradient (the row is g's; x's row and the weight read directly).
+  void norm_grad(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
   // An elementwise value over the row (row_map).
   void map(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
 
 private:
   void check_last_axis() const;
   std::string dst(ir::ValueId st) const;
+  // Row `row` of matrix operand v, which the kernel reads from memory (not its rows_of).
+  std::string operand_row(ir::ValueId v) const;
   // A per-row value from this row's results only.
   void row_result(ir::ValueId st);
   // The pass of row stage i (value st) over the row.

@@ -24,6 +24,8 @@ TensorType row(const OpInfo &op, const std::vector<TensorType> &args, const Attr
 TensorType row_norm(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType reduce(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType pool(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
+TensorType pool_grad(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
+TensorType norm_grad(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType random(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType view(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType col_reduce(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
@@ -66,6 +68,8 @@ HostTensor row(const OpRun &run);
 HostTensor row_norm(const OpRun &run);
 HostTensor reduce(const OpRun &run);
 HostTensor pool(const OpRun &run);
+HostTensor pool_grad(const OpRun &run);
+HostTensor norm_grad(const OpRun &run);
 HostTensor random(const OpRun &run);
 HostTensor view(const OpRun &run);
 HostTensor col_reduce(const OpRun &run);

@@ -293,6 +293,55 @@ TensorType pool(const OpInfo &op, const std::vector<TensorType> &args, const Att
   return {args[0].dtype, shape};
 }
 
+// A pool's gradient: g is the pool's result ([N, W], rank at most 2 as the pool's input), the
+// result has the pool's input shape: x's (max_pool1d_backward), or g's rows and `features`.
+TensorType pool_grad(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  expect_matrix(op, args, "it is the gradient of a pool, whose input has rank at most 2");
+  for (const AttrSpec &spec : op.attrs) // before the width, which assumes a valid window
+    if (auto problem = check_attr(spec, attrs.at(std::string(spec.name))))
+      throw TypeError(-1, fmt::format("{}: attribute '{}' {}", op.name, spec.name, *problem));
+  const TensorType &g = args[0];
+  std::vector<Dim> shape = g.shape;
+  if (args.size() == 2) {
+    const TensorType &x = args[1];
+    if (x.rank() != g.rank() || (g.rank() == 2 && x.shape[0] != g.shape[0]) ||
+        x.shape.back().is_symbolic())
+      throw TypeError(1, fmt::format("shape mismatch in {}: x must have the rows of g {} and a "
+                                     "constant feature count, got {}",
+                                     op.name, g.str(), x.str()));
+    shape.back() = x.shape.back();
+  } else {
+    shape.back() = Dim::constant(static_cast<int64_t>(attrs.at("features").number));
+  }
+  const int64_t f = shape.back().value, width = pool_width(attrs, f);
+  if (width < 1)
+    throw TypeError(-1, fmt::format("{}: kernel_size={} is wider than the {} features", op.name,
+                                    format_number(attrs.at("kernel_size").number), f));
+  if (g.shape.back() != Dim::constant(width))
+    throw TypeError(0, fmt::format("shape mismatch in {}: g must have the {} windows of {} "
+                                   "features (kernel_size={}, stride={}), got {}",
+                                   op.name, width, f, format_number(attrs.at("kernel_size").number),
+                                   pool_stride(attrs), g.str()));
+  return {g.dtype, shape};
+}
+
+// groupnorm_backward: g and x of one shape, the optional weight per feature, as groupnorm's.
+TensorType norm_grad(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  expect_matrix(op, args, "it is the gradient of groupnorm, whose input has rank at most 2");
+  if (args[1].shape != args[0].shape)
+    throw TypeError(1, fmt::format("shape mismatch in {}: x must have the shape of g {}, got {}",
+                                   op.name, args[0].str(), args[1].str()));
+  const Dim &f = args[0].shape.back();
+  if (args.size() > 2) {
+    expect_feature_vector(op, args, 2, f, "weight");
+    expect_param_dtype(op, args, 2, "weight");
+  }
+  if (!f.is_symbolic())
+    if (auto problem = group_size_problem(op, attrs, f.value))
+      throw TypeError(-1, *problem);
+  return args[0];
+}
+
 // Statistics are held in fp32 whatever the matrix's type; a sum over the rows has the matrix's
 // type, as sum does (kernels compute it in fp32 either way).
 TensorType col_reduce(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &) {

@@ -259,6 +259,80 @@ HostTensor pool(const Value &v, const HostTensor &x) {
   return out;
 }
 
+// The index in [0, k) PyTorch's max_pool1d_with_indices picks in a window: a value replaces the
+// running maximum when greater or NaN, so the first maximum wins a tie and the last NaN a window
+// that holds one.
+int64_t window_argmax(const double *x, int64_t k) {
+  int64_t at = 0;
+  double best = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < k; ++i)
+    if (x[i] > best || std::isnan(x[i])) {
+      best = x[i];
+      at = i;
+    }
+  return at;
+}
+
+// max_pool1d_backward / avg_pool1d_backward: each window's gradient added to the features it
+// goes to, windows in order (the order in which a feature's gather sums them).
+HostTensor pool_grad(const OpRun &run) {
+  const HostTensor &g = run.arg(0);
+  const bool max = run.v.op == OpKind::MaxPool1dBackward;
+  const auto k = static_cast<int64_t>(run.v.attr("kernel_size"));
+  const int64_t stride = pool_stride(run.v.attrs), width = g.shape.back(), rows = g.numel() / width;
+  HostTensor out = zeros(run.shape());
+  const int64_t f = out.shape.back();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t w = 0; w < width; ++w) {
+      const double gw = g.data[r * width + w];
+      double *dx = &out.data[r * f + w * stride];
+      if (max)
+        dx[window_argmax(&run.arg(1).data[r * f + w * stride], k)] += gw;
+      else
+        for (int64_t i = 0; i < k; ++i)
+          dx[i] += gw / static_cast<double>(k);
+    }
+  return out;
+}
+
+// groupnorm_backward: per row and group, x̂ = (x - mean) rstd (two passes, as groupnorm), gx = g *
+// weight, dx = rstd (gx - mean(gx) - x̂ mean(gx x̂)).
+HostTensor groupnorm_grad(const Graph &graph, ValueId id,
+                          const std::vector<const HostTensor *> &args) {
+  const Value &v = graph[id];
+  const HostTensor &g = *args[0], &x = *args[1];
+  const int64_t f = x.shape.back(), rows = x.numel() / f;
+  if (auto problem = group_size_problem(op_info(v.op), v.attrs, f))
+    throw InterpretError(fmt::format("{}: {}", describe(graph, id), *problem));
+  const int64_t size = f / static_cast<int64_t>(v.attr("groups"));
+  const auto n = static_cast<double>(size);
+  HostTensor out = zeros(x.shape);
+  std::vector<double> gx(static_cast<size_t>(size)), xhat(static_cast<size_t>(size));
+  for (int64_t first = 0; first < rows * f; first += size) {
+    double mean = 0, m2 = 0, mean_gx = 0, mean_gx_xhat = 0;
+    for (int64_t j = 0; j < size; ++j)
+      mean += x.data[first + j];
+    mean /= n;
+    for (int64_t j = 0; j < size; ++j)
+      m2 += (x.data[first + j] - mean) * (x.data[first + j] - mean);
+    const double rstd = 1.0 / std::sqrt(m2 / n + v.attr("eps"));
+    for (int64_t j = 0; j < size; ++j) {
+      const size_t i = static_cast<size_t>(j);
+      gx[i] = g.data[first + j] * (args.size() > 2 ? args[2]->data[(first + j) % f] : 1.0);
+      xhat[i] = (x.data[first + j] - mean) * rstd;
+      mean_gx += gx[i];
+      mean_gx_xhat += gx[i] * xhat[i];
+    }
+    mean_gx /= n;
+    mean_gx_xhat /= n;
+    for (int64_t j = 0; j < size; ++j) {
+      const size_t i = static_cast<size_t>(j);
+      out.data[first + j] = rstd * (gx[i] - mean_gx - xhat[i] * mean_gx_xhat);
+    }
+  }
+  return out;
+}
+
 // (y - shift[j]) * alpha[j] + beta[j]; the vectors are [C] or [1], no shift is a shift of 0.
 HostTensor col_affine(const HostTensor &y, const HostTensor &alpha, const HostTensor &beta,
                       const HostTensor *shift) {
@@ -390,6 +464,10 @@ HostTensor row_norm(const OpRun &run) { return ir::row_norm(run.g, run.id, run.a
 HostTensor reduce(const OpRun &run) { return reduction(run.v, run.arg(0), axis(run), run.shape()); }
 
 HostTensor pool(const OpRun &run) { return ir::pool(run.v, run.arg(0)); }
+
+HostTensor pool_grad(const OpRun &run) { return ir::pool_grad(run); }
+
+HostTensor norm_grad(const OpRun &run) { return groupnorm_grad(run.g, run.id, run.args); }
 
 HostTensor col_reduce(const OpRun &run) {
   ColumnStats stats = column_stats(run.arg(0));

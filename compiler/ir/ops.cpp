@@ -1,5 +1,6 @@
 #include "compiler/ir/ops.h"
 
+#include "compiler/ir/op_attrs.h"
 #include "compiler/ir/op_class.h"
 #include "compiler/ir/pointwise.h"
 #include "compiler/ir/printer.h"
@@ -15,65 +16,7 @@
 namespace kfuse::ir {
 namespace {
 
-// --- attribute specs ----------------------------------------------------------------------
-
-constexpr AttrSpec number(std::string_view name, double def, Range r = {}) {
-  return {name, AttrKind::Number, false, def, {}, r};
-}
-constexpr AttrSpec required(std::string_view name, AttrKind kind) {
-  return {name, kind, true, 0, {}, {}};
-}
-constexpr AttrSpec choice(std::string_view name, std::string_view words) {
-  return {name, AttrKind::Choice, false, 0, words, {}};
-}
-constexpr AttrSpec optional_number(std::string_view name, double none, Range r = {}) {
-  return {name, AttrKind::OptNumber, false, none, {}, r};
-}
-constexpr AttrSpec required_int(std::string_view name, Range r = {}) {
-  return {name, AttrKind::Int, true, 0, {}, r};
-}
-constexpr AttrSpec optional_int(std::string_view name, double def, Range r) {
-  return {name, AttrKind::Int, false, def, {}, r};
-}
-constexpr AttrSpec boolean(std::string_view name, bool def) {
-  return {name, AttrKind::Bool, false, def ? 1.0 : 0.0, {}, {}};
-}
-constexpr Range positive{0, kInf, true, false};
-constexpr Range non_negative{0, kInf, false, false};
-constexpr Range unit{0, 1, false, false};
-// A count or a width the kernels take as an int: an integer in [1, kMaxKernelInt].
-constexpr Range positive_int{1, kMaxKernelInt, false, false, true};
-
-constexpr AttrSpec kBatchNormAttrs[] = {number("eps", 1e-5, positive),
-                                        number("momentum", 0.1, unit)};
-constexpr AttrSpec kLeakyReluAttrs[] = {number("negative_slope", 0.01)};
-constexpr AttrSpec kGeluAttrs[] = {choice("approximate", "none|tanh")};
-constexpr AttrSpec kHardtanhAttrs[] = {number("min_val", -1.0), number("max_val", 1.0)};
-constexpr AttrSpec kClampAttrs[] = {optional_number("min", -kInf), optional_number("max", kInf)};
-constexpr AttrSpec kSoftplusAttrs[] = {number("beta", 1.0, positive), number("threshold", 20.0)};
-constexpr AttrSpec kEluAttrs[] = {number("alpha", 1.0)};
-constexpr AttrSpec kDimAttrs[] = {required_int("dim")};
-constexpr AttrSpec kReduceAttrs[] = {required_int("dim"), boolean("keepdim", false)};
-constexpr AttrSpec kVarAttrs[] = {required_int("dim"), boolean("keepdim", false),
-                                  number("correction", 1.0, non_negative)};
-constexpr AttrSpec kLayerNormAttrs[] = {number("eps", 1e-5, positive)};
-// PyTorch's F.rms_norm default: eps=None means torch.finfo(torch.float32).eps.
-constexpr AttrSpec kRmsNormAttrs[] = {number("eps", 1.1920928955078125e-07, positive)};
-constexpr AttrSpec kGroupNormAttrs[] = {required_int("groups", positive_int),
-                                        number("eps", 1e-5, positive)};
-// PyTorch's stride=None: the window's own width.
-constexpr AttrSpec kPoolAttrs[] = {required_int("kernel_size", positive_int),
-                                   optional_number("stride", kInf, positive_int)};
-// PyTorch's default p; `stream` defaults to the op's ordinal among the graph's dropouts
-// (GraphBuilder::op), so that every dropout draws its own stream.
-constexpr AttrSpec kDropoutAttrs[] = {number("p", 0.5, {0, 1, false, true}),
-                                      optional_int("stream", 0, {0, kMaxDropoutStream})};
-constexpr AttrSpec kShapeAttrs[] = {required("shape", AttrKind::Shape)};
-constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {}, unit},
-                                       required("count", AttrKind::Extent)};
-constexpr AttrSpec kConstantAttrs[] = {required("value", AttrKind::Number),
-                                       required("dtype", AttrKind::DType)};
-constexpr AttrSpec kCastAttrs[] = {required("dtype", AttrKind::DType)};
+using namespace op_attrs;
 
 // --- constraints between attributes -------------------------------------------------------
 
@@ -498,6 +441,68 @@ constexpr OpInfo kOps[] = {
      nullptr,
      {},
      "torch.transpose(x, 0, 1)"},
+    // The backward of the pools and of groupnorm (compiler/ir/vjp.cpp), one row pass each as
+    // their forwards are: a pool's gradient is gathered, each feature summing the windows that
+    // hold it, so that no two threads write one element.
+    {OpKind::MaxPool1dBackward,
+     "max_pool1d_backward",
+     OpClass::PoolGrad,
+     2,
+     2,
+     "g, x",
+     kMaxPoolGradAttrs,
+     true,
+     nullptr,
+     {},
+     nullptr,
+     "`g: [N, W]`, `x: [N, F]` → `[N, F]`; `W` is max_pool1d's width of `F`",
+     "the gradient of `F.max_pool1d(x.unsqueeze(1), kernel_size, stride)`: each window's `g` "
+     "added to the feature of `x` PyTorch's indices pick (the first maximum; the last NaN); 0 "
+     "where no window picks a feature",
+     nullptr,
+     {},
+     "torch.zeros_like(x, dtype=g.dtype).scatter_add_(-1, F.max_pool1d(x.unsqueeze(1), "
+     "int(kernel_size), int(stride), return_indices=True)[1].squeeze(1), g)"},
+    {OpKind::AvgPool1dBackward,
+     "avg_pool1d_backward",
+     OpClass::PoolGrad,
+     1,
+     1,
+     "g",
+     kAvgPoolGradAttrs,
+     true,
+     nullptr,
+     {},
+     nullptr,
+     "`g: [N, W]` → `[N, features]`; `W` is avg_pool1d's width of `features`",
+     "the gradient of `F.avg_pool1d(x.unsqueeze(1), kernel_size, stride)` for `features` "
+     "features: `g / kernel_size` added to every feature of its window; 0 where no window "
+     "holds a feature",
+     nullptr,
+     {},
+     "F.pad(F.conv_transpose1d(g.unsqueeze(1), torch.full((1, 1, int(kernel_size)), 1 / "
+     "kernel_size, dtype=g.dtype, device=g.device), stride=int(stride)).squeeze(1), (0, "
+     "int(features) - (g.shape[-1] - 1) * int(stride) - int(kernel_size)))"},
+    {OpKind::GroupNormBackward,
+     "groupnorm_backward",
+     OpClass::NormGrad,
+     2,
+     3,
+     "g, x, weight?",
+     kGroupNormAttrs,
+     true,
+     nullptr,
+     {},
+     nullptr,
+     "`g, x: [N, F]`, `weight: [F]` → `[N, F]`; `groups` divides `F`",
+     "the gradient of `F.group_norm(x, groups, weight, bias, eps)` for `x`: per group, "
+     "`rstd (gx - mean(gx) - x̂ mean(gx x̂))` with `gx = g * weight`, `x̂ = (x - mean) rstd`",
+     nullptr,
+     {},
+     "(lambda s: torch.ops.aten.native_group_norm_backward(g, x, s[1], s[2], weight, "
+     "x.shape[0], x.shape[1], 1, int(groups), [True, False, False])[0])("
+     "torch.ops.aten.native_group_norm(x, weight, None, x.shape[0], x.shape[1], 1, int(groups), "
+     "eps))"},
     {OpKind::Constant,
      "constant",
      OpClass::Constant,

@@ -105,6 +105,9 @@ enum class OpKind : uint8_t {
   GreaterEqual,
   Erf,
   Transpose,
+  MaxPool1dBackward,
+  AvgPool1dBackward,
+  GroupNormBackward,
   Constant,
 };
 inline constexpr size_t kOpCount = static_cast<size_t>(OpKind::Constant) + 1;
@@ -121,6 +124,8 @@ enum class OpClass : uint8_t {
   RowNorm,   // normalization over the feature axis with a per-feature affine (layernorm)
   Reduce,    // reduction along `dim`: [N, F] -> [N, 1] / [N] (dim=1) or [1, F] / [F] (dim=0)
   Pool,      // windows along the feature axis: [N, F] -> [N, (F - kernel_size) / stride + 1]
+  PoolGrad,  // a pool's gradient gathered back over its windows: [N, W] -> [N, F]
+  NormGrad,  // a feature normalization's input gradient: [N, F] -> [N, F]
   Random,    // pointwise, one operand, drawing from the run's RNG (seed, offset) per element
   View,      // the same elements under another shape with the same feature axis: no kernel
   ColReduce, // column statistics: [N, C] -> [C]

@@ -197,9 +197,22 @@ std::vector<ValueId> rmsnorm(const VjpContext &c) {
   return out;
 }
 
+// groupnorm: dx through each group's mean and rstd in one row pass, as the forward is
+// (groupnorm_backward, PyTorch's native_group_norm_backward); dweight = Σ_rows g x̂ with x̂ the
+// forward without its affine, dbias = Σ_rows g.
 std::vector<ValueId> groupnorm(const VjpContext &c) {
-  c.missing("its per-group statistics have no op of the table that spreads them back over a "
-            "group's features");
+  ValueId g = c.grad(), x = c.arg(0);
+  const AttrMap attrs = {{"groups", AttrValue(c.attr("groups"))},
+                         {"eps", AttrValue(c.attr("eps"))}};
+  std::vector<ValueId> args = {g, x};
+  if (c.arg_count() > 1)
+    args.push_back(c.arg(1));
+  std::vector<ValueId> out = {c.op(OpKind::GroupNormBackward, args, attrs)};
+  if (c.arg_count() > 1)
+    out.push_back(c.sum_rows(c.mul(g, c.op(OpKind::GroupNorm, {x}, attrs))));
+  if (c.arg_count() > 2)
+    out.push_back(c.sum_rows(g));
+  return out;
 }
 
 // The incoming gradient as the forward's keepdim result, broadcast against x.
@@ -250,9 +263,32 @@ std::vector<ValueId> std_(const VjpContext &c) {
   return {c.div(c.mul(kept_grad(c), var_derivative(c, 1)), kept_result(c))};
 }
 
+// max_pool1d: each window's gradient to the feature PyTorch's indices pick; avg_pool1d:
+// g / kernel_size to every feature of the window. Both gathered per feature by one row op.
 std::vector<ValueId> pool(const VjpContext &c) {
-  c.missing("spreading a window's gradient back over its features needs a scatter op, which the "
-            "table does not have");
+  AttrMap attrs = {{"kernel_size", AttrValue(c.attr("kernel_size"))},
+                   {"stride", AttrValue(static_cast<double>(pool_stride(c.op().attrs)))}};
+  if (c.op().op == OpKind::MaxPool1d)
+    return {c.op(OpKind::MaxPool1dBackward, {c.grad(), c.arg(0)}, attrs)};
+  attrs["features"] = AttrValue(static_cast<double>(c.arg_type(0).shape.back().value));
+  return {c.op(OpKind::AvgPool1dBackward, {c.grad()}, attrs)};
+}
+
+// avg_pool1d_backward is linear in g, its transpose avg_pool1d itself.
+std::vector<ValueId> avg_pool_grad(const VjpContext &c) {
+  return {c.op(OpKind::AvgPool1d, {c.grad()},
+               {{"kernel_size", AttrValue(c.attr("kernel_size"))},
+                {"stride", AttrValue(c.attr("stride"))}})};
+}
+
+// Second derivatives of the max pool and of groupnorm would need ops the table does not have
+// (a gather at the pool's indices; groupnorm's Hessian terms).
+std::vector<ValueId> max_pool_grad(const VjpContext &c) {
+  c.missing("the gradient of max_pool1d's gradient (a second derivative) is not supported");
+}
+
+std::vector<ValueId> groupnorm_grad(const VjpContext &c) {
+  c.missing("the gradient of groupnorm's gradient (a second derivative) is not supported");
 }
 
 // The backward draws the forward's mask: a dropout of the gradient on the same stream, run with
@@ -382,6 +418,9 @@ constexpr VjpEntry kRules[] = {
     {OpKind::GreaterEqual, comparison},
     {OpKind::Erf, erf},
     {OpKind::Transpose, transpose},
+    {OpKind::MaxPool1dBackward, max_pool_grad},
+    {OpKind::AvgPool1dBackward, avg_pool_grad},
+    {OpKind::GroupNormBackward, groupnorm_grad},
     {OpKind::Constant, constant},
 };
 

@@ -12,7 +12,8 @@
 // hardtanh' = 0 at its bounds but clamp' = 1 at its bounds, maximum/minimum split the gradient
 // evenly between equal operands, max/min/amax/amin reductions split it evenly between the
 // equal maxima of a slice (amax's rule; PyTorch's max(dim) gives it all to the first maximal
-// index, which no op of the table selects).
+// index, which no op of the table selects). max_pool1d's gradient goes where PyTorch's
+// max_pool1d_with_indices points: a window's first maximum, or its last NaN.
 #pragma once
 
 #include "kfuse/error.h"

@@ -78,6 +78,11 @@ int Partitioner::epilogue_gemm_for(size_t r, const std::map<ValueId, size_t> &st
   for (ValueId v : row.reads) // everything the row kernel reads is there when the GEMM runs
     if (auto s = storer.find(v); v != rows && s != storer.end() && s->second > g)
       return -1;
+  // A pass reading the product from memory besides its staged rows (groupnorm_backward(h, h))
+  // would read what the epilogue is storing.
+  for (ValueId st : row.row_stages)
+    if (is_row_op(val(st)) && std::count(val(st).args.begin() + 1, val(st).args.end(), rows))
+      return -1;
   return static_cast<int>(g);
 }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kfuse::plan::partitioning {
 
 using namespace ir;
@@ -33,12 +35,19 @@ int Partitioner::row_kernel_for(ValueId rows, ValueId id) const {
 }
 
 // The first value the inline tree of `id` reads that keeps a pass computing `id` out of row
-// kernel `k`, or -1: one a kernel built after `k` stores, or a rank-1 result of `k` itself (one
+// kernel `k`, or -1: one a kernel built after `k` stores, a rank-1 result of `k` itself (one
 // value per row; in a matrix expression a rank-1 operand runs along the features instead, so
-// the pass cannot read it from registers).
+// the pass cannot read it from registers), or a row op's operand after its rows that `k`
+// itself stores (groupnorm_backward's x: the pass reads it from memory, where other threads of
+// the kernel write it with no barrier between).
 ValueId Partitioner::pass_blocker(int k, ValueId id) const {
+  const std::vector<ValueId> &args = val(id).args;
+  auto operand_after_rows = [&](ValueId leaf) {
+    return is_row_op(val(id)) && std::find(args.begin() + 1, args.end(), leaf) != args.end();
+  };
   for (ValueId leaf : op_leaves(id))
-    if (producer(leaf) > k || per_row_as_feature(k, leaf))
+    if (producer(leaf) > k || per_row_as_feature(k, leaf) ||
+        (producer(leaf) == k && operand_after_rows(leaf)))
       return leaf;
   return -1;
 }

@@ -9,10 +9,15 @@
 // tensors of that seed.
 //
 // Pipelines are f32 throughout (a rounding to bf16/f16 is a step a difference quotient cannot
-// follow: a pipeline with a cast to one is skipped) without special literals. A pipeline whose
-// gradient needs an op without a rule (compiler/ir/vjp.h: the pools, groupnorm) or that the
-// interpreter refuses at the chosen size is counted as skipped. Exit status 1 when any check
-// failed; each failure prints its seed, the pipeline and the command that replays it.
+// follow: a pipeline with a cast to one is skipped) without special literals. Every op the
+// generator draws has a rule (compiler/ir/vjp.h), the pools and groupnorm included; a pipeline
+// whose backward graph grad refuses (a GradError: a saved value no declaration can hold, an op
+// without a rule) or that the interpreter refuses at the chosen size is counted as skipped, by
+// reason. max_pool1d's rule gives a tied window's gradient to its first maximum as PyTorch does,
+// where a difference quotient splits it; random inputs tie only where one value is broadcast
+// (it moves as one) or an op saturates (relu's zeros: its own derivative is 0 there), and there
+// the two agree. Exit status 1 when any check failed; each failure prints its seed, the pipeline
+// and the command that replays it.
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/views.h"
 #include "tests/support/grad_check.h"

@@ -140,8 +140,10 @@ def test_grad_gives_the_backward_and_the_forward_that_saves_for_it_as_kf(example
     declared = [(v["kind"], v["name"], v["shape"]) for v in kfuse.program(layernorm)["values"] if v["kind"] != "op"]
     assert [(v["kind"], v["name"], v["shape"]) for v in forward["values"] if v["kind"] != "op"] == declared
     assert kfuse.grad(text=layernorm.read_text(), mode="eval")["gradients"] == reverse["gradients"]
-    with pytest.raises(kfuse.Error, match="max_pool1d"):
-        kfuse.grad(examples / "maxout_relu_max_pool1d.kf", mode="train")
+    pooled = kfuse.grad(examples / "maxout_relu_max_pool1d.kf", mode="train")
+    assert "max_pool1d_backward(grad_out0, h, kernel_size=4, stride=4)" in pooled["backward"]
+    with pytest.raises(kfuse.Error, match="max_pool1d_backward"):  # a second derivative
+        kfuse.grad(text=pooled["backward"], mode="train")
     with pytest.raises(kfuse.Error, match="mode must be 'train' or 'eval', got 'test'"):
         kfuse.grad(layernorm, mode="test")
     with pytest.raises(kfuse.Error, match="kfuse.grad: mode must be a str, got int"):

@@ -27,6 +27,9 @@ LAYERNORM = REPO / "examples" / "bert_head_gelu_layernorm.kf"
 DROPOUT = REPO / "examples" / "bert_output_dropout_layernorm.kf"
 # [B, T, F] activations read as B*T rows: a saved value of [B*T, F] is the backward's [B, T, F].
 VIEWS = REPO / "examples" / "bert_mlm_transform_tokens_view.kf"
+MAX_POOL = REPO / "examples" / "maxout_relu_max_pool1d.kf"
+AVG_POOL = REPO / "examples" / "bert_ffn_gelu_avg_pool1d.kf"
+GROUPNORM = REPO / "examples" / "sd_unet_groupnorm_silu.kf"
 
 
 class Interpreter:
@@ -130,7 +133,8 @@ def step(fused, exact, inputs, seed=2):
 
 
 @pytest.mark.parametrize("kf, mode", [(BATCHNORM, "train"), (BATCHNORM, "eval"), (LAYERNORM, "train"),
-                                      (DROPOUT, "train"), (DROPOUT, "eval"), (VIEWS, "train")],
+                                      (DROPOUT, "train"), (DROPOUT, "eval"), (VIEWS, "train"),
+                                      (MAX_POOL, "train"), (AVG_POOL, "train"), (GROUPNORM, "train")],
                          ids=lambda p: getattr(p, "stem", p))
 def test_gradients_of_inputs_and_every_param_are_pytorchs(kf, mode, interpreter):
     fused, exact = fused_pair(kf, interpreter, mode)
@@ -302,12 +306,15 @@ def test_compiled_training_step_keeps_both_ops_in_one_graph(interpreter):
         assert any(op.name in t for t in targets), (kind, targets)
 
 
-def test_a_chain_without_a_gradient_rule_refuses_a_recorded_call_naming_the_op(interpreter):
-    kf = REPO / "examples" / "maxout_relu_max_pool1d.kf"
+def test_a_chain_without_a_gradient_rule_refuses_a_recorded_call_naming_the_op(tmp_path, interpreter):
+    # max_pool1d_backward (an op of backward graphs) has no rule: its gradient is a second derivative.
+    kf = tmp_path / "second_derivative.kf"
+    kf.write_text("pipeline second_derivative {\n  dim N\n  input x: f32[N, 8]\n  param w: f32[4, 8]\n"
+                  "  return max_pool1d_backward(linear(x, w), x, kernel_size=2, stride=2)\n}\n")
     ref = kfuse.torch.Reference(kf)
     fused = kfuse.torch.Fused(copy.deepcopy(ref), kf)
     x = ref.random_inputs({"N": N}, torch.Generator().manual_seed(0))[0]
-    with pytest.raises(kfuse.Error, match=r"maxout_relu_max_pool1d.kf has no backward in train mode: .*max_pool1d"):
+    with pytest.raises(kfuse.Error, match=r"second_derivative.kf has no backward in train mode: .*max_pool1d_backward"):
         fused(x)
 
 

@@ -524,7 +524,9 @@ private:
       return h;
     case OpClass::View:
       return view(h);
-    case OpClass::Transpose: // not drawn: only backward graphs hold one (compiler/ir/grad.h)
+    case OpClass::Transpose: // not drawn (drawn_by_generator)
+    case OpClass::PoolGrad:
+    case OpClass::NormGrad:
       return h;
     }
     return h;
@@ -677,6 +679,12 @@ std::string random_pipeline(uint64_t seed) {
   shape.column_views = false;
   shape.special_literals = false;
   return random_pipeline(c, shape, fmt::format("random_{}", seed));
+}
+
+bool drawn_by_generator(OpKind op) {
+  const OpClass cls = op_info(op).cls;
+  return op != OpKind::MatmulTN && cls != OpClass::Transpose && cls != OpClass::PoolGrad &&
+         cls != OpClass::NormGrad;
 }
 
 } // namespace kfuse::testing

@@ -23,6 +23,8 @@
 // +-1e30 with `huge_literals`).
 #pragma once
 
+#include "compiler/ir/ops.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -86,5 +88,11 @@ std::string random_pipeline(Choices &choices, const PipelineShape &shape, const 
 
 // The small pipelines of the GPU test: one dim N, a few ops, rank 2, no views, ordinary literals.
 std::string random_pipeline(uint64_t seed);
+
+// Whether the generator draws `op`: every op of the table but those only backward graphs hold
+// (compiler/ir/grad.h), which tests/unit/test_backward_plans.cpp plans and proves: transpose,
+// matmul_tn (a [K, N] first operand, where the generator's rows are always the batch) and the
+// pools' and groupnorm's gradients.
+bool drawn_by_generator(ir::OpKind op);
 
 } // namespace kfuse::testing

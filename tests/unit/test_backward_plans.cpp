@@ -12,11 +12,13 @@
 #include "compiler/plan/plan_printer.h"
 #include "compiler/plan/planner.h"
 #include "kfuse/error.h"
+#include "tests/support/kf_text.h"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,8 +38,8 @@ struct Backward {
   std::string text; // the backward graph as `kfuse grad` prints it
 };
 
-// Every example's backward graph in both modes; examples whose ops have no rule (the pools,
-// groupnorm) are left out, as `kfuse grad` refuses them.
+// Every example's backward graph in both modes (an example grad refuses would be left out;
+// every op has a rule).
 std::vector<Backward> backward_graphs() {
   std::vector<Backward> out;
   std::vector<std::filesystem::path> files;
@@ -121,7 +123,9 @@ TEST_CASE("backward plans: every example's backward graph plans and emits at eac
 TEST_CASE("backward plans: the planner's passes agree with the interpreter on backward graphs") {
   for (const Backward &b : backward_graphs()) {
     if (b.example != "gemm_bn_scale_softmax_512x1024" && b.example != "llama_gate_silu" &&
-        b.example != "bert_output_residual_layernorm" && b.example != "tabular_elu_clamp")
+        b.example != "bert_output_residual_layernorm" && b.example != "tabular_elu_clamp" &&
+        b.example != "sd_unet_groupnorm_silu" && b.example != "maxout_relu_max_pool1d" &&
+        b.example != "bert_ffn_gelu_avg_pool1d")
       continue;
     INFO(b.example, " ", ir::mode_name(b.mode));
     const ir::Graph g = parse_text(b.text);
@@ -162,4 +166,113 @@ TEST_CASE("backward plans: a gradient product that only a row sum reads is summa
     CHECK(summarized_only >= 1);
     CHECK(stored_and_summarized >= 2);
   }
+}
+
+TEST_CASE("backward plans: the pools' and groupnorm's gradients are one row pass each") {
+  const std::map<std::string, std::string> template_of = {
+      {"maxout_relu_max_pool1d", "kf::row_pool_grad<128, kf::Reduce::Max>("},
+      {"bert_ffn_gelu_avg_pool1d", "kf::row_pool_grad<256, kf::Reduce::Mean>("},
+      {"sd_unet_groupnorm_silu", "kf::row_group_norm_grad<256>("}};
+  int found = 0;
+  for (const Backward &b : backward_graphs()) {
+    auto it = template_of.find(b.example);
+    if (it == template_of.end())
+      continue;
+    ++found;
+    INFO(b.example, " ", ir::mode_name(b.mode));
+    LowerOptions o;
+    o.mode = b.mode;
+    o.target = Target{"sm_90a", Precision::FP32};
+    const Lowered l = lower(dsl::SourceFile("backward.kf", b.text), o);
+    // The gradient op is the only row stage of a row kernel of its own.
+    int rows = 0;
+    for (const plan::Kernel &k : l.plan.kernels)
+      for (ir::ValueId st : k.row_stages) {
+        const ir::OpClass cls = ir::op_info(l.plan.graph[st].op).cls;
+        if (cls == ir::OpClass::PoolGrad || cls == ir::OpClass::NormGrad) {
+          ++rows;
+          CHECK(k.kind == plan::KernelKind::Row);
+          CHECK(k.row_stages.size() == 1);
+        }
+      }
+    CHECK(rows == 1);
+    CHECK(l.program.source.find(it->second) != std::string::npos);
+  }
+  CHECK(found == 6);
+}
+
+TEST_CASE("backward plans: a row op reads its second matrix from an earlier kernel only") {
+  // groupnorm_backward reads x from memory: a pass of the kernel that stores x (over the same
+  // rows) would read it while other threads write it, and a GEMM's row epilogue would read the
+  // product it is storing.
+  const ir::Graph rows = parse_text("pipeline p {\n  dim N\n  input g: f32[N, 64]\n"
+                                    "  t = softmax(g, dim=1)\n"
+                                    "  return groupnorm_backward(g, t, groups=4)\n}\n");
+  const plan::Plan p = plan::make_plan(rows, ir::Mode::Train);
+  REQUIRE(p.kernels.size() == 2);
+  CHECK(p.kernels[0].row_stages.size() == 1);
+  CHECK(p.kernels[1].row_stages.size() == 1);
+  const ir::Graph gemm = parse_text("pipeline p {\n  dim N\n  input x: f32[N, 64]\n"
+                                    "  param w: f32[64, 64]\n  h = linear(x, w)\n"
+                                    "  return groupnorm_backward(h, h, groups=4)\n}\n");
+  const plan::Plan q = plan::make_plan(gemm, ir::Mode::Train);
+  REQUIRE(q.kernels.size() == 2);
+  CHECK(q.kernels[0].kind == plan::KernelKind::Gemm);
+  CHECK(q.kernels[0].row_stages.empty());
+  // Another matrix stored before the GEMM runs: the row epilogue takes it.
+  const ir::Graph other = parse_text("pipeline p {\n  dim N\n  input x: f32[N, 64]\n"
+                                     "  input y: f32[N, 64]\n  param w: f32[64, 64]\n"
+                                     "  h = linear(x, w)\n"
+                                     "  return groupnorm_backward(h, y, groups=4)\n}\n");
+  const plan::Plan r = plan::make_plan(other, ir::Mode::Train);
+  REQUIRE(r.kernels.size() == 1);
+  CHECK(std::count(r.kernels[0].rules.begin(), r.kernels[0].rules.end(), "gemm_row_epilogue"));
+}
+
+TEST_CASE("backward plans: groupnorm_backward computes the elementwise ops after it in its pass") {
+  const ir::Graph g =
+      parse_text("pipeline p {\n  dim N\n  input g: f32[N, 64]\n"
+                 "  input x: f32[N, 64]\n  param w: f32[64]\n"
+                 "  return tanh(mul(groupnorm_backward(g, x, w, groups=4), w))\n}\n");
+  const plan::Plan p = plan::make_plan(g, ir::Mode::Train);
+  REQUIRE(p.kernels.size() == 1);
+  CHECK(std::count(p.kernels[0].rules.begin(), p.kernels[0].rules.end(), "row_tail"));
+  LowerOptions o;
+  o.target = Target{"sm_90a", Precision::FP32};
+  const Lowered l = lower(dsl::SourceFile("tail.kf", ir::print_kf(g)), o);
+  CHECK(l.program.source.find("struct k0_row_pass0_post {") != std::string::npos);
+}
+
+TEST_CASE("backward plans: the gradient ops' shape rules name what is wrong") {
+  auto error = [](const std::string &body) {
+    return testing::kf_error("pipeline p {\n  dim N\n  input g: f32[N, 3]\n  input x: f32[N, 8]\n"
+                             "  input y: f32[N, 6]\n  input v: f32[N, 8, 8]\n"
+                             "  param w: f32[6]\n  return " +
+                                 body + "\n}\n",
+                             "t.kf");
+  };
+  CHECK(error("max_pool1d_backward(g, x, kernel_size=2, stride=2)")
+            .find("t.kf:8:30: error: shape mismatch in max_pool1d_backward: g must have the 4 "
+                  "windows of 8 features (kernel_size=2, stride=2), got f32[N, 3]") == 0);
+  CHECK(error("avg_pool1d_backward(g, kernel_size=9, stride=1, features=8)")
+            .find("avg_pool1d_backward: kernel_size=9 is wider than the 8 features") !=
+        std::string::npos);
+  CHECK(error("avg_pool1d_backward(g, kernel_size=2, stride=2)")
+            .find("avg_pool1d_backward requires the attribute 'features'") != std::string::npos);
+  CHECK(error("max_pool1d_backward(v, x, kernel_size=2, stride=2)")
+            .find("max_pool1d_backward of f32[N, 8, 8] (rank 3) is not supported") !=
+        std::string::npos);
+  CHECK(error("groupnorm_backward(y, x, groups=2)")
+            .find("shape mismatch in groupnorm_backward: x must have the shape of g f32[N, 6], "
+                  "got f32[N, 8]") != std::string::npos);
+  CHECK(error("groupnorm_backward(y, y, w, groups=4)")
+            .find("groupnorm_backward: groups=4 does not divide the 6 features") !=
+        std::string::npos);
+  CHECK(error("groupnorm_backward(x, x, w, groups=2)")
+            .find("weight must be [8] to match f32[N, 8], got f32[6]") != std::string::npos);
+  const ir::Graph ok =
+      parse_text("pipeline p {\n  dim N\n  input g: f32[N, 3]\n"
+                 "  input y: f32[N, 7]\n"
+                 "  return max_pool1d_backward(g, y, kernel_size=3, stride=2)\n}\n");
+  CHECK(ok[ok.outputs[0]].type.str() == "f32[N, 7]");
 }

@@ -202,8 +202,12 @@ TEST_CASE("nvrtc: every row kernel kind compiles on bf16 and f16 rows") {
   dim N
   input  x: {0}[N, 64]
   param  g: {0}[64]
+  input  y: {0}[N, 64]
+  input  p: {0}[N, 31]
   return softmax(x, dim=1), layernorm(x, g), groupnorm(x, g, g, groups=4), instancenorm(x),
-         max_pool1d(x, kernel_size=3, stride=2), avg_pool1d(x, kernel_size=2), sum(x, dim=1)
+         max_pool1d(x, kernel_size=3, stride=2), avg_pool1d(x, kernel_size=2), sum(x, dim=1),
+         groupnorm_backward(y, x, g, groups=4), max_pool1d_backward(p, x, kernel_size=3, stride=2),
+         avg_pool1d_backward(p, kernel_size=3, stride=2, features=64)
 }}
 )",
                                          dtype);

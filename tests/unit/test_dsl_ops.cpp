@@ -92,6 +92,12 @@ TEST_CASE("op table: names are unique, and ops are listed by class and arity") {
   CHECK(ir::ops_of_class(ir::OpClass::Unary).size() == 24);
   CHECK(ir::ops_of_class(ir::OpClass::ColReduce).empty()); // internal only
   CHECK(ir::ops_of_class(ir::OpClass::ColReduce, -1, true).size() == 3);
+  // The gradients of the pools and of groupnorm exist for backward graphs only.
+  CHECK(ir::ops_of_class(ir::OpClass::PoolGrad).empty());
+  CHECK(ir::ops_of_class(ir::OpClass::PoolGrad, -1, true) ==
+        std::vector<ir::OpKind>{ir::OpKind::MaxPool1dBackward, ir::OpKind::AvgPool1dBackward});
+  CHECK(ir::ops_of_class(ir::OpClass::NormGrad, -1, true) ==
+        std::vector<ir::OpKind>{ir::OpKind::GroupNormBackward});
   CHECK(ir::ops_of_class(ir::OpClass::Gemm, 3) == std::vector<ir::OpKind>{ir::OpKind::Linear});
 }
 

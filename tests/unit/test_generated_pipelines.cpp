@@ -2,7 +2,6 @@
 // interpretation (special values included) and CUDA generation, in both modes. The same check
 // runs on demand for as long as wanted: tests/fuzz/run.sh SECONDS generated.
 #include "compiler/dsl/parser.h"
-#include "compiler/ir/op_class.h"
 #include "tests/support/generated_check.h"
 #include "tests/support/random_pipelines.h"
 
@@ -45,11 +44,7 @@ TEST_CASE("generated pipelines: 2,000 plan, agree with the interpreter and emit"
   CHECK(signed_zero_literals > 0);
   for (const ir::OpInfo &op : ir::all_ops()) {
     INFO(op.name);
-    // The planner refuses the interpreted-only ops. matmul_tn is what transposed_operands
-    // makes of a backward graph's matmul(transpose(g), x): the generator's chains, whose rows
-    // are always the batch, never hold its [K, N] first operand; test_backward_plans.cpp plans
-    // and proves it.
-    if (!ir::class_traits(op.cls).interpreted_only() && op.kind != ir::OpKind::MatmulTN)
+    if (testing::drawn_by_generator(op.kind))
       CHECK(ops_seen[std::string(op.name)] > 0);
   }
 }

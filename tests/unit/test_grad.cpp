@@ -13,6 +13,11 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <string>
 
 using namespace kfuse;
@@ -144,6 +149,50 @@ TEST_CASE("grad: row ops and feature normalizations, odd widths and rank 3") {
                    Mode::Train, {{"N", 3}});
 }
 
+TEST_CASE("grad: groupnorm through each group's statistics, groups = 1 to C") {
+  for (const char *groups : {"1", "2", "3", "6"})
+    for (const char *args : {", lw, lb", ", lw", ""})
+      expect_gradients(pipeline("  param lw: f32[6]\n  param lb: f32[6]\n",
+                                fmt::format("  return groupnorm(mul(x, exp(x)){}, groups={}, "
+                                            "eps=0.01)",
+                                            args, groups)),
+                       Mode::Train);
+  // The backward is one row op for dx (PyTorch's native_group_norm_backward) and the forward
+  // without affine for dweight.
+  const std::string text =
+      ir::print_kf(ir::grad(parse(pipeline("  param lw: f32[6]\n  param lb: f32[6]\n",
+                                           "  return groupnorm(x, lw, lb, groups=3)")),
+                            Mode::Train)
+                       .backward);
+  INFO(text);
+  CHECK(text.find("groupnorm_backward(grad_out0, x, lw, groups=3, eps=1e-5)") != std::string::npos);
+  CHECK(text.find("groupnorm(x, groups=3, eps=1e-5)") != std::string::npos);
+}
+
+TEST_CASE("grad: the pools, F not a multiple of the window, overlapping and gapped windows") {
+  for (const char *x : {"f32[N, 7]", "f32[7]"})
+    for (const char *op : {"max_pool1d", "avg_pool1d"})
+      for (const char *window :
+           {"kernel_size=2", "kernel_size=3, stride=2", "kernel_size=2, stride=3", "kernel_size=7",
+            "kernel_size=1", "kernel_size=4, stride=1"})
+        expect_gradients(fmt::format("pipeline p {{\n  dim N\n  input x: {}\n"
+                                     "  return {}(tanh(x), {})\n}}\n",
+                                     x, op, window),
+                         Mode::Eval);
+  // The backward gathers each feature's windows in one row op.
+  const std::string text = ir::print_kf(
+      ir::grad(parse("pipeline p {\n  dim N\n  input x: f32[N, 7]\n"
+                     "  return max_pool1d(x, kernel_size=3), avg_pool1d(x, kernel_size=3, "
+                     "stride=2)\n}\n"),
+               Mode::Train)
+          .backward);
+  INFO(text);
+  CHECK(text.find("max_pool1d_backward(grad_out0, x, kernel_size=3, stride=3)") !=
+        std::string::npos);
+  CHECK(text.find("avg_pool1d_backward(grad_out1, kernel_size=3, stride=2, features=7)") !=
+        std::string::npos);
+}
+
 TEST_CASE("grad: reductions along either axis, with and without keepdim") {
   for (const char *op : {"sum", "mean", "max", "min", "amax", "amin", "logsumexp", "var", "std"})
     for (const char *attrs : {"dim=1", "dim=1, keepdim=true", "dim=0", "dim=0, keepdim=true"}) {
@@ -214,15 +263,23 @@ TEST_CASE("grad: the backward's inputs, outputs and saved values") {
   CHECK(again.values.size() == r.backward.values.size());
 }
 
-TEST_CASE("grad: an op without a rule is named") {
-  ir::Graph f = parse("pipeline p {\n  dim N\n  input x: f32[N, 6]\n"
-                      "  return max_pool1d(x, kernel_size=2)\n}\n");
-  CHECK_THROWS_WITH_AS(ir::grad(f, Mode::Train),
-                       doctest::Contains("grad: %1 (max_pool1d) has no vector-Jacobian product"),
+TEST_CASE("grad: second derivatives of the max pool and groupnorm are refused by name") {
+  ir::Graph f = parse("pipeline p {\n  dim N\n  input g: f32[N, 3]\n  input x: f32[N, 6]\n"
+                      "  return max_pool1d_backward(g, x, kernel_size=2, stride=2)\n}\n");
+  CHECK_THROWS_WITH_AS(
+      ir::grad(f, Mode::Train),
+      "grad: %2 (max_pool1d_backward) has no vector-Jacobian product: the gradient of "
+      "max_pool1d's gradient (a second derivative) is not supported",
+      ir::GradError);
+  ir::Graph g = parse("pipeline p {\n  dim N\n  input g: f32[N, 6]\n  input x: f32[N, 6]\n"
+                      "  return groupnorm_backward(g, x, groups=2)\n}\n");
+  CHECK_THROWS_WITH_AS(ir::grad(g, Mode::Train),
+                       doctest::Contains("(groupnorm_backward) has no vector-Jacobian product"),
                        ir::GradError);
-  ir::Graph g = parse("pipeline p {\n  dim N\n  input x: f32[N, 6]\n"
-                      "  return groupnorm(x, groups=2)\n}\n");
-  CHECK_THROWS_AS(ir::grad(g, Mode::Train), ir::GradError);
+  // avg_pool1d_backward is linear in g: its gradient is avg_pool1d.
+  expect_gradients("pipeline p {\n  dim N\n  input g: f32[N, 3]\n"
+                   "  return avg_pool1d_backward(g, kernel_size=3, stride=2, features=8)\n}\n",
+                   Mode::Train);
 }
 
 TEST_CASE("grad: transpose is interpreted, and refused by the planner") {
@@ -256,9 +313,18 @@ TEST_CASE("cli: kfuse grad prints the backward graph, what the forward saves, an
   CHECK(backward.name == "gpt2_mlp_dropout_backward");
 
   r = testing::run_kfuse("grad examples/maxout_relu_max_pool1d.kf");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("max_pool1d_backward(grad_out0, h, kernel_size=4, stride=4)") !=
+        std::string::npos);
+  // Its backward again: the gradient of max_pool1d_backward, which has none.
+  const std::filesystem::path twice = std::filesystem::temp_directory_path() /
+                                      ("kfuse_grad_twice_" + std::to_string(getpid()) + ".kf");
+  std::ofstream(twice) << r.out;
+  r = testing::run_kfuse("grad " + twice.string());
+  std::filesystem::remove(twice);
   CHECK(r.exit_code == 1);
-  CHECK(r.err.find("kfuse grad: error: grad: %") == 0);
-  CHECK(r.err.find("(max_pool1d) has no vector-Jacobian product") != std::string::npos);
+  CHECK(r.err.find("kfuse grad: error: grad: 't1' (%5, max_pool1d_backward) has no "
+                   "vector-Jacobian product: the gradient of max_pool1d's gradient") == 0);
   r = testing::run_kfuse("grad examples/gemm_scale_bn.kf --mode test");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--mode must be train or eval, got 'test'") != std::string::npos);
@@ -314,4 +380,14 @@ TEST_CASE("grad: non-differentiable points as PyTorch's autograd") {
   CHECK(gradient_at("amax(x, dim=1, keepdim=true)", {1, 3, 3, 2}) == V{0, 0.5, 0.5, 0});
   CHECK(gradient_at("max(x, dim=1, keepdim=true)", {1, 3, 3, 2}) == V{0, 0.5, 0.5, 0});
   CHECK(gradient_at("amin(x, dim=1)", {1, 3, 1, 2}) == V{0.5, 0, 0.5, 0});
+  // max_pool1d as max_pool1d_with_indices: a tie to the first maximum, a NaN window to its last
+  // NaN; overlapping windows add up, features in no window get 0.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(gradient_at("max_pool1d(x, kernel_size=2)", {3, 3, 1, 2}) == V{1, 0, 0, 1});
+  CHECK(gradient_at("max_pool1d(x, kernel_size=3, stride=1)", {1, 5, 5, 2}) == V{0, 2, 0, 0});
+  CHECK(gradient_at("max_pool1d(x, kernel_size=4)", {nan, 1, nan, 2}) == V{0, 0, 1, 0});
+  CHECK(gradient_at("max_pool1d(x, kernel_size=1, stride=2)", {1, 2, 3, 4}) == V{1, 0, 1, 0});
+  CHECK(gradient_at("avg_pool1d(x, kernel_size=2, stride=1)", {1, 2, 3, 4}) == V{0.5, 1, 1, 0.5});
+  CHECK(gradient_at("avg_pool1d(x, kernel_size=3)", {1, 2, 3, 4}) ==
+        V{1.0 / 3, 1.0 / 3, 1.0 / 3, 0});
 }

@@ -422,6 +422,57 @@ TEST_CASE("interpreter: max_pool1d and avg_pool1d over feature windows") {
   check_values(out[2], {2, 2}, {1, 8, 4, 0});
 }
 
+TEST_CASE("interpreter: the pools' gradients go back over the windows as PyTorch's indices") {
+  GraphBuilder b("pool_grads");
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(2), c(5)}));
+  ValueId g2 = b.declare(ValueKind::Input, "g2", f32({c(2), c(2)}));
+  ValueId g3 = b.declare(ValueKind::Input, "g3", f32({c(2), c(3)}));
+  auto window = [](double k, double s) {
+    return std::map<std::string, AttrValue>{{"kernel_size", num(k)}, {"stride", num(s)}};
+  };
+  b.add_output(b.op(OpKind::MaxPool1dBackward, {g2, x}, window(2, 2)));
+  b.add_output(b.op(OpKind::MaxPool1dBackward, {g3, x}, window(3, 1)));
+  b.add_output(b.op(OpKind::MaxPool1dBackward, {g2, x}, window(1, 3)));
+  auto avg = window(3, 1);
+  avg["features"] = num(5);
+  b.add_output(b.op(OpKind::AvgPool1dBackward, {g3}, avg));
+  Graph g = b.finish();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  TensorMap t{{"x", tensor({2, 5}, {1, 5, 5, 2, 3, 4, -1, nan, 0, nan})},
+              {"g2", tensor({2, 2}, {10, 20, 30, 40})},
+              {"g3", tensor({2, 3}, {1, 2, 3, 3, 6, 9})}};
+  auto out = interpret(g, Mode::Eval, {}, t);
+  // Windows (1, 5) (5, 2) and (4, -1) (NaN, 0); the last feature is in none.
+  check_values(out[0], {2, 5}, {0, 10, 20, 0, 0, 30, 0, 40, 0, 0});
+  // Overlapping windows add up; a tie goes to the first maximum ((5, 5, 2): feature 1), a window
+  // holding NaNs to its last NaN ((NaN, 0, NaN): feature 4).
+  check_values(out[1], {2, 5}, {0, 1 + 2, 3, 0, 0, 0, 0, 3 + 6, 0, 9});
+  // stride > kernel_size: features 1, 2 and 4 are in no window.
+  check_values(out[2], {2, 5}, {10, 0, 0, 20, 0, 30, 0, 0, 40, 0});
+  check_values(out[3], {2, 5}, {1.0 / 3, 1, 2, 5.0 / 3, 1, 1, 3, 6, 5, 3});
+}
+
+TEST_CASE("interpreter: groupnorm_backward per group, by hand") {
+  GraphBuilder b("groupnorm_grad");
+  ValueId g = b.declare(ValueKind::Input, "g", f32({c(1), c(4)}));
+  ValueId x = b.declare(ValueKind::Input, "x", f32({c(1), c(4)}));
+  ValueId w = b.declare(ValueKind::Param, "w", f32({c(4)}));
+  b.add_output(
+      b.op(OpKind::GroupNormBackward, {g, x, w}, {{"groups", num(2)}, {"eps", num(0.75)}}));
+  b.add_output(b.op(OpKind::GroupNormBackward, {g, x}, {{"groups", num(4)}, {"eps", num(0.75)}}));
+  Graph graph = b.finish();
+  TensorMap t{{"g", tensor({1, 4}, {1, 0, 0, 1})},
+              {"x", tensor({1, 4}, {1, 2, 3, 6})},
+              {"w", tensor({4}, {1, 2, 0.5, -1})}};
+  auto out = interpret(graph, Mode::Eval, {}, t);
+  // Group {1, 2}: rstd 1, x̂ (-0.5, 0.5), gx (1, 0): mean(gx) 0.5, mean(gx x̂) -0.25. Group {3, 6}:
+  // rstd r = 1/sqrt(3), x̂ r = (-0.5, 0.5), gx (0, -1): mean(gx) -0.5, mean(gx x̂) -0.75 r.
+  const double r = 1 / std::sqrt(3.0);
+  check_values(out[0], {1, 4}, {0.375, -0.375, 0.125 * r, -0.125 * r});
+  // Groups of one feature: x̂ = 0, the gradient too.
+  check_values(out[1], {1, 4}, {0, 0, 0, 0});
+}
+
 TEST_CASE("interpreter: softmax and log_softmax") {
   SUBCASE("by hand, with large values") {
     GraphBuilder b("sm");
