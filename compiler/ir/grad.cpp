@@ -97,8 +97,8 @@ std::optional<TensorType> declarable(const TensorType &t) {
 class Reverse {
 public:
   Reverse(const Graph &f, Mode mode)
-      : f_(f), mode_(mode), b_(f.name + "_backward", f.dims), in_backward_(f.values.size(), -1),
-        varies_(varying_values(f)) {
+      : forward_(f), f_(forward_.graph()), mode_(mode), b_(f.name + "_backward", f.dims),
+        in_backward_(f.values.size(), -1), varies_(varying_values(f)) {
     for (const Value &v : f.values)
       if (!v.is_op())
         names_.insert(v.name);
@@ -126,6 +126,7 @@ public:
                                   "param through differentiable ops",
                                   f_.name));
     r_.backward = declarations_first_and_live(b_.finish());
+    r_.forward = f_;
     keep_read_saves();
     return std::move(r_);
   }
@@ -187,18 +188,34 @@ private:
     return at;
   }
 
+  // A value the forward computes for the backward (VjpContext::forward_op), once per op and
+  // arguments; it has no gradient of its own.
+  ValueId forward_op(OpKind k, std::vector<ValueId> args) {
+    auto [it, fresh] = forward_ops_.emplace(std::make_pair(k, args), -1);
+    if (fresh) {
+      it->second = forward_.op(k, std::move(args));
+      in_backward_.push_back(-1);
+      varies_.push_back(false);
+    }
+    return it->second;
+  }
+
   void backward_of(ValueId id) {
-    const Value &v = f_[id];
     auto it = grads_.find(id);
-    if (!v.is_op() || !varies_[static_cast<size_t>(id)] || it == grads_.end())
+    if (!f_[id].is_op() || !varies_[static_cast<size_t>(id)] || it == grads_.end())
       return;
-    VjpContext c(b_, f_, id, mode_, it->second, [this](ValueId a) { return value(a); });
-    std::vector<ValueId> dargs = vjp_rule(v.op)(c);
-    if (dargs.size() != v.args.size())
+    // Copies: a rule may add values to the forward graph (forward_op).
+    const OpKind op = f_[id].op;
+    const std::vector<ValueId> args = f_[id].args;
+    VjpContext c(
+        b_, f_, id, mode_, it->second, [this](ValueId a) { return value(a); },
+        [this](OpKind k, std::vector<ValueId> a) { return forward_op(k, std::move(a)); });
+    std::vector<ValueId> dargs = vjp_rule(op)(c);
+    if (dargs.size() != args.size())
       throw std::logic_error(fmt::format("grad: the rule of {} gave {} gradients for {} arguments",
-                                         describe(f_, id), dargs.size(), v.args.size()));
+                                         describe(f_, id), dargs.size(), args.size()));
     for (size_t i = 0; i < dargs.size(); ++i) {
-      ValueId a = v.args[i];
+      ValueId a = args[i];
       if (dargs[i] == kNoGradient || !varies_[static_cast<size_t>(a)])
         continue;
       if (b_.graph()[dargs[i]].type.shape != f_[a].type.shape)
@@ -223,12 +240,14 @@ private:
     r_.saved_names = std::move(names);
   }
 
+  GraphBuilder forward_; // the forward, and the values rules ask it to compute (forward_op)
   const Graph &f_;
   Mode mode_;
   GraphBuilder b_;
   std::vector<ValueId> in_backward_;
   std::vector<bool> varies_;
   std::map<ValueId, ValueId> grads_;
+  std::map<std::pair<OpKind, std::vector<ValueId>>, ValueId> forward_ops_;
   std::set<std::string> names_;
   GradResult r_;
 };
@@ -237,8 +256,8 @@ private:
 
 GradResult grad(const Graph &forward, Mode mode) { return Reverse(forward, mode).run(); }
 
-Graph forward_with_saves(const Graph &forward, const GradResult &r) {
-  Graph g = forward;
+Graph forward_with_saves(const GradResult &r) {
+  Graph g = r.forward;
   g.outputs.insert(g.outputs.end(), r.saved.begin(), r.saved.end());
   return g;
 }

@@ -3,8 +3,9 @@
 // grad runs on the graph as the user wrote it, before the planner's passes: every op there has
 // PyTorch's meaning, so each rule (compiler/ir/vjp.h) is PyTorch's backward of that op, and the
 // backward graph is a pipeline the same passes and planner can take. Train-mode batchnorm is
-// one op there: its rule recomputes the batch statistics from its input with col_mean / col_var
-// and differentiates through them; its running-statistic updates (states) have no gradient.
+// one op there: its rule has the forward save the batch statistics it normalized with
+// (col_mean / col_var of its input, which the forward computes anyway: GradResult::forward) and
+// differentiates through them; its running-statistic updates (states) have no gradient.
 //
 // The backward graph's inputs: one gradient per forward output (`grad_<name>`), the forward
 // values it reads that the forward saves (`saved_<name>`, see save_for_backward), and the
@@ -25,6 +26,9 @@ namespace kfuse::ir {
 
 struct GradResult {
   Graph backward;
+  // The forward graph the saves refer to: the one grad was given, with the values rules asked
+  // it to compute for the backward appended (train-mode batchnorm's batch statistics).
+  Graph forward;
   // The backward's gradient inputs, one per forward output, in output order.
   std::vector<std::string> grad_inputs;
   // The forward values the backward reads as inputs, and the names of those inputs.
@@ -41,8 +45,8 @@ bool save_for_backward(const Graph &forward, ValueId id);
 // Throws GradError naming an op whose gradient is needed and that has no rule.
 GradResult grad(const Graph &forward, Mode mode);
 
-// The forward graph with the values the backward reads (GradResult::saved) as further outputs,
+// GradResult::forward with the values the backward reads (GradResult::saved) as further outputs,
 // after its own: a run of it gives the backward's saved inputs.
-Graph forward_with_saves(const Graph &forward, const GradResult &r);
+Graph forward_with_saves(const GradResult &r);
 
 } // namespace kfuse::ir

@@ -78,6 +78,8 @@ Graph matrix_view(const Graph &g);
 class GraphBuilder {
 public:
   explicit GraphBuilder(std::string name, std::vector<std::string> dims = {});
+  // Goes on building `g` (its values keep their ids).
+  explicit GraphBuilder(Graph g) : g_(std::move(g)) {}
   ValueId declare(ValueKind kind, std::string name, TensorType type, SourceLoc loc = {});
   // Adds an op. Missing attributes get their defaults; the type is inferred from the args
   // (throws kfuse::ir::TypeError on a mismatch; callers with source locations report it).

@@ -12,6 +12,13 @@
 
 namespace kfuse::ir {
 
+ValueId VjpContext::forward_op(OpKind k, const std::vector<size_t> &args) const {
+  std::vector<ValueId> ids;
+  for (size_t i : args)
+    ids.push_back(op().args.at(i));
+  return forward_value_(forward_op_(k, ids));
+}
+
 void VjpContext::missing(const std::string &why) const {
   throw GradError(op().op, fmt::format("grad: {} has no vector-Jacobian product: {}",
                                        describe(forward_, op_), why));
@@ -128,8 +135,9 @@ std::vector<ValueId> batchnorm(const VjpContext &c) {
   bool affine = c.arg_count() == 5;
   ValueId g = c.grad(), x = c.arg(0);
   bool train = c.mode() == Mode::Train;
-  ValueId mean = train ? c.op(OpKind::ColMean, {x}) : c.arg(affine ? 3 : 1);
-  ValueId var = train ? c.op(OpKind::ColVar, {x}) : c.arg(affine ? 4 : 2);
+  // Train mode: the batch statistics the forward normalized with, which it computes anyway.
+  ValueId mean = train ? c.forward_op(OpKind::ColMean, {0}) : c.arg(affine ? 3 : 1);
+  ValueId var = train ? c.forward_op(OpKind::ColVar, {0}) : c.arg(affine ? 4 : 2);
   ValueId rstd = c.op(OpKind::Rsqrt, {c.add(var, c.number(c.attr("eps")))});
   ValueId xhat = c.mul(c.sub(x, mean), rstd);
   ValueId gx = affine ? c.mul(g, c.arg(1)) : g;

@@ -40,14 +40,20 @@ struct GradError : kfuse::Error {
 class VjpContext {
 public:
   VjpContext(GraphBuilder &b, const Graph &forward, ValueId op, Mode mode, ValueId grad,
-             std::function<ValueId(ValueId)> forward_value)
+             std::function<ValueId(ValueId)> forward_value,
+             std::function<ValueId(OpKind, std::vector<ValueId>)> forward_op)
       : b_(b), forward_(forward), op_(op), mode_(mode), grad_(grad),
-        forward_value_(std::move(forward_value)) {}
+        forward_value_(std::move(forward_value)), forward_op_(std::move(forward_op)) {}
 
   const Value &op() const { return forward_[op_]; }
   Mode mode() const { return mode_; }
   ValueId grad() const { return grad_; }
   ValueId arg(size_t i) const { return forward_value_(op().args.at(i)); }
+  // Op `k` of the op's forward arguments `args` (indices into its args), computed by the forward
+  // for the backward (grad adds it to the forward graph, GradResult::forward) and then saved or
+  // recomputed like any forward value: what the forward computes anyway (train-mode batchnorm's
+  // batch statistics) costs a few stored features instead of a pass over the batch.
+  ValueId forward_op(OpKind k, const std::vector<size_t> &args) const;
   ValueId result() const { return forward_value_(op_); }
   size_t arg_count() const { return op().args.size(); }
   const TensorType &arg_type(size_t i) const { return forward_[op().args.at(i)].type; }
@@ -89,6 +95,7 @@ private:
   Mode mode_;
   ValueId grad_;
   std::function<ValueId(ValueId)> forward_value_;
+  std::function<ValueId(OpKind, std::vector<ValueId>)> forward_op_;
 };
 
 // A rule: the gradient of each of the op's arguments, in order (kNoGradient where none).

@@ -23,7 +23,7 @@ nb::dict grad_dict(const ir::Graph &forward, const std::string &mode) {
     gradients.at(index) = forward[id].name;
   nb::dict d;
   d["backward"] = ir::print_kf(r.backward);
-  d["forward"] = ir::print_kf(ir::forward_with_saves(forward, r));
+  d["forward"] = ir::print_kf(ir::forward_with_saves(r));
   d["grad_inputs"] = r.grad_inputs;
   d["saved"] = r.saved_names;
   d["gradients"] = gradients;

@@ -81,7 +81,7 @@ GradReport check_gradients(const ir::Graph &forward, ir::Mode mode, const ir::Di
   // Forward with saves, then backward.
   ir::TensorMap run = inputs;
   std::vector<ir::HostTensor> outs =
-      ir::interpret(ir::forward_with_saves(forward, r), mode, dims, run, kGradCheckRng);
+      ir::interpret(ir::forward_with_saves(r), mode, dims, run, kGradCheckRng);
   ir::TensorMap backward_in = inputs;
   for (size_t o = 0; o < forward.outputs.size(); ++o)
     backward_in[r.grad_inputs[o]] = *w[o];

@@ -11,6 +11,8 @@
 #include "tests/support/run_tool.h"
 
 #include <doctest/doctest.h>
+
+#include <algorithm>
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -237,6 +239,31 @@ TEST_CASE("grad: dropout's backward draws the forward's mask") {
   CHECK(dropouts == 1);
 }
 
+TEST_CASE("grad: train-mode batchnorm's backward reads the forward's batch statistics") {
+  const std::string text = "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[4, 6]\n"
+                           "  state m: f32[4]\n  state v: f32[4]\n"
+                           "  return batchnorm(linear(x, w), m, v)\n}\n";
+  ir::Graph f = parse(text);
+  ir::GradResult r = ir::grad(f, Mode::Train);
+  ir::verify(r.backward);
+  // The forward computes them anyway: saved as two [4] vectors, not recomputed from the batch.
+  std::vector<ir::OpKind> saved_ops;
+  for (ir::ValueId s : r.saved)
+    saved_ops.push_back(r.forward[s].op);
+  CHECK(std::count(saved_ops.begin(), saved_ops.end(), ir::OpKind::ColMean) == 1);
+  CHECK(std::count(saved_ops.begin(), saved_ops.end(), ir::OpKind::ColVar) == 1);
+  for (const ir::Value &v : r.backward.values)
+    CHECK_FALSE((v.is_op() && v.op == ir::OpKind::ColVar));
+  // The forward that saves them still verifies and returns its own output first.
+  ir::Graph fw = ir::forward_with_saves(r);
+  ir::verify(fw);
+  CHECK(fw.outputs.front() == f.outputs.front());
+  CHECK(fw.outputs.size() == 1 + r.saved.size());
+  // Eval mode reads the running statistics: the forward computes nothing more.
+  ir::GradResult eval = ir::grad(f, Mode::Eval);
+  CHECK(eval.forward.values.size() == f.values.size());
+}
+
 TEST_CASE("grad: the backward's inputs, outputs and saved values") {
   const std::string text = "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[4, 6]\n"
                            "  h = linear(x, w)\n  y = mul(h, sigmoid(h))\n  return y, h\n}\n";
@@ -255,7 +282,7 @@ TEST_CASE("grad: the backward's inputs, outputs and saved values") {
   REQUIRE(r.gradients.size() == 2);
   CHECK(f[r.gradients[0].first].name == "x");
   CHECK(f[r.gradients[1].first].name == "w");
-  ir::Graph fw = ir::forward_with_saves(f, r);
+  ir::Graph fw = ir::forward_with_saves(r);
   CHECK(fw.outputs.size() == 3);
   ir::verify(fw);
   // The backward prints as .kf that parses back.
@@ -355,7 +382,7 @@ std::vector<double> gradient_at(const std::string &call, std::vector<double> x) 
   t[r.grad_inputs[0]] = ones;
   for (size_t s = 0; s < r.saved.size(); ++s) {
     ir::TensorMap fw = {{"x", t.at("x")}};
-    t[r.saved_names[s]] = ir::interpret(ir::forward_with_saves(f, r), Mode::Eval, {}, fw).at(1 + s);
+    t[r.saved_names[s]] = ir::interpret(ir::forward_with_saves(r), Mode::Eval, {}, fw).at(1 + s);
   }
   return ir::interpret(r.backward, Mode::Eval, {}, t).at(0).data;
 }

@@ -30,7 +30,7 @@ std::string header(const ir::Graph &f, const ir::GradResult &r, ir::Mode mode) {
   if (r.saved.empty())
     out += " none";
   for (size_t i = 0; i < r.saved.size(); ++i)
-    out += fmt::format("\n#   {} = {}", r.saved_names[i], ir::describe(f, r.saved[i]));
+    out += fmt::format("\n#   {} = {}", r.saved_names[i], ir::describe(r.forward, r.saved[i]));
   out += "\n# Outputs:";
   for (const auto &[id, index] : r.gradients)
     out += fmt::format("\n#   {}: the gradient of {}", index, ir::describe(f, id));
