@@ -2,7 +2,7 @@
 gradients of its inputs and every parameter against PyTorch's autograd of its Reference in
 float64, train and eval; bf16 precision with f32 master weights; SGD steps and a compiled
 training step. A backward pipeline that does not plan or compile fails its test naming the
-example and kfuse's reason. Skipped without torch or a CUDA device."""
+example and kfuse's reason, or is an expected failure where the reason is a known gap. Skipped without torch or a CUDA device."""
 import copy
 
 import pytest
@@ -23,6 +23,11 @@ DIMS = {"N": 64, "B": 3, "T": 5}
 # PyTorch's own at the same precision.
 BOUND = 1e-5
 BF16_BOUND = 2e-2
+# Backward kernels the GPU path does not have yet (docs/PYTHON.md, "Training"): a backward that
+# needs one is reported as an expected failure with kfuse's diagnostic; any other failure fails.
+KNOWN_GAPS = ("matmul of bf16 operands is not supported", "matmul of f16 operands is not supported",
+              "matmul_tn of bf16 operands is not supported", "matmul_tn of f16 operands is not supported",
+              "a view between a vector and a matrix is an operand of pointwise ops only")
 
 
 class TrainingPair:
@@ -51,8 +56,10 @@ class TrainingPair:
             try:
                 op.pipeline(precision, inputs[0].device)
             except kfuse.Error as e:
-                pytest.fail(f"{self.kf.stem} ({self.mode}, {precision}): the {role} pipeline does not plan or "
-                            f"compile: {e}", pytrace=False)
+                why = f"{self.kf.stem} ({self.mode}, {precision}): the {role} pipeline does not plan or compile: {e}"
+                if any(gap in str(e) for gap in KNOWN_GAPS):
+                    pytest.xfail(why)
+                pytest.fail(why, pytrace=False)
 
     def inputs(self):
         return [t.requires_grad_(True) for t in self.torch.random_inputs(DIMS, self.generator, "cuda")]
