@@ -99,6 +99,7 @@ struct Pipeline::Impl {
   void prepare();
   // Instead of all of the above, where only data pointers changed.
   void check_moved(const Tensor *inputs, const Tensor *outputs);
+  void adopt(const Tensor *inputs, size_t input_count, const Tensor *outputs, size_t output_count);
 
   // Training (pipeline_backward.cpp). The caller's outputs followed by the saved values, which
   // place_saved() lays out in memory the pipeline owns for the run's dims (from prepare());

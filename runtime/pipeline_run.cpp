@@ -228,6 +228,20 @@ void Pipeline::run(const std::map<std::string, Tensor> &inputs, const std::vecto
   run(ordered.data(), ordered.size(), outputs.data(), outputs.size(), stream);
 }
 
+// The checked tensors become the ones later runs compare with: the launch table points at them
+// and the replayed graph of the earlier ones is dropped.
+void Pipeline::Impl::adopt(const Tensor *inputs, size_t input_count, const Tensor *outputs,
+                           size_t output_count) {
+  table->point(pointers.data(), workspace, where);
+  seen_inputs.assign(inputs, inputs + input_count);
+  seen_outputs.assign(outputs, outputs + output_count);
+  recheck = false;
+  run_graph.reset();
+  steady_runs = 0;
+  if (training)
+    keep_layout();
+}
+
 void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outputs,
                    size_t output_count, CUstream stream) {
   Impl &im = impl();
@@ -263,16 +277,8 @@ void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outpu
     im.check_memory(inputs, outputs);
     im.prepare();
   }
-  if (changed != Change::None) {
-    im.table->point(im.pointers.data(), im.workspace, im.where);
-    im.seen_inputs.assign(inputs, inputs + input_count);
-    im.seen_outputs.assign(outputs, outputs + output_count);
-    im.recheck = false;
-    im.run_graph.reset();
-    im.steady_runs = 0;
-    if (im.training)
-      im.keep_layout();
-  }
+  if (changed != Change::None)
+    im.adopt(inputs, input_count, outputs, output_count);
   // Per-bind kernels (precision bf16's rounded weights) run before the first run after a bind,
   // outside the replayed graph.
   if (im.per_bind_stale) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace kfuse::codegen {
 
 using namespace ir;
@@ -133,6 +135,30 @@ std::string mainloop_config(const GemmTile &t) {
   return "";
 }
 
+// The GemmEpilogue's template arguments and initializer: the functor, the store of the product
+// (a row epilogue's value only where another kernel reads it or it is returned), the statistics
+// partials, split-K's workspace and the row kernel's passes.
+std::pair<std::string, std::string> epilogue_arguments(const Kernel &k, const KernelWriter &w,
+                                                       const GemmSpec &spec,
+                                                       const std::string &functor_type,
+                                                       const std::string &n) {
+  std::string stats = "nullptr, nullptr";
+  if (k.stats_of >= 0)
+    stats = fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of));
+  const bool stored = std::count(k.stores.begin(), k.stores.end(), spec.out) != 0;
+  std::string type = fmt::format("{}, {}, {}", functor_type,
+                                 stored ? w.element_type(spec.out) : "float",
+                                 k.stats_of >= 0 ? "true" : "false"),
+              init = fmt::format("{}, {}, {}, {}, split_partials, split_counters",
+                                 w.member_initializer(), stored ? w.ptr(spec.out) : "nullptr", n,
+                                 stats);
+  if (!k.row_stages.empty()) {
+    type += fmt::format(", {}_rows", k.name);
+    init += fmt::format(", {}_rows{}", k.name, w.member_initializer());
+  }
+  return {type, init};
+}
+
 // The entry point of tile `t`: the problem shape, the tile scheduler (which also fixes the
 // column statistics' tile height) with the K split count the launch passes, the epilogue (the
 // functor, the store of `out`, the statistics partials, split-K's workspace) and the mainloop.
@@ -191,22 +217,8 @@ std::string entry(EmitContext &cx, const Kernel &k, const KernelWriter &w, const
   launch.params.push_back({LaunchParam::Kind::Splits, -1, {}});
   launch.params.push_back({LaunchParam::Kind::SplitPartials, spec.out, {}});
   launch.params.push_back({LaunchParam::Kind::SplitCounters, spec.out, {}});
-  std::string stats = "nullptr, nullptr";
-  if (k.stats_of >= 0)
-    stats = fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of));
   const std::string n = KernelWriter::extent(launch.cols);
-  // A row epilogue's value is stored only where another kernel reads it or it is returned.
-  const bool stored = std::count(k.stores.begin(), k.stores.end(), spec.out) != 0;
-  std::string type = fmt::format("{}, {}, {}", functor_type,
-                                 stored ? w.element_type(spec.out) : "float",
-                                 k.stats_of >= 0 ? "true" : "false"),
-              init = fmt::format("{}, {}, {}, {}, split_partials, split_counters",
-                                 w.member_initializer(), stored ? w.ptr(spec.out) : "nullptr", n,
-                                 stats);
-  if (!k.row_stages.empty()) {
-    type += fmt::format(", {}_rows", k.name);
-    init += fmt::format(", {}_rows{}", k.name, w.member_initializer());
-  }
+  const auto [type, init] = epilogue_arguments(k, w, spec, functor_type, n);
   return fmt::format("{}\n{}({}int splits, float *__restrict__ split_partials, "
                      "unsigned *__restrict__ split_counters, {}) {{\n"
                      "  kf::wait_prior_grid();\n"
