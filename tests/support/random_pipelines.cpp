@@ -505,9 +505,11 @@ private:
       return reduce(op, matrix(h));
     case OpClass::Pool:
       return pool(op, matrix(h));
-    case OpClass::ColReduce: { // a column value (f32), used by later ops and maybe returned
+    case OpClass::ColReduce: { // a column value, used by later ops and maybe returned: col_sum
+      // keeps the matrix's type (as torch.sum), the statistics are f32
       Tensor m = matrix(h);
-      assign(fmt::format("{}({})", name, m.name), {m.dims.back()}, DType::F32);
+      assign(fmt::format("{}({})", name, m.name), {m.dims.back()},
+             op == OpKind::ColSum ? m.dtype : DType::F32);
       return m;
     }
     case OpClass::ColAffine: { // alpha, beta and, every other time, a shift
