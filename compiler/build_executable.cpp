@@ -409,16 +409,12 @@ TrainingSources training_sources(const dsl::SourceFile &src, ir::Mode mode) {
   const ir::GradResult r = ir::grad(forward, mode);
   // The printed graphs name their file after `src`: a message about either says whose it is.
   const std::string where = fmt::format("{} ({} mode", src.name(), ir::mode_name(mode));
-  TrainingSources t{
-      dsl::SourceFile(where + ", forward that saves)", ir::print_kf(ir::forward_with_saves(r))),
-      dsl::SourceFile(where + ", backward)", ir::print_kf(r.backward)),
-      forward.outputs.size(),
-      r.grad_inputs,
-      r.saved_names,
-      std::vector<std::string>(r.gradients.size())};
-  for (const auto &[id, index] : r.gradients)
-    t.gradients.at(index) = forward[id].name;
-  return t;
+  return {dsl::SourceFile(where + ", forward that saves)", ir::print_kf(ir::forward_with_saves(r))),
+          dsl::SourceFile(where + ", backward)", ir::print_kf(r.backward)),
+          forward.outputs.size(),
+          r.grad_inputs,
+          r.saved_names,
+          ir::gradient_names(r)};
 }
 
 LoweredTraining lower_training(const dsl::SourceFile &src, const LowerOptions &options) {

@@ -256,6 +256,13 @@ private:
 
 GradResult grad(const Graph &forward, Mode mode) { return Reverse(forward, mode).run(); }
 
+std::vector<std::string> gradient_names(const GradResult &r) {
+  std::vector<std::string> names(r.gradients.size());
+  for (const auto &[id, index] : r.gradients)
+    names.at(index) = r.forward[id].name;
+  return names;
+}
+
 Graph forward_with_saves(const GradResult &r) {
   Graph g = r.forward;
   g.outputs.insert(g.outputs.end(), r.saved.begin(), r.saved.end());

@@ -45,6 +45,10 @@ bool save_for_backward(const Graph &forward, ValueId id);
 // Throws GradError naming an op whose gradient is needed and that has no rule.
 GradResult grad(const Graph &forward, Mode mode);
 
+// The name of the forward input or param each backward output is the gradient of, in output
+// order (declaration order).
+std::vector<std::string> gradient_names(const GradResult &r);
+
 // GradResult::forward with the values the backward reads (GradResult::saved) as further outputs,
 // after its own: a run of it gives the backward's saved inputs.
 Graph forward_with_saves(const GradResult &r);

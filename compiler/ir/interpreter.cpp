@@ -215,6 +215,7 @@ TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed)
   // Weights are scaled like PyTorch's Linear initialization (standard deviation
   // 1/sqrt(fan_in)), so products stay O(1) as in a real model; with unit weights a K=8192
   // product is ~90 and a following softmax turns fp32's last-bit differences into 1e-5.
+  auto is_constant = [&](ValueId id) { return g[id].is_op() && g[id].op == OpKind::Constant; };
   std::set<ValueId> running_vars;
   std::map<ValueId, double> weight_scale;
   for (const Value &v : g.values) {
@@ -223,16 +224,10 @@ TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed)
     if (v.is_op() && v.op == OpKind::BnUpdate)
       running_vars.insert(v.args[1]);
     if (v.is_op() && (v.op == OpKind::Rsqrt || v.op == OpKind::Sqrt)) {
-      ValueId a = v.args[0];
-      while (g[a].is_op() && g[a].op == OpKind::Add) {
-        const bool first_constant =
-            g[g[a].args[0]].is_op() && g[g[a].args[0]].op == OpKind::Constant;
-        const bool second_constant =
-            g[g[a].args[1]].is_op() && g[g[a].args[1]].op == OpKind::Constant;
-        if (first_constant == second_constant)
-          break;
-        a = g[a].args[first_constant ? 1 : 0];
-      }
+      ValueId a = v.args[0]; // through additions of one constant (the eps) to what it adds to
+      while (g[a].is_op() && g[a].op == OpKind::Add &&
+             is_constant(g[a].args[0]) != is_constant(g[a].args[1]))
+        a = g[a].args[is_constant(g[a].args[0]) ? 1 : 0];
       if (!g[a].is_op())
         running_vars.insert(a);
     }

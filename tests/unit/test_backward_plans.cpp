@@ -26,11 +26,7 @@ using namespace kfuse;
 
 namespace {
 
-ir::Graph parse_text(const std::string &text) {
-  dsl::SourceFile src("test.kf", text);
-  dsl::Diagnostics diags(src);
-  return dsl::parse_kf(src, diags);
-}
+ir::Graph parse_text(const std::string &text) { return testing::parse_kf_text(text, "test.kf"); }
 
 struct Backward {
   std::string example;

@@ -10,6 +10,7 @@
 #include "compiler/plan/agreement.h"
 #include "compiler/plan/planner.h"
 #include "compiler/target.h"
+#include "tests/support/kf_text.h"
 
 #include <doctest/doctest.h>
 
@@ -19,11 +20,7 @@ using namespace kfuse;
 
 namespace {
 
-ir::Graph parse_text(const std::string &text) {
-  dsl::SourceFile src("test.kf", text);
-  dsl::Diagnostics diags(src);
-  return dsl::parse_kf(src, diags);
-}
+ir::Graph parse_text(const std::string &text) { return testing::parse_kf_text(text, "test.kf"); }
 
 const char *kRowSums = R"(pipeline sums {
   dim N

@@ -1047,3 +1047,25 @@ TEST_CASE("interpreter: every pointwise op of the table has semantics the interp
     CHECK(got != xs);
   }
 }
+
+TEST_CASE("interpreter: random data is positive where a square root reads it, eps added or not") {
+  // rsqrt(v + eps) is eval-mode batchnorm as a backward graph spells it; sqrt(w) bare; u is read
+  // by a square root only after adding another declaration, so it may be negative.
+  GraphBuilder b("roots", {});
+  const ValueId v = b.declare(ValueKind::State, "v", f32({c(64)}));
+  const ValueId w = b.declare(ValueKind::Input, "w", f32({c(64)}));
+  const ValueId u = b.declare(ValueKind::Input, "u", f32({c(64)}));
+  const ValueId eps =
+      b.op(OpKind::Constant, {}, {{"value", num(1e-5)}, {"dtype", AttrValue(0, "f32")}});
+  b.add_output(b.op(OpKind::Rsqrt, {b.op(OpKind::Add, {v, eps})}));
+  b.add_output(b.op(OpKind::Sqrt, {w}));
+  b.add_output(b.op(OpKind::Sqrt, {b.op(OpKind::Add, {u, w})}));
+  const TensorMap t = random_tensors(b.finish(), {}, 11);
+  auto positive = [&](const std::string &name) {
+    const std::vector<double> &d = t.at(name).data;
+    return std::all_of(d.begin(), d.end(), [](double x) { return x > 0; });
+  };
+  CHECK(positive("v"));
+  CHECK(positive("w"));
+  CHECK_FALSE(positive("u"));
+}
