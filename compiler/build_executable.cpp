@@ -107,6 +107,10 @@ private:
   size_t buffer(Buffer::Home home, size_t index, const std::string &name);
   size_t buffer_of(ValueId v);
   size_t workspace_buffer(WorkspaceEntry::Kind kind, ValueId v, int tile_rows, size_t kernel);
+  int row_multiple(ValueId v) const {
+    auto it = program_.row_multiples.find(v);
+    return it == program_.row_multiples.end() ? 1 : it->second;
+  }
 
   const plan::Plan &plan_;
   const ir::Graph &g_;
@@ -136,6 +140,7 @@ exec::Executable Builder::build() {
         per_bind_values_.push_back(v);
         e_.per_bind.push_back(type_of(g_[v].type));
         e_.per_bind.back().dtype = api_dtype(plan::buffer_type(plan_, v).dtype);
+        e_.per_bind.back().row_multiple = row_multiple(v);
       }
   for (size_t k = 0; k < program_.launches.size(); ++k) {
     e_.kernels.push_back(kernel_of(program_.launches[k], k, nullptr));
@@ -207,6 +212,7 @@ size_t Builder::workspace_buffer(WorkspaceEntry::Kind kind, ValueId v, int tile_
     if (kind == WorkspaceEntry::Kind::Value) {
       w.type = type_of(g_[v].type);
       w.type.dtype = api_dtype(plan::buffer_type(plan_, v).dtype);
+      w.type.row_multiple = row_multiple(v);
     } else { // partials summarise the columns of the value as a matrix
       w.type = type_of(g_[v].type.matrix_view());
     }
@@ -246,7 +252,9 @@ exec::Param Builder::param_of(const LaunchParam &p, size_t k) {
     break;
   case LaunchParam::Kind::TensorMap:
     e.buffer = buffer_of(p.value);
-    e.map = {p.map.rows, p.map.inner, p.map.box_rows, p.map.box_inner, api_dtype(p.map.element)};
+    e.map = {
+        p.map.rows,        p.map.inner, p.map.box_rows, p.map.box_inner, api_dtype(p.map.element),
+        p.map.row_multiple};
     break;
   case LaunchParam::Kind::Dim:
   case LaunchParam::Kind::SmemFloats:

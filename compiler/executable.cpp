@@ -38,8 +38,11 @@ std::string TensorType::str() const { return std::string(dtype_name(dtype)) + ex
 
 size_t TensorType::elements(const Dims &dims) const {
   int64_t n = 1;
-  for (const Extent &e : shape) {
-    std::optional<int64_t> v = checked_mul(n, e.evaluate(dims));
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t extent = shape[i].evaluate(dims);
+    if (i + 1 == shape.size())
+      extent = (extent + row_multiple - 1) / row_multiple * row_multiple;
+    std::optional<int64_t> v = checked_mul(n, extent);
     if (!v)
       throw Error(fmt::format("a {} tensor's element count overflows int64", str()));
     n = *v;

@@ -39,6 +39,10 @@ using Extent = kfuse::Extent;
 struct TensorType {
   DType dtype = DType::F32;
   std::vector<Extent> shape;
+  // Each row stored with its length rounded up to a multiple of this many elements: a
+  // transposed copy the Hopper GEMM reads through TMA, whose row pitch is a multiple of 16
+  // bytes whatever its length (elements() and bytes() count the padding).
+  int row_multiple = 1;
 
   std::string str() const; // "f32[N, 8192]"
   // Both computed in int64; an overflow throws kfuse::Error naming the type.
@@ -110,6 +114,7 @@ struct TensorMapSpec {
   Extent rows, inner;
   int box_rows = 0, box_inner = 0;
   DType element = DType::F32;
+  int row_multiple = 1; // rows padded to a multiple of this many elements (TensorType's)
 };
 
 // One kernel argument, in entry-point order.

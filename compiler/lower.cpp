@@ -21,14 +21,19 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   if (dump.wants("ir"))
     dump.emit("0-parsed", ".kf", ir::print_kf(l.graph));
   int step = 0;
-  if (options.target.precision == Precision::BF16) {
-    static const passes::Pass autocast{"autocast_bf16", passes::autocast_bf16};
-    l.graph = autocast.run(l.graph, options.mode);
+  // Rewrites the target asks for before planning: precision bf16 rounds the GEMMs' operands
+  // (the graph that then defines the pipeline), the Hopper mainloop reads K-major operands.
+  auto apply = [&](const passes::Pass &pass) {
+    l.graph = pass.run(l.graph, options.mode);
     if (options.after_pass)
-      options.after_pass(autocast, l.graph);
+      options.after_pass(pass, l.graph);
     if (dump.wants("ir"))
-      dump.emit(fmt::format("{}-{}", ++step, autocast.name), ".kf", ir::print_kf(l.graph));
-  }
+      dump.emit(fmt::format("{}-{}", ++step, pass.name), ".kf", ir::print_kf(l.graph));
+  };
+  if (options.target.precision == Precision::BF16)
+    apply({"autocast_bf16", passes::autocast_bf16});
+  if (codegen::hopper_gemms(l.graph, options.target.arch, options.target.precision))
+    apply({"k_major_operands", passes::k_major_operands});
   const bool to_cuda = options.until == LowerOptions::Until::Cuda;
   const bool check = options.until == LowerOptions::Until::Check;
   if (auto unsupported = codegen::gpu_unsupported(l.graph, options.target.arch);

@@ -296,6 +296,10 @@ void Pipeline::bind(const std::string &name, const Tensor &t) {
   im.on_device.erase(name);
   im.recheck = true;
   im.per_bind_stale = true;
+  if (im.training) // the backward binds it again, running its own per-bind kernels again
+    for (size_t p = 0; p < im.training->params.size(); ++p)
+      if (im.training->params[p] == name && p < im.training->backward_bound.size())
+        im.training->backward_bound[p] = Tensor{};
 }
 
 void rt::PipelineAccess::set_gemm_hook(Pipeline &p, GemmHook hook) {

@@ -19,7 +19,8 @@ const CUtensorMap &tensor_map(CachedTensorMap &cache, const exec::TensorMapSpec 
                     "it with TMA, which needs that (allocate it aligned, or compile "
                     "for another --arch)",
                     where, tensor, ptr));
-  const uint64_t row_bytes = static_cast<uint64_t>(inner) * exec::dtype_bytes(spec.element);
+  const int64_t pitch = (inner + spec.row_multiple - 1) / spec.row_multiple * spec.row_multiple;
+  const uint64_t row_bytes = static_cast<uint64_t>(pitch) * exec::dtype_bytes(spec.element);
   if (row_bytes % 16 != 0)
     throw Error(
         fmt::format("{}: tensor '{}' has rows of {} bytes; the sm_90a GEMM's TMA loads need "

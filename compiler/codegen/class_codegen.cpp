@@ -27,7 +27,7 @@ constexpr ClassCodegen kClasses[] = {
     {OpClass::View, nullptr, false, false, true},
     {OpClass::ColReduce, &RowPasses::map, false, false, false},
     {OpClass::ColAffine, &RowPasses::map, false, false, true},
-    {OpClass::Transpose, nullptr, false, false, false},
+    {OpClass::Transpose, nullptr, false, false, true},
     {OpClass::Effect, nullptr, false, false, false},
     {OpClass::Constant, &RowPasses::map, false, false, false},
 };

@@ -47,5 +47,7 @@ std::string emit_col_partials(EmitContext &cx, const plan::Kernel &k, const Kern
                               KernelLaunch &launch);
 std::string emit_column(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
                         const select::ColumnSpec &spec, KernelLaunch &launch);
+std::string emit_transpose(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
+                           const select::TransposeSpec &spec, KernelLaunch &launch);
 
 } // namespace kfuse::codegen

@@ -184,12 +184,14 @@ std::string entry(EmitContext &cx, const Kernel &k, const KernelWriter &w, const
   switch (t.mainloop) {
   case Mainloop::Sm90: {
     cx.includes.insert("gemm_sm90.cuh");
-    auto map = [&](ValueId v, int box_rows) {
+    auto map = [&](ValueId v, int box_rows, int row_multiple) {
       LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
-      lp.map = {g[v].type.shape[0], g[v].type.shape[1], box_rows, traits.bk, g[v].type.dtype};
+      lp.map = {g[v].type.shape[0], g[v].type.shape[1], box_rows,
+                traits.bk,          g[v].type.dtype,    row_multiple};
       return lp;
     };
-    launch.params = {map(spec.a, traits.bm), map(spec.b, traits.bn)};
+    launch.params = {map(spec.a, traits.bm, spec.a_row_multiple),
+                     map(spec.b, traits.bn, spec.b_row_multiple)};
     head = fmt::format(
         "extern \"C\" __global__ void __launch_bounds__({0}::THREADS, {0}::MIN_BLOCKS)", config);
     first_params = fmt::format("const __grid_constant__ kf::sm90::TensorMap {0}_map, "

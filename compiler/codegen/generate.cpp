@@ -39,6 +39,10 @@ std::string emit_kernel(EmitContext &cx, const Kernel &k, const KernelWriter &w,
     cx.includes.insert("elementwise.cuh");
     return emit_elementwise(cx, k, w, *s, launch);
   }
+  if (const auto *s = std::get_if<select::TransposeSpec>(&spec)) {
+    cx.includes.insert("transpose.cuh");
+    return emit_transpose(cx, k, w, *s, launch);
+  }
   cx.includes.insert("col_stats.cuh");
   if (std::holds_alternative<select::ColPartialsSpec>(spec))
     return emit_col_partials(cx, k, w, launch);
@@ -105,6 +109,9 @@ Program emit(const plan::Plan &p, const select::Selection &selection, const std:
       if (g[id].op == OpKind::Dropout)
         cx.includes.insert("dropout.cuh");
     body += "\n" + comment(k) + emit_kernel(cx, k, w, selection.kernels.at(i), launch);
+    if (const auto *t = std::get_if<select::TransposeSpec>(&selection.kernels.at(i));
+        t && t->row_multiple > 1)
+      prog.row_multiples[k.anchor] = t->row_multiple;
     // Kernel-specific parameters (tensor maps, split-K's) come first, then the writer's; every
     // entry waits for the grid before it first (grid_dependency.cuh), which the runtime may then
     // launch early where the target has the wait.

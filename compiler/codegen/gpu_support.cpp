@@ -11,17 +11,31 @@ namespace kfuse::codegen {
 
 using namespace ir;
 
+namespace {
+
+// Both operands of GEMM `mm` are transposes: kernels write them, with padded rows where only
+// Hopper GEMMs read them (select decides, and says where not).
+bool transposes(const Graph &g, const Value &mm) {
+  auto transpose = [&](ValueId v) { return g[v].is_op() && g[v].op == OpKind::Transpose; };
+  return transpose(mm.args[0]) && transpose(mm.args[1]);
+}
+
+} // namespace
+
+bool hopper_gemms(const Graph &g, const std::string &arch, Precision precision) {
+  for (const Value &v : g.values)
+    if (v.is_op() && op_info(v.op).cls == OpClass::Gemm &&
+        g[v.args[0]].type.dtype != ir::DType::F32)
+      return true;
+  return arch == "sm_90a" && precision != Precision::FP32;
+}
+
 std::optional<std::string> half_gemm_unsupported(const Graph &g, const Value &mm,
-                                                 const std::string &arch) {
+                                                 const std::string &arch, bool padded_operands) {
   const TensorType &a = g[mm.args[0]].type;
-  std::string_view name = op_info(mm.op).name, dtype = dtype_name(a.dtype);
-  if (mm.op != OpKind::Linear)
-    return fmt::format("{} of {} operands is not supported on the GPU: the Hopper GEMM that "
-                       "multiplies {} takes linear's [out, in] weight (write linear(x, W) with "
-                       "W transposed)",
-                       name, dtype, dtype);
+  std::string_view dtype = dtype_name(a.dtype);
   const Dim &k = a.shape.back();
-  if (k.is_symbolic() || k.value % 8 != 0)
+  if (!padded_operands && (k.is_symbolic() || k.value % 8 != 0))
     return fmt::format("linear of {} operands runs on the Hopper GEMM, which needs the inner "
                        "dim a constant multiple of 8 (16-byte rows for TMA); got {}",
                        dtype, a.str());
@@ -57,8 +71,8 @@ std::optional<GpuUnsupported> gpu_unsupported(const Graph &g, const std::string 
     OpClass cls = op_info(v.op).cls;
     if (auto why = vector_view_unsupported(g, v))
       return GpuUnsupported{id, *why};
-    if (cls == OpClass::Gemm && g[v.args[0]].type.dtype != DType::F32)
-      if (auto why = half_gemm_unsupported(g, v, arch))
+    if (cls == OpClass::Gemm && g[v.args[0]].type.dtype != ir::DType::F32)
+      if (auto why = half_gemm_unsupported(g, v, arch, transposes(g, v)))
         return GpuUnsupported{id, *why};
     // The planner computes these as column statistics (compiler/passes/columns_from_reductions).
     if (!v.attrs.count("dim") || passes::becomes_column_statistic(g, v))

@@ -3,12 +3,12 @@
 // checks also emits):
 //   - softmax / log_softmax and reductions along any axis but the last (row kernels only);
 //   - GEMMs of bf16/f16 operands that the Hopper mainloop (gemm_sm90.cuh, the only one taking
-//     2-byte operands) cannot run: matmul (its weight is not K-major), an inner dim that is
-//     not a constant multiple of 8 (TMA row strides are multiples of 16 bytes), or a target
-//     other than sm_90a.
+//     2-byte operands) cannot run: an inner dim that is not a constant multiple of 8 (TMA row
+//     strides are multiples of 16 bytes), or a target other than sm_90a.
 #pragma once
 
 #include "compiler/ir/graph.h"
+#include "kfuse/kfuse.h"
 
 #include <optional>
 #include <string>
@@ -24,8 +24,15 @@ struct GpuUnsupported {
 // not checked.
 std::optional<GpuUnsupported> gpu_unsupported(const ir::Graph &g, const std::string &arch = {});
 
+// Whether `g`'s GEMMs run on the Hopper mainloop, which reads K-major operands only
+// (passes::k_major_operands): every GEMM where one multiplies bf16/f16 operands, else those of
+// tf32 and 3xtf32 on sm_90a.
+bool hopper_gemms(const ir::Graph &g, const std::string &arch, Precision precision);
+
 // Why GEMM `mm` of bf16/f16 operands cannot run for `arch` (empty: any), or nullopt.
+// `padded_operands`: both operands are transposed copies whose rows the kernels writing them
+// pad to 16 bytes (select::TransposeSpec), so any inner dim will do.
 std::optional<std::string> half_gemm_unsupported(const ir::Graph &g, const ir::Value &mm,
-                                                 const std::string &arch);
+                                                 const std::string &arch, bool padded_operands);
 
 } // namespace kfuse::codegen

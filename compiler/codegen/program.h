@@ -44,6 +44,7 @@ struct TensorMapSpec {
   ir::Dim rows, inner;
   int box_rows = 0, box_inner = 0;
   ir::DType element = ir::DType::F32;
+  int row_multiple = 1; // rows stored padded to a multiple of this many elements (Program's)
 };
 
 // One kernel argument, in entry-point order.
@@ -145,6 +146,9 @@ struct Program {
   std::string file_name; // "<pipeline>.cu"
   std::string source;    // #include "name.cuh" lines; the runtime supplies the headers
   std::vector<KernelLaunch> launches;
+  // Stored values whose rows are padded to a multiple of this many elements (a transposed
+  // copy only Hopper GEMMs read: select::TransposeSpec::row_multiple).
+  std::map<ir::ValueId, int> row_multiples;
 };
 
 // Renders `selection` (select::select_kernels of `p`, a select::kernel_view) for target `arch`

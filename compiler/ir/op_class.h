@@ -27,9 +27,6 @@ enum ClassProperty : unsigned {
   kNormalizesRows = 1u << 2,
   // Its ops have a ReduceFn and a template reducer (OpInfo::reduce, OpInfo::reducer).
   kReduces = 1u << 3,
-  // No kernel computes its ops yet: the planner refuses them, and only the fp64 interpreter
-  // runs them (the transpose of a backward graph, compiler/ir/grad.h).
-  kInterpretedOnly = 1u << 4,
 };
 
 struct ClassTraits {
@@ -46,7 +43,6 @@ struct ClassTraits {
   constexpr bool row_op() const { return properties & kRowOp; }
   constexpr bool normalizes_rows() const { return properties & kNormalizesRows; }
   constexpr bool reduces() const { return properties & kReduces; }
-  constexpr bool interpreted_only() const { return properties & kInterpretedOnly; }
 };
 
 namespace class_table {
@@ -78,8 +74,8 @@ inline constexpr ClassTraits kClasses[] = {
     {OpClass::View, "view", "", 0, 0, shape_rule::view, fp64::view},
     {OpClass::ColReduce, "column statistics", "", 0, 0, shape_rule::col_reduce, fp64::col_reduce},
     {OpClass::ColAffine, "column affine", "", 0, kInline, shape_rule::col_affine, fp64::col_affine},
-    {OpClass::Transpose, "transpose", "`x: [N, M]` → `[M, N]`", 0, kInterpretedOnly,
-     shape_rule::transpose, fp64::transpose},
+    {OpClass::Transpose, "transpose", "`x: [N, M]` → `[M, N]`", 0, 0, shape_rule::transpose,
+     fp64::transpose},
     {OpClass::Effect, "effect", "", 0, 0, shape_rule::effect, fp64::effect},
     {OpClass::Constant, "constant", "", 0, kInline, shape_rule::constant, fp64::constant},
 };

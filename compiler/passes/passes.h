@@ -28,6 +28,9 @@ ir::Graph eliminate_dead(const ir::Graph &g, ir::Mode mode);
 // Not in the pipeline: it changes what is computed (precision bf16 rounds GEMM operands), so
 // lower() applies it to the parsed graph, which then defines the pipeline.
 ir::Graph autocast_bf16(const ir::Graph &g, ir::Mode mode);
+// Not in the pipeline: every GEMM as a linear of K-major operands, which the Hopper mainloop
+// reads; lower() applies it for targets whose GEMMs run on it (hopper_gemms).
+ir::Graph k_major_operands(const ir::Graph &g, ir::Mode mode);
 
 // The pipeline: canonicalize, read transposed GEMM operands in place, turn sums and means over the
 // rows into column statistics, lower batchnorm for the mode, fold affine chains, move affine maps

@@ -167,13 +167,14 @@ bool Partitioner::computes_shared_value(const Kernel &kr) const {
   return false;
 }
 
-// Kernel::per_bind: an elementwise kernel of params only. The unfused baseline runs every op
-// per run, as PyTorch's eager mode does.
+// Kernel::per_bind: an elementwise or transpose kernel of params only. The unfused baseline
+// runs every op per run, as PyTorch's eager mode does.
 void Partitioner::mark_per_bind() {
   if (!fuse_)
     return;
   for (Kernel &k : plan_.kernels) {
-    bool per_bind = k.kind == KernelKind::Elementwise && !k.reads.empty();
+    bool per_bind =
+        (k.kind == KernelKind::Elementwise || k.kind == KernelKind::Transpose) && !k.reads.empty();
     for (ValueId r : k.reads)
       per_bind = per_bind && val(r).kind == ValueKind::Param;
     for (ValueId s : k.stores)

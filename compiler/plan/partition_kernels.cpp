@@ -105,10 +105,12 @@ void Partitioner::build_kernels() {
     if (!v.is_op() || is_view(v))
       continue;
     OpClass cls = op_info(v.op).cls;
-    if (class_traits(cls).interpreted_only())
-      throw PlanError(fmt::format("{}: {} has no kernel yet; only the fp64 interpreter runs it",
-                                  describe(g_, id), op_info(v.op).name));
-    if (cls == OpClass::Gemm) {
+    if (cls == OpClass::Transpose) {
+      int k = new_kernel(KernelKind::Transpose, id);
+      compute(k, id);
+      kernel(k).stores.push_back(id);
+      kernel_of_[i] = k;
+    } else if (cls == OpClass::Gemm) {
       int k = new_kernel(KernelKind::Gemm, id);
       gemm_kernel_[id] = k;
       compute(k, id);

@@ -20,6 +20,8 @@ std::string_view kernel_kind_name(KernelKind k) {
     return "row";
   case KernelKind::Elementwise:
     return "elementwise";
+  case KernelKind::Transpose:
+    return "transpose";
   }
   return "?";
 }

@@ -27,6 +27,8 @@ enum class KernelKind : uint8_t {
                // last axis, elementwise values of the row and of the row's earlier results
   Elementwise, // any elementwise expression of stored tensors, stored once, with its column
                // partials where statistics read it (not stored where only they do)
+  Transpose,   // one stored matrix written transposed: a GEMM operand the Hopper mainloop must
+               // read K-major (passes::k_major_operands), or a transpose read by anything else
 };
 std::string_view kernel_kind_name(KernelKind k);
 

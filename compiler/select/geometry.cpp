@@ -7,6 +7,7 @@
 #include "templates/gemm_sm90.cuh"
 #include "templates/gemm_tc.cuh"
 #include "templates/row_kernel.cuh"
+#include "templates/transpose.cuh"
 
 #include <cctype>
 #include <fmt/format.h>
@@ -147,6 +148,17 @@ LaunchGeometry col_partials_geometry(const ir::Dim &rows, const ir::Dim &cols) {
   g.tile_rows = kf::COL_STATS_TILE_ROWS;
   g.tile_cols = kf::COL_STATS_COLS;
   g.block_threads = kf::COL_STATS_THREADS;
+  return g;
+}
+
+LaunchGeometry transpose_geometry(const ir::Dim &rows, const ir::Dim &cols) {
+  LaunchGeometry g;
+  g.grid = LaunchGeometry::Grid::Tiles2D;
+  g.rows = rows;
+  g.cols = cols;
+  g.tile_rows = kf::TRANSPOSE_TILE;
+  g.tile_cols = kf::TRANSPOSE_TILE;
+  g.block_threads = kf::TRANSPOSE_THREADS;
   return g;
 }
 

@@ -31,6 +31,8 @@ codegen::LaunchGeometry elementwise_geometry(const ElementwiseSpec &spec, const 
                                              const ir::Dim &cols);
 codegen::LaunchGeometry col_partials_geometry(const ir::Dim &rows, const ir::Dim &cols);
 codegen::LaunchGeometry column_geometry(const ColumnSpec &spec, const ir::Dim &features);
+// A transpose kernel over a rows x cols matrix: a block per tile.
+codegen::LaunchGeometry transpose_geometry(const ir::Dim &rows, const ir::Dim &cols);
 
 // Whether `arch` runs kf::wait_prior_grid() (sm_90 and later: "sm_90a", "sm_100", ...): its
 // kernels may then be launched while the grid before them finishes.

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <map>
+#include <set>
 
 namespace kfuse::select {
 
@@ -50,7 +52,9 @@ public:
   Selector(const plan::Plan &p, GemmMath math, const std::string &arch,
            const codegen::GemmTunings &tunings)
       : p_(p), g_(p.graph), names_(printed_names(p.graph)), math_(math), arch_(arch),
-        tunings_(tunings) {}
+        tunings_(tunings) {
+    find_padded();
+  }
 
   Selection run() {
     Selection s;
@@ -82,6 +86,9 @@ public:
       case KernelKind::Summary:
         s.kernels.emplace_back(ColumnSpec{true, true, 0});
         break;
+      case KernelKind::Transpose:
+        s.kernels.emplace_back(TransposeSpec{row_multiple(k.anchor)});
+        break;
       }
     }
     return s;
@@ -93,19 +100,77 @@ private:
     return it == tunings_.end() ? nullptr : &it->second;
   }
 
-  // The Hopper mainloop takes tf32 and 3xtf32 Linear GEMMs (both operands K-major) on sm_90a
-  // whose inner extent is a constant multiple of 4 (TMA row strides are multiples of 16 bytes).
-  // GEMMs of bf16/f16 operands run on it only (a multiple of 8 then): gpu_unsupported reports
-  // those it cannot take at their location, so one reaching here is a caller's mistake.
+  // A GEMM the Hopper mainloop would take if its operands' rows allow TMA: a linear of bf16/f16
+  // operands, or of f32 ones at tf32 or 3xtf32 on sm_90a.
+  bool hopper_candidate(const Value &mm) const {
+    if (mm.op != OpKind::Linear)
+      return false;
+    return g_[mm.args[0]].type.dtype != ir::DType::F32 ||
+           (arch_ == "sm_90a" && (math_ == GemmMath::Tf32 || math_ == GemmMath::Tf32x3));
+  }
+
+  // Whether kernel `k` reads `v` only as an operand of its GEMM.
+  bool reads_as_operand_only(const Kernel &k, ValueId v) const {
+    if (k.kind != KernelKind::Gemm)
+      return false;
+    for (ValueId id : k.computes)
+      for (size_t i = 0; i < g_[id].args.size(); ++i)
+        if (g_[id].args[i] == v && !(id == k.anchor && i < 2))
+          return false;
+    return true;
+  }
+
+  // The transposed copies whose rows are padded (padded_): each is not returned and is read only
+  // as an operand of Hopper candidates whose other operand is such a copy too, so every GEMM
+  // that reads one runs on the Hopper mainloop whatever its inner dim. A fixpoint: a copy
+  // leaves the set when a GEMM reading it has an operand outside it.
+  void find_padded() {
+    std::map<ValueId, std::vector<const Kernel *>> readers;
+    for (const Kernel &k : p_.kernels)
+      for (ValueId r : k.reads)
+        readers[r].push_back(&k);
+    for (const Kernel &k : p_.kernels)
+      if (k.kind == KernelKind::Transpose &&
+          std::find(g_.outputs.begin(), g_.outputs.end(), k.anchor) == g_.outputs.end())
+        padded_.insert(k.anchor);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto it = padded_.begin(); it != padded_.end();) {
+        bool keep = true;
+        for (const Kernel *r : readers[*it]) {
+          const Value &mm = g_[r->anchor];
+          keep = keep && reads_as_operand_only(*r, *it) && hopper_candidate(mm) &&
+                 padded_.count(mm.args[0]) && padded_.count(mm.args[1]);
+        }
+        changed = changed || !keep;
+        it = keep ? std::next(it) : padded_.erase(it);
+      }
+    }
+  }
+
+  int row_multiple(ValueId v) const {
+    return padded_.count(v) ? 16 / static_cast<int>(dtype_bytes(g_[v].type.dtype)) : 1;
+  }
+
+  // The Hopper mainloop takes the Hopper candidates whose operands' rows are 16-byte multiples
+  // for TMA: an inner extent that is a constant multiple of 4 (tf32) or 8 (bf16/f16), or padded
+  // copies. GEMMs of bf16/f16 operands run on it only: gpu_unsupported reports those it cannot
+  // take at their location, so one reaching here unfit is a caller's mistake.
   bool use_sm90(const Value &mm) const {
+    const bool padded = padded_.count(mm.args[0]) && padded_.count(mm.args[1]);
     if (g_[mm.args[0]].type.dtype != ir::DType::F32) {
-      if (auto why = codegen::half_gemm_unsupported(g_, mm, arch_))
+      if (mm.op != OpKind::Linear)
+        throw CodegenError(fmt::format(
+            "internal error: pipeline '{}': line {}: a {} of {} operands reached the code "
+            "generator, but the Hopper GEMM reads K-major operands only (lower() makes every "
+            "such GEMM a linear: passes::k_major_operands)",
+            g_.name, mm.loc.line, op_info(mm.op).name, dtype_name(g_[mm.args[0]].type.dtype)));
+      if (auto why = codegen::half_gemm_unsupported(g_, mm, arch_, padded))
         throw CodegenError(fmt::format("pipeline '{}': line {}: {}", g_.name, mm.loc.line, *why));
       return true;
     }
     const Dim &inner = g_[mm.args[0]].type.shape[1];
-    return arch_ == "sm_90a" && (math_ == GemmMath::Tf32 || math_ == GemmMath::Tf32x3) &&
-           mm.op == OpKind::Linear && !inner.is_symbolic() && inner.value % 4 == 0;
+    return hopper_candidate(mm) && (padded || (!inner.is_symbolic() && inner.value % 4 == 0));
   }
 
   // What makes this kernel, the tile aside: the target, the operands and the kernel's ops,
@@ -135,6 +200,8 @@ private:
     spec.b = mm.args[1];
     spec.trans_b = mm.op == OpKind::Linear;
     spec.trans_a = mm.op == OpKind::MatmulTN;
+    spec.a_row_multiple = row_multiple(spec.a);
+    spec.b_row_multiple = row_multiple(spec.b);
     const bool rows = !k.row_stages.empty();
     spec.out = rows ? k.rows_of : k.stores.at(0);
     spec.signature = signature(k, mm);
@@ -203,6 +270,9 @@ private:
         t.config += "; " + why;
     };
     with_split(spec.tile);
+    if (spec.a_row_multiple > 1)
+      spec.tile.config += "; its operands are transposed copies whose rows their kernels pad to "
+                          "16 bytes, which TMA reads at any inner dim";
     if (spec.tile.mainloop == Mainloop::Simt)
       for (GemmTile &v : spec.by_rows)
         with_split(v);
@@ -375,6 +445,7 @@ private:
   GemmMath math_;
   std::string arch_;
   const codegen::GemmTunings &tunings_;
+  std::set<ValueId> padded_; // find_padded
 };
 
 } // namespace

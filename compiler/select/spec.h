@@ -52,10 +52,11 @@ struct GemmSpec {
   std::string signature;
   std::map<int, int> max_splits_by_class; // tuned split-K caps by rows_class
   std::vector<std::string> split_whys;
-  ir::ValueId a = -1, b = -1, out = -1; // operands and the epilogue's value
-  bool trans_b = true;                  // Linear: B is [N, K]
-  bool trans_a = false;                 // matmul_tn: A is [K, M], read column-major (SIMT)
-  RowSpec rows = {0, false};            // where the epilogue runs row passes: its team's lanes
+  ir::ValueId a = -1, b = -1, out = -1;       // operands and the epilogue's value
+  bool trans_b = true;                        // Linear: B is [N, K]
+  bool trans_a = false;                       // matmul_tn: A is [K, M], read column-major (SIMT)
+  int a_row_multiple = 1, b_row_multiple = 1; // operands' padded rows (TransposeSpec's)
+  RowSpec rows = {0, false}; // where the epilogue runs row passes: its team's lanes
 };
 
 struct ElementwiseSpec {
@@ -67,13 +68,20 @@ struct ElementwiseSpec {
 
 struct ColPartialsSpec {};
 
+struct TransposeSpec {
+  // Rows written padded to a multiple of this many elements: a copy only Hopper GEMMs read,
+  // whose TMA loads need 16-byte row pitches whatever the batch (Program::row_multiples).
+  int row_multiple = 1;
+};
+
 struct ColumnSpec {
   bool merges = false;  // merges column-statistics partials (a team per feature)
   bool summary = false; // a Summary kernel: stores the merged (count, mean, M2) and nothing else
   int ranks = 0; // merges the summaries gathered from this many ranks instead (Plan::stats_ranks)
 };
 
-using KernelSpec = std::variant<GemmSpec, RowSpec, ElementwiseSpec, ColPartialsSpec, ColumnSpec>;
+using KernelSpec =
+    std::variant<GemmSpec, RowSpec, ElementwiseSpec, ColPartialsSpec, ColumnSpec, TransposeSpec>;
 
 // A plan's specs, one per kernel in plan order, and for each value whose column statistics a
 // kernel writes, the rows per partial tile of its writer (the tile height the merge reads).

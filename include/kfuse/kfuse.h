@@ -153,9 +153,11 @@ public:
   dims(const std::map<std::string, std::vector<int64_t>> &shapes) const;
 
   // Binds a param or state; its shape is checked against the declaration (symbolic dims
-  // are bound by it and checked against every other tensor at run). Precision BF16 rounds
-  // weights to bf16 at the first run after a bind: a weight updated in place must be bound
-  // again for runs to see the update.
+  // are bound by it and checked against every other tensor at run). Kernels that read params
+  // only run once per bind, at the first run (and backward()) after it: precision BF16's
+  // rounding of weights to bf16, and on sm_90a the transposed copy of a weight that a GEMM
+  // multiplies by as [in, out] (matmul, and every backward's dX = dY W). A weight updated in
+  // place must be bound again for runs to see the update.
   void bind(const std::string &name, const Tensor &t);
   // Runs every kernel on `stream` (asynchronously). Dims are inferred from the tensors'
   // shapes; each input, output and bound tensor is checked: shape, dtype, stride, that it is

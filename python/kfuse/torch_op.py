@@ -312,10 +312,10 @@ class PipelineOp:
         pipeline = self.pipeline(*key)
         bound = self._bound[key]
         for v, t in zip(self.params, params):
-            # Bound once and read in place. Precision bf16 rounds weights once per bind: a
-            # tensor changed in place (an optimizer step; torch counts them in _version) is
-            # bound again.
-            seen = (t.data_ptr(), tuple(t.shape), t._version if precision == "bf16" else 0)
+            # Bound once and read in place. Kernels of params only run once per bind (precision
+            # bf16's rounded weights, a weight transposed for the Hopper GEMM): a tensor changed
+            # in place (an optimizer step; torch counts them in _version) is bound again.
+            seen = (t.data_ptr(), tuple(t.shape), t._version)
             if bound.get(v["name"]) != seen:
                 pipeline.bind(**{v["name"]: t.detach()})  # shares the storage: updates land in t
                 bound[v["name"]] = seen

@@ -25,8 +25,7 @@ BOUND = 1e-5
 BF16_BOUND = 2e-2
 # Backward kernels the GPU path does not have yet (docs/PYTHON.md, "Training"): a backward that
 # needs one is reported as an expected failure with kfuse's diagnostic; any other failure fails.
-KNOWN_GAPS = ("matmul of bf16 operands is not supported", "matmul of f16 operands is not supported",
-              "matmul_tn of bf16 operands is not supported", "matmul_tn of f16 operands is not supported",
+KNOWN_GAPS = ("needs the inner dim a constant multiple of 8",
               "a view between a vector and a matrix is an operand of pointwise ops only")
 
 

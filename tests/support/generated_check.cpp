@@ -1,5 +1,6 @@
 #include "tests/support/generated_check.h"
 
+#include "compiler/codegen/gpu_support.h"
 #include "compiler/codegen/program.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/plan/agreement.h"
@@ -22,11 +23,19 @@ CheckResult failure(const std::string &where, const std::exception &e) {
           where + ": " + what};
 }
 
-CheckResult check_mode(const ir::Graph &g, ir::Mode mode, const ir::DimBindings &dims,
+CheckResult check_mode(const ir::Graph &parsed, ir::Mode mode, const ir::DimBindings &dims,
                        uint64_t seed, bool chaotic) {
   const std::string where = std::string(ir::mode_name(mode));
+  // As lower() does: GEMMs of bf16/f16 operands run on the Hopper mainloop, which reads
+  // K-major operands; the rewrite is proven with the planner's passes below.
+  const bool k_major = codegen::hopper_gemms(parsed, {}, Precision::FP32);
+  std::vector<passes::Pass> proven = passes::pipeline();
+  if (k_major)
+    proven.insert(proven.begin(), {"k_major_operands", passes::k_major_operands});
   plan::Plan p;
+  ir::Graph g;
   try {
+    g = k_major ? passes::k_major_operands(parsed, mode) : parsed;
     plan::make_plan(g, mode, {}, /*fuse=*/false); // the unfused baseline, validated too
     p = plan::make_plan(g, mode);
   } catch (const std::exception &e) {
@@ -45,10 +54,10 @@ CheckResult check_mode(const ir::Graph &g, ir::Mode mode, const ir::DimBindings 
     // Chains of train-mode batchnorms amplify rounding chaotically (1 / sqrt(eps) per
     // batchnorm over a column constant up to rounding): there the plan is proven against the
     // rewritten graph, on the tensors drawn for the file.
-    auto file_tensors = [&](ir::TensorMap &t) { t = ir::random_tensors(g, dims, seed); };
+    auto file_tensors = [&](ir::TensorMap &t) { t = ir::random_tensors(parsed, dims, seed); };
     const std::vector<plan::StageError> stages =
         chaotic ? plan::check_planner(p.graph, mode, dims, seed, {}, file_tensors)
-                : plan::check_planner(g, mode, dims, seed, passes::pipeline());
+                : plan::check_planner(parsed, mode, dims, seed, proven);
     const std::string at = where + " N=" + std::to_string(dims.at("N")) + ": disagreement ";
     for (const plan::StageError &s : stages)
       if (!(s.random_error <= kTolerance))

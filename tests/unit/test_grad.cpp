@@ -309,17 +309,18 @@ TEST_CASE("grad: second derivatives of the max pool and groupnorm are refused by
                    Mode::Train);
 }
 
-TEST_CASE("grad: transpose is interpreted, and refused by the planner") {
+TEST_CASE("grad: transpose is interpreted, and planned as a kernel of its own") {
   ir::Graph f = parse("pipeline p {\n  dim N\n  input x: f32[N, 3]\n  return transpose(x)\n}\n");
   CHECK(f[f.outputs[0]].type.str() == "f32[3, N]");
   ir::TensorMap t = {{"x", {{2, 3}, {1, 2, 3, 4, 5, 6}}}};
   std::vector<ir::HostTensor> out = ir::interpret(f, Mode::Eval, {{"N", 2}}, t);
   CHECK(out[0].shape == std::vector<int64_t>{3, 2});
   CHECK(out[0].data == std::vector<double>{1, 4, 2, 5, 3, 6});
-  CHECK_THROWS_WITH_AS(plan::make_plan(f, Mode::Eval),
-                       "%1 (transpose): transpose has no kernel yet; only the fp64 "
-                       "interpreter runs it",
-                       plan::PlanError);
+  const plan::Plan p = plan::make_plan(f, Mode::Eval);
+  REQUIRE(p.kernels.size() == 1);
+  CHECK(p.kernels[0].kind == plan::KernelKind::Transpose);
+  CHECK(p.kernels[0].stores == std::vector<ir::ValueId>{f.outputs[0]});
+  CHECK_FALSE(p.kernels[0].per_bind); // it reads an input
   CHECK(testing::kf_error("pipeline p {\n  dim N\n  input x: f32[N, 3, 2]\n"
                           "  return transpose(x)\n}\n",
                           "t.kf")
