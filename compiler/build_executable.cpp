@@ -457,11 +457,9 @@ Executable compile_executable(const std::string &kf_text, const std::string &fil
 
 Training compile_training(const std::string &kf_text, const std::string &file_name,
                           const Request &request) {
-  // Each rank's gradient column sums would need adding over the ranks as the statistics are.
-  if (request.target.batch_stats_ranks > 0)
-    throw Error(fmt::format("{}: batchnorm statistics exchanged across ranks "
-                            "(Options::batch_stats_ranks) have no backward",
-                            file_name));
+  // With batch statistics exchanged across ranks, the forward and the backward exchange
+  // theirs alike: the backward's batch statistics are the means its batchnorms' input
+  // gradients take (ir::is_batch_statistic), its parameter gradients the rank's own sums.
   return build_training(
       lower_training(dsl::SourceFile(file_name, kf_text), lower_options(request)));
 }

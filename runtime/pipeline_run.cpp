@@ -329,6 +329,10 @@ void Pipeline::set_all_gather(AllGather all_gather) {
                             im.where, im.executable.target.batch_stats_ranks,
                             im.executable.mode == Mode::Eval ? ", and eval mode has none" : ""));
   im.all_gather = std::move(all_gather);
+  // The backward (Options::backward) exchanges the statistics its batchnorms' input gradients
+  // take through the same all-gather, after the forward's, in the same order on every rank.
+  if (im.training && im.training->backward.impl().table->exchanges())
+    im.training->backward.set_all_gather(im.all_gather);
 }
 
 size_t Pipeline::all_gathers_per_run() const { return impl().executable.exchanges.size(); }

@@ -42,9 +42,9 @@ KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
       buffers.push_back(s);
   for (ValueId b : buffers)
     params_.push_back({LaunchParam::Kind::Buffer, b, {}});
-  // A Column kernel of a plan that exchanges statistics merges the gathered summaries instead
-  // of the partials, which the Summary kernel before it merged.
-  const bool gathers = k.kind == plan::KernelKind::Column && p.stats_ranks > 0;
+  // An exchanged Column kernel merges the gathered summaries instead of the partials, which the
+  // Summary kernel before it merged.
+  const bool gathers = k.kind == plan::KernelKind::Column && k.exchanged;
   if (k.stats_of >= 0 && !gathers) {
     params_.push_back({LaunchParam::Kind::PartialMean, k.stats_of, {}});
     params_.push_back({LaunchParam::Kind::PartialM2, k.stats_of, {}});

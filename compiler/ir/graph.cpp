@@ -26,6 +26,10 @@ std::string_view value_kind_name(ValueKind k) {
   return "?";
 }
 
+bool is_batch_statistic(const Value &v) {
+  return v.is_op() && op_info(v.op).cls == OpClass::ColReduce && v.attr("local") == 0;
+}
+
 std::string describe(const Graph &g, ValueId id) {
   const Value &v = g[id];
   if (!v.is_op())

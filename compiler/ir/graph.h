@@ -66,6 +66,14 @@ struct Graph {
 // How messages name a value: "input 'x' (%0)", "'h' (%5, linear)", "%7 (rsqrt)".
 std::string describe(const Graph &g, ValueId id);
 
+// Whether `v` is a batch statistic: a column statistic (col_mean, col_var, col_sum) of the whole
+// batch, which a pipeline that exchanges statistics across ranks (Options::batch_stats_ranks,
+// PyTorch's SyncBatchNorm) takes over every rank's rows: train-mode batchnorm's mean and variance
+// and the means its backward takes. One written `local=true` is of the rank's own rows alone, as
+// a sum over the rows (a bias's or a batchnorm weight's gradient, which DDP averages itself)
+// always is (passes/columns_from_reductions.cpp).
+bool is_batch_statistic(const Value &v);
+
 // `g` with every tensor as its matrix view (TensorType::matrix_view: f32[B, T, 768] becomes
 // f32[B*T, 768]), an op along the last axis of a rank-3/4 tensor marked dim=-1, and every
 // argument and output that is a view (reshape, ...) replaced by the value it views, which is

@@ -4,6 +4,7 @@
 
 #include "compiler/ir/infer.h"
 #include "compiler/ir/pointwise.h"
+#include "compiler/ir/views.h"
 #include "templates/dropout.cuh"
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace kfuse::ir {
 
@@ -469,15 +471,49 @@ HostTensor pool_grad(const OpRun &run) { return ir::pool_grad(run); }
 
 HostTensor norm_grad(const OpRun &run) { return groupnorm_grad(run.g, run.id, run.args); }
 
+// Every rank's rows of the matrix batch statistic `stat` is of, where they were exchanged
+// (Interpreter::exchange); else null.
+const HostTensor *every_rank(const OpRun &run, ValueId stat) {
+  const Value &v = run.g[stat];
+  if (!is_batch_statistic(v))
+    return nullptr;
+  return run.interpreter.exchanged(view_source(run.g, v.args[0]));
+}
+
 HostTensor col_reduce(const OpRun &run) {
-  ColumnStats stats = column_stats(run.arg(0));
+  const HostTensor *whole = every_rank(run, run.id);
+  const HostTensor &y = whole ? *whole : run.arg(0);
+  ColumnStats stats = column_stats(y);
   HostTensor out;
-  out.shape = {run.arg(0).shape[1]};
+  out.shape = {y.shape[1]};
   out.data = run.v.op == OpKind::ColVar ? stats.var : stats.mean;
   if (run.v.op == OpKind::ColSum) // mean times rows, in double, as the column kernel does
     for (double &x : out.data)
-      x *= static_cast<double>(run.arg(0).shape[0]);
+      x *= static_cast<double>(y.shape[0]);
   return out;
+}
+
+// The rows a bn_update's statistics were taken over where they are batch statistics of
+// exchanged rows (the batch of every rank, whose unbiased variance PyTorch's SyncBatchNorm
+// takes), else -1: the statistics its mean and variance are computed from, searched through
+// the ops between.
+int64_t exchanged_rows(const OpRun &run) {
+  std::vector<ValueId> todo = {run.v.args[2], run.v.args[3]};
+  std::set<ValueId> seen;
+  while (!todo.empty()) {
+    ValueId id = todo.back();
+    todo.pop_back();
+    const Value &v = run.g[id];
+    if (!v.is_op() || !seen.insert(id).second)
+      continue;
+    if (op_info(v.op).cls == OpClass::ColReduce) {
+      if (const HostTensor *whole = every_rank(run, id))
+        return whole->shape[0];
+      continue;
+    }
+    todo.insert(todo.end(), v.args.begin(), v.args.end());
+  }
+  return -1;
 }
 
 HostTensor col_affine(const OpRun &run) {
@@ -491,8 +527,12 @@ HostTensor transpose(const OpRun &run) { return transposed(run.arg(0)); }
 HostTensor effect(const OpRun &run) {
   const Value &v = run.v;
   const Dim &rows = v.attrs.at("count").shape.front();
-  auto count = static_cast<double>(concrete_extent(
-      rows, run.dims, fmt::format("{}: count={}", describe(run.g, run.id), rows.str())));
+  const int64_t exchanged = exchanged_rows(run);
+  auto count = static_cast<double>(
+      exchanged >= 0
+          ? exchanged
+          : concrete_extent(rows, run.dims,
+                            fmt::format("{}: count={}", describe(run.g, run.id), rows.str())));
   if (count <= 1)
     throw InterpretError(fmt::format("{}: count must be more than 1 to unbias the variance, got {}",
                                      describe(run.g, run.id), count));

@@ -118,6 +118,15 @@ bool Interpreter::computed(ValueId id) const {
   return id >= 0 && static_cast<size_t>(id) < done_.size() && done_[static_cast<size_t>(id)];
 }
 
+void Interpreter::exchange(ValueId m, HostTensor every_rank) {
+  exchanged_[m] = std::move(every_rank);
+}
+
+const HostTensor *Interpreter::exchanged(ValueId m) const {
+  auto it = exchanged_.find(m);
+  return it == exchanged_.end() ? nullptr : &it->second;
+}
+
 const HostTensor &Interpreter::value(ValueId id) const {
   if (!computed(id))
     throw InterpretError(id >= 0 && static_cast<size_t>(id) < g_.values.size()

@@ -66,6 +66,15 @@ public:
   // The state updates made so far, by state name, each rounded to the state's element type.
   const TensorMap &state_updates() const { return updates_; }
 
+  // Batch statistics exchanged across ranks (plan::execute_plan_ranks): `every_rank` is matrix
+  // `m` (a value no view is of: its matrix view's rows) of every rank, rows in rank order. A
+  // batch statistic of m (is_batch_statistic) computed after this call is taken over those rows,
+  // as every rank's is, and a bn_update of such statistics counts them; a `local` one stays
+  // this run's own.
+  void exchange(ValueId m, HostTensor every_rank);
+  // The rows exchange() gave for `m`, or null.
+  const HostTensor *exchanged(ValueId m) const;
+
 private:
   // A temporary map would leave the interpreter reading freed tensors.
   Interpreter(const Graph &g, Mode mode, DimBindings dims, TensorMap &&tensors,
@@ -85,6 +94,7 @@ private:
   std::vector<bool> done_;
   TensorMap updates_;
   std::map<std::string, ValueId> updated_by_; // state name -> the op that updated it
+  std::map<ValueId, HostTensor> exchanged_;   // matrix -> every rank's rows (exchange())
 };
 
 // Runs the whole graph: returns the outputs in order (Interpreter::output) and writes state

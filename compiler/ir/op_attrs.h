@@ -29,6 +29,12 @@ constexpr AttrSpec optional_int(std::string_view name, double def, Range r) {
 constexpr AttrSpec boolean(std::string_view name, bool def) {
   return {name, AttrKind::Bool, false, def ? 1.0 : 0.0, {}, {}};
 }
+// A Bool that is false unless written, printed only where true.
+constexpr AttrSpec mark(std::string_view name) {
+  AttrSpec spec = boolean(name, false);
+  spec.printed_at_default = false;
+  return spec;
+}
 inline constexpr Range positive{0, kInf, true, false};
 inline constexpr Range non_negative{0, kInf, false, false};
 inline constexpr Range unit{0, 1, false, false};
@@ -61,6 +67,9 @@ inline constexpr AttrSpec kPoolAttrs[] = {required_int("kernel_size", positive_i
 // (GraphBuilder::op), so that every dropout draws its own stream.
 inline constexpr AttrSpec kDropoutAttrs[] = {number("p", 0.5, {0, 1, false, true}),
                                              optional_int("stream", 0, {0, kMaxDropoutStream})};
+// Column statistics: `local=true` takes one rank's rows alone where a pipeline exchanges batch
+// statistics across ranks (ir::is_batch_statistic).
+inline constexpr AttrSpec kColStatAttrs[] = {mark("local")};
 inline constexpr AttrSpec kShapeAttrs[] = {required("shape", AttrKind::Shape)};
 inline constexpr AttrSpec kBnUpdateAttrs[] = {{"momentum", AttrKind::Number, true, 0, {}, unit},
                                               required("count", AttrKind::Extent)};

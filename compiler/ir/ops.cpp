@@ -103,7 +103,7 @@ constexpr OpInfo view(OpKind k, std::string_view name, Span<AttrSpec> attrs,
 // A per-column statistic of a matrix's rows, computed by the column kernel from merged partials.
 constexpr OpInfo col_statistic(OpKind k, std::string_view name, std::string_view semantics,
                                std::string_view torch) {
-  return {k,       name, OpClass::ColReduce, 1,       1,  "y",  {}, true, nullptr, {},
+  return {k,       name, OpClass::ColReduce, 1,       1,  "y",  kColStatAttrs, true, nullptr, {},
           nullptr, kAny, semantics,          nullptr, {}, torch};
 }
 

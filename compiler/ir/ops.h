@@ -186,6 +186,9 @@ struct AttrSpec {
   double number;            // the default (Number, Int, OptNumber: +-inf for "none")
   std::string_view choices; // Choice: the words, '|'-separated, the default first
   Range range;              // Number, Int, OptNumber
+  // False: printed only where the value differs from the default (a mark few ops of the kind
+  // carry, such as a column statistic's `local`), so the ops without it print as they did.
+  bool printed_at_default = true;
 };
 
 // A read-only view of a table's array (C++17 has no std::span).

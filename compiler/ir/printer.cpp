@@ -32,6 +32,8 @@ bool is_kf_name(std::string_view name) {
 }
 
 bool printed(const AttrSpec &spec, const AttrValue &a) {
+  if (!spec.printed_at_default && a == default_attr(spec))
+    return false;
   return spec.kind != AttrKind::OptNumber || std::isfinite(a.number);
 }
 

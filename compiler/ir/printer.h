@@ -39,7 +39,8 @@ std::string print_kf(const Graph &g);
 std::string print_statement(const Graph &g, const std::vector<std::string> &names, ValueId id);
 
 // Whether .kf spells the attribute: an OptNumber left at "none" (its infinite default, clamp's
-// max, a pool's stride) has no spelling and is omitted, which parses back to the same value.
+// max, a pool's stride) has no spelling and is omitted, which parses back to the same value; so
+// is a mark at its default (AttrSpec::printed_at_default: a column statistic's `local=false`).
 bool printed(const AttrSpec &spec, const AttrValue &a);
 
 // An attribute value as .kf writes it: `1e-5`, `-1`, `N`, `f32`, `"tanh"`, `true`.

@@ -325,7 +325,8 @@ std::vector<ValueId> col_sum(const VjpContext &c) {
 
 std::vector<ValueId> col_var(const VjpContext &c) {
   ValueId y = c.arg(0);
-  ValueId centered = c.sub(y, c.op(OpKind::ColMean, {y}));
+  // The mean of the rows the variance is of: the batch's or, `local`, the rank's own.
+  ValueId centered = c.sub(y, c.op(OpKind::ColMean, {y}, c.op().attrs));
   return {c.div(c.mul(c.mul(c.number(2), c.grad()), centered), c.extent(y, 0))};
 }
 

@@ -29,7 +29,7 @@
 #include "compiler/passes/rewriter.h"
 
 #include <map>
-#include <utility>
+#include <tuple>
 
 namespace kfuse::passes {
 
@@ -38,21 +38,22 @@ using namespace ir;
 namespace {
 
 // Each statistic of each matrix is made once, so the centred map and the running-stat
-// update share the column mean they read; keyed by the statistic's op and the matrix, and by
+// update share the column mean they read; keyed by the statistic's op, the matrix and whether
+// it is the rank's own (`local`, which the rewrite keeps: a batch statistic stays one), and by
 // ColAffine and a map for that map's special-values term (dropped_specials).
-using Statistics = std::map<std::pair<OpKind, ValueId>, ValueId>;
+using Statistics = std::map<std::tuple<OpKind, ValueId, bool>, ValueId>;
 
-ValueId bare_statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y) {
-  auto [it, fresh] = made.emplace(std::make_pair(kind, y), -1);
+ValueId bare_statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y, bool local) {
+  auto [it, fresh] = made.emplace(std::make_tuple(kind, y, local), -1);
   if (fresh)
-    it->second = r.op(kind, {y});
+    it->second = r.op(kind, {y}, {{"local", AttrValue(local ? 1 : 0)}});
   return it->second;
 }
 
 // -0, or NaN where a vector the rewrites drop from map `m` (new graph) is infinite or NaN: the
 // sum of |v| * -0 over its scale, bias and shift; -1 when there is none. Made once per map.
 ValueId dropped_specials(Rewriter &r, Statistics &made, ValueId m) {
-  auto [it, fresh] = made.emplace(std::make_pair(OpKind::ColAffine, m), -1);
+  auto [it, fresh] = made.emplace(std::make_tuple(OpKind::ColAffine, m, false), -1);
   if (!fresh)
     return it->second;
   const Value map = r.new_value(m); // a copy: r.op() grows the graph
@@ -76,11 +77,11 @@ ValueId plus(Rewriter &r, ValueId x, ValueId specials) {
 // The statistic `kind` (col_mean or col_var) of new value `y`, from the statistics of the
 // matrix under every map stacked on it (a batchnorm after a batchnorm after a bias), so
 // that matrix is the only one whose statistics are taken and the maps can fold into one.
-ValueId statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y) {
+ValueId statistic(Rewriter &r, Statistics &made, OpKind kind, ValueId y, bool local) {
   const Value in = r.new_value(y); // a copy: r.op() grows the graph
   if (!(in.is_op() && in.op == OpKind::ColAffine))
-    return bare_statistic(r, made, kind, y);
-  ValueId inner = statistic(r, made, kind, in.args[0]), a = in.args[1], b = in.args[2];
+    return bare_statistic(r, made, kind, y, local);
+  ValueId inner = statistic(r, made, kind, in.args[0], local), a = in.args[1], b = in.args[2];
   if (kind == OpKind::ColVar)
     return plus(r, r.op(OpKind::Mul, {inner, r.op(OpKind::Mul, {a, a})}),
                 dropped_specials(r, made, y));
@@ -108,7 +109,8 @@ ValueId centred(Rewriter &r, Statistics &made, const Value &v) {
   if (!through_map)
     return -1;
   return r.op(OpKind::ColAffine,
-              {y, scale, r.map(v.args[2]), bare_statistic(r, made, OpKind::ColMean, y)});
+              {y, scale, r.map(v.args[2]),
+               bare_statistic(r, made, OpKind::ColMean, y, !is_batch_statistic(shift))});
 }
 
 } // namespace
@@ -125,7 +127,7 @@ Graph absorb_affine_into_stats(const Graph &g, Mode) {
     const Value &in = r.new_value(y);
     if (!(in.is_op() && in.op == OpKind::ColAffine))
       return -1;
-    return statistic(r, made, v.op, y);
+    return statistic(r, made, v.op, y, !is_batch_statistic(v));
   });
 }
 

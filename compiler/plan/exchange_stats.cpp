@@ -13,7 +13,7 @@ void exchange_batch_stats(Plan &p, int ranks) {
   p.stats_ranks = ranks;
   std::vector<Kernel> kernels;
   for (Kernel &k : p.kernels) {
-    if (k.kind == KernelKind::Column && k.stats_of >= 0) {
+    if (k.exchanged) {
       k.rules.push_back("exchange_stats");
       std::sort(k.rules.begin(), k.rules.end());
       Kernel summary;

@@ -63,30 +63,38 @@ int Partitioner::column_kernel_for(ValueId id) const {
   return k;
 }
 
-// The column kernel merging partials of matrix `m`, creating partials where needed.
-int Partitioner::column_kernel_of(ValueId m) {
-  auto it = column_of_.find(m);
+// The column kernel merging partials of matrix `m` into statistic `stat`, creating partials
+// where needed. Where the plan exchanges statistics across ranks, m's batch statistics
+// (ir::is_batch_statistic) and its rank's own have a column kernel each, both merging the one
+// set of partials: the first merges every rank's summaries instead (exchange_stats), the
+// second this rank's partials alone. Otherwise one kernel merges all of them.
+int Partitioner::column_kernel_of(ValueId m, ValueId stat) {
+  const bool exchanged = stats_ranks_ > 0 && is_batch_statistic(val(stat));
+  auto it = column_of_.find({m, exchanged});
   if (it != column_of_.end())
     return it->second;
-  int p = producer(m);
-  // The kernel that computes m writes its partials as it stores it (a GEMM's epilogue, an
-  // elementwise kernel's tiles), rather than a col_partials kernel loading it again.
-  const bool writes_partials =
-      p >= 0 && kernel(p).stats_of < 0 &&
-      (kernel(p).kind == KernelKind::Gemm ||
-       (kernel(p).kind == KernelKind::Elementwise && kernel(p).stores == std::vector<ValueId>{m}));
-  if (writes_partials) {
-    kernel(p).stats_of = m;
-    kernel(p).rules.push_back("stats_epilogue");
-  } else {
-    int cp = new_kernel(KernelKind::ColPartials, m);
-    kernel(cp).stats_of = m;
+  if (std::find(plan_.partials.begin(), plan_.partials.end(), m) == plan_.partials.end()) {
+    int p = producer(m);
+    // The kernel that computes m writes its partials as it stores it (a GEMM's epilogue, an
+    // elementwise kernel's tiles), rather than a col_partials kernel loading it again.
+    const bool writes_partials =
+        p >= 0 && kernel(p).stats_of < 0 &&
+        (kernel(p).kind == KernelKind::Gemm || (kernel(p).kind == KernelKind::Elementwise &&
+                                                kernel(p).stores == std::vector<ValueId>{m}));
+    if (writes_partials) {
+      kernel(p).stats_of = m;
+      kernel(p).rules.push_back("stats_epilogue");
+    } else {
+      int cp = new_kernel(KernelKind::ColPartials, m);
+      kernel(cp).stats_of = m;
+    }
+    plan_.partials.push_back(m);
   }
   int c = new_kernel(KernelKind::Column, -1);
   kernel(c).stats_of = m;
+  kernel(c).exchanged = exchanged;
   kernel(c).rules.push_back("column_finalize");
-  plan_.partials.push_back(m);
-  column_of_[m] = c;
+  column_of_[{m, exchanged}] = c;
   return c;
 }
 
@@ -119,7 +127,7 @@ void Partitioner::build_kernels() {
         kernel_of_[i] = k;
       }
     } else if (is_stats(v)) {
-      int c = column_kernel_of(v.args[0]);
+      int c = column_kernel_of(v.args[0], id);
       compute(c, id);
       kernel_of_[i] = c;
     } else if (is_row_op(v)) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kfuse::plan::partitioning {
@@ -116,7 +117,7 @@ private:
   void add_tree(int k, ir::ValueId id);
   int producer(ir::ValueId id) const;
   int column_kernel_for(ir::ValueId id) const;
-  int column_kernel_of(ir::ValueId m);
+  int column_kernel_of(ir::ValueId m, ir::ValueId stat);
   void place(int k, ir::ValueId id);
   void build_kernels();
   void store_in(int k, ir::ValueId id);
@@ -164,7 +165,7 @@ private:
   std::map<ir::ValueId, ir::ValueId> epilogue_of_; // chain end -> GEMM
   std::map<ir::ValueId, std::string> because_;     // stored value -> why, where the rule decided
   std::map<ir::ValueId, int> gemm_kernel_;
-  std::map<ir::ValueId, int> column_of_;
+  std::map<std::pair<ir::ValueId, bool>, int> column_of_; // (matrix, exchanged) -> kernel
   std::map<ir::ValueId, int> row_kernel_of_; // stored matrix -> the latest row kernel over its rows
   std::map<ir::ValueId, int> stage_kernel_;  // row op -> the row kernel whose pass computes it
   std::map<ir::ValueId, ir::ValueId> tail_of_; // row_tail's stored value -> its normalization

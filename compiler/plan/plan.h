@@ -21,7 +21,8 @@ enum class KernelKind : uint8_t {
   ColPartials, // column partials of a stored matrix no GEMM or elementwise kernel produced
   Column,      // per feature: merges partials, updates running stats, stores vectors
   Summary,     // per feature: merges partials into this rank's (count, mean, M2), which the run
-               // all-gathers from every rank for the Column kernel after it (Plan::stats_ranks)
+               // all-gathers from every rank for the exchanged Column kernel after it
+               // (Plan::stats_ranks)
   Row,         // a block per row of one stored matrix, passes over the row in order (its
                // row_stages): softmax / log_softmax, layernorm / rmsnorm, reductions along the
                // last axis, elementwise values of the row and of the row's earlier results
@@ -51,6 +52,11 @@ struct Kernel {
   // exchanges statistics, the gathered summaries of every rank instead). Summary: the matrix
   // whose partials it summarizes. -1: none.
   ir::ValueId stats_of = -1;
+  // Column, in a plan that exchanges statistics (Plan::stats_ranks): it merges stats_of's batch
+  // statistics (ir::is_batch_statistic) from the summaries the run gathered from every rank,
+  // after the Summary kernel before it; a Column kernel without it merges this rank's partials
+  // into the rank's own statistics (`local`) alone.
+  bool exchanged = false;
   // Row: the stored matrix whose rows it reads, and what it evaluates over each row, in order:
   // row ops, then stored elementwise values computed from the row and the results before them.
   // Gemm: the same where its epilogue runs a row kernel's passes (gemm_row_epilogue): rows_of
@@ -86,9 +92,9 @@ struct Plan {
   std::vector<Intermediate> intermediates; // in value order (buffer_type searches them)
   // Every stats_of value, once: its partials buffers are intermediates too.
   std::vector<ir::ValueId> partials;
-  // Ranks whose batch statistics a run exchanges (Options::batch_stats_ranks): each Column
-  // kernel that merges partials then follows a Summary kernel of the same matrix and merges
-  // the summaries the run gathered from every rank. 0: none.
+  // Ranks whose batch statistics a run exchanges (Options::batch_stats_ranks): each exchanged
+  // Column kernel (Kernel::exchanged) then follows a Summary kernel of the same matrix and
+  // merges the summaries the run gathered from every rank. 0: none.
   int stats_ranks = 0;
   // Why each stored op value is stored ("output", "read by max@11, ..."), for `kfuse plan`.
   std::map<ir::ValueId, std::string> stored_because;

@@ -6,6 +6,8 @@
 #include "kfuse/error.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
@@ -206,10 +208,17 @@ std::string statistics_read(const Plan &p, const Kernel &k, const std::vector<st
   if (k.stats_of < 0 || (k.kind != KernelKind::Summary && k.kind != KernelKind::Column))
     return {};
   const std::string &of = names[static_cast<size_t>(k.stats_of)];
-  if (k.kind == KernelKind::Column && p.stats_ranks > 0)
+  if (k.kind == KernelKind::Column && k.exchanged)
     return fmt::format("summaries({}) of {} rank{}, all-gathered", of, p.stats_ranks,
                        p.stats_ranks == 1 ? "" : "s");
   return fmt::format("partials({})", of);
+}
+
+// Whether a Summary kernel summarizes matrix `v` for the all-gather.
+bool summarized(const Plan &p, ValueId v) {
+  return std::any_of(p.kernels.begin(), p.kernels.end(), [v](const Kernel &k) {
+    return k.kind == KernelKind::Summary && k.stats_of == v;
+  });
 }
 
 std::string statistics_written(const Kernel &k, const std::vector<std::string> &names) {
@@ -286,7 +295,7 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
   for (ValueId v : p.partials) {
     s += fmt::format("  partials({}): count, mean, M2 per column per row tile\n",
                      names[static_cast<size_t>(v)]);
-    if (p.stats_ranks > 0)
+    if (summarized(p, v))
       s += fmt::format("  summary({0}) and summaries({0}): count, mean, M2 per column, in "
                        "double, of this rank and of all {1} ranks (all-gathered by the run)\n",
                        names[static_cast<size_t>(v)], p.stats_ranks);

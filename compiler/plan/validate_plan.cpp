@@ -141,7 +141,8 @@ private:
   }
 
   // A kernel that merges partials follows their writer; where the plan exchanges statistics,
-  // a Column kernel follows the Summary kernel of its matrix, and only then is there one.
+  // an exchanged Column kernel follows the Summary kernel of its matrix, and only then is there
+  // one. Such a plan takes its batch statistics in exchanged kernels and the rest in the others.
   void check_merge(const Kernel &k) {
     const std::string &of = g_[k.stats_of].name;
     if (!partials_by_.count(k.stats_of))
@@ -150,11 +151,22 @@ private:
       if (p_.stats_ranks == 0)
         fail(k, fmt::format("summarizes '{}' in a plan that exchanges no statistics", of));
       summarized_.insert(k.stats_of);
-    } else if (p_.stats_ranks > 0 && !summarized_.count(k.stats_of)) {
+      return;
+    }
+    if (k.exchanged && p_.stats_ranks == 0)
+      fail(k, fmt::format("merges the gathered summaries of '{}' in a plan that exchanges no "
+                          "statistics",
+                          of));
+    if (k.exchanged && !summarized_.count(k.stats_of))
       fail(k, fmt::format("merges the gathered summaries of '{}' which no kernel before it "
                           "summarized",
                           of));
-    }
+    for (ValueId id : k.computes)
+      if (p_.stats_ranks > 0 && g_[id].is_op() && op_info(g_[id].op).cls == OpClass::ColReduce &&
+          is_batch_statistic(g_[id]) != k.exchanged)
+        fail(k, fmt::format("computes {} from {}", describe(g_, id),
+                            k.exchanged ? "every rank's summaries, but it is the rank's own"
+                                        : "this rank's partials, but it is a batch statistic"));
   }
 
   void check_state_updates(const Kernel &k) {

@@ -81,7 +81,7 @@ public:
         break;
       case KernelKind::Column:
         s.kernels.emplace_back(
-            ColumnSpec{k.stats_of >= 0, false, k.stats_of >= 0 ? p_.stats_ranks : 0});
+            ColumnSpec{k.stats_of >= 0, false, k.exchanged ? p_.stats_ranks : 0});
         break;
       case KernelKind::Summary:
         s.kernels.emplace_back(ColumnSpec{true, true, 0});

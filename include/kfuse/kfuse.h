@@ -64,7 +64,10 @@ struct Options {
   int batch_stats_ranks = 0;
   // Also compile the pipeline's backward (reverse mode, docs/DSL.md "Gradients"): every run then
   // keeps what the backward reads (saved values, in memory the pipeline owns) and backward()
-  // writes the gradients of the inputs and params. Not with batch_stats_ranks or tune_at_start.
+  // writes the gradients of the inputs and params. With batch_stats_ranks, the backward takes
+  // the means of its batchnorms' input gradients over every rank's batch too (through the same
+  // all-gather), its parameter gradients being the rank's own, as nn.SyncBatchNorm's before
+  // DDP averages them. Not with tune_at_start.
   bool backward = false;
 };
 
@@ -222,10 +225,12 @@ public:
 
   // The all-gather runs of a pipeline compiled with Options::batch_stats_ranks > 0 call between
   // their kernels, once per train-mode batchnorm; such a run without one throws. Runs that call
-  // it launch their kernels one by one (no replayed graph), on the caller's stream.
+  // it launch their kernels one by one (no replayed graph), on the caller's stream. With
+  // Options::backward, backward() calls it too, for the means each train-mode batchnorm's input
+  // gradient takes (of the output gradient and of its product with the normalized input).
   void set_all_gather(AllGather all_gather);
   // The all-gathers each run makes: one per train-mode batchnorm where the pipeline was compiled
-  // with Options::batch_stats_ranks > 0, else none.
+  // with Options::batch_stats_ranks > 0, else none (backward() makes its own).
   size_t all_gathers_per_run() const;
 
 private:

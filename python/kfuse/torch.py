@@ -22,7 +22,9 @@ With process_group= (a torch.distributed group), or a module holding nn.SyncBatc
 torch.distributed is initialized (its process_group, else the default group), train-mode
 batchnorm statistics are those of every rank's batch, as SyncBatchNorm computes them: each call
 all-gathers per-feature (count, mean, M2) across the group between the kernels that compute and
-use them.
+use them; a call that autograd records takes the means of each batchnorm's input gradient over
+the group too, as nn.SyncBatchNorm's backward does (its parameter gradients are the rank's own,
+which DistributedDataParallel averages).
 
 kfuse.torch.Reference("chain.kf") is the .kf's chain as an nn.Module of PyTorch ops
 (python/kfuse/torch_reference.py): the module to wrap, or to compare Fused with.

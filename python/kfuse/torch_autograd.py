@@ -46,21 +46,21 @@ class TrainingOps:
     first differentiable through the second."""
 
     def __init__(self, forward):
-        if forward.process_group is not None:
-            raise kfuse.Error("batchnorm statistics synchronized over a process group have no backward (their "
-                              "gradients' column sums would need adding over the ranks): call it under "
-                              "torch.no_grad(), or freeze the parameters with requires_grad_(False)")
         self.forward = forward
         where = f"{forward.kf_file}, {forward.mode} mode"
         reverse = kfuse.grad(text=forward._text, file_name=forward.kf_file, mode=forward.mode)
         program = kfuse.program(text=reverse["forward"], file_name=where)
         # Only a train-mode dropout draws; the pair of ops then carries where it drew.
         draws = forward.mode == "train" and any(v.get("class") == "random pointwise" for v in program["values"])
+        # Over a process group (SyncBatchNorm) both exchange their batch statistics through it:
+        # the forward's, and the means of each batchnorm's input gradient; the parameter
+        # gradients stay the rank's own, which DDP averages.
+        group = forward.process_group
         self.saving = PipelineOp(forward.kf_file, reverse["forward"], forward.mode, forward.arch,
-                                 f"{forward.name}_saving", functional=True, rng="out" if draws else None,
+                                 f"{forward.name}_saving", group, functional=True, rng="out" if draws else None,
                                  latest=forward._latest)
         self.backward = PipelineOp(forward.kf_file, reverse["backward"], forward.mode, forward.arch,
-                                   f"{forward.name}_backward", rng="in" if draws else None)
+                                   f"{forward.name}_backward", group, rng="in" if draws else None)
         for role, op in (("saving", self.saving), ("backward", self.backward)):
             _OPS[(forward.name, role)] = op
         self.grad_inputs, self.saved, self.gradients = reverse["grad_inputs"], reverse["saved"], reverse["gradients"]

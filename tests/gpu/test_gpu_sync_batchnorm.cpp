@@ -240,3 +240,98 @@ TEST_CASE("gpu sync batchnorm: one rank whose all-gather is a copy computes what
   CHECK(host(ranked.running_mean, kOut) == host(plain.running_mean, kOut));
   CHECK(host(ranked.running_var, kOut) == host(plain.running_var, kOut));
 }
+
+namespace {
+
+// The gradients a training pipeline of kChain writes, for `rows` rows.
+struct Gradients {
+  rt::DeviceBuffer x, weight, bias, bn_weight, bn_bias;
+};
+
+Gradients gradients_for(int64_t rows) {
+  auto buffer = [](int64_t n) {
+    rt::DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
+    b.fill_bytes(0xff); // NaN: every element must be written
+    return b;
+  };
+  return {buffer(rows * kIn), buffer(kOut * kIn), buffer(kOut), buffer(kOut), buffer(kOut)};
+}
+
+void backward(Rank &r, Gradients &g, const rt::DeviceBuffer &grad_out) {
+  r.pipeline.backward({on(grad_out, {r.rows, kOut})},
+                      {{"x", on(g.x, {r.rows, kIn})},
+                       {"weight", on(g.weight, {kOut, kIn})},
+                       {"bias", on(g.bias, {kOut})},
+                       {"bn_weight", on(g.bn_weight, {kOut})},
+                       {"bn_bias", on(g.bn_bias, {kOut})}},
+                      nullptr);
+}
+
+} // namespace
+
+TEST_CASE("gpu sync batchnorm: the backward of two ranks on parts of a batch gives one run's "
+          "input gradient on the whole batch, and parameter gradients that add up to its") {
+  rt::Driver::get().make_current();
+  std::mt19937 gen(1127);
+  Params p{random_floats(kOut * kIn, gen, -0.3f, 0.3f), random_floats(kOut, gen, -1.0f, 1.0f),
+           random_floats(kOut, gen, 0.5f, 1.5f),        random_floats(kOut, gen, -0.5f, 0.5f),
+           random_floats(kOut, gen, -0.2f, 0.2f),       random_floats(kOut, gen, 0.5f, 2.0f)};
+  const int64_t rows0 = 37, rows1 = 150;
+  const size_t split_x = static_cast<size_t>(rows0 * kIn),
+               split_g = static_cast<size_t>(rows0 * kOut);
+  const std::vector<float> x =
+      random_floats(static_cast<size_t>((rows0 + rows1) * kIn), gen, -2, 2);
+  const std::vector<float> g =
+      random_floats(static_cast<size_t>((rows0 + rows1) * kOut), gen, -1, 1);
+  Options train;
+  train.backward = true;
+  Options sync = train;
+  sync.batch_stats_ranks = 2;
+  Rank whole = make_rank(train, p, x, rows0 + rows1);
+  Rank r0 =
+      make_rank(sync, p, {x.begin(), x.begin() + static_cast<std::ptrdiff_t>(split_x)}, rows0);
+  Rank r1 = make_rank(sync, p, {x.begin() + static_cast<std::ptrdiff_t>(split_x), x.end()}, rows1);
+  const rt::DeviceBuffer g_whole = device(g),
+                         g0 = device({g.begin(), g.begin() + static_cast<std::ptrdiff_t>(split_g)}),
+                         g1 = device({g.begin() + static_cast<std::ptrdiff_t>(split_g), g.end()});
+  Gradients d_whole = gradients_for(rows0 + rows1), d0 = gradients_for(rows0),
+            d1 = gradients_for(rows1);
+  ThreadAllGather exchange(2);
+  r0.pipeline.set_all_gather(exchange.hook(0)); // the backward's too
+  r1.pipeline.set_all_gather(exchange.hook(1));
+  run(whole, nullptr);
+  backward(whole, d_whole, g_whole);
+  rt::Driver &d = rt::Driver::get();
+  std::thread t0([&] {
+    d.make_current();
+    run(r0, nullptr);
+    backward(r0, d0, g0);
+  });
+  std::thread t1([&] {
+    d.make_current();
+    run(r1, nullptr);
+    backward(r1, d1, g1);
+  });
+  t0.join();
+  t1.join();
+  d.check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+
+  // The input gradient: each rank's rows of the whole batch's (the means it takes are the
+  // whole batch's).
+  std::vector<float> dx = host(d0.x, split_x);
+  const std::vector<float> dx1 = host(d1.x, static_cast<size_t>(rows1 * kIn));
+  dx.insert(dx.end(), dx1.begin(), dx1.end());
+  CHECK(relative_error(dx, host(d_whole.x, static_cast<size_t>((rows0 + rows1) * kIn))) < 1e-4);
+  // The parameter gradients: each rank's own sums, which DDP would add.
+  for (auto [grad, size] :
+       {std::make_pair(&Gradients::weight, kOut * kIn), std::make_pair(&Gradients::bias, kOut),
+        std::make_pair(&Gradients::bn_weight, kOut), std::make_pair(&Gradients::bn_bias, kOut)}) {
+    const auto n = static_cast<size_t>(size);
+    std::vector<float> sum = host(d0.*grad, n);
+    const std::vector<float> own1 = host(d1.*grad, n);
+    for (size_t i = 0; i < n; ++i)
+      sum[i] += own1[i];
+    CHECK(relative_error(sum, host(d_whole.*grad, n)) < 1e-4);
+  }
+  CHECK(relative_error(host(d0.bn_bias, kOut), host(d_whole.bn_bias, kOut)) > 1e-2);
+}

@@ -318,19 +318,25 @@ def test_a_chain_without_a_gradient_rule_refuses_a_recorded_call_naming_the_op(t
         fused(x)
 
 
-def test_a_recorded_call_with_a_process_group_is_refused(tmp_path, interpreter):
+def test_a_recorded_call_with_a_process_group_has_the_modules_gradients(tmp_path, interpreter):
+    # One rank: the whole batch's statistics are the rank's own, so the gradients are the
+    # module's. Both ops of the pair carry the group, whose all-gather a GPU run calls
+    # (tests/python/test_torch_sync_bn.py checks two ranks against nn.SyncBatchNorm + DDP).
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         ref = kfuse.torch.Reference(BATCHNORM)
+        ref.reset_parameters(torch.Generator().manual_seed(0))
         fused = kfuse.torch.Fused(copy.deepcopy(ref), BATCHNORM, process_group=dist.group.WORLD)
-        interpreter.register(fused._ops["train"])
-        x = inputs_of(ref)[0]
-        with pytest.raises(kfuse.Error, match=r"has no backward in train mode: batchnorm statistics synchronized over a process group"):
-            fused(x)
-        with torch.no_grad():
-            assert fused(x).shape == (N, 1024)  # forward passes run
+        ops = fused._training["train"]
+        assert ops.saving.process_group is dist.group.WORLD and ops.backward.process_group is dist.group.WORLD
+        interpreter.register(fused._ops["train"], ops.saving, ops.backward)
+        exact = copy.deepcopy(ref).double()
+        inputs = inputs_of(exact)
+        exact_inputs = step(fused, exact, inputs)
+        assert_grads_match(fused, exact, inputs, exact_inputs, "process group of one rank")
+        assert [call[0] for call in interpreter.calls] == [ops.saving.name, ops.backward.name]
     finally:
         dist.destroy_process_group()
 

@@ -1,5 +1,6 @@
 """kfuse.torch.Fused over torch.distributed (NCCL): train-mode batchnorm statistics of every
-rank's batch, against torch.nn.SyncBatchNorm. Each test spawns one process per rank; the
+rank's batch, against torch.nn.SyncBatchNorm, and a training step's gradients against
+nn.SyncBatchNorm under DistributedDataParallel. Each test spawns one process per rank; the
 one-rank test runs on any CUDA machine, the two-rank test needs two GPUs. Ranks hold batches of
 different sizes. Skipped without torch, CUDA or NCCL."""
 import contextlib
@@ -85,16 +86,41 @@ def _rank(rank, world, port, directory):
                     "running_mean": _rel(fused.module.bn.running_mean, original.bn.running_mean),
                     "running_var": _rel(fused.module.bn.running_var, original.bn.running_var),
                 })
+        report["grads"] = _training_step(original, fused, rank, world)
         stats = torch.cat([fused.module.bn.running_mean, fused.module.bn.running_var])
         gathered = [torch.empty_like(stats) for _ in range(world)]
         dist.all_gather(gathered, stats)
         report["ranks_agree"] = all(torch.equal(g, gathered[0]) for g in gathered)
         report["batches_tracked"] = int(fused.module.bn.num_batches_tracked.item())
         report["exchanges"] = fused._ops["train"].pipeline("fp32", x.device).all_gathers_per_run
+        report["backward_exchanges"] = fused._training["train"].backward.pipeline("fp32", x.device).all_gathers_per_run
         with open(os.path.join(directory, f"rank{rank}.json"), "w") as f:
             json.dump(report, f)
     finally:
         dist.destroy_process_group()
+
+
+def _training_step(original, fused, rank, world):
+    """One forward and backward of nn.SyncBatchNorm under DDP and of Fused over the same group:
+    each rank's input gradient, and the parameter gradients as DDP gives them (Fused's are the
+    rank's own sums, which DDP would average: averaged here with an all-reduce), relative to
+    PyTorch's; updates the running statistics of both once more."""
+    ddp = nn.parallel.DistributedDataParallel(original, device_ids=[rank])
+    x = (torch.randn(ROWS[rank], IN, device="cuda") * 2).requires_grad_(True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    weights = torch.randn(ROWS[rank], OUT, device="cuda")
+    (ddp(x_ref) * weights).sum().backward()
+    (fused(x) * weights).sum().backward()
+    errors = {"x": _rel(x.grad, x_ref.grad)}
+    reference = dict(original.named_parameters())
+    for name, p in fused.module.named_parameters():
+        grad = p.grad.clone()
+        dist.all_reduce(grad)
+        # The linear's bias before a train-mode batchnorm has a gradient of zero (the ranks' own
+        # sums cancel in the average, to rounding): an absolute error there.
+        scale = max(reference[name].grad.double().norm().item(), 1.0)
+        errors[name] = (grad.double() / world - reference[name].grad.double()).norm().item() / scale
+    return errors
 
 
 def _free_port():
@@ -112,8 +138,11 @@ def _run_ranks(world, tmp_path):
 def _check(reports):
     for rank, report in enumerate(reports):
         assert report["exchanges"] == 1
+        assert report["backward_exchanges"] == 2  # the means batchnorm's input gradient takes
+        for name, error in report["grads"].items():
+            assert error <= 1e-4, f"rank {rank}: the gradient of {name}: {report['grads']}"
         assert report["ranks_agree"], f"rank {rank}: running statistics differ between ranks"
-        assert report["batches_tracked"] == STEPS
+        assert report["batches_tracked"] == STEPS + 1  # and the training step's
         for step, errors in enumerate(report["steps"]):
             assert errors["output"] <= 1e-5, f"rank {rank} step {step}: {errors}"
             assert errors["running_mean"] <= 1e-6, f"rank {rank} step {step}: {errors}"

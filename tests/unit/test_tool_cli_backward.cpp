@@ -84,8 +84,18 @@ TEST_CASE("cli backward: what has no backward is refused, before any GPU work") 
   CHECK(bench.exit_code == 1);
   CHECK(bench.err.find("kfuse bench: " + refusal) == 0);
   std::filesystem::remove(file);
-  ToolRun ranks = run_kfuse("compile examples/gemm_scale_bn.kf --backward --batch-stats-ranks 2");
-  CHECK(ranks.exit_code == 1);
-  CHECK(ranks.err.find("batchnorm statistics exchanged across ranks (Options::batch_stats_ranks) "
-                       "have no backward") != std::string::npos);
+}
+
+TEST_CASE("cli backward: with statistics exchanged across ranks the backward plan exchanges "
+          "batchnorm's gradient means, not the parameter gradients' sums") {
+  ToolRun ranks = run_kfuse("plan examples/gemm_scale_bn.kf --backward --batch-stats-ranks 2");
+  INFO(ranks.err);
+  REQUIRE(ranks.exit_code == 0);
+  const std::string backward = ranks.out.substr(ranks.out.find("# backward"));
+  CHECK(backward.find("summaries(grad_out0) of 2 ranks, all-gathered") != std::string::npos);
+  CHECK(backward.find("writes   summary(grad_out0): count, mean, M2 per feature, for the "
+                      "all-gather") != std::string::npos);
+  // bn_bias's gradient: the rank's own sum of the same matrix, from its partials.
+  CHECK(backward.find("op       t16 = col_sum(grad_out0, local=true)\n  reads    "
+                      "partials(grad_out0)") != std::string::npos);
 }

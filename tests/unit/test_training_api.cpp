@@ -87,13 +87,20 @@ TEST_CASE("training api: backward() on a pipeline compiled without it, and befor
                        doctest::Contains("backward(): the gradient of 'weight' is missing"), Error);
 }
 
-TEST_CASE("training api: options that have no backward are refused when compiling") {
+TEST_CASE("training api: with batch statistics exchanged across ranks the backward exchanges "
+          "its batchnorm's gradient means through the same all-gather") {
   Options ranks = training();
   ranks.batch_stats_ranks = 2;
-  CHECK_THROWS_WITH_AS(Pipeline::from_string(kTrain, "chain.kf", ranks),
-                       doctest::Contains("chain.kf: batchnorm statistics exchanged across ranks "
-                                         "(Options::batch_stats_ranks) have no backward"),
-                       Error);
+  Pipeline p = Pipeline::from_string(kTrain, "chain.kf", ranks);
+  CHECK(p.gradients() == std::vector<std::string>{"x", "weight", "bn_weight", "bn_bias"});
+  CHECK(p.all_gathers_per_run() == 1);
+  const Pipeline &backward = rt::PipelineAccess::backward(p);
+  // The means of the output gradient and of its product with the normalized input.
+  CHECK(backward.all_gathers_per_run() == 2);
+  CHECK(rt::PipelineAccess::executable(backward).exchanges.size() == 2);
+}
+
+TEST_CASE("training api: options that have no backward are refused when compiling") {
   Options tune = training();
   tune.tune_at_start = {{"N", 64}};
   CHECK_THROWS_WITH_AS(Pipeline::from_string(kTrain, "chain.kf", tune),
