@@ -66,9 +66,16 @@ ValueId VjpContext::sum_to(ValueId g, const TensorType &to) const {
     m = op(OpKind::Sum, {m}, {{"dim", AttrValue(dim)}, {"keepdim", AttrValue(keepdim ? 1 : 0)}});
   };
   int last = type(m).rank() - 1;
-  if (to.shape.back() == one && type(m).shape[static_cast<size_t>(last)] != one)
+  const bool along_rows = to.shape.back() == one && type(m).shape[static_cast<size_t>(last)] != one;
+  const bool over_rows = type(m).rank() == 2 && row_extent(to) == one && type(m).shape[0] != one;
+  // Summed in two steps, the per-row sums are values of their own: kept in f32, as PyTorch's
+  // one reduction accumulates, not rounded to a 16-bit type whose sums then cancel (the
+  // gradient is cast to its value's type where it is accumulated).
+  if (along_rows && over_rows && type(m).dtype != DType::F32)
+    m = op(OpKind::Cast, {m}, {{"dtype", AttrValue(0, "f32")}});
+  if (along_rows)
     sum(last, true);
-  if (type(m).rank() == 2 && row_extent(to) == one && type(m).shape[0] != one)
+  if (over_rows)
     sum(0, to.rank() != 1);
   if (type(m).shape != to.shape)
     m = op(OpKind::Reshape, {m}, {{"shape", AttrValue(0, {}, to.shape)}});
