@@ -104,6 +104,17 @@ AttrMap dim_attrs(size_t axis, bool keepdim) {
   return {{"dim", AttrValue(static_cast<double>(axis))}, {"keepdim", AttrValue(keepdim ? 1 : 0)}};
 }
 
+// `x` in f32 where it is 16-bit. The rules of the row ops (softmax, the norms) compute in f32,
+// as PyTorch's backward kernels do, and their results are rounded once, to the gradient's type
+// (ir::grad casts where it accumulates): a per-row sum rounded to 16 bits would put its error
+// into every element of the row, and a product rounded before its sum breaks the cancellation
+// softmax's Σ g y relies on.
+ValueId in_f32(const VjpContext &c, ValueId x) {
+  if (c.type(x).dtype == DType::F32)
+    return x;
+  return c.op(OpKind::Cast, {x}, {{"dtype", AttrValue(0, "f32")}});
+}
+
 // A keepdim sum of `x` along the forward op's axis.
 ValueId sum_along(const VjpContext &c, ValueId x) {
   return c.op(OpKind::Sum, {x}, dim_attrs(c.axis(), true));
@@ -165,13 +176,13 @@ std::vector<ValueId> batchnorm(const VjpContext &c) {
 
 // softmax: dx = y (g - Σ g y); log_softmax: dx = g - exp(y) Σ g.
 std::vector<ValueId> softmax(const VjpContext &c) {
-  ValueId g = c.grad(), y = c.result();
+  ValueId g = in_f32(c, c.grad()), y = in_f32(c, c.result());
   return {c.mul(y, c.sub(g, sum_along(c, c.mul(g, y))))};
 }
 
 std::vector<ValueId> log_softmax(const VjpContext &c) {
-  ValueId g = c.grad();
-  return {c.sub(g, c.mul(c.op(OpKind::Exp, {c.result()}), sum_along(c, g)))};
+  ValueId g = in_f32(c, c.grad());
+  return {c.sub(g, c.mul(c.op(OpKind::Exp, {in_f32(c, c.result())}), sum_along(c, g)))};
 }
 
 // A keepdim mean along the feature axis.
@@ -182,7 +193,7 @@ ValueId feature_mean(const VjpContext &c, ValueId x) {
 // layernorm and instancenorm: x̂ = (x - mean) rstd over the feature axis;
 // dx = rstd (gx - mean(gx) - x̂ mean(gx x̂)), gx = g * weight; dweight = Σ_rows g x̂, dbias = Σ g.
 std::vector<ValueId> layernorm(const VjpContext &c) {
-  ValueId g = c.grad(), x = c.arg(0);
+  ValueId g = in_f32(c, c.grad()), x = in_f32(c, c.arg(0));
   ValueId centered = c.sub(x, feature_mean(c, x));
   ValueId var = feature_mean(c, c.op(OpKind::Square, {centered}));
   ValueId rstd = c.op(OpKind::Rsqrt, {c.add(var, c.number(c.attr("eps")))});
@@ -200,7 +211,7 @@ std::vector<ValueId> layernorm(const VjpContext &c) {
 
 // rmsnorm: r = rsqrt(mean(x²) + eps); dx = r gx - x r³ mean(gx x); dweight = Σ_rows g x r.
 std::vector<ValueId> rmsnorm(const VjpContext &c) {
-  ValueId g = c.grad(), x = c.arg(0);
+  ValueId g = in_f32(c, c.grad()), x = in_f32(c, c.arg(0));
   ValueId r = c.op(OpKind::Rsqrt,
                    {c.add(feature_mean(c, c.op(OpKind::Square, {x})), c.number(c.attr("eps")))});
   ValueId gx = c.arg_count() > 1 ? c.mul(g, c.arg(1)) : g;
