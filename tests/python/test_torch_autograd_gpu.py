@@ -90,9 +90,17 @@ class TrainingPair:
                 f"{what} gradient of {name}: kfuse rel err {err:.2e}, PyTorch's {torch_err:.2e}, bound {self.bound:.0e}"
 
 
+# Gradients known to miss PyTorch's accuracy (docs/PYTHON.md, "Training"): strict, so a fix
+# shows as an unexpected pass.
+KNOWN_INACCURATE = {("gemm_bn_scale_softmax_bf16", "train"):
+                    "the bf16 scale gradient: kfuse rel err 8e-2 against PyTorch's 1.1e-3"}
+
+
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("kf", EXAMPLES, ids=lambda p: p.stem)
-def test_every_differentiable_example_gives_pytorchs_gradients(kf, mode):
+def test_every_differentiable_example_gives_pytorchs_gradients(kf, mode, request):
+    if (kf.stem, mode) in KNOWN_INACCURATE:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_INACCURATE[(kf.stem, mode)], strict=True))
     torch.backends.cuda.matmul.allow_tf32 = False
     pair = TrainingPair(kf, mode)
     inputs = pair.inputs()
