@@ -260,7 +260,15 @@ private:
       spec.rows = {kf::row_team_lanes(static_cast<int>(g_[k.rows_of].type.shape.back().value)),
                    false};
     }
-    // Split-K, the part of the configuration the bound dims decide.
+    describe_split(spec);
+    if (spec.a_row_multiple > 1)
+      spec.tile.config += "; its operands are transposed copies whose rows their kernels pad to "
+                          "16 bytes, which TMA reads at any inner dim";
+    return spec;
+  }
+
+  // Split-K, the part of the configuration the bound dims decide, in each tile's config.
+  static void describe_split(GemmSpec &spec) {
     auto with_split = [&](GemmTile &t) {
       t.config += fmt::format("; K split S ways in {}-deep k-blocks where the tiles leave SMs "
                               "idle (few rows, or a last wave partly empty), S chosen from the "
@@ -270,13 +278,9 @@ private:
         t.config += "; " + why;
     };
     with_split(spec.tile);
-    if (spec.a_row_multiple > 1)
-      spec.tile.config += "; its operands are transposed copies whose rows their kernels pad to "
-                          "16 bytes, which TMA reads at any inner dim";
     if (spec.tile.mainloop == Mainloop::Simt)
       for (GemmTile &v : spec.by_rows)
         with_split(v);
-    return spec;
   }
 
   // A tuned tile is for the Hopper mainloop's tf32, bf16 and f16 GEMMs without row passes: the
