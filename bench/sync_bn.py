@@ -2,9 +2,11 @@
 PyTorch eager with nn.SyncBatchNorm, torch.compile of it, and kfuse.torch.Fused (which
 all-gathers per-feature summaries between its kernels), one process per GPU over NCCL,
 interleaved, CUDA events, L2 flushed before each call, median of many. Prints a markdown table
-(rank 0's times; every rank runs the same work).
+(rank 0's times; every rank runs the same work). --train times a training step instead: each
+contender inside DistributedDataParallel, forward and backward from a fixed output gradient
+(DDP's gradient all-reduce included; the optimizer step is not).
 
-    python3 bench/sync_bn.py [--ranks 2] [--rows 1024] [--iters 50] [--precision tf32]
+    python3 bench/sync_bn.py [--ranks 2] [--rows 1024] [--iters 50] [--precision tf32] [--train]
 """
 import argparse
 import copy
@@ -55,11 +57,17 @@ def rank_main(rank, world, port, args, results):
         module = nn.SyncBatchNorm.convert_sync_batchnorm(compare_torch.make_module(chain, features)).cuda()
         fused = kfuse.torch.Fused(copy.deepcopy(module), REPO / kf, mapping=compare_torch.PARAM_MAP,
                                   precision=args.precision)
-        compiled = torch.compile(copy.deepcopy(module))
         x = torch.randn(args.rows, features, device="cuda")
-        contenders = {"eager": lambda: module(x), "torch.compile": lambda: compiled(x), "kfuse": lambda: fused(x)}
+        compiled = copy.deepcopy(module)
+        if args.train:
+            module, compiled, fused = (nn.parallel.DistributedDataParallel(m, device_ids=[rank])
+                                       for m in (module, compiled, fused))
+        contenders = {"eager": module, "torch.compile": torch.compile(compiled), "kfuse": fused}
+        grad = torch.randn(args.rows, features, device="cuda")
+        contenders = {name: (lambda m=m: m(x).backward(grad)) if args.train else (lambda m=m: m(x))
+                      for name, m in contenders.items()}
         times = {name: [] for name in contenders}
-        with torch.no_grad():
+        with torch.set_grad_enabled(args.train):
             for _ in range(3):  # compile, first calls: not timed
                 for fn in contenders.values():
                     fn()
@@ -85,13 +93,16 @@ def main():
     ap.add_argument("--rows", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--precision", default="tf32", choices=("fp32", "tf32"))
+    ap.add_argument("--train", action="store_true", help="time forward + backward under DDP")
     args = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    what = ("forward + backward under DistributedDataParallel" if args.train
+            else "forward under torch.no_grad()")
     print(f"Command: `python3 bench/sync_bn.py --ranks {args.ranks} --rows {args.rows} --iters {args.iters} "
-          f"--precision {args.precision}` on {torch.cuda.get_device_name(0)}; train mode, forward under "
-          "torch.no_grad(); median ms per call on rank 0\n")
+          f"--precision {args.precision}{' --train' if args.train else ''}` on {torch.cuda.get_device_name(0)}; "
+          f"train mode, {what}; median ms per call on rank 0\n")
     mp.spawn(rank_main, args=(args.ranks, port, args, []), nprocs=args.ranks, join=True)
 
 
