@@ -89,7 +89,7 @@ def test_markdown_table_with_ratios_to_kfuse_and_failed_cells():
         row("gemm_scale_bn", "tf32", "eager", 3.0, 420),
         row("gemm_scale_bn", "tf32", "compile", error="torch._dynamo.exc.BackendCompilerFailed: backend='inductor' "
                                                       "raised:\nRuntimeError: boom | bang"),
-        row("gemm_scale_bn", "bf16", "kfuse", error="kfuse.Error: matmul of bf16 operands is not supported"),
+        row("gemm_scale_bn", "bf16", "kfuse", error="kfuse.Error: linear of bf16 operands runs on the Hopper GEMM, which needs the inner dim a constant multiple of 8"),
         row("gemm_scale_bn", "bf16", "eager", 1.5, 210),
     ]))
     lines = text.splitlines()
@@ -107,7 +107,7 @@ def test_markdown_table_with_ratios_to_kfuse_and_failed_cells():
         # The first line of the reason, its pipe escaped: the row stays one row of the table.
         "| gemm_scale_bn | 1024 | tf32 | compile | failed: torch._dynamo.exc.BackendCompilerFailed: "
         "backend='inductor' raised: | - | - |",
-        "| gemm_scale_bn | 1024 | bf16 | kfuse | failed: kfuse.Error: matmul of bf16 operands is not supported | - | - |",
+        "| gemm_scale_bn | 1024 | bf16 | kfuse | failed: kfuse.Error: linear of bf16 operands runs on the Hopper GEMM, which needs the inner dim a constant multiple of 8 | - | - |",
         # No kfuse time to compare with.
         "| gemm_scale_bn | 1024 | bf16 | eager | 1.500 | 210 | - |",
     ]

@@ -12,8 +12,10 @@ OPS = kfuse.ops()
 # The names kfuse.torch.Reference gives a spelling besides the op's operands and attributes.
 CONTEXT = {"torch", "F", "training", "device", "int"}
 # Attributes of kfuse's own that PyTorch has no argument for: which Philox stream a dropout draws
-# (kfuse.torch.Reference draws kfuse's masks with it when kfuse_rng is set).
-KFUSE_ONLY = {("dropout", "stream")}
+# (kfuse.torch.Reference draws kfuse's masks with it when kfuse_rng is set), and whether a column
+# statistic is the rank's own where statistics are exchanged across ranks (one process computes
+# it over its rows either way).
+KFUSE_ONLY = {("dropout", "stream"), ("col_mean", "local"), ("col_var", "local"), ("col_sum", "local")}
 
 
 def free_names(spelling):
