@@ -67,6 +67,19 @@ GemmTraits tc_traits(int precision) {
   return t;
 }
 
+// A block of `threads` per tile_rows x tile_cols tile, on a 2-D grid.
+LaunchGeometry tiles_2d(const ir::Dim &rows, const ir::Dim &cols, int tile_rows, int tile_cols,
+                        int threads) {
+  LaunchGeometry g;
+  g.grid = LaunchGeometry::Grid::Tiles2D;
+  g.rows = rows;
+  g.cols = cols;
+  g.tile_rows = tile_rows;
+  g.tile_cols = tile_cols;
+  g.block_threads = threads;
+  return g;
+}
+
 } // namespace
 
 GemmTraits gemm_traits(const GemmTile &t, int column_floats) {
@@ -141,25 +154,11 @@ LaunchGeometry elementwise_geometry(const ElementwiseSpec &spec, const ir::Dim &
 }
 
 LaunchGeometry col_partials_geometry(const ir::Dim &rows, const ir::Dim &cols) {
-  LaunchGeometry g;
-  g.grid = LaunchGeometry::Grid::Tiles2D;
-  g.rows = rows;
-  g.cols = cols;
-  g.tile_rows = kf::COL_STATS_TILE_ROWS;
-  g.tile_cols = kf::COL_STATS_COLS;
-  g.block_threads = kf::COL_STATS_THREADS;
-  return g;
+  return tiles_2d(rows, cols, kf::COL_STATS_TILE_ROWS, kf::COL_STATS_COLS, kf::COL_STATS_THREADS);
 }
 
 LaunchGeometry transpose_geometry(const ir::Dim &rows, const ir::Dim &cols) {
-  LaunchGeometry g;
-  g.grid = LaunchGeometry::Grid::Tiles2D;
-  g.rows = rows;
-  g.cols = cols;
-  g.tile_rows = kf::TRANSPOSE_TILE;
-  g.tile_cols = kf::TRANSPOSE_TILE;
-  g.block_threads = kf::TRANSPOSE_THREADS;
-  return g;
+  return tiles_2d(rows, cols, kf::TRANSPOSE_TILE, kf::TRANSPOSE_TILE, kf::TRANSPOSE_THREADS);
 }
 
 LaunchGeometry column_geometry(const ColumnSpec &spec, const ir::Dim &features) {
