@@ -55,7 +55,10 @@ _SPELLING_NAMES = {"__builtins__": {}, "torch": torch, "F": F, "int": int}
 
 
 class _Op:
-    """One op of kfuse's table (kfuse.ops()) and its PyTorch spelling, compiled once."""
+    """One op of kfuse's table (kfuse.ops()) and its PyTorch spelling, compiled once into a
+    function of the operands, the attributes, `training` and `device` (keyword arguments): an
+    ordinary function, which torch.compile traces into its graph (eval at each call would end
+    the graph at every op and leave the chain eager)."""
 
     def __init__(self, info):
         self.name = info["name"]
@@ -63,7 +66,9 @@ class _Op:
         self.attr_kinds = {a["name"]: a["kind"] for a in info["attrs"]}
         self.optional = [o[:-1] for o in info["operands"] if o.endswith("?")]  # None where absent
         self.spelling = info["torch"]
-        self.code = compile(self.spelling, f"<kfuse op {self.name}: {self.spelling}>", "eval")
+        names = [o.rstrip("?") for o in info["operands"]] + list(self.attr_kinds) + ["training", "device"]
+        source = f"lambda *, {', '.join(f'{n}=None' for n in names)}: {self.spelling}"
+        self.fn = eval(compile(source, f"<kfuse op {self.name}: {self.spelling}>", "eval"), _SPELLING_NAMES)
 
     def __call__(self, v, operands, ctx):
         """The op on `operands` (one tensor per arg), with v's attributes."""
@@ -75,10 +80,10 @@ class _Op:
         if self.cls == "random pointwise" and ctx.training and ctx.rng is not None:
             return _dropout_as_kfuse(names["x"], names["p"], names["stream"], ctx.rng)
         if self.cls not in ("batch normalization", "feature normalization"):
-            return eval(self.code, _SPELLING_NAMES, names)
+            return self.fn(**names)
         x = names["x"]
         names["x"] = _norm_input(x, [t for o, t in names.items() if o != "x" and isinstance(t, torch.Tensor)])
-        return eval(self.code, _SPELLING_NAMES, names).to(x.dtype)
+        return self.fn(**names).to(x.dtype)
 
     @staticmethod
     def _attribute(kind, value, ctx):

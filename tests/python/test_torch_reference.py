@@ -150,3 +150,21 @@ def test_every_op_of_the_table_computes_what_the_interpreter_does(op):
         assert rel(y, from_host(expected["outputs"][0])) <= tolerance, mode
         for name, want in expected["state"].items():
             assert rel(getattr(exact, name), from_host(want)) <= tolerance, f"{mode} {name}"
+
+
+@pytest.mark.parametrize("name", ["yolo_dense_mish", "gemm_bn_scale_softmax", "transformer_mlp_block",
+                                  "llama13b_o_proj_residual_rmsnorm"])
+def test_torch_compile_traces_the_whole_chain_into_one_graph(name):
+    """torch.compile's contender in the benchmarks is this module compiled: every op must be in
+    Dynamo's graph (a graph break per op would leave the chain eager)."""
+    from torch import _dynamo
+
+    ref = kfuse.torch.Reference(REPO / "examples" / f"{name}.kf")
+    ref.reset_parameters(torch.Generator().manual_seed(0))
+    x = ref.random_inputs(DIMS, torch.Generator().manual_seed(1))
+    for mode in (True, False):
+        ref.train(mode)
+        with torch.no_grad():
+            explained = _dynamo.explain(ref)(*x)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        assert explained.graph_count == 1
