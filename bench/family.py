@@ -228,12 +228,12 @@ def cases(args):
 def torch_settings(precision):
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    import torch._dynamo
+    from torch import _dynamo  # `import torch._dynamo` here would make torch a local name
 
     for name, value in (("cache_size_limit", 64), ("recompile_limit", 64),
                         ("accumulated_cache_size_limit", 512), ("accumulated_recompile_limit", 512)):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, value)
+        if hasattr(_dynamo.config, name):
+            setattr(_dynamo.config, name, value)
 
 
 def autocast(precision):
