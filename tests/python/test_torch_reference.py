@@ -115,6 +115,11 @@ CASES = {
     "squeeze": "squeeze(unsqueeze(x, dim=0), dim=0)", "col_mean": "col_mean(x)", "col_var": "col_var(x)",
     "col_affine": "col_affine(x, w, w, w)", "cast": "cast(x, dtype=bf16)", "constant": "mul(x, 2.5)",
     "gt": "gt(x, y)", "ge": "ge(x, y)", "erf": "erf(x)", "transpose": "transpose(x)",
+    "matmul_tn": "matmul_tn(x, y)", "col_sum": "col_sum(x)",
+    "max_pool1d_backward": "max_pool1d_backward(max_pool1d(y, kernel_size=2), x, kernel_size=2, stride=2)",
+    "avg_pool1d_backward": "avg_pool1d_backward(avg_pool1d(y, kernel_size=2), kernel_size=2, stride=2, "
+                           "features=8)",
+    "groupnorm_backward": "groupnorm_backward(y, x, w, groups=2)",
     "bn_update": "bn_update(rm, rv, col_mean(x), col_var(x), momentum=0.5, count=N)\n  return relu(x)",
 }
 DECLARATIONS = {"x": "input x: f32[N, 8]", "y": "input y: f32[N, 8]", "w": "param w: f32[8]",
