@@ -529,6 +529,8 @@ private:
     case OpClass::Transpose: // not drawn (drawn_by_generator)
     case OpClass::PoolGrad:
     case OpClass::NormGrad:
+    case OpClass::Loss:
+    case OpClass::LossGrad:
       return h;
     }
     return h;
@@ -686,7 +688,7 @@ std::string random_pipeline(uint64_t seed) {
 bool drawn_by_generator(OpKind op) {
   const OpClass cls = op_info(op).cls;
   return op != OpKind::MatmulTN && cls != OpClass::Transpose && cls != OpClass::PoolGrad &&
-         cls != OpClass::NormGrad;
+         cls != OpClass::NormGrad && cls != OpClass::Loss && cls != OpClass::LossGrad;
 }
 
 } // namespace kfuse::testing
