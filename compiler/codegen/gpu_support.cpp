@@ -1,7 +1,6 @@
 #include "compiler/codegen/gpu_support.h"
 
 #include "compiler/codegen/class_codegen.h"
-#include "compiler/ir/op_class.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/views.h"
 #include "compiler/passes/passes.h"
@@ -72,10 +71,6 @@ std::optional<GpuUnsupported> gpu_unsupported(const Graph &g, const std::string 
     OpClass cls = op_info(v.op).cls;
     if (auto why = vector_view_unsupported(g, v))
       return GpuUnsupported{id, *why};
-    if (class_traits(cls).row_op() && !class_codegen(cls).row_pass)
-      return GpuUnsupported{id, fmt::format("{} ({}) has no GPU kernel yet; `kfuse plan --prove` "
-                                            "and the fp64 interpreter compute it",
-                                            op_info(v.op).name, op_class_name(cls))};
     if (cls == OpClass::Gemm && g[v.args[0]].type.dtype != ir::DType::F32)
       if (auto why = half_gemm_unsupported(g, v, arch, transposes(g, v)))
         return GpuUnsupported{id, *why};

@@ -499,7 +499,7 @@ constexpr OpInfo kOps[] = {
      "x.shape[0], x.shape[1], 1, int(groups), [True, False, False])[0])("
      "torch.ops.aten.native_group_norm(x, weight, None, x.shape[0], x.shape[1], 1, int(groups), "
      "eps))"},
-    // What cross_entropy's sum and mean become (compiler/passes/lower_cross_entropy.cpp): the
+    // What cross_entropy's sum and mean become (compiler/passes/columns_from_reductions.cpp): the
     // column sum of the rows' losses, over the column sum of their weights for the mean.
     loss(OpKind::CrossEntropyRows, "cross_entropy_rows", OpClass::Loss, kCrossEntropyRowsAttrs,
          "`logits: [N, C]`, `target: i64[N]` → `[N, 1]`",
