@@ -4,6 +4,7 @@
 #include "compiler/ir/grad.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/printer.h"
+#include "runtime/tensor_checks.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/kf_text.h"
 
@@ -167,4 +168,19 @@ TEST_CASE("grad: cross_entropy at every reduction, ignored rows and label smooth
         // The target is a class index: no gradient, and not perturbed.
         CHECK(ir::gradient_names(r.result) == std::vector<std::string>{"x", "w"});
       }
+}
+
+TEST_CASE("cross_entropy: the API takes an i64 target and names a tensor of another dtype") {
+  const exec::TensorType declared{DType::I64, {Extent::symbol("N")}};
+  alignas(8) static int64_t targets[4] = {0, 1, 2, -100};
+  Tensor t{targets, {4}, DType::I64};
+  CHECK_NOTHROW(rt::check_layout("pipeline 'lce'", "target", declared, t));
+  t.dtype = DType::F32;
+  CHECK_THROWS_WITH(rt::check_layout("pipeline 'lce'", "target", declared, t),
+                    "pipeline 'lce': tensor 'target' is f32[4], declared i64[N]: kfuse takes i64 "
+                    "tensors here");
+  // Misaligned for its 8-byte elements.
+  Tensor shifted{reinterpret_cast<char *>(targets) + 4, {2}, DType::I64};
+  CHECK_THROWS_WITH(rt::check_layout("pipeline 'lce'", "target", declared, shifted),
+                    doctest::Contains("is not 8-byte aligned"));
 }
