@@ -668,11 +668,12 @@ private:
     for (size_t i = 0; i < probe.args.size(); ++i) {
       if (std::count(updated.begin(), updated.end(), static_cast<int>(i)))
         args.push_back(declare("state", {h.dims.back()}, beside(h.dtype)).name);
-      else
-        args.push_back(
-            assign(fmt::format("{}({})", op_info(reduce[i % reduce.size()]).name, h.name),
-                   {h.dims.back()}, DType::F32)
-                .name);
+      else { // col_sum keeps its matrix's type (as torch.sum); the statistics are f32
+        const OpKind stat = reduce[i % reduce.size()];
+        args.push_back(assign(fmt::format("{}({})", op_info(stat).name, h.name), {h.dims.back()},
+                              stat == OpKind::ColSum ? h.dtype : DType::F32)
+                           .name);
+      }
     }
     std::string a = attrs(op, 2);
     // count=N with N=1 divides by zero in the unbiased variance: use a fixed count.

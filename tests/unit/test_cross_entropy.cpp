@@ -73,7 +73,7 @@ TEST_CASE("cross_entropy: per row, summed and averaged over the rows not ignored
   CHECK(run(", reduction=\"sum\"", x, ignored)[0].data[0] == 0);
 }
 
-TEST_CASE("cross_entropy: a target outside [0, C) is an error naming the row and the value") {
+TEST_CASE("cross_entropy: a target outside the classes is an error naming the row and the value") {
   const HostTensor x{{2, 3}, {1, 2, 3, 4, 5, 6}};
   for (double bad : {3.0, -1.0, 0.5}) {
     CAPTURE(bad);
