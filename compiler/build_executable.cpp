@@ -48,6 +48,8 @@ DType api_dtype(ir::DType t) {
     return DType::F16;
   case ir::DType::BF16:
     return DType::BF16;
+  case ir::DType::I64:
+    return DType::I64;
   }
   throw Error("internal error: an element type with no kfuse::DType");
 }
@@ -60,6 +62,8 @@ ir::DType ir_dtype(DType t) {
     return ir::DType::F16;
   case DType::BF16:
     return ir::DType::BF16;
+  case DType::I64:
+    return ir::DType::I64;
   }
   throw Error(fmt::format("{} is not a kfuse::DType value", static_cast<int>(t)));
 }

@@ -14,6 +14,8 @@ int64_t dtype_bytes(DType t) {
   case DType::F16:
   case DType::BF16:
     return 2;
+  case DType::I64:
+    return 8;
   }
   throw Error(fmt::format("{} is not a kfuse::DType value", static_cast<int>(t)));
 }
@@ -26,6 +28,8 @@ const char *dtype_name(DType t) {
     return "f16";
   case DType::BF16:
     return "bf16";
+  case DType::I64:
+    return "i64";
   }
   throw Error(fmt::format("{} is not a kfuse::DType value", static_cast<int>(t)));
 }

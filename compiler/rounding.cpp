@@ -23,6 +23,8 @@ double round_to_element(DType t, double x) {
     return round_significand(static_cast<float>(x), 11, -14, 65504.0);
   case DType::BF16: // fp32's exponent range with 8 significant bits
     return round_significand(static_cast<float>(x), 8, -126, 0x1.FEp127);
+  case DType::I64: // class indices are integers: nothing to round
+    return x;
   }
   return x;
 }

@@ -3,6 +3,7 @@
 #include "compiler/executable.h"
 #include "compiler/rounding.h"
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -58,6 +59,12 @@ std::vector<uint8_t> encode_elements(const std::vector<double> &values, DType t)
       std::memcpy(out.data() + 4 * i, &f, 4);
       continue;
     }
+    if (t == DType::I64) {        // class indices: integers, exact in a double below 2^53
+      const double v = values[i]; // NaN or beyond int64: INT64_MIN, no class index either
+      int64_t n = v >= -0x1p63 && v < 0x1p63 ? static_cast<int64_t>(v) : INT64_MIN;
+      std::memcpy(out.data() + 8 * i, &n, 8);
+      continue;
+    }
     double r = round_to_element(t, values[i]);
     uint16_t h = t == DType::BF16 ? bf16_bits(r) : f16_bits(r);
     std::memcpy(out.data() + 2 * i, &h, 2);
@@ -73,6 +80,12 @@ std::vector<double> decode_elements(const void *bytes, size_t count, DType t) {
       float f;
       std::memcpy(&f, p + 4 * i, 4);
       out[i] = f;
+      continue;
+    }
+    if (t == DType::I64) {
+      int64_t n;
+      std::memcpy(&n, p + 8 * i, 8);
+      out[i] = static_cast<double>(n);
       continue;
     }
     uint16_t h;

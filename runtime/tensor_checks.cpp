@@ -17,7 +17,7 @@ std::string describe(const Tensor &t) {
 
 void check_layout(const std::string &where, const std::string &tensor,
                   const exec::TensorType &declared, const Tensor &t) {
-  if (static_cast<int>(t.dtype) < 0 || static_cast<int>(t.dtype) > static_cast<int>(DType::BF16))
+  if (static_cast<int>(t.dtype) < 0 || static_cast<int>(t.dtype) > static_cast<int>(DType::I64))
     throw Error(fmt::format("{}: tensor '{}' {}: dtype value {} is not a kfuse::DType", where,
                             tensor, exec::shape_text(t.shape), static_cast<int>(t.dtype)));
   if (!t.data)

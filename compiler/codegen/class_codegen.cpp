@@ -23,6 +23,8 @@ constexpr ClassCodegen kClasses[] = {
     {OpClass::Pool, &RowPasses::pool, false, false, false},
     {OpClass::PoolGrad, &RowPasses::pool_grad, false, false, false},
     {OpClass::NormGrad, &RowPasses::norm_grad, false, false, false},
+    {OpClass::Loss, &RowPasses::loss, false, false, false},
+    {OpClass::LossGrad, &RowPasses::loss_grad, false, false, false},
     {OpClass::Random, &RowPasses::map, false, false, true},
     {OpClass::View, nullptr, false, false, true},
     {OpClass::ColReduce, &RowPasses::map, false, false, false},

@@ -212,6 +212,47 @@ void RowPasses::norm_grad(size_t i, ValueId st, const std::string &pre, std::str
                   dst(out), ld_, float_literal(op.attr("eps")), pre, post, team_);
 }
 
+namespace {
+
+// The reduction a loss op's pass computes: "none" for a value per row; a sum or a mean over the
+// rows is a column sum after columns_from_reductions, and only "sum" remains for the gradient.
+std::string_view loss_reduction(const Value &op) {
+  const std::string_view r = op.attrs.count("reduction") ? op.attrs.at("reduction").dim : "none";
+  if (r != "none" && !(r == "sum" && op.op == OpKind::CrossEntropyBackward))
+    throw CodegenError(fmt::format("internal error: {} with reduction=\"{}\" reached the code "
+                                   "generator; columns_from_reductions rewrites it",
+                                   op_info(op.op).name, r));
+  return r;
+}
+
+} // namespace
+
+void RowPasses::loss(size_t, ValueId st, const std::string &pre, std::string &) {
+  const Value &op = g_[st];
+  loss_reduction(op);
+  cx_.includes.insert("row_cross_entropy.cuh");
+  const bool weight = op.attrs.count("weight") && op.attr("weight") != 0;
+  body_ +=
+      fmt::format("  const float {} = kf::row_cross_entropy<{}>({}, {}, {}, {}, {}, {}LL, {}, "
+                  "{}, {}{});\n",
+                  w_.var(st), threads_, row_arg_, n_, src_, ld_, w_.ptr(op.args[1]),
+                  static_cast<int64_t>(op.attr("ignore_index")),
+                  float_literal(op.attr("label_smoothing")), weight ? "true" : "false", pre, team_);
+  if (std::count(k_.stores.begin(), k_.stores.end(), st))
+    body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
+}
+
+void RowPasses::loss_grad(size_t, ValueId st, const std::string &pre, std::string &) {
+  const Value &op = g_[st];
+  const bool per_row = loss_reduction(op) == "none";
+  cx_.includes.insert("row_cross_entropy.cuh");
+  body_ += fmt::format(
+      "  kf::row_cross_entropy_grad<{}>({}, {}, {}, {}, {}, {}LL, {}, {}, {}, {}, {}{});\n",
+      threads_, row_arg_, n_, src_, ld_, w_.ptr(op.args[1]),
+      static_cast<int64_t>(op.attr("ignore_index")), float_literal(op.attr("label_smoothing")),
+      w_.load(op.args[2], per_row ? row_arg_ : "0"), dst(st), ld_, pre, team_);
+}
+
 void RowPasses::map(size_t, ValueId st, const std::string &pre, std::string &) {
   cx_.includes.insert("row_map.cuh");
   body_ += fmt::format("  kf::row_map<{}>({}, {}, {}, {}, {}, {}, {}{});\n", threads_, row_arg_, n_,

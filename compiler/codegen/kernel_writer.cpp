@@ -29,6 +29,8 @@ std::string cuda_type(DType t) {
     return "kf::bf16";
   case DType::F16:
     return "kf::f16";
+  case DType::I64:
+    return "long long";
   }
   throw CodegenError("internal error: an element type with no CUDA type");
 }

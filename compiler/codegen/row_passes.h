@@ -39,6 +39,11 @@ public:
   void pool_grad(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
   // groupnorm's input gradient (the row is g's; x's row and the weight read directly).
   void norm_grad(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
+  // cross_entropy per row (the row is the logits'; the target read directly), and its gradient
+  // for the logits; their sum and mean are column sums
+  // (compiler/passes/columns_from_reductions.cpp).
+  void loss(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
+  void loss_grad(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
   // An elementwise value over the row (row_map).
   void map(size_t i, ir::ValueId st, const std::string &pre, std::string &defs);
 

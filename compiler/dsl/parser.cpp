@@ -134,7 +134,13 @@ void Parser::declaration() {
   const Token &name = expect(TokenKind::Identifier, fmt::format("a name after '{}'", keyword.text));
   define(name, keyword.text);
   expect(TokenKind::Colon, fmt::format("':' after '{}'", name.text));
+  const Token &dtype = peek();
   ir::TensorType type = tensor_type();
+  if (kind != ir::ValueKind::Input && !ir::is_float(type.dtype))
+    diags_.error(dtype.range(), fmt::format("{} '{}' cannot be {}: an {} tensor is only an input "
+                                            "read as class indices",
+                                            keyword.text, name.text, ir::dtype_name(type.dtype),
+                                            ir::dtype_name(type.dtype)));
   ValueId id = builder_.declare(kind, std::string(name.text), type, name.loc);
   names_[std::string(name.text)] = {id, name.range()};
 }
@@ -169,20 +175,25 @@ void Parser::assignment() {
 
 void Parser::ret() {
   const Token &keyword = take();
-  do
-    builder_.add_output(expr(1).id);
-  while (accept(TokenKind::Comma));
+  do {
+    Operand out = expr(1);
+    if (out.id >= 0 && !ir::is_float(builder_.at(out.id).type.dtype))
+      diags_.error(out.range, fmt::format("a pipeline cannot return the {} tensor '{}': an {} "
+                                          "tensor is only an input read as class indices",
+                                          "i64", builder_.at(out.id).name, "i64"));
+    builder_.add_output(out.id);
+  } while (accept(TokenKind::Comma));
   return_ = keyword.range();
 }
 
 ir::TensorType Parser::tensor_type() {
   const Token &dtype = peek();
   if (!dtype.is(TokenKind::Identifier))
-    unexpected(dtype, "an element type (f32, f16 or bf16)");
+    unexpected(dtype, "an element type (f32, f16, bf16 or i64)");
   std::optional<ir::DType> dt = ir::parse_dtype(dtype.text);
   if (!dt)
-    diags_.error(dtype.range(), fmt::format("unknown element type '{}'; expected f32, f16 or "
-                                            "bf16",
+    diags_.error(dtype.range(), fmt::format("unknown element type '{}'; expected f32, f16, bf16 "
+                                            "or i64",
                                             dtype.text));
   take();
   const Token &open = expect(TokenKind::LBracket, "'[' after the element type");

@@ -75,7 +75,8 @@ ir::AttrValue Parser::attr_value(const ir::OpInfo &info, const ir::AttrSpec &spe
     break;
   }
   case ir::AttrKind::DType:
-    if (!t.is(TokenKind::Identifier) || !ir::parse_dtype(t.text))
+    if (!t.is(TokenKind::Identifier) || !ir::parse_dtype(t.text) ||
+        !ir::is_float(*ir::parse_dtype(t.text)))
       diags_.error(at,
                    fmt::format("{} must be an element type (f32, f16 or bf16), got {}", what, got));
     value = {0, std::string(t.text)};

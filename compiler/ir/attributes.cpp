@@ -1,7 +1,9 @@
 // Attribute values against their specs (compiler/ir/ops.h): what a value must be, whether it is,
-// defaults, and the numbers the fp64 semantics take.
+// defaults, the numbers the fp64 semantics take, and the op table's constraints between
+// attributes (compiler/ir/op_attrs.h).
 #include "compiler/ir/ops.h"
 
+#include "compiler/ir/op_attrs.h"
 #include "compiler/ir/printer.h"
 
 #include <fmt/format.h>
@@ -119,7 +121,7 @@ std::optional<std::string> check_attr(const AttrSpec &spec, const AttrValue &a) 
     return std::nullopt;
   }
   case AttrKind::DType:
-    if (a.number != 0 || !parse_dtype(a.dim))
+    if (a.number != 0 || !parse_dtype(a.dim) || !is_float(*parse_dtype(a.dim)))
       return wrong();
     return std::nullopt;
   case AttrKind::Shape: // its extents are the view's to check (compiler/ir/views.h)
@@ -161,5 +163,24 @@ std::vector<double> attr_numbers(const OpInfo &op, const AttrMap &attrs) {
   }
   return out;
 }
+
+namespace op_attrs {
+
+std::optional<std::string> min_below_max(const AttrMap &a) {
+  double lo = a.at("min_val").number, hi = a.at("max_val").number;
+  if (lo < hi)
+    return std::nullopt;
+  return fmt::format("hardtanh needs min_val < max_val (as torch.nn.Hardtanh), got min_val={} "
+                     "and max_val={}",
+                     format_number(lo), format_number(hi));
+}
+
+std::optional<std::string> some_bound(const AttrMap &a) {
+  if (std::isfinite(a.at("min").number) || std::isfinite(a.at("max").number))
+    return std::nullopt;
+  return std::string("clamp needs at least one of the attributes 'min' and 'max'");
+}
+
+} // namespace op_attrs
 
 } // namespace kfuse::ir

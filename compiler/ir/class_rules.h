@@ -26,6 +26,8 @@ TensorType reduce(const OpInfo &op, const std::vector<TensorType> &args, const A
 TensorType pool(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType pool_grad(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType norm_grad(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
+TensorType loss(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
+TensorType loss_grad(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType random(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType view(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
 TensorType col_reduce(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs);
@@ -70,6 +72,8 @@ HostTensor reduce(const OpRun &run);
 HostTensor pool(const OpRun &run);
 HostTensor pool_grad(const OpRun &run);
 HostTensor norm_grad(const OpRun &run);
+HostTensor loss(const OpRun &run);
+HostTensor loss_grad(const OpRun &run);
 HostTensor random(const OpRun &run);
 HostTensor view(const OpRun &run);
 HostTensor col_reduce(const OpRun &run);

@@ -31,13 +31,15 @@ bool save_for_backward(const Graph &forward, ValueId id) {
 
 namespace {
 
-// Forward values that depend on an input or a param: only they get gradients.
+// Forward values that depend on an input or a param: only they get gradients. An i64 input
+// holds class indices, which are not differentiable: it has none.
 std::vector<bool> varying_values(const Graph &f) {
   std::vector<bool> varies(f.values.size(), false);
   for (size_t i = 0; i < f.values.size(); ++i) {
     const Value &v = f.values[i];
     if (!v.is_op())
-      varies[i] = v.kind == ValueKind::Input || v.kind == ValueKind::Param;
+      varies[i] =
+          (v.kind == ValueKind::Input || v.kind == ValueKind::Param) && is_float(v.type.dtype);
     else if (!v.is_effect())
       for (ValueId a : v.args)
         varies[i] = varies[i] || varies[static_cast<size_t>(a)];

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kfuse::ir {
@@ -108,6 +109,46 @@ size_t axis_of(const OpInfo &op, const TensorType &x,
     throw TypeError(
         -1, fmt::format("{}: dim={} is out of range for {} (rank {})", op.name, d, x.str(), rank));
   return static_cast<size_t>(d < 0 ? d + rank : d);
+}
+
+// Argument i as messages name it: "argument 2 ('target')", the name where the op's arity fixes
+// which operand it is.
+std::string argument_name(const OpInfo &op, int i) {
+  std::string text = fmt::format("argument {}", i + 1);
+  if (op.min_args != op.max_args)
+    return text;
+  std::string_view names = op.operands;
+  for (int k = 0; k < i; ++k)
+    names.remove_prefix(std::min(names.size(), names.find(", ") + 2));
+  return fmt::format("{} ('{}')", text, names.substr(0, names.find(", ")));
+}
+
+// An i64 tensor holds class indices: only the operand the op table names (OpInfo::index_operand)
+// takes one, and that operand takes nothing else.
+void expect_index_operands(const OpInfo &op, const std::vector<TensorType> &args) {
+  for (int i = 0; i < static_cast<int>(args.size()); ++i) {
+    const bool index = i == op.index_operand, i64 = args[i].dtype == DType::I64;
+    if (i64 && !index)
+      throw TypeError(i, fmt::format("{} cannot take the i64 tensor {} as its {}: an i64 tensor "
+                                     "holds class indices, which only a loss's target reads",
+                                     op.name, args[i].str(), argument_name(op, i)));
+    if (index && !i64)
+      throw TypeError(i, fmt::format("{} takes i64 class indices as its {}, got {}", op.name,
+                                     argument_name(op, i), args[i].str()));
+  }
+}
+
+// A loss's logits [N, C] and its target i64[N], its first two operands.
+void expect_logits_and_target(const OpInfo &op, const std::vector<TensorType> &args) {
+  const TensorType &x = args[0], &t = args[1];
+  if (x.rank() != 2)
+    throw TypeError(0, fmt::format("{} expects logits [N, C], got {}; view a [B, T, C] tensor "
+                                   "as [B*T, C] with reshape",
+                                   op.name, x.str()));
+  if (t.rank() != 1 || t.shape[0] != x.shape[0])
+    throw TypeError(1, fmt::format("shape mismatch in {}: target must be i64[{}], one "
+                                   "class index per row of the logits {}, got {}",
+                                   op.name, x.shape[0].str(), x.str(), t.str()));
 }
 
 } // namespace
@@ -218,6 +259,28 @@ TensorType binary(const OpInfo &op, const std::vector<TensorType> &args, const A
 TensorType unary(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
   if (op.kind == OpKind::Cast)
     return {*parse_dtype(attrs.at("dtype").dim), args[0].shape};
+  return args[0];
+}
+
+// A loss per row for reduction="none", else their sum or mean as [1] (no rank 0, as the
+// reductions' rule); cross_entropy_rows' [N, 1]; in the logits' type, as PyTorch's.
+TensorType loss(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  expect_logits_and_target(op, args);
+  const Dim &n = args[0].shape[0];
+  if (op.kind == OpKind::CrossEntropyRows)
+    return {args[0].dtype, {n, Dim::constant(1)}};
+  return {args[0].dtype, {attrs.at("reduction").dim == "none" ? n : Dim::constant(1)}};
+}
+
+// The gradient g of the loss (its shape) for the logits: the logits' type and shape.
+TensorType loss_grad(const OpInfo &op, const std::vector<TensorType> &args, const AttrMap &attrs) {
+  expect_logits_and_target(op, args);
+  const bool per_row = attrs.at("reduction").dim == "none";
+  const Dim want = per_row ? args[0].shape[0] : Dim::constant(1);
+  if (args[2].rank() != 1 || args[2].shape[0] != want)
+    throw TypeError(2, fmt::format("shape mismatch in {}: g must be [{}], the shape of the loss "
+                                   "with reduction=\"{}\", got {}",
+                                   op.name, want.str(), attrs.at("reduction").dim, args[2].str()));
   return args[0];
 }
 
@@ -400,6 +463,7 @@ TensorType infer_type(OpKind kind, const std::vector<TensorType> &args,
   for (int i = 0; i < n; ++i)
     if (args[i].rank() == 0)
       throw TypeError(i, fmt::format("{} cannot take an effect as argument {}", op.name, i + 1));
+  expect_index_operands(op, args);
   TensorType t = class_traits(op.cls).shape_rule(op, args, attrs);
   // A broadcast or a GEMM can make a result larger than any argument.
   if (auto problem = size_problem(t))

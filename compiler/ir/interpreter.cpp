@@ -54,6 +54,27 @@ uint64_t fnv1a(const std::string &s) {
   return h;
 }
 
+// What random class indices an i64 input (read as a loss's target) are drawn from: [0, count),
+// the classes of the logits read with it, and its op's ignore_index.
+struct ClassIndices {
+  int64_t count;
+  double ignore_index;
+};
+
+// Class indices are drawn in [0, C), and one row in four after the first is the op's
+// ignore_index: ignored rows are exercised, and a mean over the rows is defined.
+std::map<ValueId, ClassIndices> class_indices(const Graph &g, const DimBindings &dims) {
+  std::map<ValueId, ClassIndices> out;
+  for (const Value &v : g.values)
+    if (v.is_op() && op_info(v.op).index_operand >= 0) {
+      const auto index = static_cast<size_t>(op_info(v.op).index_operand);
+      const Dim &c = g[v.args[index - 1]].type.shape.back();
+      out.emplace(v.args[index],
+                  ClassIndices{concrete_extent(c, dims, "the classes"), v.attr("ignore_index")});
+    }
+  return out;
+}
+
 } // namespace
 
 int64_t HostTensor::numel() const {
@@ -227,6 +248,7 @@ TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed)
   auto is_constant = [&](ValueId id) { return g[id].is_op() && g[id].op == OpKind::Constant; };
   std::set<ValueId> running_vars;
   std::map<ValueId, double> weight_scale;
+  const std::map<ValueId, ClassIndices> classes = class_indices(g, dims);
   for (const Value &v : g.values) {
     if (v.is_op() && v.op == OpKind::BatchNorm)
       running_vars.insert(v.args.back());
@@ -259,6 +281,11 @@ TensorMap random_tensors(const Graph &g, const DimBindings &dims, uint64_t seed)
     if (running_vars.count(static_cast<ValueId>(i))) {
       for (double &x : t.data)
         x = 0.5 + rng.uniform();
+    } else if (auto c = classes.find(static_cast<ValueId>(i)); c != classes.end()) {
+      for (size_t r = 0; r < t.data.size(); ++r)
+        t.data[r] = r > 0 && rng.next() % 4 == 0
+                        ? c->second.ignore_index
+                        : static_cast<double>(rng.next() % static_cast<uint64_t>(c->second.count));
     } else {
       // Marsaglia's polar form of Box-Muller: a point uniform in the unit disc gives two
       // independent standard normals without the sine and cosine, which take most of the

@@ -1,12 +1,21 @@
-// The attribute specs of the op table (compiler/ir/ops.cpp): the helpers that build them and
-// the lists the ops take, in canonical (printed) order. Only the table includes this header.
+// The attribute specs of the op table (compiler/ir/ops.cpp): the helpers that build them, the
+// lists the ops take, in canonical (printed) order, and the constraints between attributes
+// (defined in compiler/ir/attributes.cpp). Only the table and those definitions include this
+// header.
 #pragma once
 
 #include "compiler/ir/ops.h"
 
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace kfuse::ir::op_attrs {
+
+// hardtanh: min_val < max_val.
+std::optional<std::string> min_below_max(const AttrMap &a);
+// clamp: at least one bound.
+std::optional<std::string> some_bound(const AttrMap &a);
 
 constexpr AttrSpec number(std::string_view name, double def, Range r = {}) {
   return {name, AttrKind::Number, false, def, {}, r};
@@ -80,6 +89,14 @@ inline constexpr AttrSpec kCastAttrs[] = {required("dtype", AttrKind::DType)};
 // forward's feature count, which its gradient's width does not give (windows may leave a tail).
 inline constexpr AttrSpec kMaxPoolGradAttrs[] = {required_int("kernel_size", positive_int),
                                                  required_int("stride", positive_int)};
+// PyTorch's defaults; ignore_index is any int, as PyTorch's (an index in [0, C) ignores a class).
+inline constexpr AttrSpec kCrossEntropyAttrs[] = {
+    optional_int("ignore_index", -100, {-kInf, kInf, false, false, true}),
+    choice("reduction", "mean|none|sum"), number("label_smoothing", 0.0, unit)};
+// cross_entropy_rows: `weight=true` gives each row's weight in the mean instead of its loss.
+inline constexpr AttrSpec kCrossEntropyRowsAttrs[] = {
+    optional_int("ignore_index", -100, {-kInf, kInf, false, false, true}),
+    number("label_smoothing", 0.0, unit), mark("weight")};
 inline constexpr AttrSpec kAvgPoolGradAttrs[] = {required_int("kernel_size", positive_int),
                                                  required_int("stride", positive_int),
                                                  required_int("features", positive_int)};

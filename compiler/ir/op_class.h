@@ -70,6 +70,8 @@ inline constexpr ClassTraits kClasses[] = {
     {OpClass::PoolGrad, "pooling gradient", "", 0, kRowOp, shape_rule::pool_grad, fp64::pool_grad},
     {OpClass::NormGrad, "normalization gradient", "", 0, kRowOp | kNormalizesRows,
      shape_rule::norm_grad, fp64::norm_grad},
+    {OpClass::Loss, "loss", "", 0, kRowOp, shape_rule::loss, fp64::loss},
+    {OpClass::LossGrad, "loss gradient", "", 0, kRowOp, shape_rule::loss_grad, fp64::loss_grad},
     {OpClass::Random, "random pointwise", kSame, 0, kInline, shape_rule::random, fp64::random},
     {OpClass::View, "view", "", 0, 0, shape_rule::view, fp64::view},
     {OpClass::ColReduce, "column statistics", "", 0, 0, shape_rule::col_reduce, fp64::col_reduce},

@@ -3,12 +3,8 @@
 #include "compiler/ir/op_attrs.h"
 #include "compiler/ir/op_class.h"
 #include "compiler/ir/pointwise.h"
-#include "compiler/ir/printer.h"
 #include "compiler/ir/reduce.h"
 #include "compiler/ir/types.h"
-#include "compiler/ir/verifier.h"
-
-#include <fmt/format.h>
 
 #include <cmath>
 #include <iterator>
@@ -17,23 +13,6 @@ namespace kfuse::ir {
 namespace {
 
 using namespace op_attrs;
-
-// --- constraints between attributes -------------------------------------------------------
-
-std::optional<std::string> min_below_max(const AttrMap &a) {
-  double lo = a.at("min_val").number, hi = a.at("max_val").number;
-  if (lo < hi)
-    return std::nullopt;
-  return fmt::format("hardtanh needs min_val < max_val (as torch.nn.Hardtanh), got min_val={} "
-                     "and max_val={}",
-                     format_number(lo), format_number(hi));
-}
-
-std::optional<std::string> some_bound(const AttrMap &a) {
-  if (std::isfinite(a.at("min").number) || std::isfinite(a.at("max").number))
-    return std::nullopt;
-  return std::string("clamp needs at least one of the attributes 'min' and 'max'");
-}
 
 // --- the table ----------------------------------------------------------------------------
 
@@ -98,6 +77,18 @@ constexpr OpInfo view(OpKind k, std::string_view name, Span<AttrSpec> attrs,
                       std::string_view shapes, std::string_view semantics, std::string_view torch) {
   return {k,       name, OpClass::View, 1,      1,         "x",     attrs, false,
           nullptr, {},   nullptr,       shapes, semantics, nullptr, {},    torch};
+}
+
+// A loss of each row's logits against its class index (operand 1, i64), or (internal) its
+// per-row form or its gradient, which takes the loss's gradient last.
+constexpr OpInfo loss(OpKind k, std::string_view name, OpClass cls, Span<AttrSpec> attrs,
+                      std::string_view shapes, std::string_view semantics, std::string_view torch) {
+  const bool grad = cls == OpClass::LossGrad, internal = k != OpKind::CrossEntropy;
+  std::string_view operands = grad ? "logits, target, g" : "logits, target";
+  OpInfo op{k,       name, cls,     grad ? 3 : 2, grad ? 3 : 2, operands, attrs, internal,
+            nullptr, {},   nullptr, shapes,       semantics,    nullptr,  {},    torch};
+  op.index_operand = 1;
+  return op;
 }
 
 // A per-column statistic of a matrix's rows, computed by the column kernel from merged partials.
@@ -310,6 +301,11 @@ constexpr OpInfo kOps[] = {
          "F.avg_pool1d(x.unsqueeze(1), kernel_size, None if stride is None else "
          "int(stride)).squeeze(1)"),
 
+    loss(OpKind::CrossEntropy, "cross_entropy", OpClass::Loss, kCrossEntropyAttrs,
+         "`logits: [N, C]`, `target: i64[N]` → `[N]` (`reduction=\"none\"`), else `[1]`",
+         "`F.cross_entropy(logits, target, ignore_index, reduction, label_smoothing)`: below",
+         "F.cross_entropy(logits, target, ignore_index=int(ignore_index), reduction=reduction, "
+         "label_smoothing=label_smoothing).reshape(-1)"),
     {OpKind::Dropout,
      "dropout",
      OpClass::Random,
@@ -503,6 +499,26 @@ constexpr OpInfo kOps[] = {
      "x.shape[0], x.shape[1], 1, int(groups), [True, False, False])[0])("
      "torch.ops.aten.native_group_norm(x, weight, None, x.shape[0], x.shape[1], 1, int(groups), "
      "eps))"},
+    // What cross_entropy's sum and mean become (compiler/passes/columns_from_reductions.cpp): the
+    // column sum of the rows' losses, over the column sum of their weights for the mean.
+    loss(OpKind::CrossEntropyRows, "cross_entropy_rows", OpClass::Loss, kCrossEntropyRowsAttrs,
+         "`logits: [N, C]`, `target: i64[N]` → `[N, 1]`",
+         "each row's `cross_entropy` (`reduction=\"none\"`); with `weight=true` its weight in "
+         "the mean instead: 1, 0 where ignored",
+         "((target != ignore_index).to(logits.dtype) if weight else F.cross_entropy(logits, "
+         "target, ignore_index=int(ignore_index), reduction='none', "
+         "label_smoothing=label_smoothing)).unsqueeze(1)"),
+    // cross_entropy's backward, one row pass as its forward is (compiler/ir/vjp.cpp).
+    loss(OpKind::CrossEntropyBackward, "cross_entropy_backward", OpClass::LossGrad,
+         kCrossEntropyAttrs,
+         "`logits: [N, C]`, `target: i64[N]`, `g: [N]` (`reduction=\"none\"`) or `[1]` → `[N, C]`",
+         "the gradient of `F.cross_entropy` for `logits`: `(softmax(x) - (1 - ε) onehot(t) - ε / "
+         "C) g`, `g / count` for `mean`; 0 on ignored rows",
+         "torch.where((target == ignore_index).unsqueeze(1), 0, (torch.softmax(logits.double(), "
+         "1) - (1 - label_smoothing) * F.one_hot(target.clamp(0, logits.shape[1] - 1), "
+         "logits.shape[1]) - label_smoothing / logits.shape[1]) * (g.double().unsqueeze(1) if "
+         "reduction == 'none' else g.double() / (target != ignore_index).sum() if reduction == "
+         "'mean' else g.double())).to(logits.dtype)"),
     {OpKind::Constant,
      "constant",
      OpClass::Constant,
@@ -570,28 +586,6 @@ static_assert(reductions_complete(), "every reduction and pool needs fp64 semant
 
 } // namespace
 
-std::string_view op_class_name(OpClass c) { return class_traits(c).name; }
-
 Span<OpInfo> all_ops() { return kOps; }
-
-const OpInfo &op_info(OpKind k) { return kOps[static_cast<size_t>(k)]; }
-
-std::optional<OpKind> op_by_name(std::string_view name) {
-  for (const OpInfo &op : kOps)
-    if (op.name == name)
-      return op.kind;
-  return std::nullopt;
-}
-
-std::vector<OpKind> ops_of_class(OpClass cls, int arity, bool internal) {
-  std::vector<OpKind> out;
-  for (const OpInfo &op : kOps)
-    if (op.cls == cls && (internal || !op.internal) &&
-        (arity < 0 || (op.min_args <= arity && arity <= op.max_args)))
-      out.push_back(op.kind);
-  return out;
-}
-
-bool is_pointwise(OpKind k) { return class_traits(op_info(k).cls).pointwise(); }
 
 } // namespace kfuse::ir

@@ -88,6 +88,8 @@ enum class OpKind : uint8_t {
   // pooling
   MaxPool1d,
   AvgPool1d,
+  // loss
+  CrossEntropy,
   // random
   Dropout,
   // view
@@ -108,6 +110,8 @@ enum class OpKind : uint8_t {
   MaxPool1dBackward,
   AvgPool1dBackward,
   GroupNormBackward,
+  CrossEntropyRows,
+  CrossEntropyBackward,
   Constant,
 };
 inline constexpr size_t kOpCount = static_cast<size_t>(OpKind::Constant) + 1;
@@ -126,6 +130,8 @@ enum class OpClass : uint8_t {
   Pool,      // windows along the feature axis: [N, F] -> [N, (F - kernel_size) / stride + 1]
   PoolGrad,  // a pool's gradient gathered back over its windows: [N, W] -> [N, F]
   NormGrad,  // a feature normalization's input gradient: [N, F] -> [N, F]
+  Loss,      // a loss of each row's logits against its class index: [N, C], i64[N] -> [N] / [1]
+  LossGrad,  // a loss's gradient for the logits: [N, C], i64[N], [N] / [1] -> [N, C]
   Random,    // pointwise, one operand, drawing from the run's RNG (seed, offset) per element
   View,      // the same elements under another shape with the same feature axis: no kernel
   ColReduce, // column statistics: [N, C] -> [C]
@@ -233,6 +239,9 @@ struct OpInfo {
   std::string_view torch;     // PyTorch's spelling: a Python expression of the operands and the
                               // attributes by name, `torch`, `F` (torch.nn.functional),
                               // `training`, `device` and `int`; the Python Reference evaluates it
+  // The operand that is an i64 tensor of class indices (cross_entropy's target); -1: none. No
+  // other operand of any op may be i64 (infer_type).
+  int index_operand = -1;
 };
 
 const OpInfo &op_info(OpKind k);

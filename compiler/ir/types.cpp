@@ -20,18 +20,22 @@ std::string_view dtype_name(DType t) {
     return "f16";
   case DType::BF16:
     return "bf16";
+  case DType::I64:
+    return "i64";
   }
   return "?";
 }
 
 std::optional<DType> parse_dtype(std::string_view s) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I64})
     if (dtype_name(t) == s)
       return t;
   return std::nullopt;
 }
 
-int64_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
+bool is_float(DType t) { return t != DType::I64; }
+
+int64_t dtype_bytes(DType t) { return t == DType::I64 ? 8 : t == DType::F32 ? 4 : 2; }
 
 DType promote(DType a, DType b) { return a == b ? a : DType::F32; }
 
@@ -43,6 +47,8 @@ double round_to(DType t, double x) {
     return round_to_element(kfuse::DType::F16, x);
   case DType::BF16:
     return round_to_element(kfuse::DType::BF16, x);
+  case DType::I64:
+    return x;
   }
   return x;
 }

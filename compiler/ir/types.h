@@ -12,17 +12,22 @@
 
 namespace kfuse::ir {
 
-enum class DType : uint8_t { F32, F16, BF16 };
+// I64 holds class indices: a declared input that only cross_entropy's target reads (the op
+// table's OpInfo::index_operand); no op computes one, and no param, state or output is one.
+enum class DType : uint8_t { F32, F16, BF16, I64 };
 
 std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view s);
-int64_t dtype_bytes(DType t); // 4 or 2
+// The types a value computed by an op (a `dtype=` attribute, a param, a state) may have.
+bool is_float(DType t);
+int64_t dtype_bytes(DType t); // 4, 2 or 8
 // The type of a binary op between tensors of types a and b, as torch.result_type: the same
 // type, else f32 (the wider float; bf16 with f16 gives f32 too, neither holds the other).
 DType promote(DType a, DType b);
 // x rounded to the nearest value of type t (ties to even) as a kernel stores it: first to
 // fp32, where a kernel holds it, then to t. f32 values are left in fp64: the reference of an
-// f32 result is its exact value.
+// f32 result is its exact value; so are i64 ones, which are integers (an fp64 holds every
+// class index, |x| < 2^53, exactly).
 double round_to(DType t, double x);
 
 // The size model. Every extent, and a tensor's rows (the product of its leading extents), is an

@@ -39,6 +39,10 @@ public:
       if (g_[o].is_effect())
         throw VerifyError(
             o, fmt::format("output {} is an effect, which has no value", describe(g_, o)));
+      if (!is_float(g_[o].type.dtype))
+        throw VerifyError(o, fmt::format("output {} is {}: an i64 tensor is only an input read as "
+                                         "class indices",
+                                         describe(g_, o), g_[o].type.str()));
     }
   }
 
@@ -58,6 +62,9 @@ private:
     if (v.type.rank() < 1 || v.type.rank() > 4)
       fail(id, fmt::format("type {} has rank {}; tensors have rank 1 to 4", v.type.str(),
                            v.type.rank()));
+    if (v.kind != ValueKind::Input && !is_float(v.type.dtype))
+      fail(id, fmt::format("type {}: an i64 tensor is only an input read as class indices",
+                           v.type.str()));
     extents(id);
   }
 

@@ -317,6 +317,22 @@ std::vector<ValueId> groupnorm_grad(const VjpContext &c) {
   c.missing("the gradient of groupnorm's gradient (a second derivative) is not supported");
 }
 
+// One row pass for the logits (PyTorch's: softmax minus the smoothed one-hot, times g, over the
+// count of rows for "mean"); the target is a class index, which has no gradient.
+std::vector<ValueId> cross_entropy(const VjpContext &c) {
+  return {c.op(OpKind::CrossEntropyBackward, {c.arg(0), c.arg(1), c.grad()}, c.op().attrs),
+          kNoGradient};
+}
+
+// cross_entropy_rows is what a pass makes of cross_entropy: grad runs before the passes.
+std::vector<ValueId> cross_entropy_rows(const VjpContext &c) {
+  c.missing("cross_entropy_rows is differentiated as the cross_entropy it lowers");
+}
+
+std::vector<ValueId> cross_entropy_grad(const VjpContext &c) {
+  c.missing("the gradient of cross_entropy's gradient (a second derivative) is not supported");
+}
+
 // The backward draws the forward's mask: a dropout of the gradient on the same stream, run with
 // the forward's (seed, offset), keeps the same elements (the mask is a function of the element's
 // index, the stream and the run's Philox key and counter: templates/dropout.cuh) and scales them
@@ -431,6 +447,7 @@ constexpr VjpEntry kRules[] = {
     {OpKind::Std, std_},
     {OpKind::MaxPool1d, pool},
     {OpKind::AvgPool1d, pool},
+    {OpKind::CrossEntropy, cross_entropy},
     {OpKind::Dropout, dropout},
     {OpKind::Reshape, view},
     {OpKind::Unsqueeze, view},
@@ -448,6 +465,8 @@ constexpr VjpEntry kRules[] = {
     {OpKind::MaxPool1dBackward, max_pool_grad},
     {OpKind::AvgPool1dBackward, avg_pool_grad},
     {OpKind::GroupNormBackward, groupnorm_grad},
+    {OpKind::CrossEntropyRows, cross_entropy_rows},
+    {OpKind::CrossEntropyBackward, cross_entropy_grad},
     {OpKind::Constant, constant},
 };
 

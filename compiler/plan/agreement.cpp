@@ -107,7 +107,7 @@ TensorMap with_special_values(const Graph &g, TensorMap tensors, uint64_t seed) 
   };
   for (const Value &v : g.values) {
     auto it = v.kind == ValueKind::Input ? tensors.find(v.name) : tensors.end();
-    if (it == tensors.end())
+    if (it == tensors.end() || !is_float(v.type.dtype)) // class indices have no special values
       continue;
     for (double &x : it->second.data)
       if (uint64_t r = next(); r % 8 == 0)

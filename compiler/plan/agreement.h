@@ -29,8 +29,9 @@ RunResult run_plan(const Plan &p, const ir::DimBindings &dims, ir::TensorMap ten
 // other was not, when shapes differ, or when non-finite elements differ.
 double disagreement(const RunResult &a, const RunResult &b);
 
-// `tensors` (declarations of `g`) with about one element in eight of each input replaced by a
-// special value: +-0, +-inf, NaN, +-1e-30 or +-1e30, rounded to the input's type. Params and
+// `tensors` (declarations of `g`) with about one element in eight of each float input replaced
+// by a special value: +-0, +-inf, NaN, +-1e-30 or +-1e30, rounded to the input's type (an i64
+// input holds class indices, which have none). Params and
 // states (the per-feature vectors the passes fold algebraically) keep their values: a fold
 // distributes a vector over a sum and multiplies vectors together,
 // (y * a1 + b1) * a2 = y * (a1 * a2) + b1 * a2, exact in real arithmetic and for every special

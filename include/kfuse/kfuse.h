@@ -79,8 +79,9 @@ using AllGather =
     std::function<void(const double *send, double *recv, size_t count, CUstream stream)>;
 
 // Element types: a Tensor's dtype must be the one its .kf declaration names. f32 is 4 bytes,
-// f16 (IEEE half) and bf16 (bfloat16) 2 bytes.
-enum class DType { F32, F16, BF16 };
+// f16 (IEEE half) and bf16 (bfloat16) 2 bytes; i64 (8 bytes) holds class indices, an input
+// read as cross_entropy's target (torch.int64).
+enum class DType { F32, F16, BF16, I64 };
 
 // A device tensor: a pointer from cudaMalloc/cuMemAlloc (or a framework) in the pipeline's
 // CUDA context, its shape (rank 1 to 4, the last axis the features: a [B, T, F] tensor is B*T

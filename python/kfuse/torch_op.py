@@ -28,7 +28,8 @@ __all__ = ["PRECISIONS", "pipeline_op", "precision_from_torch"]
 
 PRECISIONS = ("fp32", "3xtf32", "tf32", "bf16")
 _MATMUL_PRECISIONS = {"highest": "fp32", "high": "tf32", "medium": "bf16"}
-_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+# i64: class indices, an input only (cross_entropy's target).
+_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i64": torch.int64}
 _DTYPE_NAMES = {t: name for name, t in _DTYPES.items()}
 
 _LIBRARY = torch.library.Library("kfuse", "FRAGMENT")  # noqa: TOR901 (one namespace, ops added per .kf)

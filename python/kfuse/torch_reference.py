@@ -30,7 +30,7 @@ from torch import nn
 import kfuse
 
 # kfuse element type -> torch dtype.
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "i64": torch.int64}
 
 
 def _norm_input(x, params):
@@ -168,15 +168,29 @@ class Reference(nn.Module):
 
     def random_inputs(self, dims, generator=None, device=None):
         """Standard normal inputs in their declared dtypes, in declaration order; `dims` gives
-        every dim an input's shape names (N=64, or B=3, T=5)."""
+        every dim an input's shape names (N=64, or B=3, T=5). An i64 input (class indices) is
+        uniform over the classes of the logits read with it."""
         dims = kfuse._dims(f"{self._where}: random_inputs", dims)
         inputs = []
-        for v in self.program["values"]:
+        for index, v in enumerate(self.program["values"]):
             if v["kind"] == "input":
                 shape = [self._extent(e, dims, v["name"]) for e in v["shape"]]
+                if v["dtype"] == "i64":
+                    classes = self._classes(index, dims)
+                    inputs.append(torch.randint(0, classes, shape, generator=generator, device=device))
+                    continue
                 x = torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
                 inputs.append(x.to(DTYPES[v["dtype"]]))
         return inputs
+
+    def _classes(self, index, dims):
+        """The classes of the logits an op reads with class indices `index` (its operand 1)."""
+        values = self.program["values"]
+        for v in values:
+            if v["kind"] == "op" and len(v["args"]) > 1 and v["args"][1] == index:
+                logits = values[v["args"][0]]
+                return self._extent(logits["shape"][-1], dims, logits["name"])
+        raise kfuse.Error(f"{self._where}: no op reads the class indices '{values[index]['name']}'")
 
     @torch.no_grad()
     def reset_parameters(self, generator=None):
@@ -206,7 +220,8 @@ class Reference(nn.Module):
         if missing or len(given) != len(self.input_names):
             raise kfuse.Error(f"{self._where}: takes the inputs {', '.join(self.input_names)}, got "
                               f"{len(inputs)} positional and {', '.join(named) or 'no'} named")
-        exact = all(t.dtype == torch.float64 for t in given.values())
+        # Class indices (i64) are integers in either run; the floats say whether it is exact.
+        exact = all(t.dtype == torch.float64 for t in given.values() if t.is_floating_point())
         dims = {}
         env = []
         device = next(iter(given.values())).device if given else None
@@ -227,7 +242,7 @@ class Reference(nn.Module):
 
     def _check(self, v, t, dims, exact, what):
         """`t` has v's declared dtype (float64 throughout an exact run) and shape, binding dims."""
-        dtype = torch.float64 if exact else DTYPES[v["dtype"]]
+        dtype = torch.float64 if exact and v["dtype"] != "i64" else DTYPES[v["dtype"]]
         ok = t.dtype == dtype and t.dim() == len(v["shape"])
         if ok:
             for e, n in zip(v["shape"], t.shape):

@@ -92,9 +92,12 @@ void read_dlpack(PyObject *capsule, const std::string &where, const std::string 
     t.dtype = DType::F16;
   else if (dl.dtype.lanes == 1 && dl.dtype.code == kDLBfloat && dl.dtype.bits == 16)
     t.dtype = DType::BF16;
+  else if (dl.dtype.lanes == 1 && dl.dtype.code == kDLInt && dl.dtype.bits == 64)
+    t.dtype = DType::I64;
   else
-    throw Error(fmt::format(
-        "{}: kfuse takes f32 tensors (f16 and bf16 where a pipeline declares them)", what()));
+    throw Error(fmt::format("{}: kfuse takes f32 tensors (f16 and bf16 where a pipeline declares "
+                            "them, int64 for i64 class indices)",
+                            what()));
   if (dl.strides != nullptr && dl.ndim >= 1) {
     int last = dl.ndim - 1;
     if (dl.shape[last] > 1 && dl.strides[last] != 1)

@@ -271,6 +271,8 @@ NB_MODULE(_kfuse, m) {
               return "f16";
             case kfuse::DType::BF16:
               return "bf16";
+            case kfuse::DType::I64: // never an output (the verifier); named all the same
+              return "i64";
             }
             throw kfuse::Error(
                 fmt::format("{}: output {} has no element type kfuse names", p.where, i));
@@ -313,7 +315,7 @@ NB_MODULE(_kfuse, m) {
             int device = -1;
             Tensor t;
             kfuse::python::read_dlpack(capsule.ptr(), p.where, "workspace", &device, t);
-            size_t bytes = t.dtype == kfuse::DType::F32 ? 4 : 2;
+            size_t bytes = t.dtype == kfuse::DType::I64 ? 8 : t.dtype == kfuse::DType::F32 ? 4 : 2;
             for (int64_t e : t.shape)
               bytes *= static_cast<size_t>(e);
             p.core.set_workspace(t.data, bytes);

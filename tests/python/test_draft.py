@@ -24,7 +24,8 @@ from torch.nn import functional as F  # noqa: E402
 from conftest import REPO, rel  # noqa: E402
 from test_torch_op import interpreted  # noqa: E402
 
-EXAMPLES = sorted((REPO / "examples").glob("*.kf"))
+# kfuse.torch.draft spells no loss (nor an int64 input) yet: the cross_entropy example is left out.
+EXAMPLES = sorted(kf for kf in (REPO / "examples").glob("*.kf") if kf.stem != "linear_cross_entropy")
 DIMS = {"N": 4, "B": 2, "T": 3}
 F32_TOLERANCE = 1e-6  # an f32 rounding of float64 results
 HALF_TOLERANCE = 2e-2

@@ -61,7 +61,8 @@ class TrainingPair:
                 pytest.fail(why, pytrace=False)
 
     def inputs(self):
-        return [t.requires_grad_(True) for t in self.torch.random_inputs(DIMS, self.generator, "cuda")]
+        return [t.requires_grad_(True) if t.is_floating_point() else t  # class indices have no gradient
+                for t in self.torch.random_inputs(DIMS, self.generator, "cuda")]
 
     def step(self, inputs, what):
         """A forward and backward of all three, the outputs weighted at random; checks kfuse's
@@ -69,8 +70,9 @@ class TrainingPair:
         if self.ops.saving.rng == "out":  # the references keep what the next kfuse call keeps
             rng = self.ops.saving.pipeline(self.fused.precision_choice(inputs[0])[0], inputs[0].device).rng_state
             self.torch.kfuse_rng = self.exact.kfuse_rng = rng
-        leaves = {"kfuse": inputs, "torch": [t.detach().clone().requires_grad_(True) for t in inputs],
-                  "exact": [t.detach().double().requires_grad_(True) for t in inputs]}
+        leaves = {"kfuse": inputs, "torch": [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs],
+                  "exact": [t.detach().double().requires_grad_(True) if t.is_floating_point() else t
+                            for t in inputs]}
         outs = {name: m(*leaves[name]) for name, m in (("kfuse", self.fused), ("torch", self.torch),
                                                        ("exact", self.exact))}
         outs = {name: y if isinstance(y, tuple) else (y,) for name, y in outs.items()}
@@ -79,7 +81,8 @@ class TrainingPair:
         for name, ys in outs.items():
             sum((y.double() * w).sum() for y, w in zip(ys, weights)).backward()
         torch.cuda.synchronize()
-        pairs = [(f"input {i}", *(leaves[n][i].grad for n in ("kfuse", "torch", "exact"))) for i in range(len(inputs))]
+        pairs = [(f"input {i}", *(leaves[n][i].grad for n in ("kfuse", "torch", "exact")))
+                 for i in range(len(inputs)) if inputs[i].is_floating_point()]
         modules = (self.fused.module, self.torch, self.exact)
         for name, _ in self.torch.named_parameters():
             pairs.append((name, *(m.get_parameter(name).grad for m in modules)))

@@ -441,7 +441,7 @@ private:
         OpClass::Binary,    OpClass::Unary,  OpClass::Unary,    OpClass::Row,
         OpClass::RowNorm,   OpClass::Reduce, OpClass::Reduce,   OpClass::ColReduce,
         OpClass::ColAffine, OpClass::Effect, OpClass::Constant, OpClass::Pool,
-        OpClass::Random};
+        OpClass::Random,    OpClass::Loss};
     static const std::vector<OpClass> with_views = [] {
       std::vector<OpClass> c = classes;
       c.push_back(OpClass::View);
@@ -526,9 +526,12 @@ private:
       return h;
     case OpClass::View:
       return view(h);
+    case OpClass::Loss:
+      return loss(op, matrix(h));
     case OpClass::Transpose: // not drawn (drawn_by_generator)
     case OpClass::PoolGrad:
     case OpClass::NormGrad:
+    case OpClass::LossGrad:
       return h;
     }
     return h;
@@ -561,6 +564,32 @@ private:
     // A chain on the per-row result: a second reduction of a value computed from the first,
     // as sum(exp(h - max(h))) does.
     return reduce(op, b);
+  }
+
+  // A loss of `h`'s rows (not a view's product of rows) against a new i64 target, declared apart
+  // from the other declarations (no other op may read it), at any reduction, with or without
+  // label smoothing and with the default or another ignore_index; the chain goes on from `h`,
+  // the loss is a value later ops may read and return.
+  Tensor loss(OpKind op, const Tensor &h) {
+    if (h.dims[0].find('*') != std::string::npos) // a declaration's extent is no product
+      return h;
+    const std::string target = fmt::format("t{}", counter_++);
+    decls_ += fmt::format("  input {}: i64[{}]\n", target, h.dims[0]);
+    // cross_entropy_rows (internal) gives [N, 1]: each row's loss, or its weight in a mean.
+    const bool rows = op == OpKind::CrossEntropyRows;
+    const std::string reduction = pick(std::vector<std::string>{"none", "sum", "mean"});
+    std::string a =
+        rows ? (coin(3) ? ", weight=true" : "") : fmt::format(", reduction=\"{}\"", reduction);
+    if (coin(2))
+      a += ", label_smoothing=0.25";
+    if (coin(3))
+      a += ", ignore_index=1";
+    assign(fmt::format("{}({}, {}{})", op_info(op).name, h.name, target, a),
+           rows                  ? std::vector<std::string>{h.dims[0], "1"}
+           : reduction == "none" ? std::vector<std::string>{h.dims[0]}
+                                 : std::vector<std::string>{"1"},
+           h.dtype);
+    return h;
   }
 
   // A pool of a constant-width `h` (its output width needs a number): a window of 1 to the
@@ -639,11 +668,12 @@ private:
     for (size_t i = 0; i < probe.args.size(); ++i) {
       if (std::count(updated.begin(), updated.end(), static_cast<int>(i)))
         args.push_back(declare("state", {h.dims.back()}, beside(h.dtype)).name);
-      else
-        args.push_back(
-            assign(fmt::format("{}({})", op_info(reduce[i % reduce.size()]).name, h.name),
-                   {h.dims.back()}, DType::F32)
-                .name);
+      else { // col_sum keeps its matrix's type (as torch.sum); the statistics are f32
+        const OpKind stat = reduce[i % reduce.size()];
+        args.push_back(assign(fmt::format("{}({})", op_info(stat).name, h.name), {h.dims.back()},
+                              stat == OpKind::ColSum ? h.dtype : DType::F32)
+                           .name);
+      }
     }
     std::string a = attrs(op, 2);
     // count=N with N=1 divides by zero in the unbiased variance: use a fixed count.
@@ -686,7 +716,7 @@ std::string random_pipeline(uint64_t seed) {
 bool drawn_by_generator(OpKind op) {
   const OpClass cls = op_info(op).cls;
   return op != OpKind::MatmulTN && cls != OpClass::Transpose && cls != OpClass::PoolGrad &&
-         cls != OpClass::NormGrad;
+         cls != OpClass::NormGrad && cls != OpClass::LossGrad;
 }
 
 } // namespace kfuse::testing

@@ -10,7 +10,8 @@
 // read several times (h * sigmoid(h)), explicit bn_update effects, reductions (sum, var, ...)
 // whose [N, 1] or [1, F] results are used again, chains of reductions on [N, 1] results
 // (sum(exp(h - max(h)))), layernorm / rmsnorm / groupnorm (groups dividing the width) /
-// instancenorm, max_pool1d / avg_pool1d (constant widths only), and chains of thousands of ops
+// instancenorm, max_pool1d / avg_pool1d (constant widths only), cross_entropy and
+// cross_entropy_rows of a chain's rows against a new i64 target, and chains of thousands of ops
 // (squashed now and then by a bounded op so values stay finite). With `mixed_types`,
 // declarations are f32, bf16 or f16 within the type rules (a GEMM's operands share the input's
 // type, normalization parameters are the input's type or f32, binary ops promote), so the

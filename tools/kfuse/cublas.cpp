@@ -103,6 +103,8 @@ cudaDataType cuda_type(ir::DType t) {
     return CUDA_R_16F;
   case ir::DType::BF16:
     return CUDA_R_16BF;
+  case ir::DType::I64: // class indices are never a GEMM operand (infer_type)
+    break;
   }
   throw Error("cuBLAS GEMM: not a kfuse element type");
 }
