@@ -120,10 +120,14 @@ CASES = {
     "avg_pool1d_backward": "avg_pool1d_backward(avg_pool1d(y, kernel_size=2), kernel_size=2, stride=2, "
                            "features=8)",
     "groupnorm_backward": "groupnorm_backward(y, x, w, groups=2)",
+    "cross_entropy": "cross_entropy(x, t, ignore_index=3, label_smoothing=0.1)",
+    "cross_entropy_rows": "cross_entropy_rows(x, t, label_smoothing=0.2)",
+    "cross_entropy_backward": "cross_entropy_backward(x, t, w3, reduction=\"sum\")",
     "bn_update": "bn_update(rm, rv, col_mean(x), col_var(x), momentum=0.5, count=N)\n  return relu(x)",
 }
 DECLARATIONS = {"x": "input x: f32[N, 8]", "y": "input y: f32[N, 8]", "w": "param w: f32[8]",
-                "wm": "param wm: f32[8, 8]", "rm": "state rm: f32[8]", "rv": "state rv: f32[8]"}
+                "wm": "param wm: f32[8, 8]", "rm": "state rm: f32[8]", "rv": "state rv: f32[8]",
+                "t": "input t: i64[N]", "w3": "param w3: f32[1]"}
 
 
 def case_text(op):
@@ -141,7 +145,9 @@ def test_every_op_of_the_table_computes_what_the_interpreter_does(op):
     generator = torch.Generator().manual_seed(1)
     ref = kfuse.torch.Reference(text=case_text(op), file_name=f"{op}.kf")
     ref.reset_parameters(generator)
-    inputs = {name: torch.rand(3, 8, generator=generator) + 0.5 for name in ref.input_names}
+    # Class indices (i64) in [0, 8); cross_entropy's case ignores the rows of class 3.
+    inputs = {name: torch.tensor([3, 0, 7]) if name == "t" else torch.rand(3, 8, generator=generator) + 0.5
+              for name in ref.input_names}
     tensors = {name: host(t) for name, t in {**inputs, **ref.state_dict()}.items()}
     rng = (3, 1)
     # The interpreter rounds a cast to its type; the float64 reference holds every value exactly.
