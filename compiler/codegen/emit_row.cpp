@@ -216,8 +216,8 @@ namespace {
 
 // The reduction a loss op's pass computes: "none" for a value per row; a sum or a mean over the
 // rows is a column sum after columns_from_reductions, and only "sum" remains for the gradient.
-std::string_view loss_reduction(const Value &op) {
-  const std::string_view r = op.attrs.count("reduction") ? op.attrs.at("reduction").dim : "none";
+std::string loss_reduction(const Value &op) {
+  const std::string r = op.attrs.count("reduction") ? op.attrs.at("reduction").dim : "none";
   if (r != "none" && !(r == "sum" && op.op == OpKind::CrossEntropyBackward))
     throw CodegenError(fmt::format("internal error: {} with reduction=\"{}\" reached the code "
                                    "generator; columns_from_reductions rewrites it",

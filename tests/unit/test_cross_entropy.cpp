@@ -4,6 +4,7 @@
 #include "compiler/ir/grad.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/printer.h"
+#include "compiler/lower.h"
 #include "runtime/tensor_checks.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/kf_text.h"
@@ -183,4 +184,21 @@ TEST_CASE("cross_entropy: the API takes an i64 target and names a tensor of anot
   Tensor shifted{reinterpret_cast<char *>(targets) + 4, {2}, DType::I64};
   CHECK_THROWS_WITH(rt::check_layout("pipeline 'lce'", "target", declared, shifted),
                     doctest::Contains("is not 8-byte aligned"));
+}
+
+TEST_CASE("cross_entropy: the code generator reads the reduction of a loss pass, every reduction "
+          "that reaches it") {
+  // The reduction reaches the row pass as an attribute of the op (the plan fuzzer found the
+  // generator reading a copy of it that no longer existed).
+  for (const char *body :
+       {"  return cross_entropy_backward(x, t, g, reduction=\"sum\", label_smoothing=0.1)",
+        "  return cross_entropy_backward(x, t, h, reduction=\"none\")",
+        "  return cross_entropy(x, t, reduction=\"none\")"}) {
+    INFO(body);
+    const std::string text = pipeline("  input g: f32[1]\n  input h: f32[N]\n", body);
+    LowerOptions o;
+    o.target.arch = "sm_90a";
+    const Lowered l = lower(dsl::SourceFile("ce.kf", text), o);
+    CHECK(l.program.source.find("row_cross_entropy") != std::string::npos);
+  }
 }
