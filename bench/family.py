@@ -319,7 +319,7 @@ def check(chain, precision, mode, ref, inputs, pipeline):
         got = pipeline(*inputs)
         mine = torch_m(*inputs)
     with torch.no_grad():
-        want = exact(*(t.double() for t in inputs))
+        want = exact(*(t.double() if t.is_floating_point() else t for t in inputs))
     k_err, t_err = error(got, want), error(mine, want)
     return {"kfuse": k_err, "torch": t_err, "ratio": k_err / t_err if t_err > 0 else (1.0 if k_err == 0 else math.inf)}
 
