@@ -2,53 +2,16 @@
 // against the fp64 interpreter's backward graph on odd shapes (gradients poisoned with NaN
 // first), in train mode, through a dropout, and in eval mode; and backward()'s checks of its
 // tensors against the last run.
-#include "compiler/build_executable.h"
 #include "runtime/device_buffer.h"
 #include "runtime/driver.h"
 #include "runtime/pipeline.h"
 #include "runtime/stream.h"
 #include "tests/support/gpu_cases.h"
-#include "tools/check/reference_check.h"
 
 #include <doctest/doctest.h>
 
 using namespace kfuse;
-
-namespace {
-
-// The request's pipeline compiled with its backward and checked forward then backward, as
-// `kfuse run --backward` does; every output, state and gradient within the pipeline's bound.
-void expect_gradients_match(const std::string &text, const std::string &file, Mode mode, int64_t n,
-                            uint64_t seed, int steps = 1) {
-  rt::CheckRequest req;
-  req.kf_text = text;
-  req.file_name = file;
-  req.options.mode = mode;
-  req.options.backward = true;
-  req.dims = {{"N", n}};
-  req.seed = seed;
-  req.steps = steps;
-  req.rng = {0x5eed, 11};
-  const LoweredTraining t = lower_training(
-      dsl::SourceFile(file, text), lower_options(rt::PipelineAccess::request(req.options, true)));
-  Pipeline pipeline = rt::PipelineAccess::compile_training(build_training(t));
-  req.backward = {&t.backward.graph, t.sources.grad_inputs, t.sources.saved};
-  const rt::CheckResult r = rt::check_against_reference(pipeline, t.forward.graph, req);
-  const double bound = std::max(rt::error_bound(Precision::FP32, t.forward.graph),
-                                rt::error_bound(Precision::FP32, t.backward.graph));
-  size_t gradients = 0;
-  for (const rt::CheckEntry &e : r.entries) {
-    INFO(file, " ", ir::mode_name(mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval), " N=", n,
-         " ", e.name, ": rel ", e.relative, " max abs ", e.max_abs);
-    CHECK(e.finite);
-    CHECK(e.relative <= bound);
-    gradients += e.name.rfind("grad ", 0) == 0;
-  }
-  CHECK(gradients == pipeline.gradients().size());
-  CHECK(gradients == t.sources.gradients.size());
-}
-
-} // namespace
+using testing::expect_gradients_match;
 
 TEST_CASE("gpu training: gemm_bn_scale_softmax's gradients match the reference in train mode, "
           "over steps that update the running statistics") {

@@ -1,6 +1,8 @@
 #include "tests/support/gpu_cases.h"
 
+#include "compiler/build_executable.h"
 #include "compiler/dsl/parser.h"
+#include "runtime/pipeline.h"
 #include "tests/support/source_tree.h"
 #include "tools/check/reference_check.h"
 
@@ -104,6 +106,37 @@ void expect_match(const std::string &text, const std::string &file, Mode mode,
     CHECK(e.finite);
     CHECK(e.relative <= bound);
   }
+}
+
+size_t expect_gradients_match(const std::string &text, const std::string &file, Mode mode,
+                              int64_t n, uint64_t seed, int steps) {
+  rt::CheckRequest req;
+  req.kf_text = text;
+  req.file_name = file;
+  req.options.mode = mode;
+  req.options.backward = true;
+  req.dims = {{"N", n}};
+  req.seed = seed;
+  req.steps = steps;
+  req.rng = {0x5eed, 11};
+  const LoweredTraining t = lower_training(
+      dsl::SourceFile(file, text), lower_options(rt::PipelineAccess::request(req.options, true)));
+  Pipeline pipeline = rt::PipelineAccess::compile_training(build_training(t));
+  req.backward = {&t.backward.graph, t.sources.grad_inputs, t.sources.saved};
+  const rt::CheckResult r = rt::check_against_reference(pipeline, t.forward.graph, req);
+  const double bound = std::max(rt::error_bound(Precision::FP32, t.forward.graph),
+                                rt::error_bound(Precision::FP32, t.backward.graph));
+  size_t gradients = 0;
+  for (const rt::CheckEntry &e : r.entries) {
+    INFO(file, " ", ir::mode_name(mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval), " N=", n,
+         " ", e.name, ": rel ", e.relative, " max abs ", e.max_abs);
+    CHECK(e.finite);
+    CHECK(e.relative <= bound);
+    gradients += e.name.rfind("grad ", 0) == 0;
+  }
+  CHECK(gradients == pipeline.gradients().size());
+  CHECK(gradients == t.sources.gradients.size());
+  return gradients;
 }
 
 void expect_examples(std::initializer_list<const char *> files, uint64_t seed) {

@@ -5,6 +5,7 @@
 
 #include "kfuse/kfuse.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -38,6 +39,12 @@ void expect_match(const std::string &text, const std::string &file, Mode mode, i
 void expect_match(const std::string &text, const std::string &file, Mode mode,
                   const std::map<std::string, int64_t> &dims, uint64_t seed, int steps = 1,
                   Precision precision = Precision::FP32);
+
+// `text` compiled with its backward (Options::backward) and checked forward then backward, as
+// `kfuse run --backward` does: every output, state and gradient within the pipeline's bound, and
+// a gradient checked for each the pipeline returns. Returns how many gradients were checked.
+size_t expect_gradients_match(const std::string &text, const std::string &file, Mode mode,
+                              int64_t n, uint64_t seed, int steps = 1);
 
 // Examples in both modes, with one row and with 33 (a partial tile).
 void expect_examples(std::initializer_list<const char *> files, uint64_t seed);
