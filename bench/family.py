@@ -38,7 +38,6 @@ import copy
 import json
 import math
 import multiprocessing
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -226,14 +225,10 @@ def cases(args):
 # ------------------------------------------------------------------------------------------ GPU
 
 def torch_settings(precision):
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    from torch import _dynamo  # `import torch._dynamo` here would make torch a local name
+    import compare_torch  # bench/, beside this file; it needs PyTorch
 
-    for name, value in (("cache_size_limit", 64), ("recompile_limit", 64),
-                        ("accumulated_cache_size_limit", 512), ("accumulated_recompile_limit", 512)):
-        if hasattr(_dynamo.config, name):
-            setattr(_dynamo.config, name, value)
+    compare_torch.set_precision(precision)
+    compare_torch.raise_dynamo_limits()
 
 
 def autocast(precision):
@@ -272,8 +267,9 @@ def warm_compile(jobs):
     return failures
 
 
-def warm_compile_all(todo, jobs):
-    shares = [todo[i::jobs] for i in range(jobs) if todo[i::jobs]]
+def warm_compile_all(runs, jobs):
+    """warm_compile on `jobs` processes, the cases dealt round-robin among them."""
+    shares = [runs[i::jobs] for i in range(jobs) if runs[i::jobs]]
     context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
     with concurrent.futures.ProcessPoolExecutor(len(shares), mp_context=context) as pool:
         for failures in pool.map(warm_compile, shares):
@@ -351,26 +347,17 @@ def contenders(chain, precision, mode, compiled_ok):
 
 
 def interleaved(fns, flush, precision, warmup, iters):
-    def call(f):
-        with autocast(precision):
-            f()
+    """torch_interleaved.py's timing, under no_grad, each call under the precision's autocast."""
+    import torch_interleaved  # bench/, beside this file; it needs PyTorch and kfuse
+
+    def under(f):
+        def call():
+            with autocast(precision):
+                f()
+        return call
 
     with torch.no_grad():
-        for _ in range(warmup):
-            for f in fns.values():
-                flush.zero_()
-                call(f)
-        events = {k: [] for k in fns}
-        for _ in range(iters):
-            for k, f in fns.items():
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                flush.zero_()
-                s.record()
-                call(f)
-                e.record()
-                events[k].append((s, e))
-    torch.cuda.synchronize()
-    return {k: statistics.median(s.elapsed_time(e) for s, e in v) for k, v in events.items()}
+        return torch_interleaved.interleaved({k: under(f) for k, f in fns.items()}, flush, warmup, iters)
 
 
 def measure(args, chain, precision, mode, flush):
@@ -440,20 +427,20 @@ def main(argv=None):
         return 0
     if torch is None or not torch.cuda.is_available():
         sys.exit("bench/family.py needs PyTorch with a CUDA GPU")
-    todo = cases(args)
+    runs = cases(args)
     if not args.no_compile and args.compile_jobs > 0:
         started = time.perf_counter()
-        warm_compile_all(todo, args.compile_jobs)
-        print(f"[warm] torch.compile of {len(todo)} cases on {args.compile_jobs} processes: "
+        warm_compile_all(runs, args.compile_jobs)
+        print(f"[warm] torch.compile of {len(runs)} cases on {args.compile_jobs} processes: "
               f"{time.perf_counter() - started:.0f} s", flush=True)
     props = torch.cuda.get_device_properties(0)
     flush = torch.empty(max(2 * int(getattr(props, "L2_cache_size", 0) or 0), 64 << 20) // 4, device="cuda")
     rows = []
-    for chain, precision, mode in todo:
+    for chain, precision, mode in runs:
         row = measure(args, chain, precision, mode, flush)
         rows.append(row)
         t = row.get("ms", {})
-        print(f"[{len(rows)}/{len(todo)}] {chain.name} {precision} {mode}: "
+        print(f"[{len(rows)}/{len(runs)}] {chain.name} {precision} {mode}: "
               + (row["error"] if "error" in row else
                  " ".join(f"{k} {v:.3f}" for k, v in t.items())), flush=True)
         torch.cuda.empty_cache()
