@@ -16,7 +16,9 @@
 // sum, Σ y and the target's y in the same pass); the gradient reads it twice and writes it
 // once. Every member gets the loss, so later passes follow without a barrier. fp32,
 // deterministic (row_kernel.cuh). A NaN in the row makes its loss NaN, as PyTorch's.
-// Pre: __device__ float operator()(int col, float x) const. In, Out: float, kf::bf16 or kf::f16;
+// `t` is the row's class index (target[row]), passed by value so that a pass on a staged row
+// (row 0 of its own buffer) still reads its own. Pre: __device__ float operator()(int col, float
+// x) const. In, Out: float, kf::bf16 or kf::f16;
 // In may be kf::Staged (a row staged in shared memory).
 #pragma once
 
@@ -56,13 +58,11 @@ __device__ __forceinline__ RowLogits row_logits(const In *src, int n, long long 
 } // namespace row_detail
 
 template <int Threads, class Pre, class In, class Team = BlockTeam<Threads>>
-__device__ __forceinline__ float row_cross_entropy(int row, int n, const In *in, int ld_in,
-                                                   const long long *target, long long ignore_index,
-                                                   float eps, bool weight, const Pre &pre,
-                                                   Team team = Team{}) {
+__device__ __forceinline__ float
+row_cross_entropy(int row, int n, const In *in, int ld_in, long long t, long long ignore_index,
+                  float eps, bool weight, const Pre &pre, Team team = Team{}) {
   static_assert(Team::SIZE == Threads, "the team is Threads threads");
   using namespace row_detail;
-  const long long t = target[row];
   if (t == ignore_index)
     return 0.0f;
   if (t < 0 || t >= n)
@@ -75,15 +75,13 @@ __device__ __forceinline__ float row_cross_entropy(int row, int n, const In *in,
 }
 
 template <int Threads, class Pre, class In, class Out, class Team = BlockTeam<Threads>>
-__device__ void row_cross_entropy_grad(int row, int n, const In *in, int ld_in,
-                                       const long long *target, long long ignore_index, float eps,
-                                       float g, Out *out, int ld_out, const Pre &pre,
-                                       Team team = Team{}) {
+__device__ void row_cross_entropy_grad(int row, int n, const In *in, int ld_in, long long t,
+                                       long long ignore_index, float eps, float g, Out *out,
+                                       int ld_out, const Pre &pre, Team team = Team{}) {
   static_assert(Team::SIZE == Threads, "the team is Threads threads");
   using namespace row_detail;
   const In *src = in + static_cast<long long>(row) * ld_in;
   Out *dst = out + static_cast<long long>(row) * ld_out;
-  const long long t = target[row];
   if (t == ignore_index || t < 0 || t >= n) {
     const float v = t == ignore_index ? 0.0f : quiet_nan();
     for (int c = team.rank(); c < n; c += Threads)

@@ -225,6 +225,12 @@ std::string loss_reduction(const Value &op) {
   return r;
 }
 
+// The row's class index. `row` is the row's index in the tensor also where the pass reads a
+// staged row (row_arg_ 0), so the target and a per-row gradient are indexed by it, not row_arg_.
+std::string target_of_row(const KernelWriter &w, const Value &op) {
+  return fmt::format("{}[row]", w.ptr(op.args[1]));
+}
+
 } // namespace
 
 void RowPasses::loss(size_t, ValueId st, const std::string &pre, std::string &) {
@@ -235,7 +241,7 @@ void RowPasses::loss(size_t, ValueId st, const std::string &pre, std::string &) 
   body_ +=
       fmt::format("  const float {} = kf::row_cross_entropy<{}>({}, {}, {}, {}, {}, {}LL, {}, "
                   "{}, {}{});\n",
-                  w_.var(st), threads_, row_arg_, n_, src_, ld_, w_.ptr(op.args[1]),
+                  w_.var(st), threads_, row_arg_, n_, src_, ld_, target_of_row(w_, op),
                   static_cast<int64_t>(op.attr("ignore_index")),
                   float_literal(op.attr("label_smoothing")), weight ? "true" : "false", pre, team_);
   if (std::count(k_.stores.begin(), k_.stores.end(), st))
@@ -248,9 +254,9 @@ void RowPasses::loss_grad(size_t, ValueId st, const std::string &pre, std::strin
   cx_.includes.insert("row_cross_entropy.cuh");
   body_ += fmt::format(
       "  kf::row_cross_entropy_grad<{}>({}, {}, {}, {}, {}, {}LL, {}, {}, {}, {}, {}{});\n",
-      threads_, row_arg_, n_, src_, ld_, w_.ptr(op.args[1]),
+      threads_, row_arg_, n_, src_, ld_, target_of_row(w_, op),
       static_cast<int64_t>(op.attr("ignore_index")), float_literal(op.attr("label_smoothing")),
-      w_.load(op.args[2], per_row ? row_arg_ : "0"), dst(st), ld_, pre, team_);
+      w_.load(op.args[2], per_row ? "row" : "0"), dst(st), ld_, pre, team_);
 }
 
 void RowPasses::map(size_t, ValueId st, const std::string &pre, std::string &) {

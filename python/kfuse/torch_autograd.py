@@ -56,10 +56,12 @@ class TrainingOps:
         # the forward's, and the means of each batchnorm's input gradient; the parameter
         # gradients stay the rank's own, which DDP averages.
         group = forward.process_group
-        self.saving = PipelineOp(forward.kf_file, reverse["forward"], forward.mode, forward.arch,
+        # Messages about either graph name the printed graph they cite, as the C++ API does.
+        named = f"{forward.kf_file} ({forward.mode} mode, "
+        self.saving = PipelineOp(named + "forward that saves)", reverse["forward"], forward.mode, forward.arch,
                                  f"{forward.name}_saving", group, functional=True, rng="out" if draws else None,
                                  latest=forward._latest)
-        self.backward = PipelineOp(forward.kf_file, reverse["backward"], forward.mode, forward.arch,
+        self.backward = PipelineOp(named + "backward)", reverse["backward"], forward.mode, forward.arch,
                                    f"{forward.name}_backward", group, rng="in" if draws else None)
         for role, op in (("saving", self.saving), ("backward", self.backward)):
             _OPS[(forward.name, role)] = op

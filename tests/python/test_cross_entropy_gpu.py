@@ -1,5 +1,6 @@
 """kfuse.torch.Fused(linear -> cross_entropy) with a torch.int64 target, forward and backward,
-against PyTorch in float64 at fp32, tf32 and bf16. Skipped without torch or a CUDA device."""
+against PyTorch in float64 at fp32, tf32 and bf16, with 10 classes (the loss in the GEMM's row
+epilogue) and 1000 (a row pass of its own). Skipped without torch or a CUDA device."""
 import pytest
 
 import kfuse
@@ -16,27 +17,32 @@ BOUNDS = {"fp32": 1e-5, "tf32": 5e-3, "bf16": 2e-2}
 
 
 class Head(torch.nn.Module):
-    def __init__(self, generator):
+    def __init__(self, generator, classes):
         super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(10, 16, generator=generator, device="cuda") / 4)
-        self.b = torch.nn.Parameter(torch.randn(10, generator=generator, device="cuda") / 4)
+        self.w = torch.nn.Parameter(torch.randn(classes, 16, generator=generator, device="cuda") / 4)
+        self.b = torch.nn.Parameter(torch.randn(classes, generator=generator, device="cuda") / 4)
 
     def forward(self, x, target):
         logits = torch.nn.functional.linear(x, self.w, self.b)
         return torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1).reshape(1)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
-def test_fused_linear_cross_entropy_matches_pytorch(precision):
+def text(classes):
+    return TEXT.replace("[10,", f"[{classes},").replace("[10]", f"[{classes}]")
+
+
+# A bf16 GEMM's inner dim is a multiple of 8, the backward's dX = dlogits W's too (the classes).
+@pytest.mark.parametrize("precision,classes", [("fp32", 10), ("tf32", 10), ("fp32", 1000), ("bf16", 1000)])
+def test_fused_linear_cross_entropy_matches_pytorch(precision, classes):
     generator = torch.Generator(device="cuda").manual_seed(0)
-    head = Head(generator)
-    exact = Head(generator).double()
+    head = Head(generator, classes)
+    exact = Head(generator, classes).double()
     exact.load_state_dict(head.state_dict())
-    fused = kfuse.torch.Fused(Head(generator), text=TEXT, file_name="lce.kf", precision=precision)
+    fused = kfuse.torch.Fused(Head(generator, classes), text=text(classes), file_name="lce.kf", precision=precision)
     fused.module.load_state_dict(head.state_dict())
     x = torch.randn(37, 16, generator=generator, device="cuda")
-    target = torch.randint(0, 10, (37,), generator=generator, device="cuda")
-    target[::5] = -100  # ignored rows
+    target = torch.randint(0, classes, (37,), generator=generator, device="cuda")
+    target[::5] = -100  # ignored rows, the first among them
     xs = {"fused": x.clone().requires_grad_(True), "exact": x.double().requires_grad_(True)}
     y = fused(xs["fused"], target)
     y_exact = exact(xs["exact"], target)
@@ -49,3 +55,13 @@ def test_fused_linear_cross_entropy_matches_pytorch(precision):
     for got, want in grads:
         assert got is not None
         assert (got.double() - want).norm().item() <= bound * want.norm().item()
+
+
+def test_bf16_backward_over_classes_not_a_multiple_of_8_is_an_error_naming_the_backward():
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    fused = kfuse.torch.Fused(Head(generator, 10), text=TEXT, file_name="lce.kf", precision="bf16")
+    x = torch.randn(8, 16, device="cuda", requires_grad=True)
+    y = fused(x, torch.zeros(8, dtype=torch.int64, device="cuda"))
+    with pytest.raises(kfuse.Error, match=r"lce.kf \(train mode, backward\):\d+:\d+: error: linear of bf16 "
+                       r"operands .* a constant multiple of 8"):
+        y.sum().backward()

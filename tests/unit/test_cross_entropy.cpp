@@ -202,3 +202,18 @@ TEST_CASE("cross_entropy: the code generator reads the reduction of a loss pass,
     CHECK(l.program.source.find("row_cross_entropy") != std::string::npos);
   }
 }
+
+TEST_CASE("cross_entropy: a loss pass in a GEMM's row epilogue reads each row's own target") {
+  // The epilogue hands the pass a staged row (row argument 0); the target and a per-row
+  // gradient are still indexed by the row's place in the tensor.
+  const std::string text = "pipeline lce {\n  dim N\n  input x: f32[N, 16]\n  input t: i64[N]\n"
+                           "  param w: f32[10, 16]\n  param b: f32[10]\n"
+                           "  return cross_entropy(linear(x, w, b), t, label_smoothing=0.1)\n}\n";
+  LowerOptions o;
+  o.target.arch = "sm_90a";
+  const Lowered l = lower(dsl::SourceFile("lce.kf", text), o);
+  const std::string &src = l.program.source;
+  REQUIRE(src.find("kf::Staged") != std::string::npos); // the GEMM row epilogue's path
+  CHECK(src.find("row_cross_entropy<1>(0, 10, x, 0, p_t[row],") != std::string::npos);
+  CHECK(src.find("x, 0, p_t,") == std::string::npos);
+}
