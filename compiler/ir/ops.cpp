@@ -19,26 +19,27 @@ using namespace op_attrs;
 // No shape rule of the op's own: the op reference gives its class's (ClassTraits::shapes).
 constexpr std::string_view kAny = "";
 
-// A pointwise op: unary (1 operand) or binary (2, broadcast).
+// A pointwise op: unary (1 operand) or binary (2, broadcast); `calls`: transcendental_calls.
 constexpr OpInfo unary(OpKind k, std::string_view name, ScalarFn f, std::string_view cuda,
-                       std::string_view semantics, std::string_view torch,
+                       int calls, std::string_view semantics, std::string_view torch,
                        Span<AttrSpec> attrs = {}, AttrRule rule = nullptr) {
-  return {k, name, OpClass::Unary, 1,    1,         "x",     attrs, false,
-          f, cuda, rule,           kAny, semantics, nullptr, {},    torch};
+  return {k,    name, OpClass::Unary, 1,         1,       "x", attrs, false, f,
+          cuda, rule, kAny,           semantics, nullptr, {},  torch, calls};
 }
 constexpr OpInfo binary(OpKind k, std::string_view name, ScalarFn f, std::string_view cuda,
-                        std::string_view semantics, std::string_view torch) {
-  return {k, name, OpClass::Binary, 2,    2,         "a, b",  {}, false,
-          f, cuda, nullptr,         kAny, semantics, nullptr, {}, torch};
+                        int calls, std::string_view semantics, std::string_view torch) {
+  return {k,       name, OpClass::Binary, 2,       2,  "a, b", {},   false, f, cuda,
+          nullptr, kAny, semantics,       nullptr, {}, torch,  calls};
 }
 
 // An internal pointwise op without attributes: what backward graphs are written with.
 constexpr OpInfo internal_pointwise(OpKind k, OpClass cls, std::string_view name, ScalarFn f,
-                                    std::string_view cuda, std::string_view semantics,
+                                    std::string_view cuda, int calls, std::string_view semantics,
                                     std::string_view torch) {
   int n = cls == OpClass::Binary ? 2 : 1;
-  return {k,    name,      cls,     n,  n,    n == 2 ? "a, b" : "x", {}, true, f, cuda, nullptr,
-          kAny, semantics, nullptr, {}, torch};
+  return {k,         name,    cls, n,     n,       n == 2 ? "a, b" : "x",
+          {},        true,    f,   cuda,  nullptr, kAny,
+          semantics, nullptr, {},  torch, calls};
 }
 
 // A row normalization along `dim`.
@@ -170,70 +171,72 @@ constexpr OpInfo kOps[] = {
      {},
      "F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)"},
 
-    binary(OpKind::Add, "add", pw::add, "{0} + {1}", "`a + b`", "torch.add(a, b)"),
-    binary(OpKind::Sub, "sub", pw::sub, "{0} - {1}", "`a - b`", "torch.sub(a, b)"),
-    binary(OpKind::Mul, "mul", pw::mul, "{0} * {1}", "`a * b`", "torch.mul(a, b)"),
-    binary(OpKind::Div, "div", pw::div, "{0} / {1}", "`a / b` (true division)", "torch.div(a, b)"),
-    binary(OpKind::Maximum, "maximum", pw::maximum, "kf::maximum({0}, {1})",
+    binary(OpKind::Add, "add", pw::add, "{0} + {1}", 0, "`a + b`", "torch.add(a, b)"),
+    binary(OpKind::Sub, "sub", pw::sub, "{0} - {1}", 0, "`a - b`", "torch.sub(a, b)"),
+    binary(OpKind::Mul, "mul", pw::mul, "{0} * {1}", 0, "`a * b`", "torch.mul(a, b)"),
+    binary(OpKind::Div, "div", pw::div, "{0} / {1}", 0, "`a / b` (true division)",
+           "torch.div(a, b)"),
+    binary(OpKind::Maximum, "maximum", pw::maximum, "kf::maximum({0}, {1})", 0,
            "`torch.maximum(a, b)`: NaN if either is NaN", "torch.maximum(a, b)"),
-    binary(OpKind::Minimum, "minimum", pw::minimum, "kf::minimum({0}, {1})",
+    binary(OpKind::Minimum, "minimum", pw::minimum, "kf::minimum({0}, {1})", 0,
            "`torch.minimum(a, b)`: NaN if either is NaN", "torch.minimum(a, b)"),
-    binary(OpKind::Pow, "pow", pw::pow, "powf({0}, {1})", "`torch.pow(a, b)`", "torch.pow(a, b)"),
+    binary(OpKind::Pow, "pow", pw::pow, "powf({0}, {1})", 2, "`torch.pow(a, b)`",
+           "torch.pow(a, b)"),
 
-    unary(OpKind::Relu, "relu", pw::relu, "kf::relu({0})",
+    unary(OpKind::Relu, "relu", pw::relu, "kf::relu({0})", 0,
           "`torch.relu`: `max(x, 0)`, NaN stays NaN", "torch.relu(x)"),
     unary(OpKind::LeakyRelu, "leaky_relu", pw::leaky_relu, "kf::leaky_relu({0}, {negative_slope})",
-          "`F.leaky_relu`: `x > 0 ? x : x * negative_slope`", "F.leaky_relu(x, negative_slope)",
+          0, "`F.leaky_relu`: `x > 0 ? x : x * negative_slope`", "F.leaky_relu(x, negative_slope)",
           kLeakyReluAttrs),
-    unary(OpKind::Gelu, "gelu", pw::gelu, "kf::gelu_{approximate}({0})",
+    unary(OpKind::Gelu, "gelu", pw::gelu, "kf::gelu_{approximate}({0})", 1,
           "`F.gelu`: `0.5 x (1 + erf(x / √2))`; with `approximate=\"tanh\"`, "
           "`0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`",
           "F.gelu(x, approximate=approximate)", kGeluAttrs),
-    unary(OpKind::Silu, "silu", pw::silu, "kf::silu({0})", "`F.silu`: `x / (1 + exp(-x))`",
+    unary(OpKind::Silu, "silu", pw::silu, "kf::silu({0})", 1, "`F.silu`: `x / (1 + exp(-x))`",
           "F.silu(x)"),
-    unary(OpKind::Sigmoid, "sigmoid", pw::sigmoid, "kf::sigmoid({0})", "`1 / (1 + exp(-x))`",
+    unary(OpKind::Sigmoid, "sigmoid", pw::sigmoid, "kf::sigmoid({0})", 1, "`1 / (1 + exp(-x))`",
           "torch.sigmoid(x)"),
-    unary(OpKind::Tanh, "tanh", pw::tanh, "tanhf({0})", "`torch.tanh`", "torch.tanh(x)"),
-    unary(OpKind::Hardtanh, "hardtanh", pw::clamp, "kf::clamp({0}, {min_val}, {max_val})",
+    unary(OpKind::Tanh, "tanh", pw::tanh, "tanhf({0})", 1, "`torch.tanh`", "torch.tanh(x)"),
+    unary(OpKind::Hardtanh, "hardtanh", pw::clamp, "kf::clamp({0}, {min_val}, {max_val})", 0,
           "`F.hardtanh`: `clamp(x, min_val, max_val)`; needs `min_val < max_val`",
           "F.hardtanh(x, min_val, max_val)", kHardtanhAttrs, min_below_max),
-    unary(OpKind::Clamp, "clamp", pw::clamp, "kf::clamp({0}, {min}, {max})",
+    unary(OpKind::Clamp, "clamp", pw::clamp, "kf::clamp({0}, {min}, {max})", 0,
           "`torch.clamp`: `min(max(x, min), max)`, NaN stays NaN; at least one bound",
           "torch.clamp(x, min, max)", kClampAttrs, some_bound),
-    unary(OpKind::Hardsigmoid, "hardsigmoid", pw::hardsigmoid, "kf::hardsigmoid({0})",
+    unary(OpKind::Hardsigmoid, "hardsigmoid", pw::hardsigmoid, "kf::hardsigmoid({0})", 0,
           "`F.hardsigmoid`: `min(max(x + 3, 0), 6) / 6`", "F.hardsigmoid(x)"),
-    unary(OpKind::Hardswish, "hardswish", pw::hardswish, "kf::hardswish({0})",
+    unary(OpKind::Hardswish, "hardswish", pw::hardswish, "kf::hardswish({0})", 0,
           "`F.hardswish`: `x * min(max(x + 3, 0), 6) / 6`", "F.hardswish(x)"),
-    unary(OpKind::Mish, "mish", pw::mish, "kf::mish({0})", "`F.mish`: `x * tanh(log1p(exp(x)))`",
+    unary(OpKind::Mish, "mish", pw::mish, "kf::mish({0})", 3, "`F.mish`: `x * tanh(log1p(exp(x)))`",
           "F.mish(x)"),
-    unary(OpKind::Softplus, "softplus", pw::softplus, "kf::softplus({0}, {beta}, {threshold})",
+    unary(OpKind::Softplus, "softplus", pw::softplus, "kf::softplus({0}, {beta}, {threshold})", 2,
           "`F.softplus`: `x * beta > threshold ? x : log1p(exp(beta x)) / beta`",
           "F.softplus(x, beta, threshold)", kSoftplusAttrs),
-    unary(OpKind::Elu, "elu", pw::elu, "kf::elu({0}, {alpha})",
+    unary(OpKind::Elu, "elu", pw::elu, "kf::elu({0}, {alpha})", 1,
           "`F.elu`: `x > 0 ? x : alpha * (exp(x) - 1)`", "F.elu(x, alpha)", kEluAttrs),
-    unary(OpKind::Selu, "selu", pw::selu, "kf::selu({0})",
+    unary(OpKind::Selu, "selu", pw::selu, "kf::selu({0})", 1,
           "`F.selu`: `scale * elu(x, alpha)` with PyTorch's constants", "F.selu(x)"),
-    unary(OpKind::LogSigmoid, "logsigmoid", pw::logsigmoid, "kf::logsigmoid({0})",
+    unary(OpKind::LogSigmoid, "logsigmoid", pw::logsigmoid, "kf::logsigmoid({0})", 2,
           "`F.logsigmoid`: `log(sigmoid(x))`, computed as `min(x, 0) - log1p(exp(-|x|))`",
           "F.logsigmoid(x)"),
     // A one-expression op carries both definitions in its entry.
     unary(
         OpKind::Softsign, "softsign",
         [](double x, double, const double *) { return x / (1 + std::fabs(x)); },
-        "({0} / (1.0f + fabsf({0})))", "`F.softsign`: `x / (1 + abs(x))`; NaN at +-inf, as PyTorch",
-        "F.softsign(x)"),
-    unary(OpKind::Exp, "exp", pw::exp, "expf({0})", "`torch.exp`", "torch.exp(x)"),
-    unary(OpKind::Log, "log", pw::log, "logf({0})", "`torch.log`: NaN below 0, -inf at 0",
+        "({0} / (1.0f + fabsf({0})))", 0,
+        "`F.softsign`: `x / (1 + abs(x))`; NaN at +-inf, as PyTorch", "F.softsign(x)"),
+    unary(OpKind::Exp, "exp", pw::exp, "expf({0})", 1, "`torch.exp`", "torch.exp(x)"),
+    unary(OpKind::Log, "log", pw::log, "logf({0})", 1, "`torch.log`: NaN below 0, -inf at 0",
           "torch.log(x)"),
-    unary(OpKind::Abs, "abs", pw::abs, "fabsf({0})", "`torch.abs`", "torch.abs(x)"),
-    unary(OpKind::Neg, "neg", pw::neg, "-{0}", "`-x`", "torch.neg(x)"),
-    unary(OpKind::Sqrt, "sqrt", pw::sqrt, "sqrtf({0})", "`torch.sqrt`", "torch.sqrt(x)"),
+    unary(OpKind::Abs, "abs", pw::abs, "fabsf({0})", 0, "`torch.abs`", "torch.abs(x)"),
+    unary(OpKind::Neg, "neg", pw::neg, "-{0}", 0, "`-x`", "torch.neg(x)"),
+    unary(OpKind::Sqrt, "sqrt", pw::sqrt, "sqrtf({0})", 0, "`torch.sqrt`", "torch.sqrt(x)"),
     // Correctly rounded sqrt and division: rsqrtf's 2 ulp would show in batchnorm.
-    unary(OpKind::Rsqrt, "rsqrt", pw::rsqrt, "1.0f / sqrtf({0})", "`torch.rsqrt`: `1 / sqrt(x)`",
+    unary(OpKind::Rsqrt, "rsqrt", pw::rsqrt, "1.0f / sqrtf({0})", 0, "`torch.rsqrt`: `1 / sqrt(x)`",
           "torch.rsqrt(x)"),
-    unary(OpKind::Square, "square", pw::square, "{0} * {0}", "`torch.square`: `x * x`",
+    unary(OpKind::Square, "square", pw::square, "{0} * {0}", 0, "`torch.square`: `x * x`",
           "torch.square(x)"),
-    unary(OpKind::Reciprocal, "reciprocal", pw::reciprocal, "1.0f / {0}",
+    unary(OpKind::Reciprocal, "reciprocal", pw::reciprocal, "1.0f / {0}", 0,
           "`torch.reciprocal`: `1 / x`", "torch.reciprocal(x)"),
 
     row(OpKind::Softmax, "softmax", "`torch.softmax(x, dim)`; `dim` in `[-rank, rank)`, required",
@@ -408,17 +411,17 @@ constexpr OpInfo kOps[] = {
     internal_pointwise(
         OpKind::Greater, OpClass::Binary, "gt",
         [](double x, double y, const double *) { return x > y ? 1.0 : 0.0; },
-        "({0} > {1} ? 1.0f : 0.0f)", "`a > b` as 1 or 0 (`torch.gt`); 0 where either is NaN",
+        "({0} > {1} ? 1.0f : 0.0f)", 0, "`a > b` as 1 or 0 (`torch.gt`); 0 where either is NaN",
         "torch.gt(a, b).to(torch.result_type(a, b))"),
     internal_pointwise(
         OpKind::GreaterEqual, OpClass::Binary, "ge",
         [](double x, double y, const double *) { return x >= y ? 1.0 : 0.0; },
-        "({0} >= {1} ? 1.0f : 0.0f)", "`a >= b` as 1 or 0 (`torch.ge`); 0 where either is NaN",
+        "({0} >= {1} ? 1.0f : 0.0f)", 0, "`a >= b` as 1 or 0 (`torch.ge`); 0 where either is NaN",
         "torch.ge(a, b).to(torch.result_type(a, b))"),
     // gelu's derivative (the normal CDF) needs it.
     internal_pointwise(
         OpKind::Erf, OpClass::Unary, "erf",
-        [](double x, double, const double *) { return std::erf(x); }, "erff({0})", "`torch.erf`",
+        [](double x, double, const double *) { return std::erf(x); }, "erff({0})", 1, "`torch.erf`",
         "torch.erf(x)"),
     // The backward of a GEMM multiplies by its operands transposed (compiler/ir/vjp.h).
     {OpKind::Transpose,

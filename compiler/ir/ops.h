@@ -239,6 +239,12 @@ struct OpInfo {
   std::string_view torch;     // PyTorch's spelling: a Python expression of the operands and the
                               // attributes by name, `torch`, `F` (torch.nn.functional),
                               // `training`, `device` and `int`; the Python Reference evaluates it
+  // Pointwise ops: the calls of accurate transcendental functions (expf, expm1f, logf, log1pf,
+  // tanhf, erff; powf counts two) that `cuda` makes per element, those inside math.cuh's
+  // functions included. Divisions and square roots count none: a few instructions each, their
+  // rare slow path shared. The code generator weighs a GEMM epilogue's code by it
+  // (compiler/select: its functor applied in a rolled loop).
+  int transcendental_calls = 0;
   // The operand that is an i64 tensor of class indices (cross_entropy's target); -1: none. No
   // other operand of any op may be i64 (infer_type).
   int index_operand = -1;
