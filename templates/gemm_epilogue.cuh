@@ -45,6 +45,17 @@
 // stores whole 512-byte row segments: the functor's code appears a few times instead of once per
 // accumulator, which keeps kernels small (shorter compiles, fewer instruction-cache misses).
 //
+// Apply (GemmEpilogue's How): Unrolled applies the functor to each accumulator in registers, its
+// code inlined once per accumulator. Rolled, for WarpSlices fragments and functors heavy enough
+// that those copies overflow the instruction cache (the code generator chooses it from the
+// functor's transcendental calls), stages a chunk of 32 columns of raw fp32 accumulators through
+// the warp's slice (WARP_ROWS x 128 bytes, the same units and swizzle), then a rolled loop of
+// rounds applies the functor to 4 adjacent columns of a staged row per lane, reading the
+// Columns (from the cache where Cached) and the matrices' elements (coalesced) at the lane's
+// columns, and stores them as one vector: the functor's code appears 4 times. It writes no
+// statistics and runs no row passes (those read the stored values back from the accumulators or
+// stage the whole tile already).
+//
 // Column statistics (partial_mean and partial_m2 both null or both valid): for row tile tm and
 // each valid column, the mean and M2 (sum of squared deviations from it) of the values stored,
 // in fp32 before rounding to Out, over rows [tm * BM, min(tm * BM + BM, m)), at
@@ -96,6 +107,8 @@ template <class Fragment> KF_HOST_DEVICE constexpr int rows_stage_ld() { return 
 enum class Store { Direct, WarpSlices, Tile };
 
 // Shared scratch of the store through warp slices: a warp's rows, 128 bytes of each.
+// Both applies of the store fit it (Apply, above): a chunk of Out is 128 bytes of a row, and so
+// is one of the raw fp32 accumulators.
 template <class Fragment> KF_HOST_DEVICE constexpr int epilogue_store_bytes() {
   return Fragment::STORE == Store::WarpSlices ? Fragment::THREADS / 32 * Fragment::WARP_ROWS * 128
                                               : 0;
@@ -110,13 +123,19 @@ struct NoRows {
   static constexpr bool ENABLED = false;
 };
 
+// How a WarpSlices store applies the functor (Apply, above).
+enum class Apply { Unrolled, Rolled };
+
 // Statistics false: the epilogue never writes column statistics (partial_mean must be null), and
 // the stored values are not written back into the accumulators; writing them on the store's
 // divergent paths (rows past m, columns past n) makes ptxas serialize the sm90 mainloop's wgmma
 // (its C7520), so the code generator passes false for every kernel without statistics.
-template <class Functor, class Out = float, bool Statistics = true, class Rows = NoRows>
+template <class Functor, class Out = float, bool Statistics = true, class Rows = NoRows,
+          Apply How = Apply::Unrolled>
 struct GemmEpilogue {
   static_assert(!(Statistics && Rows::ENABLED), "a row epilogue writes no column statistics");
+  static_assert(How == Apply::Unrolled || (!Statistics && !Rows::ENABLED),
+                "a rolled apply writes no column statistics and runs no row passes");
   using Column = typename Functor::Column;
   static constexpr int COLUMN_FLOATS = Functor::COLUMN_FLOATS;
   static constexpr bool STAGES_ROWS = Rows::ENABLED;
@@ -159,7 +178,11 @@ struct GemmEpilogue {
       run_rows<Cached>(f, s, u.tile, acc, cache, scratch);
       return;
     }
-    if constexpr (Fragment::STORE == Store::WarpSlices)
+    static_assert(How == Apply::Unrolled || Fragment::STORE == Store::WarpSlices,
+                  "a rolled apply stores through warp slices (Store::Tile's apply is rolled)");
+    if constexpr (How == Apply::Rolled)
+      store_rolled<Cached>(f, s, u, acc, cache, scratch);
+    else if constexpr (Fragment::STORE == Store::WarpSlices)
       store_staged<Cached>(f, s, u, acc, cache, scratch);
     else
       store<Cached>(f, s, u.tile, acc, cache);
@@ -397,6 +420,98 @@ private:
 #pragma unroll
           for (int e = 0; e < V; ++e)
             to[e] = y[e];
+        }
+      }
+    }
+  }
+
+  // The store of Apply::Rolled (above): per chunk of CHUNK columns, the raw accumulators staged
+  // in the warp's slice, then rounds, each applying the functor to V columns of a row per lane
+  // and storing them. Neither loop is unrolled: the functor's code appears V times.
+  template <bool Cached, class Fragment, class Acc>
+  __device__ void store_rolled(const Fragment &f, GemmShape s, const WorkUnit &u, const Acc &acc,
+                               const Column *cache, float *scratch) const {
+    constexpr int CHUNK = 32, V = 4, ROWS = Fragment::WARP_ROWS;
+    constexpr int ROW_LANES = CHUNK / V, ROUND_ROWS = 32 / ROW_LANES; // lanes of a row; rows
+    static_assert(ROWS % ROUND_ROWS == 0 && Fragment::BN % CHUNK == 0,
+                  "a warp stores whole rounds of its slice, the tile whole chunks");
+    const int m0 = u.tile.m * Fragment::BM, n0 = u.tile.n * Fragment::BN;
+    const int lane = f.thread & 31, unit = lane % ROW_LANES, first = f.warp_row0();
+    float *slice = scratch + (f.thread >> 5) * ROWS * CHUNK;
+    const bool vec_c = gemm_detail::vector_ok<V>(C, ldc);
+    // Where V divides n (n is a literal in generated code), a lane's columns lie wholly inside n
+    // or wholly past it: one clamp, its columns at immediate offsets from it.
+    const bool even = s.n % V == 0;
+    if (u.splits > 1)
+      Fragment::sync(); // split-K's flag aliases the slices
+#pragma unroll 1
+    for (int chunk = 0; chunk < Fragment::BN / CHUNK; ++chunk) {
+      stage_raw_chunk(f, chunk, acc, slice);
+      __syncwarp();
+      const int c0 = n0 + chunk * CHUNK + unit * V; // this lane's columns c0 .. c0 + V - 1
+      Column cols[V];
+      columns<Cached>(s, n0, c0, cache, cols);
+      const int col0 = min(c0, s.n - V);
+      const bool vec = vec_c && c0 + V <= s.n;
+#pragma unroll 1
+      for (int round = 0; round < ROWS / ROUND_ROWS; ++round) {
+        const int r = round * ROUND_ROWS + lane / ROW_LANES, row = m0 + first + r;
+        if (row >= s.m)
+          continue;
+        const float4 x4 =
+            *reinterpret_cast<const float4 *>(slice + r * CHUNK + ((unit ^ (r & 7)) << 2));
+        const float x[V] = {x4.x, x4.y, x4.z, x4.w};
+        float y[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const int col = even ? col0 + e : min(c0 + e, s.n - 1);
+          float in[INPUTS];
+          load_matrix_elements(functor, row, col, in);
+          y[e] = functor.apply(cols[e], row, col, x[e], in);
+        }
+        Out *crow = C + (static_cast<long long>(row) * ldc + c0);
+        if (vec) {
+          gemm_detail::store_vector<V>(crow, y);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e)
+            if (c0 + e < s.n)
+              kf::store(crow + e, y[e]);
+        }
+      }
+      __syncwarp(); // the slice is read before the next chunk overwrites it
+    }
+  }
+
+  // This thread's raw accumulators of columns chunk * 32 .. + 31 of the tile, written to the
+  // warp's slice: row r of it holds the chunk's 32 floats of row warp_row0() + r, its 16-byte
+  // units swizzled by r % 8. The accumulators are registers, so each chunk's writes are code of
+  // their own, chosen by `chunk`; they are a few shared stores, not the functor.
+  template <class Fragment, class Acc>
+  __device__ static void stage_raw_chunk(const Fragment &f, int chunk, const Acc &acc,
+                                         float *slice) {
+    constexpr int V = Fragment::VEC, CV = Fragment::COLS / (Fragment::BN / 32);
+    static_assert(CV % V == 0 && V * 4 <= 16, "a chunk in whole vectors, none across 16 bytes");
+    const int first = f.warp_row0();
+#pragma unroll
+    for (int c = 0; c < Fragment::BN / 32; ++c) {
+      if (c != chunk)
+        continue;
+#pragma unroll
+      for (int i = 0; i < Fragment::ROWS; ++i) {
+        const int r = f.row(i) - first;
+#pragma unroll
+        for (int p = 0; p < CV; p += V) {
+          const int col = f.col(c * CV + p) - c * 32; // the vector's first column in the chunk
+          float *to = slice + r * 32 + (((col >> 2) ^ (r & 7)) << 2) + (col & 3);
+          if constexpr (V == 2) { // one 8-byte shared store for the pair
+            *reinterpret_cast<float2 *>(to) =
+                make_float2(Fragment::at(acc, i, c * CV + p), Fragment::at(acc, i, c * CV + p + 1));
+          } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+              to[e] = Fragment::at(acc, i, c * CV + p + e);
+          }
         }
       }
     }
