@@ -137,7 +137,7 @@ std::string mainloop_config(const GemmTile &t) {
 
 // The GemmEpilogue's template arguments and initializer: the functor, the store of the product
 // (a row epilogue's value only where another kernel reads it or it is returned), the statistics
-// partials, split-K's workspace and the row kernel's passes.
+// partials, split-K's workspace, and the row kernel's passes or the functor's rolled apply.
 std::pair<std::string, std::string> epilogue_arguments(const Kernel &k, const KernelWriter &w,
                                                        const GemmSpec &spec,
                                                        const std::string &functor_type,
@@ -155,6 +155,8 @@ std::pair<std::string, std::string> epilogue_arguments(const Kernel &k, const Ke
   if (!k.row_stages.empty()) {
     type += fmt::format(", {}_rows", k.name);
     init += fmt::format(", {}_rows{}", k.name, w.member_initializer());
+  } else if (spec.rolled_epilogue) {
+    type += ", kf::NoRows, kf::Apply::Rolled";
   }
   return {type, init};
 }

@@ -32,6 +32,10 @@ namespace {
 constexpr int64_t kWideLayer = 4096;
 // The least K at which a narrow layer's GEMM carries the 128 x 256 variant.
 constexpr int64_t kDeepInner = 2048;
+// The transcendental calls per element (ir::OpInfo::transcendental_calls) from which a Hopper
+// GEMM's epilogue applies its functor in a rolled loop: inlined once per accumulator, two
+// calls' code already misses the instruction cache, while one gelu or silu does not.
+constexpr int kRolledEpilogueCalls = 2;
 
 GemmTile sm90_tile(Operand op, Sm90Tile t) {
   switch (t) {
@@ -261,6 +265,7 @@ private:
                    false};
     }
     describe_split(spec);
+    choose_epilogue_apply(k, spec);
     if (spec.a_row_multiple > 1)
       spec.tile.config += "; its operands are transposed copies whose rows their kernels pad to "
                           "16 bytes, which TMA reads at any inner dim";
@@ -281,6 +286,44 @@ private:
     if (spec.tile.mainloop == Mainloop::Simt)
       for (GemmTile &v : spec.by_rows)
         with_split(v);
+  }
+
+  // The transcendental calls the epilogue of GEMM kernel `k` makes per element of `out`: its
+  // per-element ops' (per-column ones run once per column).
+  int epilogue_calls(const Kernel &k, ValueId out) const {
+    int calls = 0;
+    std::set<ValueId> seen;
+    for (std::vector<ValueId> todo = {out}; !todo.empty();) {
+      const ValueId id = todo.back();
+      todo.pop_back();
+      if (id == k.anchor || !plan::computes(k, id) || !seen.insert(id).second)
+        continue;
+      if (!plan::is_column_value(g_[id].type))
+        calls += op_info(g_[id].op).transcendental_calls;
+      todo.insert(todo.end(), g_[id].args.begin(), g_[id].args.end());
+    }
+    return calls;
+  }
+
+  // A Hopper GEMM's epilogue of at least kRolledEpilogueCalls transcendental calls per element
+  // applies its functor in a rolled loop (GemmSpec::rolled_epilogue). Epilogues writing column
+  // statistics (which read the stored values back from the accumulators) or running row passes
+  // (whose tile is staged whole already) keep theirs. Split-K, chosen at run time, sums the
+  // accumulators before either applies.
+  void choose_epilogue_apply(const Kernel &k, GemmSpec &spec) const {
+    if (spec.tile.mainloop != Mainloop::Sm90 || k.stats_of >= 0 || !k.row_stages.empty())
+      return;
+    const int calls = epilogue_calls(k, spec.out);
+    if (calls < kRolledEpilogueCalls)
+      return;
+    spec.rolled_epilogue = true;
+    const std::string why =
+        fmt::format("; epilogue applied in a rolled loop: {} transcendental calls per element "
+                    "(>= {}), its code a few times instead of once per accumulator",
+                    calls, kRolledEpilogueCalls);
+    spec.tile.config += why;
+    for (GemmTile &v : spec.by_rows)
+      v.config += why;
   }
 
   // A tuned tile is for the Hopper mainloop's tf32, bf16 and f16 GEMMs without row passes: the

@@ -57,6 +57,9 @@ struct GemmSpec {
   bool trans_a = false;                       // matmul_tn: A is [K, M], read column-major (SIMT)
   int a_row_multiple = 1, b_row_multiple = 1; // operands' padded rows (TransposeSpec's)
   RowSpec rows = {0, false}; // where the epilogue runs row passes: its team's lanes
+  // The epilogue applies its functor in a rolled loop over accumulators staged in shared memory
+  // (Hopper tiles: gemm_epilogue.cuh's Apply::Rolled), not inlined once per accumulator.
+  bool rolled_epilogue = false;
 };
 
 struct ElementwiseSpec {
