@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -156,13 +157,16 @@ NpyArray read_npy(const std::string &path) {
   NpyArray a;
   a.shape = parse_shape(parser, fields["shape"]);
   const std::string &descr = fields["descr"];
-  if (descr != "<f4" && descr != "<f2")
+  const std::map<std::string, DType> readable = {
+      {"<f4", DType::F32}, {"<f2", DType::F16}, {"<i8", DType::I64}};
+  if (!readable.count(descr))
     throw Error(fmt::format(
-        "{}: dtype '{}' {}; kfuse reads float32 ('<f4') and float16 ('<f2'): "
-        "np.save(path, a.astype(np.float32)) (bf16 has no standard .npy type: save bf16 tensors "
-        "as float32, kfuse rounds them to a bf16 declaration's type)",
+        "{}: dtype '{}' {}; kfuse reads float32 ('<f4'), float16 ('<f2') and int64 ('<i8', "
+        "class indices): np.save(path, a.astype(np.float32)) (bf16 has no standard .npy type: "
+        "save bf16 tensors as float32, kfuse rounds them to a bf16 declaration's type)",
         path, descr, shape_text(a.shape)));
-  const size_t element = descr == "<f4" ? 4 : 2;
+  a.dtype = readable.at(descr);
+  const size_t element = a.dtype == DType::F32 ? 4 : a.dtype == DType::I64 ? 8 : 2;
   if (fields["fortran_order"] != "False")
     throw Error(fmt::format(
         "{}: Fortran order {}; kfuse reads C order: np.save(path, np.ascontiguousarray(a))", path,
@@ -174,22 +178,32 @@ NpyArray read_npy(const std::string &path) {
     count *= static_cast<size_t>(e);
   }
   size_t data_start = header_start + header_len;
+  const char *type_name = a.dtype == DType::F32   ? "float32"
+                          : a.dtype == DType::I64 ? "int64"
+                                                  : "float16";
   if (bytes.size() - data_start != count * element)
     throw Error(fmt::format("{}: shape {} needs {} bytes of {} data, the file has {}", path,
-                            shape_text(a.shape), count * element,
-                            element == 4 ? "float32" : "float16", bytes.size() - data_start));
+                            shape_text(a.shape), count * element, type_name,
+                            bytes.size() - data_start));
   // Little-endian hosts: the file's bytes are the elements.
-  std::vector<double> values =
-      decode_elements(bytes.data() + data_start, count, element == 4 ? DType::F32 : DType::F16);
-  a.data.assign(values.begin(), values.end());
+  a.data = decode_elements(bytes.data() + data_start, count, a.dtype);
+  if (a.dtype == DType::I64)
+    for (size_t i = 0; i < count; ++i)
+      if (std::abs(a.data[i]) > 0x1p53)
+        throw Error(fmt::format("{}: element {} ({}) is beyond 2^53, which kfuse's reference "
+                                "holds exactly; class indices are far below",
+                                path, i, static_cast<int64_t>(a.data[i])));
   return a;
 }
 
 void write_npy(const std::string &path, const std::vector<int64_t> &shape,
-               const std::vector<float> &data) {
+               const std::vector<double> &data, DType dtype) {
+  if (dtype != DType::F32 && dtype != DType::I64)
+    throw Error(
+        fmt::format("internal error: {}: .npy files are written as float32 or int64", path));
   std::string tuple = shape.size() == 1 ? fmt::format("({},)", shape[0]) : shape_text(shape);
-  std::string header =
-      fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", tuple);
+  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
+                                   dtype == DType::I64 ? "<i8" : "<f4", tuple);
   // Magic, version, length, header padded with spaces to a multiple of 64 bytes, then '\n'.
   size_t total = kMagicSize + 4 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -200,8 +214,9 @@ void write_npy(const std::string &path, const std::vector<int64_t> &shape,
                                      static_cast<char>(header.size() >> 8)};
   out.write(version_and_length, sizeof(version_and_length));
   out << header;
-  out.write(reinterpret_cast<const char *>(data.data()),
-            static_cast<std::streamsize>(data.size() * sizeof(float)));
+  const std::vector<uint8_t> elements = encode_elements(data, dtype);
+  out.write(reinterpret_cast<const char *>(elements.data()),
+            static_cast<std::streamsize>(elements.size()));
   // A small file is still in the stream's buffer here: only closing writes it, and fails.
   out.close();
   if (!out)

@@ -57,11 +57,13 @@ void write_inputs(const std::string &dir, int64_t n) {
   std::vector<float> weight(kCols * kCols, 0.0f);
   for (int row = 2; row < kCols; ++row)
     weight[static_cast<size_t>(row * kCols + 3)] = static_cast<float>(std::sin(0.9 * row));
-  auto vec = [&](const char *name, std::vector<float> v) {
-    rt::write_npy(dir + "/" + name, {kCols}, v);
+  // Each value is a float32's, which the file holds exactly.
+  auto put = [&](const char *name, std::vector<int64_t> shape, const std::vector<float> &v) {
+    rt::write_npy(dir + "/" + name, shape, std::vector<double>(v.begin(), v.end()));
   };
-  rt::write_npy(dir + "/x.npy", {n, kCols}, x);
-  rt::write_npy(dir + "/weight.npy", {kCols, kCols}, weight);
+  auto vec = [&](const char *name, std::vector<float> v) { put(name, {kCols}, v); };
+  put("x.npy", {n, kCols}, x);
+  put("weight.npy", {kCols, kCols}, weight);
   vec("bias.npy", {static_cast<float>(-std::log(6.0)), 1000.125f, 0.5f, -0.25f});
   vec("w.npy", {0.7f, -1.3f, 2.0f, 0.5f});
   vec("b.npy", {0.3f, -0.2f, 1.5f, 0.0f});

@@ -106,3 +106,50 @@ def test_bad_files_are_refused_naming_the_file(case):
     os.remove(data / "bias.npy")
     r = run(kf, "--inputs", data)
     assert f"{data}/bias.npy: no such file; --inputs DIR reads every input, param and state of 'scale_bn_small'" in r.stderr
+
+
+LOSS = """pipeline loss {
+  dim N
+  input  x: f32[N, 5]
+  input  target: i64[N]
+  return cross_entropy(x, target, reduction="none")
+}
+"""
+
+
+def test_class_indices_are_int64_files(tmp_path):
+    kf = tmp_path / "loss.kf"
+    kf.write_text(LOSS)
+    data, saved = tmp_path / "data", tmp_path / "saved"
+    data.mkdir()
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    target = np.array([3, 0, -100, 4, 1, 2], np.int64)
+    np.save(data / "x.npy", x)
+    np.save(data / "target.npy", target)
+    r = run(kf, "--inputs", data, "--save", saved, "--reference")
+    if "CUDA driver unavailable" in r.stderr:
+        assert r.returncode == 1 and "kfuse run: error: CUDA driver unavailable" in r.stderr, r.stderr
+        pytest.skip("no GPU: the files were accepted, the run needs one")
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+    lse = np.log(np.exp(x.astype(np.float64)).sum(1))
+    want = np.where(target == -100, 0.0, lse - x[np.arange(6), np.clip(target, 0, 4)])
+    assert rel(np.load(saved / "out0.npy"), want) < 1e-5
+    kept = np.load(saved / "target.npy")
+    assert kept.dtype == np.int64 and (kept == target).all()
+
+
+def test_class_indices_and_floats_are_not_interchangeable(tmp_path):
+    kf = tmp_path / "loss.kf"
+    kf.write_text(LOSS)
+    np.save(tmp_path / "x.npy", np.zeros((4, 5), np.float32))
+    np.save(tmp_path / "target.npy", np.zeros(4, np.float32))
+    r = run(kf, "--inputs", tmp_path)
+    assert r.returncode == 1
+    assert (f"{tmp_path}/target.npy: floating-point data for class indices 'target', declared i64[N]; "
+            "np.save(path, a.astype(np.int64))") in r.stderr
+    np.save(tmp_path / "target.npy", np.zeros(4, np.int64))
+    np.save(tmp_path / "x.npy", np.zeros((4, 5), np.int64))
+    r = run(kf, "--inputs", tmp_path)
+    assert r.returncode == 1
+    assert f"{tmp_path}/x.npy: int64 data for tensor 'x', declared f32[N, 5]" in r.stderr

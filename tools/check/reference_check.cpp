@@ -87,9 +87,11 @@ CheckEntry compare(const std::string &name, const std::vector<double> &gpu,
   return e;
 }
 
+// `integral`: an i64 tensor's class indices, written as int64; the rest as float32.
 void save(const std::string &dir, const std::string &file, const std::vector<int64_t> &shape,
-          const std::vector<double> &data) {
-  write_npy(dir + "/" + file + ".npy", shape, std::vector<float>(data.begin(), data.end()));
+          const std::vector<double> &data, bool integral = false) {
+  write_npy(dir + "/" + file + ".npy", shape, data,
+            integral ? kfuse::DType::I64 : kfuse::DType::F32);
 }
 
 // Every input, param and state from DIR/<name>.npy; `dims` (from --dim) are checked against the
@@ -103,6 +105,7 @@ TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::strin
     if (!v.is_op())
       names.push_back(v.name);
   for (const std::string &name : names) {
+    const bool integral = g[g.find(name)].type.dtype == ir::DType::I64;
     std::string path = dir + "/" + name + ".npy";
     if (!std::filesystem::exists(path))
       throw Error(fmt::format(
@@ -110,8 +113,14 @@ TensorMap read_inputs(const Graph &g, const Pipeline &pipeline, const std::strin
           "DIR/<name>.npy: {}",
           path, g.name, fmt::join(names, ", ")));
     NpyArray a = read_npy(path);
+    if (integral != (a.dtype == kfuse::DType::I64))
+      throw Error(fmt::format(
+          "{}: {} data for {} '{}', declared {}; {}", path,
+          a.dtype == kfuse::DType::I64 ? "int64" : "floating-point",
+          integral ? "class indices" : "tensor", name, g[g.find(name)].type.str(),
+          integral ? "np.save(path, a.astype(np.int64))" : "np.save(path, a.astype(np.float32))"));
     shapes[name] = a.shape;
-    host[name] = HostTensor{a.shape, std::vector<double>(a.data.begin(), a.data.end())};
+    host[name] = HostTensor{a.shape, std::move(a.data)};
   }
   DimBindings found = pipeline.dims(shapes);
   for (const auto &[dim, value] : dims) {
@@ -281,8 +290,8 @@ private:
       return;
     std::filesystem::create_directories(dir);
     auto write = [&](const std::string &file, const std::vector<int64_t> &shape,
-                     const std::vector<double> &data) {
-      save(dir, file, shape, data);
+                     const std::vector<double> &data, bool integral = false) {
+      save(dir, file, shape, data, integral);
       result_.files.push_back(dir + "/" + file + ".npy");
     };
     std::vector<std::string> rows; // of meta.json's "tensors"
@@ -299,7 +308,7 @@ private:
                                    "    \"{0}.out\": {{\"shape\": {1}, \"role\": \"state_out\"}}",
                                    v.name, shape_text(shape)));
       } else {
-        write(v.name, shape, initial_.at(v.name).data);
+        write(v.name, shape, initial_.at(v.name).data, v.type.dtype == ir::DType::I64);
         rows.push_back(fmt::format("    \"{}\": {{\"shape\": {}, \"role\": \"{}\"}}", v.name,
                                    shape_text(shape),
                                    v.kind == ValueKind::Input ? "input" : "param"));

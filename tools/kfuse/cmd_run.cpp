@@ -12,9 +12,10 @@
 // estimated and refused above KFUSE_HOST_MEMORY_GB (default: the machine's memory).
 //
 // kfuse run F.kf --inputs DIR [--steps K] [--save OUT] [--reference]: every input, param and
-// state from DIR/<name>.npy (float32 or float16, C order, rounded to the declared type; the dims
-// come from the shapes); outputs and updated state back to DIR, or everything to OUT with --save
-// (docs/FORMATS.md). Checked against the fp64 reference only with --reference, else for finiteness.
+// state from DIR/<name>.npy (float32 or float16, int64 for an i64 tensor; C order, rounded to
+// the declared type; the dims come from the shapes); outputs and updated state back to DIR, or
+// everything to OUT with --save (docs/FORMATS.md). Checked against the fp64 reference only with
+// --reference, else for finiteness.
 #include "compiler/build_executable.h"
 #include "compiler/dsl/source.h"
 #include "compiler/ir/host_memory.h"
