@@ -173,6 +173,29 @@ TEST_CASE("gpu: groupnorm and instancenorm examples, and groups with odd sizes")
   }
 }
 
+TEST_CASE("gpu: groupnorm with the row in registers, groups of 4 to 128 features, f32 and bf16") {
+  // Rows a multiple of 4 x the block's threads, each group the float4s of 1 to 32 aligned lanes
+  // (row_group_norm_in_registers); 1 to 8 chunks per thread.
+  uint64_t seed = 400;
+  for (const char *dtype : {"f32", "bf16"})
+    for (auto [features, groups] : {std::pair{1024, 256}, std::pair{1024, 64}, std::pair{2048, 16},
+                                    std::pair{4096, 32}, std::pair{16384, 128}}) {
+      std::string text = fmt::format(R"(pipeline groups_{0}_{1} {{
+  dim N
+  input  x: {2}[N, {0}]
+  param  shift: {2}[{0}]
+  param  w: {2}[{0}]
+  param  b: {2}[{0}]
+  h = add(x, shift)
+  return groupnorm(h, w, b, groups={1}), groupnorm(x, groups={1})
+}}
+)",
+                                     features, groups, dtype);
+      for (int64_t n : {1, 7, 64})
+        expect_match(text, "groups.kf", Mode::Eval, n, ++seed);
+    }
+}
+
 TEST_CASE("gpu: groupnorm whose groups do not divide a bound dim fails before any kernel") {
   rt::CheckRequest req;
   req.kf_text = R"(pipeline g {
