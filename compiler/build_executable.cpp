@@ -111,6 +111,7 @@ private:
   size_t buffer(Buffer::Home home, size_t index, const std::string &name);
   size_t buffer_of(ValueId v);
   size_t workspace_buffer(WorkspaceEntry::Kind kind, ValueId v, int tile_rows, size_t kernel);
+  size_t row_partials_buffer(ValueId v, int floats);
   int row_multiple(ValueId v) const {
     auto it = program_.row_multiples.find(v);
     return it == program_.row_multiples.end() ? 1 : it->second;
@@ -128,7 +129,7 @@ private:
     int tile_rows;
     size_t kernel;
   };
-  std::vector<Key> keys_; // of e_.workspace
+  std::vector<Key> keys_; // of e_.workspace (a RowPartials value: tile_rows, its floats per row)
   exec::Executable e_;
 };
 
@@ -225,6 +226,24 @@ size_t Builder::workspace_buffer(WorkspaceEntry::Kind kind, ValueId v, int tile_
   return buffer(Buffer::Home::Workspace, index, names_[static_cast<size_t>(v)]);
 }
 
+// The row partials of matrix `v` (row_partials_epilogue): a workspace value of f32[rows, floats],
+// keyed apart from v's own buffer by its floats per row.
+size_t Builder::row_partials_buffer(ValueId v, int floats) {
+  size_t index = keys_.size();
+  for (size_t i = 0; i < keys_.size(); ++i)
+    if (keys_[i].kind == WorkspaceEntry::Kind::Value && keys_[i].value == v &&
+        keys_[i].tile_rows == floats)
+      index = i;
+  if (index == keys_.size()) {
+    keys_.push_back({WorkspaceEntry::Kind::Value, v, floats, 0});
+    WorkspaceEntry w{WorkspaceEntry::Kind::Value, type_of(g_[v].type.matrix_view()), 0, 0, 0};
+    w.type.dtype = api_dtype(ir::DType::F32);
+    w.type.shape.back() = exec::Extent::constant(floats);
+    e_.workspace.push_back(std::move(w));
+  }
+  return buffer(Buffer::Home::Workspace, index, names_[static_cast<size_t>(v)] + ".row_partials");
+}
+
 exec::Param Builder::param_of(const LaunchParam &p, size_t k) {
   exec::Param e;
   e.kind = static_cast<exec::Param::Kind>(p.kind);
@@ -259,6 +278,10 @@ exec::Param Builder::param_of(const LaunchParam &p, size_t k) {
     e.map = {
         p.map.rows,        p.map.inner, p.map.box_rows, p.map.box_inner, api_dtype(p.map.element),
         p.map.row_multiple};
+    break;
+  case LaunchParam::Kind::RowPartials: // to the runtime, a workspace buffer like any other
+    e.kind = exec::Param::Kind::Buffer;
+    e.buffer = row_partials_buffer(p.value, p.row_floats);
     break;
   case LaunchParam::Kind::Dim:
   case LaunchParam::Kind::SmemFloats:

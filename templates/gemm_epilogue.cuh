@@ -72,6 +72,11 @@
 // epilogue_tile_bytes of scratch, then team t of LANES lanes stores rows t, t + THREADS / LANES,
 // ... and runs their passes. NoRows: none.
 //
+// Row partials (row_partials_epilogue, any n): the same staging, where Rows also has PARTIALS =
+// true and, instead of operator(), partials(int row, int tile, int col0, int cols, const Staged
+// *x, LaneTeam<LANES> team) over the tile's columns col0 .. col0 + cols - 1 at x[0 .. cols - 1]
+// (row_partials.cuh's row_partial for each reduction).
+//
 // Split-K (a unit with splits > 1): run() hands the partial accumulators to split_k_reduce
 // (split_k.cuh); only the tile's last split, holding the sum in split order, stores and writes
 // statistics, so each tile's epilogue runs exactly once. split_partials and split_counters may
@@ -85,6 +90,7 @@
 #include "dtype.cuh"
 #include "gemm_primitives.cuh"
 #include "row_kernel.cuh"
+#include "row_partials.cuh"
 #include "split_k.cuh"
 #include "tile_scheduler.cuh"
 
@@ -590,7 +596,8 @@ private:
     }
     if constexpr (Rows::ENABLED) {
       Fragment::sync();
-      rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, min(Fragment::BM, s.m - m0), s.n, scratch);
+      rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, tc.n, n0, min(Fragment::BM, s.m - m0),
+                                          min(Fragment::BN, s.n - n0), scratch);
     } else if constexpr (Statistics) {
       if (partial_mean == nullptr)
         return;
@@ -630,27 +637,31 @@ private:
         }
     }
     Fragment::sync();
-    rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, tile_rows, s.n, scratch);
+    rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, tc.n, n0, tile_rows,
+                                        min(Fragment::BN, s.n - n0), scratch);
     Fragment::sync(); // the next tile's staging waits for these reads
   }
 
   // Team t of the epilogue's THREADS / LANES stores (where C is written) and runs the passes of
-  // rows t, t + TEAMS, ... of the staged tile, whose values are already rounded to Out where
-  // stored. Not inlined: the row passes' registers then do not add to the mainloop's (which
-  // would spill).
+  // rows t, t + TEAMS, ... of the staged tile (column tile `tile`: columns n0 .. n0 + cols - 1),
+  // whose values are already rounded to Out where stored, or writes their partials. Not
+  // inlined: the row passes' registers then do not add to the mainloop's (which would spill).
   template <int THREADS, int LD>
-  __device__ __noinline__ void rows_of_tile(int thread, int m0, int tile_rows, int n,
-                                            const float *scratch) const {
+  __device__ __noinline__ void rows_of_tile(int thread, int m0, int tile, int n0, int tile_rows,
+                                            int cols, const float *scratch) const {
     constexpr int LANES = Rows::LANES, TEAMS = THREADS / LANES;
     const LaneTeam<LANES> team{thread & 31};
     for (int r = thread / LANES; r < tile_rows; r += TEAMS) {
       const float *staged = scratch + r * LD;
       if (C != nullptr) {
-        Out *crow = C + static_cast<long long>(m0 + r) * ldc;
-        for (int c = team.rank(); c < n; c += LANES)
+        Out *crow = C + (static_cast<long long>(m0 + r) * ldc + n0);
+        for (int c = team.rank(); c < cols; c += LANES)
           kf::store(crow + c, staged[c]);
       }
-      rows(m0 + r, reinterpret_cast<const Staged *>(staged), team);
+      if constexpr (writes_row_partials<Rows>::value)
+        rows.partials(m0 + r, tile, n0, cols, reinterpret_cast<const Staged *>(staged), team);
+      else
+        rows(m0 + r, reinterpret_cast<const Staged *>(staged), team);
     }
   }
 

@@ -154,7 +154,9 @@ std::pair<std::string, std::string> epilogue_arguments(const Kernel &k, const Ke
                                  stats);
   if (!k.row_stages.empty()) {
     type += fmt::format(", {}_rows", k.name);
-    init += fmt::format(", {}_rows{}", k.name, w.member_initializer());
+    init += fmt::format(", {}_rows{}", k.name,
+                        k.row_partials ? w.member_initializer({w.ptr(k.rows_of) + "_rowpart"})
+                                       : w.member_initializer());
   } else if (spec.rolled_epilogue) {
     type += ", kf::NoRows, kf::Apply::Rolled";
   }

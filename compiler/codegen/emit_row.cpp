@@ -38,9 +38,11 @@ ValueId row_tail(const EmitContext &cx, const Kernel &k, size_t i) {
 } // namespace
 
 RowPasses::RowPasses(EmitContext &cx, const Kernel &k, const KernelWriter &w, int threads,
-                     bool staged)
+                     bool staged, int partial_tiles)
     : cx_(cx), g_(cx.graph), k_(k), w_(w), threads_(threads), staged_(staged),
-      n_(KernelWriter::extent(g_[k.rows_of].type.shape.back())),
+      partial_tiles_(partial_tiles),
+      n_(staged && partial_tiles > 0 ? "cols"
+                                     : KernelWriter::extent(g_[k.rows_of].type.shape.back())),
       // A staged row is read at x and written at the row's own address: the templates' row
       // argument is then 0 and their strides unused.
       src_(staged ? "x" : w.ptr(k.rows_of)), ld_(staged ? "0" : n_), row_arg_(staged ? "0" : "row"),
@@ -57,6 +59,8 @@ std::string RowPasses::run(std::string &defs) {
     const bool row_op = class_traits(op_info(g_[st].op).cls).row_op();
     if (!row_op && g_[st].type.shape != t.shape)
       row_result(st);
+    else if (row_op && partial_tiles_ > 0 && !staged_)
+      merge(st);
     else
       pass(i, st, row_op, defs);
   }
@@ -102,8 +106,12 @@ void RowPasses::pass(size_t i, ValueId st, bool row_op, std::string &defs) {
     smem_filled_ = true;
   }
   type_ = fmt::format("{}_pass{}", k_.name, i);
-  members_ = w_.member_declarations("  ") + "  int row;\n";
+  // A tile's row: the prologue's column is the tile's first plus the element's.
+  const bool tile = partial_tiles_ > 0;
+  members_ = w_.member_declarations("  ") + "  int row;\n" + (tile ? "  int col0;\n" : "");
   init_ = {"row"};
+  if (tile)
+    init_.push_back("col0");
   for (ValueId r : row_values_) {
     members_ += fmt::format("  float {};\n", w_.var(r));
     init_.push_back(w_.var(r));
@@ -113,10 +121,12 @@ void RowPasses::pass(size_t i, ValueId st, bool row_op, std::string &defs) {
   const ValueId input = row_op ? op.args[0] : st;
   std::set<ValueId> given(row_values_.begin(), row_values_.end());
   given.insert(k_.rows_of);
-  defs += fmt::format("struct {} {{\n{}  __device__ float operator()(int col, float x) const "
-                      "{{\n{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
-                      type_, members_, cx_.indent, w_.var(k_.rows_of),
-                      w_.tree_statements(cx_.indent, input, given), cx_.indent, w_.var(input));
+  defs += fmt::format("struct {} {{\n{}  __device__ float operator()(int {}, float x) const "
+                      "{{\n{}{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
+                      type_, members_, tile ? "c" : "col",
+                      tile ? cx_.indent + std::string("const int col = col0 + c;\n") : "",
+                      cx_.indent, w_.var(k_.rows_of), w_.tree_statements(cx_.indent, input, given),
+                      cx_.indent, w_.var(input));
   call(i, st, type_ + w_.member_initializer(init_), defs);
 }
 
@@ -160,6 +170,16 @@ void RowPasses::softmax(size_t i, ValueId st, const std::string &pre, std::strin
 
 void RowPasses::reduce(size_t, ValueId st, const std::string &pre, std::string &) {
   const Value &op = g_[st];
+  if (partial_tiles_ > 0) { // a GEMM epilogue's tile of the row: its partial
+    cx_.includes.insert("row_partials.cuh");
+    int floats = 0;
+    const int offset = partial_offset(st, floats);
+    body_ += fmt::format("  kf::row_partial<kf::Reduce::{}>(cols, x, {}, team, {}_rowpart + "
+                         "(static_cast<long long>(row) * {} + tile) * {} + {});\n",
+                         op_info(op.op).reducer, pre, w_.ptr(k_.rows_of), partial_tiles_, floats,
+                         offset);
+    return;
+  }
   cx_.includes.insert("row_reduce.cuh");
   double correction = op.attrs.count("correction") ? op.attr("correction") : 0.0;
   body_ += fmt::format("  const float {} = kf::row_reduce<{}, kf::Reduce::{}>({}, {}, {}, "
@@ -169,6 +189,43 @@ void RowPasses::reduce(size_t, ValueId st, const std::string &pre, std::string &
   if (std::count(k_.stores.begin(), k_.stores.end(), st))
     body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
   row_values_.push_back(st);
+}
+
+int row_partial_floats(const Graph &g, const Kernel &k, ValueId st) {
+  int floats = 0;
+  for (ValueId r : k.row_stages) {
+    const Value &v = g[r];
+    if (op_info(v.op).cls != OpClass::Reduce)
+      continue;
+    if (r == st)
+      return floats;
+    floats += v.op == OpKind::Logsumexp ? 2 : 1; // row_partials.cuh's partial_floats
+  }
+  return st < 0 ? floats : -1;
+}
+
+int RowPasses::partial_offset(ValueId st, int &floats) const {
+  floats = row_partial_floats(g_, k_, -1);
+  const int offset = row_partial_floats(g_, k_, st);
+  if (offset < 0)
+    throw CodegenError(
+        fmt::format("internal error: {} has no row partials of {}", k_.name, g_[st].name));
+  return offset;
+}
+
+void RowPasses::merge(ValueId st) {
+  const Value &op = g_[st];
+  cx_.includes.insert("row_partials.cuh");
+  int floats = 0;
+  const int offset = partial_offset(st, floats);
+  body_ += fmt::format("  const float {} = kf::row_merge<{}, kf::Reduce::{}>(row, {}, {}_rowpart, "
+                       "{}, {}, {});\n",
+                       w_.var(st), threads_, op_info(op.op).reducer, partial_tiles_,
+                       w_.ptr(k_.rows_of), floats, offset, n_);
+  if (std::count(k_.stores.begin(), k_.stores.end(), st))
+    body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
+  row_values_.push_back(st);
+  in_entry_.insert(st);
 }
 
 void RowPasses::pool(size_t, ValueId st, const std::string &pre, std::string &) {
@@ -300,7 +357,7 @@ std::string emit_row(EmitContext &cx, const Kernel &k, const KernelWriter &w,
   if (spec.resident)
     body += "  extern __shared__ __align__(16) float smem[];\n";
   body += "  const int row = blockIdx.x;\n";
-  body += RowPasses(cx, k, w, threads, false).run(defs);
+  body += RowPasses(cx, k, w, threads, false, spec.partial_tiles).run(defs);
   return defs + fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n{}}}\n",
                             threads, k.name, w.param_list(), body);
 }
@@ -309,10 +366,19 @@ std::string emit_gemm_rows(EmitContext &cx, const Kernel &k, const KernelWriter 
                            const select::RowSpec &spec, const std::string &type) {
   const int lanes = spec.threads;
   std::string defs;
-  std::istringstream passes(RowPasses(cx, k, w, lanes, true).run(defs));
+  std::istringstream passes(RowPasses(cx, k, w, lanes, true, spec.partial_tiles).run(defs));
   std::string body, line;
   while (std::getline(passes, line))
     body += "  " + line + "\n";
+  if (k.row_partials)
+    return defs + fmt::format("struct {} {{\n{}  float *{}_rowpart;\n"
+                              "  static constexpr bool ENABLED = true;\n"
+                              "  static constexpr bool PARTIALS = true;\n"
+                              "  static constexpr int LANES = {};\n"
+                              "  __device__ void partials(int row, int tile, int col0, int cols, "
+                              "const kf::Staged *x, kf::LaneTeam<LANES> team) const {{\n{}  }}\n"
+                              "}};\n",
+                              type, w.member_declarations("  "), w.ptr(k.rows_of), lanes, body);
   return defs + fmt::format("struct {} {{\n{}  static constexpr bool ENABLED = true;\n"
                             "  static constexpr int LANES = {};\n"
                             "  __device__ void operator()(int row, const kf::Staged *x, "

@@ -49,6 +49,13 @@ std::string emit_kernel(EmitContext &cx, const Kernel &k, const KernelWriter &w,
   return emit_column(cx, k, w, std::get<select::ColumnSpec>(spec), launch);
 }
 
+// The column tiles of a kernel's row partials (row_partials_epilogue).
+int partial_tiles(const select::KernelSpec &spec) {
+  if (const auto *s = std::get_if<select::GemmSpec>(&spec))
+    return s->rows.partial_tiles;
+  return std::get<select::RowSpec>(spec).partial_tiles;
+}
+
 void inline_into(const std::string &source, std::set<std::string> &done, std::string &out) {
   std::istringstream in(source);
   std::string line;
@@ -120,6 +127,8 @@ Program emit(const plan::Plan &p, const select::Selection &selection, const std:
       for (LaunchParam &lp : l.params)
         if (lp.kind == LaunchParam::Kind::PartialMean || lp.kind == LaunchParam::Kind::PartialM2)
           lp.tile_rows = cx.partial_rows.at(lp.value);
+        else if (lp.kind == LaunchParam::Kind::RowPartials)
+          lp.row_floats = row_partial_floats(g, k, -1) * partial_tiles(selection.kernels.at(i));
       l.geometry.waits_prior_grid = select::waits_prior_grid(arch);
     };
     finish(launch);

@@ -53,6 +53,8 @@ KernelWriter::KernelWriter(const plan::Plan &p, const plan::Kernel &k,
   }
   if (k.kind == plan::KernelKind::Summary)
     params_.push_back({LaunchParam::Kind::StatsSummary, k.stats_of, {}});
+  if (k.row_partials)
+    params_.push_back({LaunchParam::Kind::RowPartials, k.rows_of, {}});
   if (k.stats_of >= 0 && gathers)
     params_.push_back({LaunchParam::Kind::GatheredSummaries, k.stats_of, {}});
   for (const std::string &d : g_.dims)
@@ -247,6 +249,11 @@ std::string KernelWriter::param_list() const {
       break;
     case LaunchParam::Kind::GatheredSummaries:
       parts.push_back(fmt::format("const double *__restrict__ {}_gathered", ptr(lp.value)));
+      break;
+    case LaunchParam::Kind::RowPartials: // the GEMM writes them, the row kernel merges them
+      parts.push_back(fmt::format("{}float *__restrict__ {}_rowpart",
+                                  k_.kind == plan::KernelKind::Gemm ? "" : "const ",
+                                  ptr(lp.value)));
       break;
     case LaunchParam::Kind::Dim:
       parts.push_back("int " + dim_var(lp.dim));

@@ -64,11 +64,15 @@ struct LaunchParam {
     // Statistics exchanged across ranks (Plan::stats_ranks), of the matrix `value`:
     StatsSummary,      // this rank's per-feature (count, mean, M2), 3 x F doubles
     GatheredSummaries, // every rank's, all-gathered: ranks x 3 x F doubles
+    // Row partials of the matrix `value` (row_partials_epilogue): `row_floats` floats per row,
+    // each column tile's partials of every reduction the GEMM's epilogue writes (float *).
+    RowPartials,
   };
   Kind kind;
   ir::ValueId value = -1; // SplitPartials / SplitCounters: the GEMM's product
   std::string dim;
   int tile_rows = 0;      // PartialMean / PartialM2
+  int row_floats = 0;     // RowPartials
   TensorMapSpec map = {}; // TensorMap
 };
 

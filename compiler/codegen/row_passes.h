@@ -20,10 +20,14 @@ namespace kfuse::codegen {
 // per-row results of earlier passes (members); the stage's class picks the template. Per-row
 // values computed from those results alone (row_result) are computed in the body and written by
 // the team's first thread.
+// With `partial_tiles` column tiles (row_partials_epilogue), a staged row is one tile's `cols`
+// columns from `col0` (the prologue reads column col0 + c), of which each reduction writes its
+// partial at `tile` (a GEMM's epilogue); a row kernel merges each reduction from those partials
+// instead of reading the row (row_partials.cuh), then computes the per-row values after them.
 class RowPasses {
 public:
-  RowPasses(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w, int threads,
-            bool staged);
+  RowPasses(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w, int threads, bool staged,
+            int partial_tiles = 0);
 
   // The body's statements; the functors they name are appended to `defs`.
   std::string run(std::string &defs);
@@ -49,6 +53,10 @@ public:
 
 private:
   void check_last_axis() const;
+  // The floats of a row tile's partials, and the offset of reduction st's among them.
+  int partial_offset(ir::ValueId st, int &floats) const;
+  // Reduction st merged from the partials (a row kernel of row_partials_epilogue).
+  void merge(ir::ValueId st);
   std::string dst(ir::ValueId st) const;
   // Row `row` of matrix operand v, which the kernel reads from memory (not its rows_of).
   std::string operand_row(ir::ValueId v) const;
@@ -71,6 +79,7 @@ private:
   const KernelWriter &w_;
   const int threads_;
   const bool staged_;
+  const int partial_tiles_;
   const std::string n_, src_, ld_, row_arg_, team_, smem_, first_;
   std::string body_;
   std::vector<ir::ValueId> row_values_; // per-row results so far, in registers

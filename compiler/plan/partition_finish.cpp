@@ -227,33 +227,40 @@ void Partitioner::summarize_only_unread_values() {
     }
 }
 
+// Kernel `kr`'s computes in graph order, and from them its reads, covers and rules (the
+// rewrites of what it computes). A merge of partials reads through them: a column kernel's
+// statistics, a row kernel's reductions of row_partials_epilogue.
+void Partitioner::describe_kernel(Kernel &kr) const {
+  std::sort(kr.computes.begin(), kr.computes.end());
+  std::set<ValueId> reads;
+  std::set<std::string> covers, rules(kr.rules.begin(), kr.rules.end());
+  for (ValueId id : kr.computes) {
+    const Value &v = val(id);
+    covers.insert(v.origins.begin(), v.origins.end());
+    rules.insert(v.rewrites.begin(), v.rewrites.end());
+    if (is_stats(v) && kr.kind == KernelKind::Column)
+      continue;
+    if (kr.row_partials && kr.kind == KernelKind::Row && is_row_op(v))
+      continue;
+    for (ValueId a : v.args)
+      if (!std::binary_search(kr.computes.begin(), kr.computes.end(), a))
+        reads.insert(a);
+  }
+  if (kr.kind == KernelKind::ColPartials)
+    reads.insert(kr.stats_of);
+  kr.reads.assign(reads.begin(), reads.end());
+  kr.covers.assign(covers.begin(), covers.end());
+  std::stable_sort(kr.covers.begin(), kr.covers.end(), by_line);
+  if (computes_shared_value(kr))
+    rules.insert("shared_value");
+  kr.rules.assign(rules.begin(), rules.end());
+}
+
 void Partitioner::finish() {
   store_column_values();
   std::set<ValueId> stored_anywhere;
-  for (size_t k = 0; k < plan_.kernels.size(); ++k) {
-    Kernel &kr = plan_.kernels[k];
-    std::sort(kr.computes.begin(), kr.computes.end());
-    std::set<ValueId> reads;
-    std::set<std::string> covers, rules(kr.rules.begin(), kr.rules.end());
-    for (ValueId id : kr.computes) {
-      const Value &v = val(id);
-      covers.insert(v.origins.begin(), v.origins.end());
-      rules.insert(v.rewrites.begin(), v.rewrites.end());
-      if (is_stats(v) && kr.kind == KernelKind::Column)
-        continue; // read through the partials
-      for (ValueId a : v.args)
-        if (!std::binary_search(kr.computes.begin(), kr.computes.end(), a))
-          reads.insert(a);
-    }
-    if (kr.kind == KernelKind::ColPartials)
-      reads.insert(kr.stats_of);
-    kr.reads.assign(reads.begin(), reads.end());
-    kr.covers.assign(covers.begin(), covers.end());
-    std::stable_sort(kr.covers.begin(), kr.covers.end(), by_line);
-    if (computes_shared_value(kr))
-      rules.insert("shared_value");
-    kr.rules.assign(rules.begin(), rules.end());
-  }
+  for (Kernel &kr : plan_.kernels)
+    describe_kernel(kr);
   summarize_only_unread_values();
   keep_row_results_in_registers();
   // A pass that writes a matrix (softmax, norm, row_epilogue) feeds no other pass: later
@@ -264,6 +271,7 @@ void Partitioner::finish() {
                           [&](ValueId st) { return row_values_.count(st) != 0; });
   order_kernels();
   rows_into_gemm_epilogues();
+  row_partials_into_gemm_epilogues();
   for (const Kernel &kr : plan_.kernels)
     stored_anywhere.insert(kr.stores.begin(), kr.stores.end());
   mark_per_bind();

@@ -5,6 +5,7 @@
 //   partition_kernels.cpp    kernels formed in graph order: GEMM, column and elementwise kernels
 //   partition_rows.cpp       row kernels and the passes that join them
 //   partition_gemm_rows.cpp  row kernels merged into the epilogue of the GEMM they read
+//   partition_row_partials.cpp  row reductions reduced per tile by the GEMM's epilogue
 //   partition_finish.cpp     reads, stores, order, names and reasons of the finished plan
 // Internal to compiler/plan: nothing outside those files includes it.
 #pragma once
@@ -139,6 +140,12 @@ private:
   static void merge_row_kernel(Kernel &gemm, Kernel row);
   static bool by_line(const std::string &a, const std::string &b);
 
+  // Row reductions as partials of GEMM epilogues (partition_row_partials.cpp).
+  void row_partials_into_gemm_epilogues();
+  int partials_gemm_for(size_t r, const std::map<ir::ValueId, size_t> &storer,
+                        std::string &why) const;
+  void split_row_kernel(Kernel &gemm, Kernel &row);
+
   // The finished plan (partition_finish.cpp).
   void store_column_values();
   void separate_state_updates();
@@ -148,6 +155,7 @@ private:
   bool computes_shared_value(const Kernel &kr) const;
   void mark_per_bind();
   void summarize_only_unread_values();
+  void describe_kernel(Kernel &kr) const;
   void explain_stores();
   static std::string join(const std::vector<std::string> &items);
   void finish();

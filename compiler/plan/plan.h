@@ -64,6 +64,12 @@ struct Kernel {
   // another kernel reads it or it is returned).
   ir::ValueId rows_of = -1;
   std::vector<ir::ValueId> row_stages;
+  // row_partials_epilogue. Gemm: its row_stages are reductions along the rows of rows_of (the
+  // value its epilogue computes, read back by no kernel), of which it writes a partial per (row,
+  // column tile) instead of reading whole rows. Row: the kernel after it that merges those
+  // partials in a fixed order into the reductions' results (its reductions read no matrix),
+  // then runs its other stages on them as a row kernel does.
+  bool row_partials = false;
   // Reads only params (precision bf16's rounding of a weight): computes the same until a param
   // is bound again, so the runtime launches it once per bind, not per run. Only fused plans
   // have such kernels; one never writes an output or draws.

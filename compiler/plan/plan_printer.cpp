@@ -221,6 +221,20 @@ bool summarized(const Plan &p, ValueId v) {
   });
 }
 
+// The row partials a GEMM kernel writes or a row kernel merges (row_partials_epilogue), "" where
+// none: "row partials(h): sum t3, logsumexp t4".
+std::string row_partials_text(const Plan &p, const Kernel &k,
+                              const std::vector<std::string> &names) {
+  if (!k.row_partials)
+    return {};
+  std::vector<std::string> of;
+  for (ValueId st : k.row_stages)
+    if (p.graph[st].is_op() && op_info(p.graph[st].op).cls == OpClass::Reduce)
+      of.push_back(
+          fmt::format("{} {}", op_info(p.graph[st].op).name, names[static_cast<size_t>(st)]));
+  return fmt::format("row partials({}): {}", names[static_cast<size_t>(k.rows_of)], join(of, ", "));
+}
+
 std::string statistics_written(const Kernel &k, const std::vector<std::string> &names) {
   if (k.stats_of < 0 || k.kind == KernelKind::Column)
     return {};
@@ -262,6 +276,9 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
       reads.push_back(fmt::format("{} {}", names[static_cast<size_t>(r)], buffer_type(p, r).str()));
     if (std::string merged = statistics_read(p, k, names); !merged.empty())
       reads.push_back(merged);
+    if (std::string partials = row_partials_text(p, k, names);
+        !partials.empty() && k.kind == KernelKind::Row)
+      reads.push_back(partials + " per column tile");
     for (ValueId w : k.stores)
       writes.push_back(
           fmt::format("{} {}", names[static_cast<size_t>(w)], buffer_type(p, w).str()));
@@ -270,8 +287,11 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
                                    names[static_cast<size_t>(g[e].args[1])]));
     if (std::string summarized = statistics_written(k, names); !summarized.empty())
       writes.push_back(summarized);
+    if (std::string partials = row_partials_text(p, k, names);
+        !partials.empty() && k.kind == KernelKind::Gemm)
+      writes.push_back(partials + " per column tile");
     s += fmt::format("  reads    {}\n", reads.empty() ? "-" : join(reads, ", "));
-    s += fmt::format("  writes   {}\n", join(writes, ", "));
+    s += fmt::format("  writes   {}\n", writes.empty() ? "-" : join(writes, ", "));
     for (ValueId w : k.stores)
       if (auto it = p.stored_because.find(w); it != p.stored_because.end())
         s += fmt::format("  stored   {}: {}\n", names[static_cast<size_t>(w)], it->second);
@@ -306,6 +326,23 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
   return s + roundings_text(p, names);
 }
 
+namespace {
+
+// `"row_partials": [...], ` (the reductions whose row partials the kernel writes or merges),
+// present only where it does, so other plans read as before.
+std::string row_partials_json(const Graph &g, const Kernel &k,
+                              const std::vector<std::string> &names) {
+  if (!k.row_partials)
+    return {};
+  std::vector<std::string> of;
+  for (ValueId st : k.row_stages)
+    if (op_info(g[st].op).cls == OpClass::Reduce)
+      of.push_back(names[static_cast<size_t>(st)]);
+  return fmt::format("\"row_partials\": {}, ", json_array(of));
+}
+
+} // namespace
+
 std::string print_plan_json(const Plan &p, const DimBindings &dims) {
   const Graph &g = p.graph;
   std::vector<std::string> names = printed_names(g);
@@ -316,13 +353,14 @@ std::string print_plan_json(const Plan &p, const DimBindings &dims) {
       computes.push_back(std::string(op_info(g[id].op).name));
     kernels.push_back(fmt::format(
         "    {{\"name\": {}, \"kind\": {}, \"ops\": {}, \"op_sites\": {}, \"rules\": {}, "
-        "\"computes\": {}, \"reads\": {}, \"writes\": {}, \"stats_of\": {}, \"per_bind\": {}, "
+        "\"computes\": {}, \"reads\": {}, \"writes\": {}, \"stats_of\": {}, {}\"per_bind\": {}, "
         "\"bytes_read\": {}, \"bytes_written\": {}}}",
         json_string(k.name), json_string(kernel_kind_name(k.kind)), json_array(op_names(k.covers)),
         json_array(k.covers), json_array(k.rules), json_array(computes),
         json_array(names_of(names, k.reads)), json_array(names_of(names, k.stores)),
         k.stats_of >= 0 ? json_string(names[static_cast<size_t>(k.stats_of)]) : "null",
-        k.per_bind ? "true" : "false", json_string(bytes_sum(g, buffer_types(p, k.reads), dims)),
+        row_partials_json(g, k, names), k.per_bind ? "true" : "false",
+        json_string(bytes_sum(g, buffer_types(p, k.reads), dims)),
         json_string(bytes_sum(g, buffer_types(p, k.stores), dims))));
   }
   std::vector<std::string> inters;

@@ -31,6 +31,7 @@ public:
       check_computes(k);
       check_stores(k);
       check_partials(k);
+      check_row_partials(k);
       check_state_updates(k);
     }
     check_plan();
@@ -78,6 +79,11 @@ private:
   void check_arguments(const Kernel &k, ValueId id, const std::set<ValueId> &reads) const {
     const Value &v = g_[id];
     bool from_partials = k.kind == KernelKind::Column && op_info(v.op).cls == OpClass::ColReduce;
+    if (k.kind == KernelKind::Row && k.row_partials && op_info(v.op).cls == OpClass::Reduce) {
+      if (!row_partials_by_.count(id))
+        fail(k, fmt::format("merges {} from partials no kernel before it wrote", describe(g_, id)));
+      return;
+    }
     // Codegen computes a column value once per feature, reading each argument at the feature
     // index: a matrix value has none (is_column_value). A column kernel runs per feature.
     const bool per_feature = !op_info(v.op).cuda.empty() && is_column_value(v.type);
@@ -138,6 +144,27 @@ private:
     if (!fresh)
       fail(k, fmt::format("writes partials of '{}' which kernel {} already wrote",
                           g_[k.stats_of].name, it->second));
+  }
+
+  // A GEMM kernel writing row partials (row_partials_epilogue) computes the value whose rows
+  // they reduce and the inputs of the reductions, which are computed by no kernel yet.
+  void check_row_partials(const Kernel &k) {
+    if (k.kind != KernelKind::Gemm || !k.row_partials)
+      return;
+    if (!local_.count(k.rows_of))
+      fail(k, fmt::format("writes row partials over {} which it does not compute",
+                          describe(g_, k.rows_of)));
+    for (ValueId st : k.row_stages) {
+      const Value &v = g_[st];
+      if (!v.is_op() || op_info(v.op).cls != OpClass::Reduce || computed_.count(st) ||
+          (!local_.count(v.args[0]) && v.args[0] != k.rows_of))
+        fail(k, fmt::format("writes row partials of {}, which is no reduction of what it computes",
+                            describe(g_, st)));
+      auto [it, fresh] = row_partials_by_.emplace(st, k.name);
+      if (!fresh)
+        fail(k, fmt::format("writes row partials of {} which kernel {} already wrote",
+                            describe(g_, st), it->second));
+    }
   }
 
   // A kernel that merges partials follows their writer; where the plan exchanges statistics,
@@ -201,6 +228,7 @@ private:
   const Graph view_;
   const Graph &g_;
   std::map<ValueId, std::string> stored_by_, partials_by_, updated_by_; // buffer -> kernel name
+  std::map<ValueId, std::string> row_partials_by_; // reduction -> the GEMM writing its partials
   std::set<ValueId> computed_;
   std::set<ValueId> summarized_;               // matrices a Summary kernel summarized
   std::map<ValueId, std::string> computed_by_; // ops no kernel computes inline -> their kernel

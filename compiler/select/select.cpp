@@ -68,6 +68,8 @@ public:
         GemmSpec spec = gemm(k);
         if (k.stats_of >= 0)
           s.partial_rows[k.stats_of] = spec.tile.bm;
+        if (k.row_partials)
+          partial_tiles_[k.rows_of] = spec.rows.partial_tiles;
         s.kernels.emplace_back(std::move(spec));
         break;
       }
@@ -255,7 +257,33 @@ private:
                                                    "inner extent is a constant multiple of 4)"
                                                  : "")};
     }
-    if (rows) {
+    if (rows)
+      epilogue_rows(k, mm, spec);
+    describe_split(spec);
+    choose_epilogue_apply(k, spec);
+    if (spec.a_row_multiple > 1)
+      spec.tile.config += "; its operands are transposed copies whose rows their kernels pad to "
+                          "16 bytes, which TMA reads at any inner dim";
+    return spec;
+  }
+
+  // The team of lanes per staged row that the epilogue runs row passes with, or that reduces
+  // each tile's columns of its rows into their partials (row_partials_epilogue).
+  void epilogue_rows(const Kernel &k, const Value &mm, GemmSpec &spec) const {
+    if (k.row_partials) {
+      // A team of lanes per staged row of a tile reduces its columns (row_partials_epilogue).
+      const Dim &cols = g_[k.rows_of].type.shape.back();
+      if (cols.is_symbolic())
+        throw CodegenError(fmt::format("internal error: {} writes row partials over {} columns, "
+                                       "a symbolic count of tiles",
+                                       k.name, cols.str()));
+      spec.rows = {kf::row_team_lanes(spec.tile.bn), false,
+                   static_cast<int>((cols.value + spec.tile.bn - 1) / spec.tile.bn)};
+      spec.tile.config += fmt::format("; its epilogue writes the partials of {} row reduction{} "
+                                      "per row of each tile ({} column tiles)",
+                                      k.row_stages.size(), k.row_stages.size() == 1 ? "" : "s",
+                                      spec.rows.partial_tiles);
+    } else {
       const Dim &cols = mm.type.shape[1];
       if (cols.is_symbolic() || cols.value > spec.tile.bn)
         throw CodegenError(fmt::format("internal error: {} runs row passes over {} columns, its "
@@ -264,12 +292,6 @@ private:
       spec.rows = {kf::row_team_lanes(static_cast<int>(g_[k.rows_of].type.shape.back().value)),
                    false};
     }
-    describe_split(spec);
-    choose_epilogue_apply(k, spec);
-    if (spec.a_row_multiple > 1)
-      spec.tile.config += "; its operands are transposed copies whose rows their kernels pad to "
-                          "16 bytes, which TMA reads at any inner dim";
-    return spec;
   }
 
   // Split-K, the part of the configuration the bound dims decide, in each tile's config.
@@ -464,6 +486,16 @@ private:
   RowSpec row(const Kernel &k) const {
     const Dim &cols = g_[k.rows_of].type.shape.back();
     RowSpec spec;
+    if (k.row_partials) { // a warp per row merges its column tiles' partials
+      auto it = partial_tiles_.find(k.rows_of);
+      if (it == partial_tiles_.end())
+        throw CodegenError(fmt::format("internal error: {} merges row partials of {} that no "
+                                       "GEMM before it writes",
+                                       k.name, g_[k.rows_of].name));
+      spec.threads = 32;
+      spec.partial_tiles = it->second;
+      return spec;
+    }
     spec.threads = cols.is_symbolic() ? 256 : kf::row_threads(static_cast<int>(cols.value));
     for (ValueId st : k.row_stages)
       spec.resident = spec.resident || codegen::keeps_resident_row(g_[st].op);
@@ -492,7 +524,8 @@ private:
   GemmMath math_;
   std::string arch_;
   const codegen::GemmTunings &tunings_;
-  std::set<ValueId> padded_; // find_padded
+  std::set<ValueId> padded_;             // find_padded
+  std::map<ValueId, int> partial_tiles_; // row partials' matrix -> column tiles of its GEMM
 };
 
 } // namespace

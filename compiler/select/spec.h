@@ -39,6 +39,10 @@ struct GemmTile {
 struct RowSpec {
   int threads = 256;     // block threads, or lanes of the epilogue's team
   bool resident = false; // a pass keeps its row in shared memory
+  // row_partials_epilogue: the column tiles of the matrix whose reductions the GEMM epilogue
+  // writes partials of per tile (its tiles' width dividing the features), which the row kernel
+  // after it merges. 0: none.
+  int partial_tiles = 0;
 };
 
 struct GemmSpec {

@@ -1,0 +1,166 @@
+// Partitioner: row_partials_epilogue, the reductions of a row kernel over a GEMM's wide product
+// reduced per column tile by the GEMM's epilogue and merged by the row kernel.
+#include "compiler/plan/partitioner.h"
+
+#include "compiler/ir/op_class.h"
+
+#include <algorithm>
+
+namespace kfuse::plan::partitioning {
+
+using namespace ir;
+
+namespace {
+
+// Reductions whose per-tile partials merge into the row's result in one more step: a sum (mean:
+// a sum over n), an extremum, logsumexp's online (max, sum of exp) pair. var and std would need
+// Welford partials (count, mean, M2) per tile.
+bool merges_from_partials(const Value &v) {
+  const std::string_view r = op_info(v.op).reducer;
+  return op_info(v.op).cls == OpClass::Reduce &&
+         (r == "Sum" || r == "Mean" || r == "Max" || r == "Min" || r == "LogSumExp");
+}
+
+} // namespace
+
+// row_partials_epilogue: a row kernel over the matrix a GEMM kernel stores, too wide for one
+// tile to hold whole rows (gemm_row_epilogue took those), whose stages are reductions of that
+// matrix's rows and per-row values of their results: the GEMM's epilogue writes each
+// reduction's partial per (row, column tile) and the row kernel merges them instead of reading
+// the matrix, which is then stored only where it is returned or another kernel reads it. The
+// partials are written once per tile after split-K's merge (each tile's epilogue runs once).
+void Partitioner::row_partials_into_gemm_epilogues() {
+  if (!fuse_)
+    return;
+  std::vector<Kernel> &ks = plan_.kernels;
+  std::map<ValueId, size_t> storer;
+  std::map<ValueId, int> readers; // value -> how many kernels read it
+  for (size_t k = 0; k < ks.size(); ++k) {
+    for (ValueId s : ks[k].stores)
+      storer[s] = k;
+    for (ValueId v : ks[k].reads)
+      ++readers[v];
+  }
+  for (size_t r = 0; r < ks.size(); ++r) {
+    std::string why;
+    const int g = partials_gemm_for(r, storer, why);
+    const ValueId rows = ks[r].rows_of;
+    if (g < 0) {
+      if (!why.empty() && because_.count(rows))
+        because_[rows] += "; its row kernel reads it whole: " + why;
+      continue;
+    }
+    Kernel &gemm = ks[static_cast<size_t>(g)];
+    --readers[rows];
+    split_row_kernel(gemm, ks[r]);
+    because_.erase(rows); // stored, if at all, for what another kernel or the caller reads
+    if (!is_output_.count(rows) && readers[rows] == 0) {
+      gemm.stores.clear();
+      storer.erase(rows);
+    }
+  }
+}
+
+// The GEMM kernel whose epilogue can write the partials of row kernel `r`'s reductions
+// (row_partials_epilogue), or -1, with the reason in `why` where only the row kernel's stages
+// keep it out.
+int Partitioner::partials_gemm_for(size_t r, const std::map<ValueId, size_t> &storer,
+                                   std::string &why) const {
+  const Kernel &row = plan_.kernels[r];
+  if (row.kind != KernelKind::Row || row.row_partials)
+    return -1;
+  const ValueId rows = row.rows_of;
+  auto it = storer.find(rows);
+  const TensorType &t = val(rows).type;
+  if (it == storer.end() || t.rank() != 2 || t.shape[1].is_symbolic())
+    return -1;
+  const size_t g = it->second;
+  const Kernel &gemm = plan_.kernels[g];
+  if (gemm.kind != KernelKind::Gemm || gemm.stats_of >= 0 || !gemm.row_stages.empty() ||
+      gemm.stores != std::vector<ValueId>{rows})
+    return -1;
+  if (std::none_of(row.row_stages.begin(), row.row_stages.end(),
+                   [&](ValueId st) { return op_info(val(st).op).cls == OpClass::Reduce; }))
+    return -1;
+  for (ValueId v : row.reads) // everything the stages read is there when the GEMM runs
+    if (auto s = storer.find(v); v != rows && s != storer.end() && s->second > g)
+      return -1;
+  const std::set<ValueId> stages(row.row_stages.begin(), row.row_stages.end());
+  for (ValueId st : row.row_stages) {
+    const Value &v = val(st);
+    if (!is_row_op(v)) {
+      if (v.type.shape == t.shape) {
+        why = fmt::format("{} reads the row again with its per-row results", site(st));
+        return -1;
+      }
+      continue; // a per-row value of the results (row_result): computed after the merge
+    }
+    if (!merges_from_partials(v)) {
+      why = op_info(v.op).cls == OpClass::Reduce
+                ? fmt::format("{} is merged from whole rows (no per-tile partials of it)", site(st))
+                : fmt::format("{} needs whole rows", site(st));
+      return -1;
+    }
+    for (ValueId leaf : op_leaves(st))
+      if (stages.count(leaf)) {
+        why = fmt::format("{} reads the row again after {}", site(st), site(leaf));
+        return -1;
+      }
+  }
+  return static_cast<int>(g);
+}
+
+// The row kernel's reductions become partials the GEMM's epilogue writes over the value it
+// computes: the reductions' inputs (the row kernel's prologue) move to the GEMM kernel; the row
+// kernel keeps the reductions, merged from the partials, and the per-row values after them.
+void Partitioner::split_row_kernel(Kernel &gemm, Kernel &row) {
+  const std::set<ValueId> in_row(row.computes.begin(), row.computes.end());
+  std::set<ValueId> prologue, finalize;
+  // The values of `row` the tree at `root` computes, not walking into `stop`.
+  auto walk = [&](ValueId root, const std::set<ValueId> &stop, std::set<ValueId> &into) {
+    std::vector<ValueId> todo = {root};
+    while (!todo.empty()) {
+      const ValueId cur = todo.back();
+      todo.pop_back();
+      if (!in_row.count(cur) || stop.count(cur) || !into.insert(cur).second)
+        continue;
+      todo.insert(todo.end(), val(cur).args.begin(), val(cur).args.end());
+    }
+  };
+  std::set<ValueId> reductions;
+  for (ValueId st : row.row_stages)
+    if (is_row_op(val(st)))
+      reductions.insert(st);
+  for (ValueId st : reductions)
+    walk(val(st).args[0], {}, prologue);
+  for (ValueId st : row.row_stages)
+    if (reductions.count(st))
+      finalize.insert(st);
+    else
+      walk(st, reductions, finalize);
+  gemm.rows_of = row.rows_of;
+  gemm.row_partials = true;
+  gemm.row_stages.clear();
+  for (ValueId st : row.row_stages)
+    if (reductions.count(st))
+      gemm.row_stages.push_back(st);
+  gemm.computes.insert(gemm.computes.end(), prologue.begin(), prologue.end());
+  std::sort(gemm.computes.begin(), gemm.computes.end());
+  gemm.computes.erase(std::unique(gemm.computes.begin(), gemm.computes.end()), gemm.computes.end());
+  gemm.rules.push_back("row_partials_epilogue");
+  // The rewrites of the values that moved leave the row kernel's rules (describe_kernel adds
+  // back those of what it still computes, and shared_value where it still applies).
+  std::set<std::string> moved = {"shared_value"};
+  for (ValueId id : prologue)
+    moved.insert(val(id).rewrites.begin(), val(id).rewrites.end());
+  row.rules.erase(std::remove_if(row.rules.begin(), row.rules.end(),
+                                 [&](const std::string &rule) { return moved.count(rule) != 0; }),
+                  row.rules.end());
+  row.computes.assign(finalize.begin(), finalize.end());
+  row.row_partials = true;
+  row.rules.push_back("row_partials_epilogue");
+  describe_kernel(gemm);
+  describe_kernel(row);
+}
+
+} // namespace kfuse::plan::partitioning
