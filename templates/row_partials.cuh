@@ -6,9 +6,11 @@
 //
 //   partial (row_partial):  Sum / Mean: the sum; Max / Min: the extremum (NaN with a NaN);
 //                           LogSumExp: the online pair (max, sum of exp(y - max)), its max NaN
-//                           where the tile holds a NaN
+//                           where the tile holds a NaN; Var / Std: Welford's (count, mean, M2)
 //   merge (row_merge):      the sum of the sums (Mean: over n), the extremum of the extrema,
-//                           logsumexp's pairs merged online; special values as row_reduce.cuh's
+//                           logsumexp's pairs merged online, the Welford triples merged with
+//                           Chan's formula (no E[y^2] - E[y]^2 cancellation); special values as
+//                           row_reduce.cuh's
 //
 // Layout: a row's partials are [tiles][floats] floats, floats the sum of partial_floats() over
 // the reductions the epilogue writes; a reduction at offset o has row r's partial of tile t at
@@ -19,7 +21,9 @@
 
 namespace kf {
 
-KF_HOST_DEVICE constexpr int partial_floats(Reduce r) { return r == Reduce::LogSumExp ? 2 : 1; }
+KF_HOST_DEVICE constexpr int partial_floats(Reduce r) {
+  return r == Reduce::LogSumExp ? 2 : r == Reduce::Var || r == Reduce::Std ? 3 : 1;
+}
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
@@ -33,11 +37,10 @@ template <class R> struct writes_row_partials<R, decltype(void(R::PARTIALS))> {
 };
 
 // The partial of reduction R over a tile's `cols` staged values x[0 .. cols - 1] of one row,
-// y = pre(c, x[c]), written at out[0] (and out[1]) by the team's first member.
+// y = pre(c, x[c]), written at out[0 .. partial_floats(R) - 1] by the team's first member.
 template <Reduce R, class Pre, class Team>
 __device__ __forceinline__ void row_partial(int cols, const Staged *x, const Pre &pre, Team team,
                                             float *out) {
-  static_assert(R != Reduce::Var && R != Reduce::Std, "var and std have no row partials");
   using namespace row_detail;
   if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
     float s = 0.0f;
@@ -55,6 +58,15 @@ __device__ __forceinline__ void row_partial(int cols, const Staged *x, const Pre
       m = team.combine(m, MinimumOp{});
     if (team.rank() == 0)
       out[0] = m;
+  } else if constexpr (R == Reduce::Var || R == Reduce::Std) {
+    Welford acc{0.0f, 0.0f, 0.0f};
+    for_each_loaded(team, x, cols, pre, [&](int, float y) { welford_add(acc, y); });
+    const Welford tot = team.welford(acc);
+    if (team.rank() == 0) {
+      out[0] = tot.n;
+      out[1] = tot.mean;
+      out[2] = tot.m2;
+    }
   } else {
     MaxSum acc{neg_inf(), 0.0f};
     float any_nan = 0.0f;
@@ -73,12 +85,12 @@ __device__ __forceinline__ void row_partial(int cols, const Staged *x, const Pre
 
 // Reduction R of row `row` of n values from its `tiles` partials at offset `offset` of the
 // partials (`floats` per tile), merged in tile order by a block of Threads threads (or a Team);
-// every member gets the result.
+// every member gets the result. `correction`: var / std's (divisor max(0, n - correction)).
 template <int Threads, Reduce R, class Team = BlockTeam<Threads>>
 __device__ __forceinline__ float row_merge(int row, int tiles, const float *partials, int floats,
-                                           int offset, int n, Team team = Team{}) {
+                                           int offset, int n, float correction,
+                                           Team team = Team{}) {
   static_assert(Team::SIZE == Threads, "the team is Threads threads");
-  static_assert(R != Reduce::Var && R != Reduce::Std, "var and std have no row partials");
   using namespace row_detail;
   const float *p = partials + static_cast<long long>(row) * tiles * floats + offset;
   if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
@@ -97,6 +109,13 @@ __device__ __forceinline__ float row_merge(int row, int tiles, const float *part
     for (int t = team.rank(); t < tiles; t += Team::SIZE)
       m = minimum(m, p[t * floats]);
     return team.combine(m, MinimumOp{});
+  } else if constexpr (R == Reduce::Var || R == Reduce::Std) {
+    Welford acc{0.0f, 0.0f, 0.0f};
+    for (int t = team.rank(); t < tiles; t += Team::SIZE)
+      acc = welford_merge(acc, Welford{p[t * floats], p[t * floats + 1], p[t * floats + 2]});
+    const Welford tot = team.welford(acc);
+    const float var = tot.m2 / fmaxf(0.0f, static_cast<float>(n) - correction);
+    return R == Reduce::Std ? sqrtf(var) : var;
   } else {
     MaxSum acc{neg_inf(), 0.0f};
     float any_nan = 0.0f;

@@ -50,12 +50,13 @@ inline constexpr int64_t kMaxOpsPerKernel = 256;
 //                      column statistics or a kernel between them stores a value it reads
 //   row_partials_epilogue
 //                      a row kernel over a wider GEMM product whose passes are reductions (sum,
-//                      mean, max, min, amax, amin, logsumexp) of elementwise values of its rows
+//                      mean, max, min, amax, amin, logsumexp, var, std) of elementwise values of
+//                      its rows
 //                      and per-row values of their results: the GEMM's epilogue writes each
 //                      reduction's fp32 partial per (row, column tile) and the row kernel merges
 //                      them, so the product is stored only where it is returned or another
 //                      kernel reads it; not under the same conditions, nor where a pass needs
-//                      whole rows (softmax, normalizations, var / std) or reads the row again
+//                      whole rows (softmax, normalizations) or reads the row again
 //                      after a reduction (h - max(h)), which the product's reason then names
 //   elementwise        any other elementwise chain is one kernel, stored once
 //                      (a value whose inline tree holds a quarter of kMaxOpsPerKernel ops

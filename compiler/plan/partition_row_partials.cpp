@@ -13,12 +13,13 @@ using namespace ir;
 namespace {
 
 // Reductions whose per-tile partials merge into the row's result in one more step: a sum (mean:
-// a sum over n), an extremum, logsumexp's online (max, sum of exp) pair. var and std would need
-// Welford partials (count, mean, M2) per tile.
+// a sum over n), an extremum, logsumexp's online (max, sum of exp) pair, var's and std's
+// Welford (count, mean, M2), merged with Chan's formula.
 bool merges_from_partials(const Value &v) {
   const std::string_view r = op_info(v.op).reducer;
   return op_info(v.op).cls == OpClass::Reduce &&
-         (r == "Sum" || r == "Mean" || r == "Max" || r == "Min" || r == "LogSumExp");
+         (r == "Sum" || r == "Mean" || r == "Max" || r == "Min" || r == "LogSumExp" || r == "Var" ||
+          r == "Std");
 }
 
 } // namespace
@@ -96,9 +97,7 @@ int Partitioner::partials_gemm_for(size_t r, const std::map<ValueId, size_t> &st
       continue; // a per-row value of the results (row_result): computed after the merge
     }
     if (!merges_from_partials(v)) {
-      why = op_info(v.op).cls == OpClass::Reduce
-                ? fmt::format("{} is merged from whole rows (no per-tile partials of it)", site(st))
-                : fmt::format("{} needs whole rows", site(st));
+      why = fmt::format("{} needs whole rows", site(st));
       return -1;
     }
     for (ValueId leaf : op_leaves(st))

@@ -17,7 +17,7 @@ namespace {
 
 // Every reduction that has partials, over the product and over elementwise values of it, and
 // reductions of a [N, 1] result after them; `returned` also returns h. Well-conditioned at tf32
-// and bf16: sums of |h| (a sum of random signs cancels).
+// and bf16: sums of |h| (a sum of random signs cancels), the spread of h.
 std::string wide(const char *dtype, int in, int out, bool returned) {
   return fmt::format(R"(pipeline wide_{0}_{1}_{2} {{
   dim N
@@ -29,7 +29,7 @@ std::string wide(const char *dtype, int in, int out, bool returned) {
   e = logsumexp(sigmoid(h), dim=1)
   d = mean(div(abs(h), 2), dim=-1, keepdim=true)
   m = logsumexp(logsumexp(mean(max(s, dim=1, keepdim=true), dim=1, keepdim=true), dim=1, keepdim=true), dim=1, keepdim=true)
-  return s, e, d, m, logsumexp(h, dim=1), amax(h, dim=1), min(h, dim=1, keepdim=true){3}
+  return s, e, d, m, logsumexp(h, dim=1), amax(h, dim=1), min(h, dim=1, keepdim=true), var(h, dim=1), std(h, dim=1, correction=0, keepdim=true){3}
 }}
 )",
                      dtype, in, out, returned ? ", h" : "");

@@ -6,7 +6,7 @@
 #include "math.cuh"
 #include "row_partials.cuh"
 
-// k0_gemm: linear@10, sigmoid@12, div@13 (gemm); canonicalize_linear, fold_affine, row_partials_epilogue, shared_value, simplify_identities
+// k0_gemm: linear@11, sigmoid@13, div@14 (gemm); canonicalize_linear, fold_affine, row_partials_epilogue, shared_value, simplify_identities
 struct k0_gemm_functor {
   const float *p_x;
   const float *p_weight;
@@ -73,6 +73,21 @@ struct k0_gemm_pass2 {
     return v_t6;
   }
 };
+struct k0_gemm_pass3 {
+  const float *p_x;
+  const float *p_weight;
+  const float *p_bias;
+  int d_N;
+  int row;
+  int col0;
+  __device__ float operator()(int c, float x) const {
+    const int col = col0 + c;
+    const float v_t1 = x;
+    const float v_t2 = float(1);
+    const float v_h = v_t1 * v_t2 + kf::load(p_bias + col);
+    return v_h;
+  }
+};
 struct k0_gemm_rows {
   const float *p_x;
   const float *p_weight;
@@ -83,9 +98,10 @@ struct k0_gemm_rows {
   static constexpr bool PARTIALS = true;
   static constexpr int LANES = 8;
   __device__ void partials(int row, int tile, int col0, int cols, const kf::Staged *x, kf::LaneTeam<LANES> team) const {
-    kf::row_partial<kf::Reduce::Sum>(cols, x, k0_gemm_pass0{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 4 + 0);
-    kf::row_partial<kf::Reduce::LogSumExp>(cols, x, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 4 + 1);
-    kf::row_partial<kf::Reduce::Sum>(cols, x, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 4 + 3);
+    kf::row_partial<kf::Reduce::Sum>(cols, x, k0_gemm_pass0{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 7 + 0);
+    kf::row_partial<kf::Reduce::LogSumExp>(cols, x, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 7 + 1);
+    kf::row_partial<kf::Reduce::Sum>(cols, x, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 7 + 3);
+    kf::row_partial<kf::Reduce::Std>(cols, x, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 7 + 4);
   }
 };
 extern "C" __global__ void __launch_bounds__(kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 128, 1, true>::THREADS, kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 128, 1, true>::MIN_BLOCKS)
@@ -97,18 +113,18 @@ k0_gemm(const __grid_constant__ kf::sm90::TensorMap p_x_map, const __grid_consta
   kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 128, 1, true>>(p_x_map, p_weight_map, shape, scheduler, epilogue);
 }
 
-// k1_row: sum@11, logsumexp@12, sum@13, logsumexp@14, mean@14 (row); row_chain, row_partials_epilogue, row_prologue, row_result, simplify_identities
+// k1_row: sum@12, logsumexp@13, sum@14, logsumexp@15, mean@15, std@16 (row); row_chain, row_partials_epilogue, row_prologue, row_result, simplify_identities
 extern "C" __global__ void __launch_bounds__(32)
-k1_row(float *__restrict__ p_s, float *__restrict__ p_e, float *__restrict__ p_d, float *__restrict__ p_m, const float *__restrict__ p_t1_rowpart, int d_N) {
+k1_row(float *__restrict__ p_s, float *__restrict__ p_e, float *__restrict__ p_d, float *__restrict__ p_m, float *__restrict__ p_v, const float *__restrict__ p_t1_rowpart, int d_N) {
   kf::wait_prior_grid();
   const int row = blockIdx.x;
-  const float v_s = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 4, 0, 4096);
+  const float v_s = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 7, 0, 4096, 0.0f);
   if (threadIdx.x == 0)
     kf::store(p_s + row, v_s);
-  const float v_e = kf::row_merge<32, kf::Reduce::LogSumExp>(row, 32, p_t1_rowpart, 4, 1, 4096);
+  const float v_e = kf::row_merge<32, kf::Reduce::LogSumExp>(row, 32, p_t1_rowpart, 7, 1, 4096, 0.0f);
   if (threadIdx.x == 0)
     kf::store(p_e + row, v_e);
-  const float v_d = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 4, 3, 4096);
+  const float v_d = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 7, 3, 4096, 0.0f);
   if (threadIdx.x == 0)
     kf::store(p_d + row, v_d);
   const float v_t7 = 0.0f;
@@ -119,4 +135,7 @@ k1_row(float *__restrict__ p_s, float *__restrict__ p_e, float *__restrict__ p_d
   const float v_m = v_t10 + v_t11;
   if (threadIdx.x == 0)
     kf::store(p_m + row, v_m);
+  const float v_v = kf::row_merge<32, kf::Reduce::Std>(row, 32, p_t1_rowpart, 7, 4, 4096, float(1));
+  if (threadIdx.x == 0)
+    kf::store(p_v + row, v_v);
 }
