@@ -24,6 +24,8 @@
 //   ROW_LANE_SHIFT    lanes differing only in bits ROW_LANE_SHIFT..4 hold the same columns on
 //                     other rows; the lanes below 1 << ROW_LANE_SHIFT cover the warp's columns
 //   ROW_GROUPS        warps holding the same columns hold ROW_GROUPS disjoint row sets
+//   col_group()       which of the THREADS / 32 / ROW_GROUPS warps holding the same rows this
+//                     thread's warp is (their columns in no particular order)
 //   THREADS, thread   the epilogue's threads, this one's index
 //   row(i), col(j), row_group(), group_rows(group, tile_rows), at(acc, i, j), sync()
 //   STORE             Direct: from the registers. WarpSlices: each warp through its slice of
@@ -72,10 +74,15 @@
 // epilogue_tile_bytes of scratch, then team t of LANES lanes stores rows t, t + THREADS / LANES,
 // ... and runs their passes. NoRows: none.
 //
-// Row partials (row_partials_epilogue, any n): the same staging, where Rows also has PARTIALS =
-// true and, instead of operator(), partials(int row, int tile, int col0, int cols, const Staged
-// *x, LaneTeam<LANES> team) over the tile's columns col0 .. col0 + cols - 1 at x[0 .. cols - 1]
-// (row_partials.cuh's row_partial for each reduction).
+// Row partials (row_partials_epilogue, any n): no staging. Rows has PARTIALS = true, Partials
+// (row_partials.cuh's RowPartials of its reductions), add(float *p, int row, int col0, int c,
+// float x), which adds the value x of column col0 + c (as stored: rounded to Out where C is
+// written) to partial p, and out(int row, int tile), where the partial of the row's column tile
+// goes. C is stored as without rows; then, a row at a time, each thread folds its accumulators
+// into the row's partial in column order, the lanes holding the row's columns merge theirs by a
+// butterfly (lower lanes' first) and, where several warps hold a row (col_group()), those merge
+// in order through [BM][groups][FLOATS] floats of epilogue_tile_bytes' scratch. Deterministic,
+// without atomics.
 //
 // Split-K (a unit with splits > 1): run() hands the partial accumulators to split_k_reduce
 // (split_k.cuh); only the tile's last split, holding the sum in split order, stores and writes
@@ -144,7 +151,8 @@ struct GemmEpilogue {
                 "a rolled apply writes no column statistics and runs no row passes");
   using Column = typename Functor::Column;
   static constexpr int COLUMN_FLOATS = Functor::COLUMN_FLOATS;
-  static constexpr bool STAGES_ROWS = Rows::ENABLED;
+  static constexpr bool PARTIALS = writes_row_partials<Rows>::value;
+  static constexpr bool STAGES_ROWS = Rows::ENABLED && !PARTIALS;
   static constexpr int MATRICES = Functor::MATRICES;
   static constexpr int INPUTS = MATRICES > 0 ? MATRICES : 1; // in[] of apply(), never empty
 
@@ -176,11 +184,17 @@ struct GemmEpilogue {
     if (u.splits > 1 && !split_k_reduce(f, u, split_partials, split_counters, acc,
                                         reinterpret_cast<int *>(scratch)))
       return;
+    if constexpr (PARTIALS) {
+      if (C != nullptr)
+        store_any<Cached>(f, s, u, acc, cache, scratch);
+      row_partials<Cached>(f, s, u.tile, acc, cache, scratch);
+      return;
+    }
     if constexpr (Fragment::STORE == Store::Tile) {
       store_tile<Cached>(f, s, u.tile, acc, cache, scratch);
       return;
     }
-    if constexpr (Rows::ENABLED) {
+    if constexpr (STAGES_ROWS) {
       run_rows<Cached>(f, s, u.tile, acc, cache, scratch);
       return;
     }
@@ -198,6 +212,18 @@ struct GemmEpilogue {
   }
 
 private:
+  // The store of the fragment's STORE, without statistics (row partials' product).
+  template <bool Cached, class Fragment, class Acc>
+  __device__ void store_any(const Fragment &f, GemmShape s, const WorkUnit &u, Acc &acc,
+                            const Column *cache, float *scratch) const {
+    if constexpr (Fragment::STORE == Store::Tile)
+      store_tile<Cached>(f, s, u.tile, acc, cache, scratch);
+    else if constexpr (Fragment::STORE == Store::WarpSlices)
+      store_staged<Cached>(f, s, u, acc, cache, scratch);
+    else
+      store<Cached>(f, s, u.tile, acc, cache);
+  }
+
   // The Columns of columns c0 .. c0 + V - 1 of the tile at column n0 (past n: the last one's).
   template <bool Cached, int V>
   __device__ void columns(GemmShape s, int n0, int c0, const Column *cache,
@@ -561,7 +587,7 @@ private:
     const int col0 = min(c0, s.n - V);
     const bool vec_c = c0 + V <= s.n && gemm_detail::vector_ok<V>(C, ldc);
     // The stored values go back to the scratch for the row passes and the statistics.
-    constexpr bool KEEP = Rows::ENABLED || Statistics;
+    constexpr bool KEEP = STAGES_ROWS || Statistics;
 #pragma unroll 2
     for (int round = 0; round < Fragment::BM / STEP; ++round) {
       const int r = f.thread / VECS + round * STEP;
@@ -576,13 +602,13 @@ private:
         float in[INPUTS];
         load_matrix_elements(functor, row, col, in);
         y[e] = functor.apply(cols[e], row, col, x[e], in);
-        if constexpr (Rows::ENABLED)
+        if constexpr (STAGES_ROWS)
           if (C != nullptr)
             y[e] = to_float(from_float<Out>(y[e]));
       }
       if constexpr (KEEP)
         *reinterpret_cast<float4 *>(staged) = make_float4(y[0], y[1], y[2], y[3]);
-      if (Rows::ENABLED || m0 + r >= s.m)
+      if (STAGES_ROWS || m0 + r >= s.m)
         continue; // the row passes store C
       Out *crow = C + (static_cast<long long>(row) * ldc + c0);
       if (vec_c) {
@@ -594,10 +620,9 @@ private:
             kf::store(crow + e, y[e]);
       }
     }
-    if constexpr (Rows::ENABLED) {
+    if constexpr (STAGES_ROWS) {
       Fragment::sync();
-      rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, tc.n, n0, min(Fragment::BM, s.m - m0),
-                                          min(Fragment::BN, s.n - n0), scratch);
+      rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, min(Fragment::BM, s.m - m0), s.n, scratch);
     } else if constexpr (Statistics) {
       if (partial_mean == nullptr)
         return;
@@ -637,31 +662,104 @@ private:
         }
     }
     Fragment::sync();
-    rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, tc.n, n0, tile_rows,
-                                        min(Fragment::BN, s.n - n0), scratch);
+    rows_of_tile<Fragment::THREADS, LD>(f.thread, m0, tile_rows, s.n, scratch);
     Fragment::sync(); // the next tile's staging waits for these reads
   }
 
   // Team t of the epilogue's THREADS / LANES stores (where C is written) and runs the passes of
-  // rows t, t + TEAMS, ... of the staged tile (column tile `tile`: columns n0 .. n0 + cols - 1),
-  // whose values are already rounded to Out where stored, or writes their partials. Not
-  // inlined: the row passes' registers then do not add to the mainloop's (which would spill).
+  // rows t, t + TEAMS, ... of the staged tile, whose values are already rounded to Out where
+  // stored. Not inlined: the row passes' registers then do not add to the mainloop's (which
+  // would spill).
   template <int THREADS, int LD>
-  __device__ __noinline__ void rows_of_tile(int thread, int m0, int tile, int n0, int tile_rows,
-                                            int cols, const float *scratch) const {
+  __device__ __noinline__ void rows_of_tile(int thread, int m0, int tile_rows, int n,
+                                            const float *scratch) const {
     constexpr int LANES = Rows::LANES, TEAMS = THREADS / LANES;
     const LaneTeam<LANES> team{thread & 31};
     for (int r = thread / LANES; r < tile_rows; r += TEAMS) {
       const float *staged = scratch + r * LD;
       if (C != nullptr) {
-        Out *crow = C + (static_cast<long long>(m0 + r) * ldc + n0);
-        for (int c = team.rank(); c < cols; c += LANES)
+        Out *crow = C + static_cast<long long>(m0 + r) * ldc;
+        for (int c = team.rank(); c < n; c += LANES)
           kf::store(crow + c, staged[c]);
       }
-      if constexpr (writes_row_partials<Rows>::value)
-        rows.partials(m0 + r, tile, n0, cols, reinterpret_cast<const Staged *>(staged), team);
-      else
-        rows(m0 + r, reinterpret_cast<const Staged *>(staged), team);
+      rows(m0 + r, reinterpret_cast<const Staged *>(staged), team);
+    }
+  }
+
+  // The tile's row partials from the accumulators (Row partials, above), a row at a time (one
+  // partial in registers beside the accumulators). Rows past m are folded at m - 1 and not
+  // written; columns past n are skipped.
+  template <bool Cached, class Fragment, class Acc>
+  __device__ void row_partials(const Fragment &f, GemmShape s, TileCoord tc, const Acc &acc,
+                               const Column *cache, float *scratch) const {
+    using P = typename Rows::Partials;
+    constexpr int F = P::FLOATS, SPAN = 1 << Fragment::ROW_LANE_SHIFT;
+    constexpr int COL_GROUPS = Fragment::THREADS / 32 / Fragment::ROW_GROUPS;
+    static_assert(COL_GROUPS * F <= rows_stage_ld<Fragment>(),
+                  "a tile's row partials of every column group fit a staged tile's scratch");
+    const int m0 = tc.m * Fragment::BM, n0 = tc.n * Fragment::BN, lane = f.thread & 31;
+    const int tile_rows = min(Fragment::BM, s.m - m0);
+    const bool leader = (lane & (SPAN - 1)) == 0;
+    if constexpr (COL_GROUPS > 1)
+      Fragment::sync(); // the store and split-K's flag may use the scratch
+#pragma unroll
+    for (int i = 0; i < Fragment::ROWS; ++i) {
+      const int row = min(m0 + f.row(i), s.m - 1);
+      float p[F];
+      P::init(p);
+#pragma unroll
+      for (int j = 0; j < Fragment::COLS; ++j) {
+        const int c = f.col(j);
+        if (n0 + c >= s.n)
+          continue;
+        float in[INPUTS];
+        load_matrix_elements(functor, row, n0 + c, in);
+        const float y = functor.apply(Cached ? cache[c] : functor.column(n0 + c), row, n0 + c,
+                                      Fragment::at(acc, i, j), in);
+        rows.add(p, row, n0, c, C != nullptr ? to_float(from_float<Out>(y)) : y);
+      }
+      // The lanes of the row's columns in this warp: a butterfly, the lower lane's first.
+#pragma unroll
+      for (int mask = 1; mask < SPAN; mask <<= 1) {
+        const bool upper = (lane & mask) != 0;
+        float lo[F], hi[F];
+#pragma unroll
+        for (int e = 0; e < F; ++e) {
+          const float other = __shfl_xor_sync(0xffffffffu, p[e], mask);
+          lo[e] = upper ? other : p[e];
+          hi[e] = upper ? p[e] : other;
+        }
+        P::merge(lo, hi);
+#pragma unroll
+        for (int e = 0; e < F; ++e)
+          p[e] = lo[e];
+      }
+      if (!leader)
+        continue;
+      float *to = COL_GROUPS == 1 ? (f.row(i) < tile_rows ? rows.out(m0 + f.row(i), tc.n) : nullptr)
+                                  : scratch + (f.row(i) * COL_GROUPS + f.col_group()) * F;
+      if (to != nullptr)
+#pragma unroll
+        for (int e = 0; e < F; ++e)
+          to[e] = p[e];
+    }
+    if constexpr (COL_GROUPS > 1) {
+      // The warps holding a row merge in col_group() order.
+      Fragment::sync();
+      for (int r = f.thread; r < tile_rows; r += Fragment::THREADS) {
+        float p[F];
+        const float *from = scratch + r * COL_GROUPS * F;
+#pragma unroll
+        for (int e = 0; e < F; ++e)
+          p[e] = from[e];
+        for (int group = 1; group < COL_GROUPS; ++group)
+          P::merge(p, from + group * F);
+        float *out = rows.out(m0 + r, tc.n);
+#pragma unroll
+        for (int e = 0; e < F; ++e)
+          out[e] = p[e];
+      }
+      Fragment::sync(); // the next tile's use of the scratch waits for these reads
     }
   }
 

@@ -153,6 +153,7 @@ template <int BlockN, int BlockM> struct Sm90Fragment {
   KF_HOST_DEVICE int row(int i) const { return 16 * warp + 8 * i + g; }
   KF_HOST_DEVICE int col(int j) const { return 8 * (j >> 1) + 2 * q + (j & 1); }
   KF_HOST_DEVICE int row_group() const { return warp; }
+  KF_HOST_DEVICE int col_group() const { return 0; } // a warp holds its rows' BN columns
   KF_HOST_DEVICE int warp_row0() const { return 16 * warp; }
   KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
     return rows_below(tile_rows, 16 * group, 16);

@@ -74,6 +74,7 @@ template <int BlockN> struct TcFragment {
   KF_HOST_DEVICE int row(int i) const { return wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + g; }
   KF_HOST_DEVICE int col(int j) const { return wn * (BN / 4) + (j >> 1) * 8 + 2 * q + (j & 1); }
   KF_HOST_DEVICE int row_group() const { return wm; }
+  KF_HOST_DEVICE int col_group() const { return wn; }
   KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
     return rows_below(tile_rows, 64 * group, 64);
   }

@@ -40,9 +40,7 @@ ValueId row_tail(const EmitContext &cx, const Kernel &k, size_t i) {
 RowPasses::RowPasses(EmitContext &cx, const Kernel &k, const KernelWriter &w, int threads,
                      bool staged, int partial_tiles)
     : cx_(cx), g_(cx.graph), k_(k), w_(w), threads_(threads), staged_(staged),
-      partial_tiles_(partial_tiles),
-      n_(staged && partial_tiles > 0 ? "cols"
-                                     : KernelWriter::extent(g_[k.rows_of].type.shape.back())),
+      partial_tiles_(partial_tiles), n_(KernelWriter::extent(g_[k.rows_of].type.shape.back())),
       // A staged row is read at x and written at the row's own address: the templates' row
       // argument is then 0 and their strides unused.
       src_(staged ? "x" : w.ptr(k.rows_of)), ld_(staged ? "0" : n_), row_arg_(staged ? "0" : "row"),
@@ -170,14 +168,12 @@ void RowPasses::softmax(size_t i, ValueId st, const std::string &pre, std::strin
 
 void RowPasses::reduce(size_t, ValueId st, const std::string &pre, std::string &) {
   const Value &op = g_[st];
-  if (partial_tiles_ > 0) { // a GEMM epilogue's tile of the row: its partial
+  if (partial_tiles_ > 0) { // a GEMM epilogue's value x of column col0 + c: added to p
     cx_.includes.insert("row_partials.cuh");
     int floats = 0;
     const int offset = partial_offset(st, floats);
-    body_ += fmt::format("  kf::row_partial<kf::Reduce::{}>(cols, x, {}, team, {}_rowpart + "
-                         "(static_cast<long long>(row) * {} + tile) * {} + {});\n",
-                         op_info(op.op).reducer, pre, w_.ptr(k_.rows_of), partial_tiles_, floats,
-                         offset);
+    body_ += fmt::format("  kf::partial_add<kf::Reduce::{}>(p + {}, {}(c, x));\n",
+                         op_info(op.op).reducer, offset, pre);
     return;
   }
   cx_.includes.insert("row_reduce.cuh");
@@ -190,6 +186,19 @@ void RowPasses::reduce(size_t, ValueId st, const std::string &pre, std::string &
     body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
   row_values_.push_back(st);
 }
+
+namespace {
+
+// The reducers of kernel k's row partials, in their order ("kf::Reduce::Sum, ...").
+std::string partial_reducers(const Graph &g, const Kernel &k) {
+  std::string list;
+  for (ValueId r : k.row_stages)
+    if (op_info(g[r].op).cls == OpClass::Reduce)
+      list += fmt::format("{}kf::Reduce::{}", list.empty() ? "" : ", ", op_info(g[r].op).reducer);
+  return list;
+}
+
+} // namespace
 
 int row_partial_floats(const Graph &g, const Kernel &k, ValueId st) {
   int floats = 0;
@@ -372,15 +381,20 @@ std::string emit_gemm_rows(EmitContext &cx, const Kernel &k, const KernelWriter 
   std::string body, line;
   while (std::getline(passes, line))
     body += "  " + line + "\n";
-  if (k.row_partials)
-    return defs + fmt::format("struct {} {{\n{}  float *{}_rowpart;\n"
-                              "  static constexpr bool ENABLED = true;\n"
-                              "  static constexpr bool PARTIALS = true;\n"
-                              "  static constexpr int LANES = {};\n"
-                              "  __device__ void partials(int row, int tile, int col0, int cols, "
-                              "const kf::Staged *x, kf::LaneTeam<LANES> team) const {{\n{}  }}\n"
-                              "}};\n",
-                              type, w.member_declarations("  "), w.ptr(k.rows_of), lanes, body);
+  if (k.row_partials) // gemm_epilogue.cuh's Row partials
+    return defs +
+           fmt::format("struct {0} {{\n{1}  float *{2}_rowpart;\n"
+                       "  static constexpr bool ENABLED = true;\n"
+                       "  static constexpr bool PARTIALS = true;\n"
+                       "  using Partials = kf::RowPartials<{3}>;\n"
+                       "  __device__ void add(float *p, int row, int col0, int c, float x) const "
+                       "{{\n{4}  }}\n"
+                       "  __device__ float *out(int row, int tile) const {{\n"
+                       "    return {2}_rowpart + (static_cast<long long>(row) * {5} + tile) * "
+                       "Partials::FLOATS;\n  }}\n"
+                       "}};\n",
+                       type, w.member_declarations("  "), w.ptr(k.rows_of),
+                       partial_reducers(cx.graph, k), body, spec.partial_tiles);
   return defs + fmt::format("struct {} {{\n{}  static constexpr bool ENABLED = true;\n"
                             "  static constexpr int LANES = {};\n"
                             "  __device__ void operator()(int row, const kf::Staged *x, "

@@ -20,10 +20,11 @@ namespace kfuse::codegen {
 // per-row results of earlier passes (members); the stage's class picks the template. Per-row
 // values computed from those results alone (row_result) are computed in the body and written by
 // the team's first thread.
-// With `partial_tiles` column tiles (row_partials_epilogue), a staged row is one tile's `cols`
-// columns from `col0` (the prologue reads column col0 + c), of which each reduction writes its
-// partial at `tile` (a GEMM's epilogue); a row kernel merges each reduction from those partials
-// instead of reading the row (row_partials.cuh), then computes the per-row values after them.
+// With `partial_tiles` column tiles (row_partials_epilogue), a GEMM's epilogue adds the value x
+// of a tile's column col0 + c to partial p of each reduction (the prologue reads column
+// col0 + c; gemm_epilogue.cuh's Row partials); a row kernel merges each reduction from those
+// partials instead of reading the row (row_partials.cuh), then computes the per-row values
+// after them.
 class RowPasses {
 public:
   RowPasses(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w, int threads, bool staged,

@@ -218,13 +218,15 @@ private:
     const bool sm90 = use_sm90(mm);
     const ir::DType operands = g_[spec.a].type.dtype;
     const bool split_tf32 = math_ == GemmMath::Tf32x3 && operands == ir::DType::F32;
-    check_tuned_tile(k, sm90, rows, split_tf32);
+    // Row partials are folded from the accumulators: the GEMM keeps its own tile and stores.
+    const bool staged_rows = rows && !k.row_partials;
+    check_tuned_tile(k, sm90, staged_rows, split_tf32);
     if (sm90) {
       const Operand op = split_tf32                    ? Operand::Tf32x3
                          : operands == ir::DType::BF16 ? Operand::Bf16
                          : operands == ir::DType::F16  ? Operand::F16
                                                        : Operand::Tf32;
-      if (rows)
+      if (staged_rows)
         spec.tile = staged(k, op);
       else if (split_tf32)
         spec.tile = {Mainloop::Sm90,
@@ -267,18 +269,17 @@ private:
     return spec;
   }
 
-  // The team of lanes per staged row that the epilogue runs row passes with, or that reduces
-  // each tile's columns of its rows into their partials (row_partials_epilogue).
+  // The team of lanes per staged row that the epilogue runs row passes with, or the column tiles
+  // whose partials of its rows' reductions the epilogue writes (row_partials_epilogue).
   void epilogue_rows(const Kernel &k, const Value &mm, GemmSpec &spec) const {
     if (k.row_partials) {
-      // A team of lanes per staged row of a tile reduces its columns (row_partials_epilogue).
+      // Each thread folds its accumulators (row_partials_epilogue): no team of lanes.
       const Dim &cols = g_[k.rows_of].type.shape.back();
       if (cols.is_symbolic())
         throw CodegenError(fmt::format("internal error: {} writes row partials over {} columns, "
                                        "a symbolic count of tiles",
                                        k.name, cols.str()));
-      spec.rows = {kf::row_team_lanes(spec.tile.bn), false,
-                   static_cast<int>((cols.value + spec.tile.bn - 1) / spec.tile.bn)};
+      spec.rows = {0, false, static_cast<int>((cols.value + spec.tile.bn - 1) / spec.tile.bn)};
       spec.tile.config += fmt::format("; its epilogue writes the partials of {} row reduction{} "
                                       "per row of each tile ({} column tiles)",
                                       k.row_stages.size(), k.row_stages.size() == 1 ? "" : "s",
@@ -398,8 +399,9 @@ private:
   // 64 x 128 tiles, two blocks per SM (one's epilogue overlaps the other's mainloop). Where the
   // kernel writes no column statistics (whose partials' tile height the column kernel is
   // compiled for), the same kernel with the 128 x 128 tile stands beside it for runs whose rows
-  // give that tile a full wave, and where K is at least kDeepInner, the 128 x 256 tile for runs
-  // whose waves of it take less time (Sm90Gemm's KBLOCK_TIME).
+  // give that tile a full wave, and where K is at least kDeepInner and the epilogue writes no
+  // row partials (whose column tiles the row kernel is compiled for), the 128 x 256 tile for
+  // runs whose waves of it take less time (Sm90Gemm's KBLOCK_TIME).
   void by_width(const Kernel &k, Operand op, GemmSpec &spec) const {
     const std::string type = math_name(op);
     const Dim &features = g_[k.anchor].type.shape[1];
@@ -424,7 +426,7 @@ private:
                                   "rows give one of these tiles to every SM (K not split then)",
                                   type, k.name);
         spec.by_rows.push_back(wide);
-        if (!inner.is_symbolic() && inner.value >= kDeepInner) {
+        if (!inner.is_symbolic() && inner.value >= kDeepInner && !k.row_partials) {
           GemmTile wider = sm90_tile(op, Sm90Tile::M128N256);
           wider.entry = k.name + "_wider";
           spec.tile.config += fmt::format("; {} instead of {} where its estimated time is lower "
@@ -448,15 +450,19 @@ private:
 
   // The SIMT fp32 GEMM: both tiles compiled, a run taking the one of lower estimated time at its
   // dims (the narrow one where the wide tiles are few and would split K into short units); the
-  // wide tile alone where the epilogue runs row passes over a staged tile.
+  // wide tile alone where the epilogue runs row passes over a staged tile or writes row partials
+  // (whose column tiles the row kernel is compiled for).
   void simt(const Kernel &k, GemmSpec &spec, bool rows) const {
     const GemmTile wide_tile{Mainloop::Simt, Operand::Tf32, 128, 128, 1, false, {}, {}};
     if (rows) {
       spec.tile = wide_tile;
       spec.tile.entry = k.name;
-      spec.tile.config = fmt::format("fp32 SIMT 128 x 128 tile, its rows ({} features) staged in "
-                                     "shared memory for the row passes its epilogue runs",
-                                     g_[k.anchor].type.shape[1].str());
+      spec.tile.config =
+          k.row_partials
+              ? "fp32 SIMT 128 x 128 tile alone: its epilogue's row partials are per 128 columns"
+              : fmt::format("fp32 SIMT 128 x 128 tile, its rows ({} features) staged in shared "
+                            "memory for the row passes its epilogue runs",
+                            g_[k.anchor].type.shape[1].str());
       return;
     }
     GemmTile wide = wide_tile;

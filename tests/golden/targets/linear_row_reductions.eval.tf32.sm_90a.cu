@@ -96,21 +96,24 @@ struct k0_gemm_rows {
   float *p_t1_rowpart;
   static constexpr bool ENABLED = true;
   static constexpr bool PARTIALS = true;
-  static constexpr int LANES = 8;
-  __device__ void partials(int row, int tile, int col0, int cols, const kf::Staged *x, kf::LaneTeam<LANES> team) const {
-    kf::row_partial<kf::Reduce::Sum>(cols, x, k0_gemm_pass0{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 7 + 0);
-    kf::row_partial<kf::Reduce::LogSumExp>(cols, x, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 7 + 1);
-    kf::row_partial<kf::Reduce::Sum>(cols, x, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 7 + 3);
-    kf::row_partial<kf::Reduce::Std>(cols, x, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row, col0}, team, p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * 7 + 4);
+  using Partials = kf::RowPartials<kf::Reduce::Sum, kf::Reduce::LogSumExp, kf::Reduce::Sum, kf::Reduce::Std>;
+  __device__ void add(float *p, int row, int col0, int c, float x) const {
+    kf::partial_add<kf::Reduce::Sum>(p + 0, k0_gemm_pass0{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+    kf::partial_add<kf::Reduce::LogSumExp>(p + 1, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+    kf::partial_add<kf::Reduce::Sum>(p + 3, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+    kf::partial_add<kf::Reduce::Std>(p + 4, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+  }
+  __device__ float *out(int row, int tile) const {
+    return p_t1_rowpart + (static_cast<long long>(row) * 16 + tile) * Partials::FLOATS;
   }
 };
-extern "C" __global__ void __launch_bounds__(kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 128, 1, true>::THREADS, kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 128, 1, true>::MIN_BLOCKS)
+extern "C" __global__ void __launch_bounds__(kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>::THREADS, kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>::MIN_BLOCKS)
 k0_gemm(const __grid_constant__ kf::sm90::TensorMap p_x_map, const __grid_constant__ kf::sm90::TensorMap p_weight_map, int splits, float *__restrict__ split_partials, unsigned *__restrict__ split_counters, const float *__restrict__ p_x, const float *__restrict__ p_weight, const float *__restrict__ p_bias, float *__restrict__ p_t1_rowpart, int d_N) {
   kf::wait_prior_grid();
   const kf::GemmShape shape{d_N, 4096, 1024};
-  const kf::TileScheduler<128, 128, 8> scheduler(shape, splits);
+  const kf::TileScheduler<128, 256, 8> scheduler(shape, splits);
   const kf::GemmEpilogue<k0_gemm_functor, float, false, k0_gemm_rows> epilogue{{p_x, p_weight, p_bias, d_N}, nullptr, 4096, nullptr, nullptr, split_partials, split_counters, k0_gemm_rows{p_x, p_weight, p_bias, d_N, p_t1_rowpart}};
-  kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 128, 128, 1, true>>(p_x_map, p_weight_map, shape, scheduler, epilogue);
+  kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>(p_x_map, p_weight_map, shape, scheduler, epilogue);
 }
 
 // k1_row: sum@12, logsumexp@13, sum@14, logsumexp@15, mean@15, std@16 (row); row_chain, row_partials_epilogue, row_prologue, row_result, simplify_identities
@@ -118,13 +121,13 @@ extern "C" __global__ void __launch_bounds__(32)
 k1_row(float *__restrict__ p_s, float *__restrict__ p_e, float *__restrict__ p_d, float *__restrict__ p_m, float *__restrict__ p_v, const float *__restrict__ p_t1_rowpart, int d_N) {
   kf::wait_prior_grid();
   const int row = blockIdx.x;
-  const float v_s = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 7, 0, 4096, 0.0f);
+  const float v_s = kf::row_merge<32, kf::Reduce::Sum>(row, 16, p_t1_rowpart, 7, 0, 4096, 0.0f);
   if (threadIdx.x == 0)
     kf::store(p_s + row, v_s);
-  const float v_e = kf::row_merge<32, kf::Reduce::LogSumExp>(row, 32, p_t1_rowpart, 7, 1, 4096, 0.0f);
+  const float v_e = kf::row_merge<32, kf::Reduce::LogSumExp>(row, 16, p_t1_rowpart, 7, 1, 4096, 0.0f);
   if (threadIdx.x == 0)
     kf::store(p_e + row, v_e);
-  const float v_d = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 7, 3, 4096, 0.0f);
+  const float v_d = kf::row_merge<32, kf::Reduce::Sum>(row, 16, p_t1_rowpart, 7, 3, 4096, 0.0f);
   if (threadIdx.x == 0)
     kf::store(p_d + row, v_d);
   const float v_t7 = 0.0f;
@@ -135,7 +138,7 @@ k1_row(float *__restrict__ p_s, float *__restrict__ p_e, float *__restrict__ p_d
   const float v_m = v_t10 + v_t11;
   if (threadIdx.x == 0)
     kf::store(p_m + row, v_m);
-  const float v_v = kf::row_merge<32, kf::Reduce::Std>(row, 32, p_t1_rowpart, 7, 4, 4096, float(1));
+  const float v_v = kf::row_merge<32, kf::Reduce::Std>(row, 16, p_t1_rowpart, 7, 4, 4096, float(1));
   if (threadIdx.x == 0)
     kf::store(p_v + row, v_v);
 }
