@@ -78,11 +78,12 @@
 // (row_partials.cuh's RowPartials of its reductions), add(float *p, int row, int col0, int c,
 // float x), which adds the value x of column col0 + c (as stored: rounded to Out where C is
 // written) to partial p, and out(int row, int tile), where the partial of the row's column tile
-// goes. C is stored as without rows; then, a row at a time, each thread folds its accumulators
-// into the row's partial in column order, the lanes holding the row's columns merge theirs by a
-// butterfly (lower lanes' first) and, where several warps hold a row (col_group()), those merge
-// in order through [BM][groups][FLOATS] floats of epilogue_tile_bytes' scratch. Deterministic,
-// without atomics.
+// goes. A row at a time, each thread folds its accumulators into the row's partial in column
+// order, the lanes holding the row's columns merge theirs by a butterfly (lower lanes' first)
+// and, where several warps hold a row (col_group()), those merge in order through
+// [BM][groups][FLOATS] floats of epilogue_tile_bytes' scratch. Deterministic, without atomics.
+// Then C, where written, is stored as without rows (after the partials, so that the store's
+// registers and theirs are not live together).
 //
 // Split-K (a unit with splits > 1): run() hands the partial accumulators to split_k_reduce
 // (split_k.cuh); only the tile's last split, holding the sum in split order, stores and writes
@@ -185,9 +186,9 @@ struct GemmEpilogue {
                                         reinterpret_cast<int *>(scratch)))
       return;
     if constexpr (PARTIALS) {
+      row_partials<Cached>(f, s, u.tile, acc, cache, scratch);
       if (C != nullptr)
         store_any<Cached>(f, s, u, acc, cache, scratch);
-      row_partials<Cached>(f, s, u.tile, acc, cache, scratch);
       return;
     }
     if constexpr (Fragment::STORE == Store::Tile) {

@@ -192,3 +192,26 @@ TEST_CASE("nvrtc: row partials compile on every GEMM mainloop and operand type")
       }
     }
 }
+
+TEST_CASE("nvrtc: a returned product keeps its GEMM's tile and store beside the row partials") {
+  TempCache cache;
+  for (Precision precision : {Precision::TF32, Precision::BF16}) {
+    INFO(static_cast<int>(precision));
+    Options o;
+    o.mode = Mode::Eval;
+    o.arch = "sm_90a";
+    o.precision = precision;
+    Pipeline p = Pipeline::from_string(
+        layer(4096, "h, logsumexp(h, dim=1), var(h, dim=1), amax(h, dim=1)"), "layer.kf", o);
+    const std::string src = p.cuda_source();
+    CHECK(src.find("kf::partial_add<kf::Reduce::Var>") != std::string::npos);
+    CHECK(src.find(", 1, true>") == std::string::npos); // no Sm90Gemm<..., StagedRows = true>
+    for (const KernelReport &k : p.report().kernels) {
+      INFO(k.name);
+      CHECK(k.spill_stores == 0);
+      CHECK(k.spill_loads == 0);
+      if (k.name.find("gemm") != std::string::npos)
+        CHECK(k.config.find("128 x 256 tile") != std::string::npos);
+    }
+  }
+}
