@@ -77,13 +77,14 @@
 // Row partials (row_partials_epilogue, any n): no staging. Rows has PARTIALS = true, Partials
 // (row_partials.cuh's RowPartials of its reductions), add(float *p, int row, int col0, int c,
 // float x), which adds the value x of column col0 + c (as stored: rounded to Out where C is
-// written) to partial p, and out(int row, int tile), where the partial of the row's column tile
-// goes. A row at a time, each thread folds its accumulators into the row's partial in column
-// order, the lanes holding the row's columns merge theirs by a butterfly (lower lanes' first)
-// and, where several warps hold a row (col_group()), those merge in order through
-// [BM][groups][FLOATS] floats of epilogue_tile_bytes' scratch. Deterministic, without atomics.
-// Then C, where written, is stored as without rows (after the partials, so that the store's
-// registers and theirs are not live together).
+// written) to partial p, and out(int row, int slice), where the partial of the row's column
+// slice (ROW_PARTIAL_COLS columns) goes. A row and a slice at a time, each thread folds its
+// accumulators of the slice into the partial in column order, the lanes holding the row's
+// columns merge theirs by a butterfly (lower lanes' first) and, where several warps hold a row
+// (col_group()), those merge in order through [BM][slices][groups][FLOATS] floats of
+// epilogue_tile_bytes' scratch. Deterministic, without atomics. Then C, where written, is
+// stored as without rows (after the partials, so that the store's registers and theirs are not
+// live together).
 //
 // Split-K (a unit with splits > 1): run() hands the partial accumulators to split_k_reduce
 // (split_k.cuh); only the tile's last split, holding the sum in split order, stores and writes
@@ -687,17 +688,20 @@ private:
     }
   }
 
-  // The tile's row partials from the accumulators (Row partials, above), a row at a time (one
-  // partial in registers beside the accumulators). Rows past m are folded at m - 1 and not
-  // written; columns past n are skipped.
+  // The tile's row partials from the accumulators (Row partials, above), a row and a column
+  // slice at a time (one partial in registers beside the accumulators). Rows past m are folded
+  // at m - 1 and not written; columns past n are skipped, and slices past n not written.
   template <bool Cached, class Fragment, class Acc>
   __device__ void row_partials(const Fragment &f, GemmShape s, TileCoord tc, const Acc &acc,
                                const Column *cache, float *scratch) const {
     using P = typename Rows::Partials;
     constexpr int F = P::FLOATS, SPAN = 1 << Fragment::ROW_LANE_SHIFT;
+    constexpr int SLICES = Fragment::BN / ROW_PARTIAL_COLS;
     constexpr int COL_GROUPS = Fragment::THREADS / 32 / Fragment::ROW_GROUPS;
-    static_assert(COL_GROUPS * F <= rows_stage_ld<Fragment>(),
-                  "a tile's row partials of every column group fit a staged tile's scratch");
+    static_assert(Fragment::BN % ROW_PARTIAL_COLS == 0, "a tile holds whole column slices");
+    static_assert(SLICES * COL_GROUPS * F <= rows_stage_ld<Fragment>(),
+                  "a tile's row partials of every slice and column group fit a staged tile's "
+                  "scratch");
     const int m0 = tc.m * Fragment::BM, n0 = tc.n * Fragment::BN, lane = f.thread & 31;
     const int tile_rows = min(Fragment::BM, s.m - m0);
     const bool leader = (lane & (SPAN - 1)) == 0;
@@ -706,61 +710,75 @@ private:
 #pragma unroll
     for (int i = 0; i < Fragment::ROWS; ++i) {
       const int row = min(m0 + f.row(i), s.m - 1);
-      float p[F];
-      P::init(p);
 #pragma unroll
-      for (int j = 0; j < Fragment::COLS; ++j) {
-        const int c = f.col(j);
-        if (n0 + c >= s.n)
-          continue;
-        float in[INPUTS];
-        load_matrix_elements(functor, row, n0 + c, in);
-        const float y = functor.apply(Cached ? cache[c] : functor.column(n0 + c), row, n0 + c,
-                                      Fragment::at(acc, i, j), in);
-        rows.add(p, row, n0, c, C != nullptr ? to_float(from_float<Out>(y)) : y);
-      }
-      // The lanes of the row's columns in this warp: a butterfly, the lower lane's first.
+      for (int slice = 0; slice < SLICES; ++slice) {
+        float p[F];
+        P::init(p);
 #pragma unroll
-      for (int mask = 1; mask < SPAN; mask <<= 1) {
-        const bool upper = (lane & mask) != 0;
-        float lo[F], hi[F];
-#pragma unroll
-        for (int e = 0; e < F; ++e) {
-          const float other = __shfl_xor_sync(0xffffffffu, p[e], mask);
-          lo[e] = upper ? other : p[e];
-          hi[e] = upper ? p[e] : other;
+        for (int j = 0; j < Fragment::COLS; ++j) {
+          const int c = f.col(j);
+          if (c / ROW_PARTIAL_COLS != slice || n0 + c >= s.n)
+            continue;
+          float in[INPUTS];
+          load_matrix_elements(functor, row, n0 + c, in);
+          const float y = functor.apply(Cached ? cache[c] : functor.column(n0 + c), row, n0 + c,
+                                        Fragment::at(acc, i, j), in);
+          rows.add(p, row, n0, c, C != nullptr ? to_float(from_float<Out>(y)) : y);
         }
-        P::merge(lo, hi);
+        merge_lanes<P, F, SPAN>(p, lane);
+        if (!leader)
+          continue;
+        const int global_slice = tc.n * SLICES + slice;
+        float *to = COL_GROUPS > 1
+                        ? scratch + ((f.row(i) * SLICES + slice) * COL_GROUPS + f.col_group()) * F
+                    : f.row(i) < tile_rows && n0 + slice * ROW_PARTIAL_COLS < s.n
+                        ? rows.out(m0 + f.row(i), global_slice)
+                        : nullptr;
+        if (to != nullptr)
 #pragma unroll
-        for (int e = 0; e < F; ++e)
-          p[e] = lo[e];
+          for (int e = 0; e < F; ++e)
+            to[e] = p[e];
       }
-      if (!leader)
-        continue;
-      float *to = COL_GROUPS == 1 ? (f.row(i) < tile_rows ? rows.out(m0 + f.row(i), tc.n) : nullptr)
-                                  : scratch + (f.row(i) * COL_GROUPS + f.col_group()) * F;
-      if (to != nullptr)
-#pragma unroll
-        for (int e = 0; e < F; ++e)
-          to[e] = p[e];
     }
     if constexpr (COL_GROUPS > 1) {
-      // The warps holding a row merge in col_group() order.
+      // The warps holding a row merge in col_group() order, slice by slice.
       Fragment::sync();
-      for (int r = f.thread; r < tile_rows; r += Fragment::THREADS) {
+      const int slices = min(SLICES, (s.n - n0 + ROW_PARTIAL_COLS - 1) / ROW_PARTIAL_COLS);
+      for (int r = f.thread; r < tile_rows * slices; r += Fragment::THREADS) {
+        const int row = r / slices, slice = r % slices;
         float p[F];
-        const float *from = scratch + r * COL_GROUPS * F;
+        const float *from = scratch + (row * SLICES + slice) * COL_GROUPS * F;
 #pragma unroll
         for (int e = 0; e < F; ++e)
           p[e] = from[e];
         for (int group = 1; group < COL_GROUPS; ++group)
           P::merge(p, from + group * F);
-        float *out = rows.out(m0 + r, tc.n);
+        float *out = rows.out(m0 + row, tc.n * SLICES + slice);
 #pragma unroll
         for (int e = 0; e < F; ++e)
           out[e] = p[e];
       }
       Fragment::sync(); // the next tile's use of the scratch waits for these reads
+    }
+  }
+
+  // Partial p of the lanes of a row's columns in this warp, merged by a butterfly (the lower
+  // lane's first), in every one of them.
+  template <class P, int F, int SPAN> __device__ static void merge_lanes(float *p, int lane) {
+#pragma unroll
+    for (int mask = 1; mask < SPAN; mask <<= 1) {
+      const bool upper = (lane & mask) != 0;
+      float lo[F], hi[F];
+#pragma unroll
+      for (int e = 0; e < F; ++e) {
+        const float other = __shfl_xor_sync(0xffffffffu, p[e], mask);
+        lo[e] = upper ? other : p[e];
+        hi[e] = upper ? p[e] : other;
+      }
+      P::merge(lo, hi);
+#pragma unroll
+      for (int e = 0; e < F; ++e)
+        p[e] = lo[e];
     }
   }
 

@@ -42,7 +42,7 @@ std::string emit_row(EmitContext &cx, const plan::Kernel &k, const KernelWriter 
 std::string emit_gemm_rows(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
                            const select::RowSpec &spec, const std::string &type);
 // Row partials (row_partials_epilogue): the offset of reduction `st` among the floats of one
-// column tile's partials of kernel k's reductions, or with st = -1, how many floats those are.
+// column slice's partials of kernel k's reductions, or with st = -1, how many floats those are.
 int row_partial_floats(const ir::Graph &g, const plan::Kernel &k, ir::ValueId st);
 std::string emit_elementwise(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
                              const select::ElementwiseSpec &spec, KernelLaunch &launch);

@@ -209,7 +209,7 @@ int row_partial_floats(const Graph &g, const Kernel &k, ValueId st) {
     if (r == st)
       return floats;
     // row_partials.cuh's partial_floats
-    floats += v.op == OpKind::Logsumexp ? 2 : v.op == OpKind::Var || v.op == OpKind::Std ? 3 : 1;
+    floats += v.op == OpKind::Var || v.op == OpKind::Std ? 3 : 1;
   }
   return st < 0 ? floats : -1;
 }

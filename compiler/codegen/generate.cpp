@@ -49,7 +49,7 @@ std::string emit_kernel(EmitContext &cx, const Kernel &k, const KernelWriter &w,
   return emit_column(cx, k, w, std::get<select::ColumnSpec>(spec), launch);
 }
 
-// The column tiles of a kernel's row partials (row_partials_epilogue).
+// The column slices of a kernel's row partials (row_partials_epilogue).
 int partial_tiles(const select::KernelSpec &spec) {
   if (const auto *s = std::get_if<select::GemmSpec>(&spec))
     return s->rows.partial_tiles;

@@ -72,7 +72,7 @@ std::string param_text(const LaunchParam &p, const std::vector<std::string> &nam
   case LaunchParam::Kind::SplitCounters:
     return fmt::format("split-K arrival counters of {} (workspace: one per tile)", name(p.value));
   case LaunchParam::Kind::RowPartials:
-    return fmt::format("{}.row_partials (workspace: {} floats per row, each column tile's "
+    return fmt::format("{}.row_partials (workspace: {} floats per row, each column slice's "
                        "partials of its row reductions)",
                        name(p.value), p.row_floats);
   }

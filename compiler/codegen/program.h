@@ -65,7 +65,7 @@ struct LaunchParam {
     StatsSummary,      // this rank's per-feature (count, mean, M2), 3 x F doubles
     GatheredSummaries, // every rank's, all-gathered: ranks x 3 x F doubles
     // Row partials of the matrix `value` (row_partials_epilogue): `row_floats` floats per row,
-    // each column tile's partials of every reduction the GEMM's epilogue writes (float *).
+    // each column slice's partials of every reduction the GEMM's epilogue writes (float *).
     RowPartials,
   };
   Kind kind;

@@ -20,7 +20,7 @@ namespace kfuse::codegen {
 // per-row results of earlier passes (members); the stage's class picks the template. Per-row
 // values computed from those results alone (row_result) are computed in the body and written by
 // the team's first thread.
-// With `partial_tiles` column tiles (row_partials_epilogue), a GEMM's epilogue adds the value x
+// With `partial_tiles` column slices (row_partials_epilogue), a GEMM's epilogue adds the value x
 // of a tile's column col0 + c to partial p of each reduction (the prologue reads column
 // col0 + c; gemm_epilogue.cuh's Row partials); a row kernel merges each reduction from those
 // partials instead of reading the row (row_partials.cuh), then computes the per-row values

@@ -53,7 +53,7 @@ inline constexpr int64_t kMaxOpsPerKernel = 256;
 //                      mean, max, min, amax, amin, logsumexp, var, std) of elementwise values of
 //                      its rows
 //                      and per-row values of their results: the GEMM's epilogue writes each
-//                      reduction's fp32 partial per (row, column tile) and the row kernel merges
+//                      reduction's fp32 partial per (row, column slice) and the row kernel merges
 //                      them, so the product is stored only where it is returned or another
 //                      kernel reads it; not under the same conditions, nor where a pass needs
 //                      whole rows (softmax, normalizations) or reads the row again

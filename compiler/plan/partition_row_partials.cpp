@@ -1,5 +1,5 @@
 // Partitioner: row_partials_epilogue, the reductions of a row kernel over a GEMM's wide product
-// reduced per column tile by the GEMM's epilogue and merged by the row kernel.
+// reduced per column slice by the GEMM's epilogue and merged by the row kernel.
 #include "compiler/plan/partitioner.h"
 
 #include "compiler/ir/op_class.h"
@@ -12,14 +12,13 @@ using namespace ir;
 
 namespace {
 
-// Reductions whose per-tile partials merge into the row's result in one more step: a sum (mean:
-// a sum over n), an extremum, logsumexp's online (max, sum of exp) pair, var's and std's
-// Welford (count, mean, M2), merged with Chan's formula.
+// Reductions whose per-slice partials merge into the row's result in one more step: a sum
+// (mean: a sum over n), an extremum, var's and std's Welford (count, mean, M2), merged with
+// Chan's formula. (logsumexp's would need an exp of every element in the epilogue.)
 bool merges_from_partials(const Value &v) {
   const std::string_view r = op_info(v.op).reducer;
   return op_info(v.op).cls == OpClass::Reduce &&
-         (r == "Sum" || r == "Mean" || r == "Max" || r == "Min" || r == "LogSumExp" || r == "Var" ||
-          r == "Std");
+         (r == "Sum" || r == "Mean" || r == "Max" || r == "Min" || r == "Var" || r == "Std");
 }
 
 } // namespace
@@ -27,7 +26,7 @@ bool merges_from_partials(const Value &v) {
 // row_partials_epilogue: a row kernel over the matrix a GEMM kernel stores, too wide for one
 // tile to hold whole rows (gemm_row_epilogue took those), whose stages are reductions of that
 // matrix's rows and per-row values of their results: the GEMM's epilogue writes each
-// reduction's partial per (row, column tile) and the row kernel merges them instead of reading
+// reduction's partial per (row, column slice) and the row kernel merges them instead of reading
 // the matrix, which is then stored only where it is returned or another kernel reads it. The
 // partials are written once per tile after split-K's merge (each tile's epilogue runs once).
 void Partitioner::row_partials_into_gemm_epilogues() {
@@ -96,6 +95,10 @@ int Partitioner::partials_gemm_for(size_t r, const std::map<ValueId, size_t> &st
       }
       continue; // a per-row value of the results (row_result): computed after the merge
     }
+    if (op_info(v.op).reducer == "LogSumExp") {
+      why = fmt::format("{} would compute exp of every element in the GEMM's epilogue", site(st));
+      return -1;
+    }
     if (!merges_from_partials(v)) {
       why = fmt::format("{} needs whole rows", site(st));
       return -1;
@@ -106,7 +109,34 @@ int Partitioner::partials_gemm_for(size_t r, const std::map<ValueId, size_t> &st
         return -1;
       }
   }
+  // What moves into the epilogue runs there while the tensor cores wait: transcendental math
+  // per element costs more than the product's round trip through memory.
+  for (ValueId id : reductions_prologue(row))
+    if (op_info(val(id).op).transcendental_calls > 0 && !is_column_value(val(id).type)) {
+      why = fmt::format("{} would compute {} of every element in the GEMM's epilogue", site(id),
+                        op_info(val(id).op).name);
+      return -1;
+    }
   return static_cast<int>(g);
+}
+
+// The values of row kernel `row` that its reductions' operands compute: they move to the GEMM's
+// epilogue (row_partials_epilogue).
+std::set<ValueId> Partitioner::reductions_prologue(const Kernel &row) const {
+  const std::set<ValueId> in_row(row.computes.begin(), row.computes.end());
+  std::set<ValueId> prologue;
+  std::vector<ValueId> todo;
+  for (ValueId st : row.row_stages)
+    if (is_row_op(val(st)))
+      todo.push_back(val(st).args[0]);
+  while (!todo.empty()) {
+    const ValueId cur = todo.back();
+    todo.pop_back();
+    if (!in_row.count(cur) || !prologue.insert(cur).second)
+      continue;
+    todo.insert(todo.end(), val(cur).args.begin(), val(cur).args.end());
+  }
+  return prologue;
 }
 
 // The row kernel's reductions become partials the GEMM's epilogue writes over the value it
@@ -114,29 +144,26 @@ int Partitioner::partials_gemm_for(size_t r, const std::map<ValueId, size_t> &st
 // kernel keeps the reductions, merged from the partials, and the per-row values after them.
 void Partitioner::split_row_kernel(Kernel &gemm, Kernel &row) {
   const std::set<ValueId> in_row(row.computes.begin(), row.computes.end());
-  std::set<ValueId> prologue, finalize;
-  // The values of `row` the tree at `root` computes, not walking into `stop`.
-  auto walk = [&](ValueId root, const std::set<ValueId> &stop, std::set<ValueId> &into) {
-    std::vector<ValueId> todo = {root};
-    while (!todo.empty()) {
-      const ValueId cur = todo.back();
-      todo.pop_back();
-      if (!in_row.count(cur) || stop.count(cur) || !into.insert(cur).second)
-        continue;
-      todo.insert(todo.end(), val(cur).args.begin(), val(cur).args.end());
-    }
-  };
-  std::set<ValueId> reductions;
+  const std::set<ValueId> prologue = reductions_prologue(row);
+  std::set<ValueId> reductions, finalize;
   for (ValueId st : row.row_stages)
     if (is_row_op(val(st)))
       reductions.insert(st);
-  for (ValueId st : reductions)
-    walk(val(st).args[0], {}, prologue);
-  for (ValueId st : row.row_stages)
-    if (reductions.count(st))
+  for (ValueId st : row.row_stages) {
+    if (reductions.count(st)) {
       finalize.insert(st);
-    else
-      walk(st, reductions, finalize);
+      continue;
+    }
+    // The values of `row` the tree at st computes, not walking into the reductions.
+    std::vector<ValueId> todo = {st};
+    while (!todo.empty()) {
+      const ValueId cur = todo.back();
+      todo.pop_back();
+      if (!in_row.count(cur) || reductions.count(cur) || !finalize.insert(cur).second)
+        continue;
+      todo.insert(todo.end(), val(cur).args.begin(), val(cur).args.end());
+    }
+  }
   gemm.rows_of = row.rows_of;
   gemm.row_partials = true;
   gemm.row_stages.clear();

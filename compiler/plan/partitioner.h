@@ -144,6 +144,7 @@ private:
   void row_partials_into_gemm_epilogues();
   int partials_gemm_for(size_t r, const std::map<ir::ValueId, size_t> &storer,
                         std::string &why) const;
+  std::set<ir::ValueId> reductions_prologue(const Kernel &row) const;
   void split_row_kernel(Kernel &gemm, Kernel &row);
 
   // The finished plan (partition_finish.cpp).

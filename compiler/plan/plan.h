@@ -66,7 +66,7 @@ struct Kernel {
   std::vector<ir::ValueId> row_stages;
   // row_partials_epilogue. Gemm: its row_stages are reductions along the rows of rows_of (the
   // value its epilogue computes, read back by no kernel), of which it writes a partial per (row,
-  // column tile) instead of reading whole rows. Row: the kernel after it that merges those
+  // column slice) instead of reading whole rows. Row: the kernel after it that merges those
   // partials in a fixed order into the reductions' results (its reductions read no matrix),
   // then runs its other stages on them as a row kernel does.
   bool row_partials = false;

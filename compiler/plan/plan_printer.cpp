@@ -278,7 +278,7 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
       reads.push_back(merged);
     if (std::string partials = row_partials_text(p, k, names);
         !partials.empty() && k.kind == KernelKind::Row)
-      reads.push_back(partials + " per column tile");
+      reads.push_back(partials + " per column slice");
     for (ValueId w : k.stores)
       writes.push_back(
           fmt::format("{} {}", names[static_cast<size_t>(w)], buffer_type(p, w).str()));
@@ -289,7 +289,7 @@ std::string print_plan_text(const Plan &p, const DimBindings &dims) {
       writes.push_back(summarized);
     if (std::string partials = row_partials_text(p, k, names);
         !partials.empty() && k.kind == KernelKind::Gemm)
-      writes.push_back(partials + " per column tile");
+      writes.push_back(partials + " per column slice");
     s += fmt::format("  reads    {}\n", reads.empty() ? "-" : join(reads, ", "));
     s += fmt::format("  writes   {}\n", writes.empty() ? "-" : join(writes, ", "));
     for (ValueId w : k.stores)

@@ -7,6 +7,7 @@
 #include "templates/col_stats.cuh"
 #include "templates/elementwise.cuh"
 #include "templates/row_kernel.cuh"
+#include "templates/row_partials.cuh"
 
 #include <algorithm>
 #include <fmt/format.h>
@@ -269,8 +270,8 @@ private:
     return spec;
   }
 
-  // The team of lanes per staged row that the epilogue runs row passes with, or the column tiles
-  // whose partials of its rows' reductions the epilogue writes (row_partials_epilogue).
+  // The team of lanes per staged row that the epilogue runs row passes with, or the column
+  // slices whose partials of its rows' reductions the epilogue writes (row_partials_epilogue).
   void epilogue_rows(const Kernel &k, const Value &mm, GemmSpec &spec) const {
     if (k.row_partials) {
       // Each thread folds its accumulators (row_partials_epilogue): no team of lanes.
@@ -279,11 +280,17 @@ private:
         throw CodegenError(fmt::format("internal error: {} writes row partials over {} columns, "
                                        "a symbolic count of tiles",
                                        k.name, cols.str()));
-      spec.rows = {0, false, static_cast<int>((cols.value + spec.tile.bn - 1) / spec.tile.bn)};
-      spec.tile.config += fmt::format("; its epilogue writes the partials of {} row reduction{} "
-                                      "per row of each tile ({} column tiles)",
-                                      k.row_stages.size(), k.row_stages.size() == 1 ? "" : "s",
-                                      spec.rows.partial_tiles);
+      spec.rows = {
+          0, false,
+          static_cast<int>((cols.value + kf::ROW_PARTIAL_COLS - 1) / kf::ROW_PARTIAL_COLS)};
+      const std::string why = fmt::format(
+          "; its epilogue writes the partials of {} row reduction{} per row of each {} columns "
+          "({} slices)",
+          k.row_stages.size(), k.row_stages.size() == 1 ? "" : "s", kf::ROW_PARTIAL_COLS,
+          spec.rows.partial_tiles);
+      spec.tile.config += why;
+      for (GemmTile &v : spec.by_rows)
+        v.config += why;
     } else {
       const Dim &cols = mm.type.shape[1];
       if (cols.is_symbolic() || cols.value > spec.tile.bn)
@@ -399,9 +406,8 @@ private:
   // 64 x 128 tiles, two blocks per SM (one's epilogue overlaps the other's mainloop). Where the
   // kernel writes no column statistics (whose partials' tile height the column kernel is
   // compiled for), the same kernel with the 128 x 128 tile stands beside it for runs whose rows
-  // give that tile a full wave, and where K is at least kDeepInner and the epilogue writes no
-  // row partials (whose column tiles the row kernel is compiled for), the 128 x 256 tile for
-  // runs whose waves of it take less time (Sm90Gemm's KBLOCK_TIME).
+  // give that tile a full wave, and where K is at least kDeepInner, the 128 x 256 tile for runs
+  // whose waves of it take less time (Sm90Gemm's KBLOCK_TIME).
   void by_width(const Kernel &k, Operand op, GemmSpec &spec) const {
     const std::string type = math_name(op);
     const Dim &features = g_[k.anchor].type.shape[1];
@@ -426,7 +432,7 @@ private:
                                   "rows give one of these tiles to every SM (K not split then)",
                                   type, k.name);
         spec.by_rows.push_back(wide);
-        if (!inner.is_symbolic() && inner.value >= kDeepInner && !k.row_partials) {
+        if (!inner.is_symbolic() && inner.value >= kDeepInner) {
           GemmTile wider = sm90_tile(op, Sm90Tile::M128N256);
           wider.entry = k.name + "_wider";
           spec.tile.config += fmt::format("; {} instead of {} where its estimated time is lower "
@@ -451,7 +457,7 @@ private:
   // The SIMT fp32 GEMM: both tiles compiled, a run taking the one of lower estimated time at its
   // dims (the narrow one where the wide tiles are few and would split K into short units); the
   // wide tile alone where the epilogue runs row passes over a staged tile or writes row partials
-  // (whose column tiles the row kernel is compiled for).
+  // (per ROW_PARTIAL_COLS columns, wider than the narrow tile).
   void simt(const Kernel &k, GemmSpec &spec, bool rows) const {
     const GemmTile wide_tile{Mainloop::Simt, Operand::Tf32, 128, 128, 1, false, {}, {}};
     if (rows) {
@@ -459,7 +465,8 @@ private:
       spec.tile.entry = k.name;
       spec.tile.config =
           k.row_partials
-              ? "fp32 SIMT 128 x 128 tile alone: its epilogue's row partials are per 128 columns"
+              ? "fp32 SIMT 128 x 128 tile alone: its 128 x 32 twin is narrower than a row "
+                "partial's columns"
               : fmt::format("fp32 SIMT 128 x 128 tile, its rows ({} features) staged in shared "
                             "memory for the row passes its epilogue runs",
                             g_[k.anchor].type.shape[1].str());
@@ -492,7 +499,7 @@ private:
   RowSpec row(const Kernel &k) const {
     const Dim &cols = g_[k.rows_of].type.shape.back();
     RowSpec spec;
-    if (k.row_partials) { // a warp per row merges its column tiles' partials
+    if (k.row_partials) { // a warp per row merges its column slices' partials
       auto it = partial_tiles_.find(k.rows_of);
       if (it == partial_tiles_.end())
         throw CodegenError(fmt::format("internal error: {} merges row partials of {} that no "
@@ -531,7 +538,7 @@ private:
   std::string arch_;
   const codegen::GemmTunings &tunings_;
   std::set<ValueId> padded_;             // find_padded
-  std::map<ValueId, int> partial_tiles_; // row partials' matrix -> column tiles of its GEMM
+  std::map<ValueId, int> partial_tiles_; // row partials' matrix -> column slices of its GEMM
 };
 
 } // namespace

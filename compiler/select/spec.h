@@ -39,9 +39,9 @@ struct GemmTile {
 struct RowSpec {
   int threads = 256;     // block threads, or lanes of the epilogue's team
   bool resident = false; // a pass keeps its row in shared memory
-  // row_partials_epilogue: the column tiles of the matrix whose reductions the GEMM epilogue
-  // writes partials of per tile (its tiles' width dividing the features), which the row kernel
-  // after it merges. 0: none.
+  // row_partials_epilogue: the column slices (kf::ROW_PARTIAL_COLS columns each) of the matrix
+  // whose reductions the GEMM epilogue writes a partial of per slice, which the row kernel after
+  // it merges. 0: none.
   int partial_tiles = 0;
 };
 

@@ -1,10 +1,15 @@
 // A wide layer's row reductions as partials of its GEMM's epilogue (row_partials_epilogue): the
-// GEMM writes one partial per (row, column tile) and reduction, a row kernel merges them, and
+// GEMM writes one partial per (row, column slice) and reduction, a row kernel merges them, and
 // the product is never stored unless it is returned. Against the fp64 reference on every
 // mainloop and operand type, outputs poisoned first, features that end in a partial tile, one
-// row up to many (split-K where the rows are few), and the product both unstored and returned.
+// row up to many (split-K where the rows are few), the product both unstored and returned, and
+// each of the Hopper GEMM's tiles (its partials per column slice whatever the tile).
 #include "compiler/dsl/parser.h"
 #include "compiler/plan/planner.h"
+#include "runtime/device_buffer.h"
+#include "runtime/driver.h"
+#include "runtime/pipeline.h"
+#include "runtime/stream.h"
 #include "tests/support/gpu_cases.h"
 
 #include <algorithm>
@@ -26,10 +31,10 @@ std::string wide(const char *dtype, int in, int out, bool returned) {
   param  bias: {0}[{2}]
   h = linear(x, weight, bias)
   s = sum(abs(h), dim=1, keepdim=true)
-  e = logsumexp(sigmoid(h), dim=1)
+  e = amin(relu(h), dim=1)
   d = mean(div(abs(h), 2), dim=-1, keepdim=true)
   m = logsumexp(logsumexp(mean(max(s, dim=1, keepdim=true), dim=1, keepdim=true), dim=1, keepdim=true), dim=1, keepdim=true)
-  return s, e, d, m, logsumexp(h, dim=1), amax(h, dim=1), min(h, dim=1, keepdim=true), var(h, dim=1), std(h, dim=1, correction=0, keepdim=true){3}
+  return s, e, d, m, amax(h, dim=1), min(h, dim=1, keepdim=true), var(h, dim=1), std(h, dim=1, correction=0, keepdim=true){3}
 }}
 )",
                      dtype, in, out, returned ? ", h" : "");
@@ -67,4 +72,58 @@ TEST_CASE("gpu: a wide layer's row reductions are merged from its GEMM epilogue'
         if (out <= 4100)
           testing::expect_match(text, "wide.kf", Mode::Train, 1217, ++seed, 2, c.precision);
       }
+}
+
+TEST_CASE("gpu: row partials per column slice whichever tile the Hopper GEMM's run takes") {
+  rt::Driver &driver = rt::Driver::get();
+  driver.make_current();
+  int sms = 0;
+  driver.check(driver.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                           driver.current_device()),
+               "cuDeviceGetAttribute");
+  // K = 2048, 500 features (the last slice partial): as test_gpu_gemm_launches.cpp's deep
+  // layer of 512, two waves of rows take the 128 x 256 tile, three the 128 x 128 one, and few
+  // rows the kernel's own 64 x 128.
+  const int64_t two_waves = 128 * (sms - 1) + 17, three_waves = 128 * (sms / 2 + 3) + 17,
+                few = 128 * (sms / 4 - 1);
+  for (const char *dtype : {"f32", "bf16"}) {
+    CAPTURE(dtype);
+    const bool bf16 = std::string(dtype) == "bf16";
+    const DType type = bf16 ? DType::BF16 : DType::F32;
+    const size_t size = bf16 ? 2 : 4;
+    const std::string text = fmt::format(
+        "pipeline deep {{\n  dim N\n  input x: {0}[N, 2048]\n  param w: {0}[500, 2048]\n"
+        "  param b: {0}[500]\n  h = linear(x, w, b)\n"
+        "  return sum(abs(h), dim=1), var(h, dim=1), amax(h, dim=1)\n}}\n",
+        dtype);
+    Options eval;
+    eval.mode = Mode::Eval;
+    eval.precision = bf16 ? Precision::FP32 : Precision::TF32;
+    eval.use_tuned = false;
+    Pipeline p = Pipeline::from_string(text, "deep.kf", eval);
+    auto kernel_at = [&](int64_t rows) {
+      rt::DeviceBuffer x(static_cast<size_t>(rows * 2048) * size), w(500 * 2048 * size),
+          b(500 * size), out0(static_cast<size_t>(rows) * size),
+          out1(static_cast<size_t>(rows) * size), out2(static_cast<size_t>(rows) * size);
+      x.fill_bytes(0);
+      w.fill_bytes(0);
+      b.fill_bytes(0);
+      p.bind("w", {reinterpret_cast<void *>(w.ptr()), {500, 2048}, type});
+      p.bind("b", {reinterpret_cast<void *>(b.ptr()), {500}, type});
+      const Tensor in[] = {{reinterpret_cast<void *>(x.ptr()), {rows, 2048}, type}};
+      const Tensor results[] = {{reinterpret_cast<void *>(out0.ptr()), {rows}, type},
+                                {reinterpret_cast<void *>(out1.ptr()), {rows}, type},
+                                {reinterpret_cast<void *>(out2.ptr()), {rows}, type}};
+      rt::Stream stream;
+      p.run(in, 1, results, 3, stream.handle());
+      stream.synchronize();
+      return rt::PipelineAccess::gemm_launches(p).at(0).kernel;
+    };
+    CHECK(kernel_at(two_waves) == "k0_gemm_wider");
+    CHECK(kernel_at(three_waves) == "k0_gemm_wide");
+    CHECK(kernel_at(few) == "k0_gemm");
+    uint64_t seed = 4200;
+    for (int64_t n : {two_waves, three_waves, few})
+      testing::expect_match(text, "deep.kf", Mode::Eval, n, ++seed, 1, eval.precision);
+  }
 }

@@ -6,7 +6,7 @@
 #include "math.cuh"
 #include "row_partials.cuh"
 
-// k0_gemm: linear@11, sigmoid@13, div@14 (gemm); canonicalize_linear, fold_affine, row_partials_epilogue, shared_value, simplify_identities
+// k0_gemm: linear@10, relu@12, div@13 (gemm); canonicalize_linear, fold_affine, row_partials_epilogue, shared_value, simplify_identities
 struct k0_gemm_functor {
   const float *p_x;
   const float *p_weight;
@@ -51,7 +51,7 @@ struct k0_gemm_pass1 {
     const float v_t1 = x;
     const float v_t2 = float(1);
     const float v_h = v_t1 * v_t2 + kf::load(p_bias + col);
-    const float v_t3 = kf::sigmoid(v_h);
+    const float v_t3 = kf::relu(v_h);
     return v_t3;
   }
 };
@@ -96,15 +96,15 @@ struct k0_gemm_rows {
   float *p_t1_rowpart;
   static constexpr bool ENABLED = true;
   static constexpr bool PARTIALS = true;
-  using Partials = kf::RowPartials<kf::Reduce::Sum, kf::Reduce::LogSumExp, kf::Reduce::Sum, kf::Reduce::Std>;
+  using Partials = kf::RowPartials<kf::Reduce::Sum, kf::Reduce::Max, kf::Reduce::Sum, kf::Reduce::Std>;
   __device__ void add(float *p, int row, int col0, int c, float x) const {
     kf::partial_add<kf::Reduce::Sum>(p + 0, k0_gemm_pass0{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
-    kf::partial_add<kf::Reduce::LogSumExp>(p + 1, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
-    kf::partial_add<kf::Reduce::Sum>(p + 3, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
-    kf::partial_add<kf::Reduce::Std>(p + 4, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+    kf::partial_add<kf::Reduce::Max>(p + 1, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+    kf::partial_add<kf::Reduce::Sum>(p + 2, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+    kf::partial_add<kf::Reduce::Std>(p + 3, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
   }
   __device__ float *out(int row, int tile) const {
-    return p_t1_rowpart + (static_cast<long long>(row) * 16 + tile) * Partials::FLOATS;
+    return p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * Partials::FLOATS;
   }
 };
 extern "C" __global__ void __launch_bounds__(kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>::THREADS, kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>::MIN_BLOCKS)
@@ -116,18 +116,18 @@ k0_gemm(const __grid_constant__ kf::sm90::TensorMap p_x_map, const __grid_consta
   kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>(p_x_map, p_weight_map, shape, scheduler, epilogue);
 }
 
-// k1_row: sum@12, logsumexp@13, sum@14, logsumexp@15, mean@15, std@16 (row); row_chain, row_partials_epilogue, row_prologue, row_result, simplify_identities
+// k1_row: sum@11, amax@12, sum@13, logsumexp@14, mean@14, std@15 (row); row_chain, row_partials_epilogue, row_prologue, row_result, simplify_identities
 extern "C" __global__ void __launch_bounds__(32)
-k1_row(float *__restrict__ p_s, float *__restrict__ p_e, float *__restrict__ p_d, float *__restrict__ p_m, float *__restrict__ p_v, const float *__restrict__ p_t1_rowpart, int d_N) {
+k1_row(float *__restrict__ p_s, float *__restrict__ p_a, float *__restrict__ p_d, float *__restrict__ p_m, float *__restrict__ p_v, const float *__restrict__ p_t1_rowpart, int d_N) {
   kf::wait_prior_grid();
   const int row = blockIdx.x;
-  const float v_s = kf::row_merge<32, kf::Reduce::Sum>(row, 16, p_t1_rowpart, 7, 0, 4096, 0.0f);
+  const float v_s = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 6, 0, 4096, 0.0f);
   if (threadIdx.x == 0)
     kf::store(p_s + row, v_s);
-  const float v_e = kf::row_merge<32, kf::Reduce::LogSumExp>(row, 16, p_t1_rowpart, 7, 1, 4096, 0.0f);
+  const float v_a = kf::row_merge<32, kf::Reduce::Max>(row, 32, p_t1_rowpart, 6, 1, 4096, 0.0f);
   if (threadIdx.x == 0)
-    kf::store(p_e + row, v_e);
-  const float v_d = kf::row_merge<32, kf::Reduce::Sum>(row, 16, p_t1_rowpart, 7, 3, 4096, 0.0f);
+    kf::store(p_a + row, v_a);
+  const float v_d = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 6, 2, 4096, 0.0f);
   if (threadIdx.x == 0)
     kf::store(p_d + row, v_d);
   const float v_t7 = 0.0f;
@@ -138,7 +138,7 @@ k1_row(float *__restrict__ p_s, float *__restrict__ p_e, float *__restrict__ p_d
   const float v_m = v_t10 + v_t11;
   if (threadIdx.x == 0)
     kf::store(p_m + row, v_m);
-  const float v_v = kf::row_merge<32, kf::Reduce::Std>(row, 16, p_t1_rowpart, 7, 4, 4096, float(1));
+  const float v_v = kf::row_merge<32, kf::Reduce::Std>(row, 32, p_t1_rowpart, 6, 3, 4096, float(1));
   if (threadIdx.x == 0)
     kf::store(p_v + row, v_v);
 }
