@@ -717,7 +717,7 @@ private:
 #pragma unroll
         for (int j = 0; j < Fragment::COLS; ++j) {
           const int c = f.col(j);
-          if (c / ROW_PARTIAL_COLS != slice || n0 + c >= s.n)
+          if (f.slice_of(j, ROW_PARTIAL_COLS) != slice || n0 + c >= s.n)
             continue;
           float in[INPUTS];
           load_matrix_elements(functor, row, n0 + c, in);

@@ -66,6 +66,8 @@ template <int BlockM, int BlockN, int WarpsM, int WarpsN, int Threads> struct Si
   KF_HOST_DEVICE int col(int j) const { return (j >> 2) * (BN / 2) + tx * 4 + (j & 3); }
   KF_HOST_DEVICE int row_group() const { return static_cast<int>(warp(thread) / WarpsN); }
   KF_HOST_DEVICE int col_group() const { return static_cast<int>(warp(thread) % WarpsN); }
+  // The slice of w columns holding col(j).
+  KF_HOST_DEVICE int slice_of(int j, int w) const { return col(j) / w; }
   // Unsigned, so that dividing by WarpsN is a shift.
   KF_HOST_DEVICE static constexpr unsigned warp(int t) { return static_cast<unsigned>(t) >> 5; }
   KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {

@@ -154,6 +154,9 @@ template <int BlockN, int BlockM> struct Sm90Fragment {
   KF_HOST_DEVICE int col(int j) const { return 8 * (j >> 1) + 2 * q + (j & 1); }
   KF_HOST_DEVICE int row_group() const { return warp; }
   KF_HOST_DEVICE int col_group() const { return 0; } // a warp holds its rows' BN columns
+  // The slice of w columns (a multiple of 8) holding col(j): its part below 8 (2q + j % 2)
+  // never crosses one, so that an unrolled j's slice is known at compile time.
+  KF_HOST_DEVICE int slice_of(int j, int w) const { return (8 * (j >> 1)) / w; }
   KF_HOST_DEVICE int warp_row0() const { return 16 * warp; }
   KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
     return rows_below(tile_rows, 16 * group, 16);

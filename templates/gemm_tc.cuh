@@ -75,6 +75,9 @@ template <int BlockN> struct TcFragment {
   KF_HOST_DEVICE int col(int j) const { return wn * (BN / 4) + (j >> 1) * 8 + 2 * q + (j & 1); }
   KF_HOST_DEVICE int row_group() const { return wm; }
   KF_HOST_DEVICE int col_group() const { return wn; }
+  // The slice of w columns (a multiple of 8) holding col(j): its part below 8 (2q + j % 2)
+  // never crosses one, so that the slice is the warp's and an unrolled j's.
+  KF_HOST_DEVICE int slice_of(int j, int w) const { return (wn * (BN / 4) + (j >> 1) * 8) / w; }
   KF_HOST_DEVICE static constexpr int group_rows(int group, int tile_rows) {
     return rows_below(tile_rows, 64 * group, 64);
   }

@@ -6,16 +6,14 @@
 // narrower than any tile, so that the row kernel merges the same partials whichever tile a run
 // of the GEMM takes.
 //
-//   partial (partial_add,   Sum / Mean: the sum; Max / Min: the extremum (NaN with a NaN);
-//   partial_merge):         Var / Std: Welford's (count, mean, M2), merged with Chan's formula
-//   merge (row_merge):      the sum of the sums (Mean: over n), the extremum of the extrema,
-//                           the Welford triples merged with Chan's formula (no E[y^2] - E[y]^2
-//                           cancellation); special values as row_reduce.cuh's
+//   partial (partial_add,   Sum / Mean: the sum; Max / Min: the extremum (NaN with a NaN)
+//   partial_merge):
+//   merge (row_merge):      the sum of the sums (Mean: over n), the extremum of the extrema;
+//                           special values as row_reduce.cuh's
 //
-// Layout: a row's partials are [tiles][floats] floats (tiles: the column slices), floats the sum of
-// partial_floats() over the reductions the epilogue writes (RowPartials<R...>::FLOATS); a reduction
-// at offset o has row r's partial of tile t at p[(r * tiles + t) * floats + o] (and o + 1, o + 2
-// for Welford's mean and M2). A partial in registers has the same floats.
+// Layout: a row's partials are [tiles][floats] floats (tiles: the column slices; floats: one
+// per reduction the epilogue writes, RowPartials<R...>::FLOATS); a reduction at offset o has row
+// r's partial of tile t at p[(r * tiles + t) * floats + o]. Partials in registers likewise.
 #pragma once
 
 #include "row_reduce.cuh"
@@ -24,10 +22,6 @@ namespace kf {
 
 // The columns of one partial: every GEMM tile's width is a multiple of it.
 inline constexpr int ROW_PARTIAL_COLS = 128;
-
-KF_HOST_DEVICE constexpr int partial_floats(Reduce r) {
-  return r == Reduce::Var || r == Reduce::Std ? 3 : 1;
-}
 
 // Whether a GEMM epilogue's Rows writes row partials (a member `static constexpr bool
 // PARTIALS = true`) rather than running whole-row passes.
@@ -40,80 +34,59 @@ template <class R> struct writes_row_partials<R, decltype(void(R::PARTIALS))> {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-// Reduction R's partial over no values, at p[0 .. partial_floats(R) - 1].
-template <Reduce R> __device__ __forceinline__ void partial_init(float *p) {
+template <Reduce R> __device__ __forceinline__ void check_partial_reduction() {
+  static_assert(R == Reduce::Sum || R == Reduce::Mean || R == Reduce::Max || R == Reduce::Min,
+                "a reduction with row partials");
+}
+
+// Reduction R's partial over no values.
+template <Reduce R> __device__ __forceinline__ float partial_init() {
   using namespace row_detail;
+  check_partial_reduction<R>();
+  return R == Reduce::Max ? neg_inf() : R == Reduce::Min ? inf() : 0.0f;
+}
+
+// The partial p of a value y more (of the values before it and y, merged: partial_merge).
+template <Reduce R> __device__ __forceinline__ float partial_merge(float p, float y) {
+  using namespace row_detail;
+  check_partial_reduction<R>();
   if constexpr (R == Reduce::Max)
-    p[0] = neg_inf();
+    return maximum(p, y);
   else if constexpr (R == Reduce::Min)
-    p[0] = inf();
-  else {
-#pragma unroll
-    for (int e = 0; e < partial_floats(R); ++e)
-      p[e] = 0.0f;
-  }
+    return minimum(p, y);
+  else
+    return p + y;
 }
 
 // Value y added to the partial at p.
 template <Reduce R> __device__ __forceinline__ void partial_add(float *p, float y) {
-  using namespace row_detail;
-  if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
-    p[0] += y;
-  } else if constexpr (R == Reduce::Max) {
-    p[0] = maximum(p[0], y);
-  } else if constexpr (R == Reduce::Min) {
-    p[0] = minimum(p[0], y);
-  } else {
-    static_assert(R == Reduce::Var || R == Reduce::Std, "a reduction with row partials");
-    Welford a{p[0], p[1], p[2]};
-    welford_add(a, y);
-    p[0] = a.n;
-    p[1] = a.mean;
-    p[2] = a.m2;
-  }
+  p[0] = partial_merge<R>(p[0], y);
 }
 
-// The partial of later values q merged into p's (of the values before them).
-template <Reduce R> __device__ __forceinline__ void partial_merge(float *p, const float *q) {
-  using namespace row_detail;
-  if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
-    p[0] += q[0];
-  } else if constexpr (R == Reduce::Max) {
-    p[0] = maximum(p[0], q[0]);
-  } else if constexpr (R == Reduce::Min) {
-    p[0] = minimum(p[0], q[0]);
-  } else {
-    static_assert(R == Reduce::Var || R == Reduce::Std, "a reduction with row partials");
-    const Welford a = welford_merge(Welford{p[0], p[1], p[2]}, Welford{q[0], q[1], q[2]});
-    p[0] = a.n;
-    p[1] = a.mean;
-    p[2] = a.m2;
-  }
-}
-
-// The partials of reductions R..., one after another (their offsets: the floats before them).
+// The partials of reductions R..., one float each in order.
 template <Reduce... R> struct RowPartials {
-  static constexpr int FLOATS = (partial_floats(R) + ...);
+  static constexpr int FLOATS = sizeof...(R);
 
   __device__ static void init(float *p) {
     int o = 0;
-    ((partial_init<R>(p + o), o += partial_floats(R)), ...);
+    ((p[o++] = partial_init<R>()), ...);
   }
+  // The partials q of later values merged into p's (of the values before them).
   __device__ static void merge(float *p, const float *q) {
     int o = 0;
-    ((partial_merge<R>(p + o, q + o), o += partial_floats(R)), ...);
+    ((p[o] = partial_merge<R>(p[o], q[o]), ++o), ...);
   }
 };
 
 // Reduction R of row `row` of n values from its `tiles` partials at offset `offset` of the
 // partials (`floats` per tile), merged in tile order by a block of Threads threads (or a Team);
-// every member gets the result. `correction`: var / std's (divisor max(0, n - correction)).
+// every member gets the result.
 template <int Threads, Reduce R, class Team = BlockTeam<Threads>>
 __device__ __forceinline__ float row_merge(int row, int tiles, const float *partials, int floats,
-                                           int offset, int n, float correction,
-                                           Team team = Team{}) {
+                                           int offset, int n, Team team = Team{}) {
   static_assert(Team::SIZE == Threads, "the team is Threads threads");
   using namespace row_detail;
+  check_partial_reduction<R>();
   const float *p = partials + static_cast<long long>(row) * tiles * floats + offset;
   if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
     float s = 0.0f;
@@ -126,19 +99,11 @@ __device__ __forceinline__ float row_merge(int row, int tiles, const float *part
     for (int t = team.rank(); t < tiles; t += Team::SIZE)
       m = maximum(m, p[t * floats]);
     return team.combine(m, MaximumOp{});
-  } else if constexpr (R == Reduce::Min) {
+  } else {
     float m = inf();
     for (int t = team.rank(); t < tiles; t += Team::SIZE)
       m = minimum(m, p[t * floats]);
     return team.combine(m, MinimumOp{});
-  } else {
-    static_assert(R == Reduce::Var || R == Reduce::Std, "a reduction with row partials");
-    Welford acc{0.0f, 0.0f, 0.0f};
-    for (int t = team.rank(); t < tiles; t += Team::SIZE)
-      acc = welford_merge(acc, Welford{p[t * floats], p[t * floats + 1], p[t * floats + 2]});
-    const Welford tot = team.welford(acc);
-    const float var = tot.m2 / fmaxf(0.0f, static_cast<float>(n) - correction);
-    return R == Reduce::Std ? sqrtf(var) : var;
   }
 }
 

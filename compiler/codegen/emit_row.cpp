@@ -208,8 +208,7 @@ int row_partial_floats(const Graph &g, const Kernel &k, ValueId st) {
       continue;
     if (r == st)
       return floats;
-    // row_partials.cuh's partial_floats
-    floats += v.op == OpKind::Var || v.op == OpKind::Std ? 3 : 1;
+    ++floats; // one per reduction (row_partials.cuh)
   }
   return st < 0 ? floats : -1;
 }
@@ -228,11 +227,10 @@ void RowPasses::merge(ValueId st) {
   cx_.includes.insert("row_partials.cuh");
   int floats = 0;
   const int offset = partial_offset(st, floats);
-  const double correction = op.attrs.count("correction") ? op.attr("correction") : 0.0;
   body_ += fmt::format("  const float {} = kf::row_merge<{}, kf::Reduce::{}>(row, {}, {}_rowpart, "
-                       "{}, {}, {}, {});\n",
+                       "{}, {}, {});\n",
                        w_.var(st), threads_, op_info(op.op).reducer, partial_tiles_,
-                       w_.ptr(k_.rows_of), floats, offset, n_, float_literal(correction));
+                       w_.ptr(k_.rows_of), floats, offset, n_);
   if (std::count(k_.stores.begin(), k_.stores.end(), st))
     body_ += fmt::format("  if ({})\n    {};\n", first_, w_.store(st, "row", w_.var(st)));
   row_values_.push_back(st);

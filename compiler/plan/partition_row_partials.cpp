@@ -12,13 +12,23 @@ using namespace ir;
 
 namespace {
 
-// Reductions whose per-slice partials merge into the row's result in one more step: a sum
-// (mean: a sum over n), an extremum, var's and std's Welford (count, mean, M2), merged with
-// Chan's formula. (logsumexp's would need an exp of every element in the epilogue.)
+// Reductions whose per-slice partials merge into the row's result in one more step, each
+// element costing the epilogue one add or comparison: a sum (mean: a sum over n), an extremum.
 bool merges_from_partials(const Value &v) {
   const std::string_view r = op_info(v.op).reducer;
   return op_info(v.op).cls == OpClass::Reduce &&
-         (r == "Sum" || r == "Mean" || r == "Max" || r == "Min" || r == "Var" || r == "Std");
+         (r == "Sum" || r == "Mean" || r == "Max" || r == "Min");
+}
+
+// Why the partials of reduction v would cost the epilogue more than the product's round trip
+// through memory, "" where they would not: the epilogue runs while the tensor cores wait.
+std::string costly_partials(const Value &v) {
+  const std::string_view r = op_info(v.op).reducer;
+  if (r == "LogSumExp")
+    return "exp";
+  if (r == "Var" || r == "Std")
+    return "Welford's update (a division)";
+  return "";
 }
 
 } // namespace
@@ -95,8 +105,9 @@ int Partitioner::partials_gemm_for(size_t r, const std::map<ValueId, size_t> &st
       }
       continue; // a per-row value of the results (row_result): computed after the merge
     }
-    if (op_info(v.op).reducer == "LogSumExp") {
-      why = fmt::format("{} would compute exp of every element in the GEMM's epilogue", site(st));
+    if (const std::string cost = costly_partials(v); !cost.empty()) {
+      why = fmt::format("{} would compute {} of every element in the GEMM's epilogue", site(st),
+                        cost);
       return -1;
     }
     if (!merges_from_partials(v)) {

@@ -22,7 +22,7 @@ namespace {
 
 // Every reduction that has partials, over the product and over elementwise values of it, and
 // reductions of a [N, 1] result after them; `returned` also returns h. Well-conditioned at tf32
-// and bf16: sums of |h| (a sum of random signs cancels), the spread of h.
+// and bf16: sums of |h| (a sum of random signs cancels).
 std::string wide(const char *dtype, int in, int out, bool returned) {
   return fmt::format(R"(pipeline wide_{0}_{1}_{2} {{
   dim N
@@ -34,7 +34,7 @@ std::string wide(const char *dtype, int in, int out, bool returned) {
   e = amin(relu(h), dim=1)
   d = mean(div(abs(h), 2), dim=-1, keepdim=true)
   m = logsumexp(logsumexp(mean(max(s, dim=1, keepdim=true), dim=1, keepdim=true), dim=1, keepdim=true), dim=1, keepdim=true)
-  return s, e, d, m, amax(h, dim=1), min(h, dim=1, keepdim=true), var(h, dim=1), std(h, dim=1, correction=0, keepdim=true){3}
+  return s, e, d, m, amax(h, dim=1), min(h, dim=1, keepdim=true){3}
 }}
 )",
                      dtype, in, out, returned ? ", h" : "");
@@ -94,7 +94,7 @@ TEST_CASE("gpu: row partials per column slice whichever tile the Hopper GEMM's r
     const std::string text = fmt::format(
         "pipeline deep {{\n  dim N\n  input x: {0}[N, 2048]\n  param w: {0}[500, 2048]\n"
         "  param b: {0}[500]\n  h = linear(x, w, b)\n"
-        "  return sum(abs(h), dim=1), var(h, dim=1), amax(h, dim=1)\n}}\n",
+        "  return sum(abs(h), dim=1), mean(abs(h), dim=1), amax(h, dim=1)\n}}\n",
         dtype);
     Options eval;
     eval.mode = Mode::Eval;

@@ -6,7 +6,7 @@
 #include "math.cuh"
 #include "row_partials.cuh"
 
-// k0_gemm: linear@10, relu@12, div@13 (gemm); canonicalize_linear, fold_affine, row_partials_epilogue, shared_value, simplify_identities
+// k0_gemm: linear@10, relu@12, div@13, abs@15 (gemm); canonicalize_linear, fold_affine, row_partials_epilogue, shared_value, simplify_identities
 struct k0_gemm_functor {
   const float *p_x;
   const float *p_weight;
@@ -85,7 +85,8 @@ struct k0_gemm_pass3 {
     const float v_t1 = x;
     const float v_t2 = float(1);
     const float v_h = v_t1 * v_t2 + kf::load(p_bias + col);
-    return v_h;
+    const float v_t12 = fabsf(v_h);
+    return v_t12;
   }
 };
 struct k0_gemm_rows {
@@ -96,12 +97,12 @@ struct k0_gemm_rows {
   float *p_t1_rowpart;
   static constexpr bool ENABLED = true;
   static constexpr bool PARTIALS = true;
-  using Partials = kf::RowPartials<kf::Reduce::Sum, kf::Reduce::Max, kf::Reduce::Sum, kf::Reduce::Std>;
+  using Partials = kf::RowPartials<kf::Reduce::Sum, kf::Reduce::Max, kf::Reduce::Sum, kf::Reduce::Mean>;
   __device__ void add(float *p, int row, int col0, int c, float x) const {
     kf::partial_add<kf::Reduce::Sum>(p + 0, k0_gemm_pass0{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
     kf::partial_add<kf::Reduce::Max>(p + 1, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
     kf::partial_add<kf::Reduce::Sum>(p + 2, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
-    kf::partial_add<kf::Reduce::Std>(p + 3, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+    kf::partial_add<kf::Reduce::Mean>(p + 3, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
   }
   __device__ float *out(int row, int tile) const {
     return p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * Partials::FLOATS;
@@ -116,18 +117,18 @@ k0_gemm(const __grid_constant__ kf::sm90::TensorMap p_x_map, const __grid_consta
   kf::gemm_sm90<kf::Sm90Gemm<kf::sm90::Operand::Tf32, 256>>(p_x_map, p_weight_map, shape, scheduler, epilogue);
 }
 
-// k1_row: sum@11, amax@12, sum@13, logsumexp@14, mean@14, std@15 (row); row_chain, row_partials_epilogue, row_prologue, row_result, simplify_identities
+// k1_row: sum@11, amax@12, sum@13, logsumexp@14, mean@14, mean@15 (row); row_chain, row_partials_epilogue, row_prologue, row_result, simplify_identities
 extern "C" __global__ void __launch_bounds__(32)
 k1_row(float *__restrict__ p_s, float *__restrict__ p_a, float *__restrict__ p_d, float *__restrict__ p_m, float *__restrict__ p_v, const float *__restrict__ p_t1_rowpart, int d_N) {
   kf::wait_prior_grid();
   const int row = blockIdx.x;
-  const float v_s = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 6, 0, 4096, 0.0f);
+  const float v_s = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 4, 0, 4096);
   if (threadIdx.x == 0)
     kf::store(p_s + row, v_s);
-  const float v_a = kf::row_merge<32, kf::Reduce::Max>(row, 32, p_t1_rowpart, 6, 1, 4096, 0.0f);
+  const float v_a = kf::row_merge<32, kf::Reduce::Max>(row, 32, p_t1_rowpart, 4, 1, 4096);
   if (threadIdx.x == 0)
     kf::store(p_a + row, v_a);
-  const float v_d = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 6, 2, 4096, 0.0f);
+  const float v_d = kf::row_merge<32, kf::Reduce::Sum>(row, 32, p_t1_rowpart, 4, 2, 4096);
   if (threadIdx.x == 0)
     kf::store(p_d + row, v_d);
   const float v_t7 = 0.0f;
@@ -138,7 +139,7 @@ k1_row(float *__restrict__ p_s, float *__restrict__ p_a, float *__restrict__ p_d
   const float v_m = v_t10 + v_t11;
   if (threadIdx.x == 0)
     kf::store(p_m + row, v_m);
-  const float v_v = kf::row_merge<32, kf::Reduce::Std>(row, 32, p_t1_rowpart, 6, 3, 4096, float(1));
+  const float v_v = kf::row_merge<32, kf::Reduce::Mean>(row, 32, p_t1_rowpart, 4, 3, 4096);
   if (threadIdx.x == 0)
     kf::store(p_v + row, v_v);
 }
