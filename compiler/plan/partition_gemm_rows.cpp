@@ -21,12 +21,7 @@ void Partitioner::rows_into_gemm_epilogues() {
   // indices keep the kernels' order), so that a chain of thousands of kernels stays linear.
   std::map<ValueId, size_t> storer;
   std::map<ValueId, int> readers; // value -> how many kernels read it
-  for (size_t k = 0; k < ks.size(); ++k) {
-    for (ValueId s : ks[k].stores)
-      storer[s] = k;
-    for (ValueId v : ks[k].reads)
-      ++readers[v];
-  }
+  index_kernels(storer, readers);
   std::vector<bool> merged(ks.size(), false);
   for (size_t r = 0; r < ks.size(); ++r) {
     const int g = epilogue_gemm_for(r, storer);
@@ -57,6 +52,17 @@ void Partitioner::rows_into_gemm_epilogues() {
     ++kept;
   }
   ks.resize(kept);
+}
+
+// The kernel that stores each value, and how many kernels read each.
+void Partitioner::index_kernels(std::map<ValueId, size_t> &storer,
+                                std::map<ValueId, int> &readers) const {
+  for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+    for (ValueId s : plan_.kernels[k].stores)
+      storer[s] = k;
+    for (ValueId v : plan_.kernels[k].reads)
+      ++readers[v];
+  }
 }
 
 // The GEMM kernel whose epilogue row kernel `r` can run in (gemm_row_epilogue), or -1.

@@ -45,12 +45,7 @@ void Partitioner::row_partials_into_gemm_epilogues() {
   std::vector<Kernel> &ks = plan_.kernels;
   std::map<ValueId, size_t> storer;
   std::map<ValueId, int> readers; // value -> how many kernels read it
-  for (size_t k = 0; k < ks.size(); ++k) {
-    for (ValueId s : ks[k].stores)
-      storer[s] = k;
-    for (ValueId v : ks[k].reads)
-      ++readers[v];
-  }
+  index_kernels(storer, readers);
   for (size_t r = 0; r < ks.size(); ++r) {
     std::string why;
     const int g = partials_gemm_for(r, storer, why);
