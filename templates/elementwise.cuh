@@ -1,19 +1,20 @@
 // Generated elementwise kernels: each element of an [m, n] row-major output computed by the
 // generated functor from the elements at the same (row, col) of its input matrices.
 //
-//   map_elements<VEC>(m, n, f):  f.output()[row * n + col] = f.apply(row, col, in)
+//   map_elements<VEC>(m, n, ld, f):  f.output()[row * ld + col] = f.apply(row, col, in)
 //
 // Functor (one per elementwise kernel):
 //   static constexpr int MATRICES;   operands read at (row, col): [m, n] matrices, and rows every
 //       row reads (a per-feature [1, n] vector) with leading dimension 0
 //   template <int I> __device__ Matrix<T> matrix() const;   elements (float, kf::bf16 or
 //       kf::f16) and leading dimension; absent where MATRICES is 0
-//   __device__ Out *output() const;   the output (float, kf::bf16 or kf::f16), leading dim n
+//   __device__ Out *output() const;   the output (float, kf::bf16 or kf::f16), leading dim ld:
+//       n, or n rounded up where its rows are padded for the Hopper GEMMs reading it
 //   __device__ float apply(int row, int col, const float *in) const;   in[I]: the I-th matrix's
 //       element; other operands (a per-row [m, 1] column, a scalar) apply loads itself
 //
 // Grid-stride over row-major order, consecutive threads on consecutive columns. Where n, every
-// leading dimension and base pointer allow (checked at run time, uniformly), a thread moves VEC
+// leading dimension (ld among them) and base pointer allow (checked at run time, uniformly), a thread moves VEC
 // columns as 16-byte accesses; otherwise one element at a time. Any 1-D grid is correct; the
 // launcher uses ELEMENTWISE_THREADS per block and min(ceil(m * n / (VEC * ELEMENTWISE_THREADS)),
 // ELEMENTWISE_BLOCKS_PER_SM * SMs) blocks, at least 1. The linear index is 64-bit, row and column
@@ -65,7 +66,7 @@ template <class F> __device__ void for_each_index(int m, int n, F &f) {
   }
 }
 
-template <int VEC, class T> __device__ __forceinline__ bool aligned(const T *p, int ld) {
+template <int VEC, class T> __device__ __forceinline__ bool aligned(const T *p, long long ld) {
   return ld % VEC == 0 && (reinterpret_cast<unsigned long long>(p) & (VEC * sizeof(T) - 1)) == 0;
 }
 
@@ -95,12 +96,12 @@ __device__ __forceinline__ void load_vector(const F &f, int row, int col, float 
 
 } // namespace elementwise_detail
 
-template <int VEC, class F> __device__ void map_elements(int m, int n, const F &f) {
+template <int VEC, class F> __device__ void map_elements(int m, int n, long long ld, const F &f) {
   using namespace elementwise_detail;
   constexpr int SLOTS = F::MATRICES > 0 ? F::MATRICES : 1;
   auto *out = f.output();
   if constexpr (VEC > 1) {
-    if (aligned<VEC>(out, n) && matrices_aligned<VEC, 0>(f)) {
+    if (n % VEC == 0 && aligned<VEC>(out, ld) && matrices_aligned<VEC, 0>(f)) {
       auto vector = [&](int row, int v) {
         const int col = v * VEC;
         float in[VEC][SLOTS];
@@ -109,7 +110,7 @@ template <int VEC, class F> __device__ void map_elements(int m, int n, const F &
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           y[e] = f.apply(row, col + e, in[e]);
-        store_vec(out + static_cast<size_t>(row) * n + col, y);
+        store_vec(out + static_cast<size_t>(row) * ld + col, y);
       };
       for_each_index(m, n / VEC, vector);
       return;
@@ -118,7 +119,7 @@ template <int VEC, class F> __device__ void map_elements(int m, int n, const F &
   auto element = [&](int row, int col) {
     float in[SLOTS];
     load_matrix_elements(f, row, col, in);
-    store(out + static_cast<size_t>(row) * n + col, f.apply(row, col, in));
+    store(out + static_cast<size_t>(row) * ld + col, f.apply(row, col, in));
   };
   for_each_index(m, n, element);
 }

@@ -18,12 +18,19 @@ namespace kfuse::codegen {
 struct EmitContext {
   const plan::Plan &plan; // every tensor seen as [rows, F]
   const ir::Graph &graph;
-  std::vector<std::string> names;          // printed names of graph's values
-  std::map<ir::ValueId, int> partial_rows; // select::Selection::partial_rows
-  std::set<std::string> includes;          // template headers the source needs
-  const char *indent = "    ";             // of statements inside a functor's member
+  std::vector<std::string> names;           // printed names of graph's values
+  std::map<ir::ValueId, int> partial_rows;  // select::Selection::partial_rows
+  std::map<ir::ValueId, int> row_multiples; // select::Selection::row_multiples
+  std::set<std::string> includes;           // template headers the source needs
+  const char *indent = "    ";              // of statements inside a functor's member
 
   const std::string &name(ir::ValueId v) const { return names.at(static_cast<size_t>(v)); }
+  // The elements v's rows are padded to a multiple of (1: not padded).
+  int row_multiple(ir::ValueId v) const;
+  // The leading dimension of stored matrix v of `cols` columns as a C++ expression (a constant,
+  // or a long long one where `cols` is symbolic): `cols`, rounded up to v's row multiple where
+  // its rows are padded.
+  std::string leading_dim(ir::ValueId v, const ir::Dim &cols) const;
   // `struct TYPE {` and the members that forward the kernel's parameters.
   std::string functor_head(const std::string &type, const KernelWriter &w) const;
   // Adds to `done` the inline values of kernel `k` that `root`'s tree computes (as
@@ -50,7 +57,8 @@ std::string emit_col_partials(EmitContext &cx, const plan::Kernel &k, const Kern
                               KernelLaunch &launch);
 std::string emit_column(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
                         const select::ColumnSpec &spec, KernelLaunch &launch);
+// A transpose kernel, its output's rows padded where Selection::row_multiples says.
 std::string emit_transpose(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
-                           const select::TransposeSpec &spec, KernelLaunch &launch);
+                           KernelLaunch &launch);
 
 } // namespace kfuse::codegen

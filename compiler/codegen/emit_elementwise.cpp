@@ -53,6 +53,8 @@ std::string emit_elementwise(EmitContext &cx, const Kernel &k, const KernelWrite
                    "{}return {};\n  }}\n}};\n",
                    from_inputs, w.column_statements(cx.indent, nullptr, given),
                    w.element_statements(cx.indent, given), cx.indent, w.var(out));
+  // The output's rows may be padded for the GEMMs reading it (Selection::row_multiples); a
+  // kernel writing column partials is never selected for that.
   const std::string rows = KernelWriter::extent(launch.rows),
                     cols = KernelWriter::extent(launch.cols);
   if (spec.partials) {
@@ -66,8 +68,9 @@ std::string emit_elementwise(EmitContext &cx, const Kernel &k, const KernelWrite
   }
   return s + fmt::format(
                  "extern \"C\" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)\n{}({}) "
-                 "{{\n  kf::wait_prior_grid();\n  kf::map_elements<{}>({}, {}, {}{});\n}}\n",
-                 k.name, w.param_list(), spec.vec, rows, cols, type, w.member_initializer());
+                 "{{\n  kf::wait_prior_grid();\n  kf::map_elements<{}>({}, {}, {}, {}{});\n}}\n",
+                 k.name, w.param_list(), spec.vec, rows, cols, cx.leading_dim(out, launch.cols),
+                 type, w.member_initializer());
 }
 
 } // namespace kfuse::codegen

@@ -141,7 +141,7 @@ std::string mainloop_config(const GemmTile &t) {
 std::pair<std::string, std::string> epilogue_arguments(const Kernel &k, const KernelWriter &w,
                                                        const GemmSpec &spec,
                                                        const std::string &functor_type,
-                                                       const std::string &n) {
+                                                       const std::string &ldc) {
   std::string stats = "nullptr, nullptr";
   if (k.stats_of >= 0)
     stats = fmt::format("{0}_pmean, {0}_pm2", w.ptr(k.stats_of));
@@ -150,7 +150,7 @@ std::pair<std::string, std::string> epilogue_arguments(const Kernel &k, const Ke
                                  stored ? w.element_type(spec.out) : "float",
                                  k.stats_of >= 0 ? "true" : "false"),
               init = fmt::format("{}, {}, {}, {}, split_partials, split_counters",
-                                 w.member_initializer(), stored ? w.ptr(spec.out) : "nullptr", n,
+                                 w.member_initializer(), stored ? w.ptr(spec.out) : "nullptr", ldc,
                                  stats);
   if (!k.row_stages.empty()) {
     type += fmt::format(", {}_rows", k.name);
@@ -188,14 +188,13 @@ std::string entry(EmitContext &cx, const Kernel &k, const KernelWriter &w, const
   switch (t.mainloop) {
   case Mainloop::Sm90: {
     cx.includes.insert("gemm_sm90.cuh");
-    auto map = [&](ValueId v, int box_rows, int row_multiple) {
+    auto map = [&](ValueId v, int box_rows) {
       LaunchParam lp{LaunchParam::Kind::TensorMap, v, {}};
       lp.map = {g[v].type.shape[0], g[v].type.shape[1], box_rows,
-                traits.bk,          g[v].type.dtype,    row_multiple};
+                traits.bk,          g[v].type.dtype,    cx.row_multiple(v)};
       return lp;
     };
-    launch.params = {map(spec.a, traits.bm, spec.a_row_multiple),
-                     map(spec.b, traits.bn, spec.b_row_multiple)};
+    launch.params = {map(spec.a, traits.bm), map(spec.b, traits.bn)};
     head = fmt::format(
         "extern \"C\" __global__ void __launch_bounds__({0}::THREADS, {0}::MIN_BLOCKS)", config);
     first_params = fmt::format("const __grid_constant__ kf::sm90::TensorMap {0}_map, "
@@ -224,7 +223,11 @@ std::string entry(EmitContext &cx, const Kernel &k, const KernelWriter &w, const
   launch.params.push_back({LaunchParam::Kind::SplitPartials, spec.out, {}});
   launch.params.push_back({LaunchParam::Kind::SplitCounters, spec.out, {}});
   const std::string n = KernelWriter::extent(launch.cols);
-  const auto [type, init] = epilogue_arguments(k, w, spec, functor_type, n);
+  // The stored value's rows may be padded for the GEMMs reading it (Selection::row_multiples).
+  const std::string ld = cx.leading_dim(spec.out, launch.cols);
+  const auto [type, init] = epilogue_arguments(
+      k, w, spec, functor_type,
+      launch.cols.is_symbolic() && ld != n ? fmt::format("static_cast<int>({})", ld) : ld);
   return fmt::format("{}\n{}({}int splits, float *__restrict__ split_partials, "
                      "unsigned *__restrict__ split_counters, {}) {{\n"
                      "  kf::wait_prior_grid();\n"

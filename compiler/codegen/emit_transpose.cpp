@@ -9,7 +9,7 @@ namespace kfuse::codegen {
 using namespace ir;
 
 std::string emit_transpose(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
-                           const select::TransposeSpec &spec, KernelLaunch &launch) {
+                           KernelLaunch &launch) {
   const ValueId in = cx.graph[k.anchor].args[0];
   // A vector [F] is the per-feature row [1, F] (a view between them reads the same buffer).
   const TensorType t = cx.graph[in].type.matrix_view();
@@ -17,11 +17,8 @@ std::string emit_transpose(EmitContext &cx, const plan::Kernel &k, const KernelW
   launch.cols = t.shape.back();
   launch.geometry = select::transpose_geometry(launch.rows, launch.cols);
   const std::string m = KernelWriter::extent(launch.rows);
-  // The output's rows are the input's columns, each padded where the spec says.
-  const std::string ld = spec.row_multiple == 1
-                             ? m
-                             : fmt::format("(static_cast<long long>({0}) + {1} - 1) / {1} * {1}", m,
-                                           spec.row_multiple);
+  // The output's rows are the input's columns, each padded where the selection says.
+  const std::string ld = cx.leading_dim(k.anchor, launch.rows);
   return fmt::format("extern \"C\" __global__ void __launch_bounds__(kf::TRANSPOSE_THREADS)\n"
                      "{}({}) {{\n  kf::wait_prior_grid();\n  kf::transpose_tile({}, {}, {}, {}, "
                      "{});\n}}\n",

@@ -39,9 +39,9 @@ std::string emit_kernel(EmitContext &cx, const Kernel &k, const KernelWriter &w,
     cx.includes.insert("elementwise.cuh");
     return emit_elementwise(cx, k, w, *s, launch);
   }
-  if (const auto *s = std::get_if<select::TransposeSpec>(&spec)) {
+  if (std::holds_alternative<select::TransposeSpec>(spec)) {
     cx.includes.insert("transpose.cuh");
-    return emit_transpose(cx, k, w, *s, launch);
+    return emit_transpose(cx, k, w, launch);
   }
   cx.includes.insert("col_stats.cuh");
   if (std::holds_alternative<select::ColPartialsSpec>(spec))
@@ -84,6 +84,21 @@ std::string EmitContext::functor_head(const std::string &type, const KernelWrite
   return fmt::format("struct {} {{\n{}", type, w.member_declarations("  "));
 }
 
+int EmitContext::row_multiple(ValueId v) const {
+  auto it = row_multiples.find(v);
+  return it == row_multiples.end() ? 1 : it->second;
+}
+
+std::string EmitContext::leading_dim(ValueId v, const Dim &cols) const {
+  const int multiple = row_multiple(v);
+  if (multiple == 1 || !cols.is_symbolic())
+    return KernelWriter::extent(
+        cols.is_symbolic() ? cols
+                           : Dim::constant((cols.value + multiple - 1) / multiple * multiple));
+  return fmt::format("(static_cast<long long>({0}) + {1} - 1) / {1} * {1}",
+                     KernelWriter::extent(cols), multiple);
+}
+
 void EmitContext::collect_tree(const Kernel &k, ValueId root, const std::set<ValueId> &given,
                                std::set<ValueId> &done) const {
   std::vector<ValueId> todo = {root};
@@ -102,9 +117,11 @@ Program emit(const plan::Plan &p, const select::Selection &selection, const std:
                  g,
                  printed_names(g),
                  selection.partial_rows,
+                 selection.row_multiples,
                  {"dtype.cuh", "grid_dependency.cuh", "math.cuh"}};
   Program prog;
   prog.file_name = g.name + ".cu";
+  prog.row_multiples = selection.row_multiples;
   std::string body;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel &k = p.kernels[i];
@@ -116,9 +133,6 @@ Program emit(const plan::Plan &p, const select::Selection &selection, const std:
       if (g[id].op == OpKind::Dropout)
         cx.includes.insert("dropout.cuh");
     body += "\n" + comment(k) + emit_kernel(cx, k, w, selection.kernels.at(i), launch);
-    if (const auto *t = std::get_if<select::TransposeSpec>(&selection.kernels.at(i));
-        t && t->row_multiple > 1)
-      prog.row_multiples[k.anchor] = t->row_multiple;
     // Kernel-specific parameters (tensor maps, split-K's) come first, then the writer's; every
     // entry waits for the grid before it first (grid_dependency.cuh), which the runtime may then
     // launch early where the target has the wait.

@@ -5,6 +5,7 @@
 #include "compiler/ir/views.h"
 #include "compiler/passes/passes.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 namespace kfuse::codegen {
@@ -13,11 +14,51 @@ using namespace ir;
 
 namespace {
 
-// Both operands of GEMM `mm` are transposes: kernels write them, with padded rows where only
-// Hopper GEMMs read them (select decides, and says where not).
-bool transposes(const Graph &g, const Value &mm) {
-  auto transpose = [&](ValueId v) { return g[v].is_op() && g[v].op == OpKind::Transpose; };
-  return transpose(mm.args[0]) && transpose(mm.args[1]);
+// Whether a kernel writes `v` with rows padded to 16 bytes for the GEMMs reading it
+// (select::Selection::row_multiples): a transposed copy, or a value of a pointwise op or a GEMM
+// (an elementwise kernel's or a GEMM epilogue's) that is not returned and that only GEMMs read,
+// as operands. Select decides, and says where not (a pointwise op the planner fuses into a row
+// kernel's passes).
+bool written_padded(const Graph &g, ValueId v) {
+  const Value &x = g[v];
+  if (!x.is_op())
+    return false;
+  if (x.op == OpKind::Transpose)
+    return true;
+  switch (op_info(x.op).cls) {
+  case OpClass::Gemm:
+  case OpClass::Binary:
+  case OpClass::Unary:
+  case OpClass::Random:
+  case OpClass::ColAffine:
+    break;
+  case OpClass::Norm:
+  case OpClass::Row:
+  case OpClass::RowNorm:
+  case OpClass::Reduce:
+  case OpClass::Pool:
+  case OpClass::PoolGrad:
+  case OpClass::NormGrad:
+  case OpClass::Loss:
+  case OpClass::LossGrad:
+  case OpClass::View:
+  case OpClass::ColReduce:
+  case OpClass::Transpose:
+  case OpClass::Effect:
+  case OpClass::Constant:
+    return false;
+  }
+  if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end())
+    return false;
+  for (const Value &user : g.values)
+    for (size_t i = 0; i < user.args.size(); ++i)
+      if (user.args[i] == v && !(op_info(user.op).cls == OpClass::Gemm && i < 2))
+        return false;
+  return true;
+}
+
+bool padded_operands(const Graph &g, const Value &mm) {
+  return written_padded(g, mm.args[0]) && written_padded(g, mm.args[1]);
 }
 
 } // namespace
@@ -37,7 +78,9 @@ std::optional<std::string> half_gemm_unsupported(const Graph &g, const Value &mm
   const Dim &k = a.shape.back();
   if (!padded_operands && (k.is_symbolic() || k.value % 8 != 0))
     return fmt::format("linear of {} operands runs on the Hopper GEMM, which needs the inner "
-                       "dim a constant multiple of 8 (16-byte rows for TMA); got {}",
+                       "dim a constant multiple of 8 (16-byte rows for TMA); got {} (pad the "
+                       "tensor's rows to a multiple of 8 where it is a declared tensor, or "
+                       "one that kernels other than GEMMs also read)",
                        dtype, a.str());
   if (!arch.empty() && arch != "sm_90a")
     return fmt::format("linear of {} operands runs on the Hopper GEMM, which needs --arch "
@@ -72,7 +115,7 @@ std::optional<GpuUnsupported> gpu_unsupported(const Graph &g, const std::string 
     if (auto why = vector_view_unsupported(g, v))
       return GpuUnsupported{id, *why};
     if (cls == OpClass::Gemm && g[v.args[0]].type.dtype != ir::DType::F32)
-      if (auto why = half_gemm_unsupported(g, v, arch, transposes(g, v)))
+      if (auto why = half_gemm_unsupported(g, v, arch, padded_operands(g, v)))
         return GpuUnsupported{id, *why};
     // The planner computes these as column statistics (compiler/passes/columns_from_reductions).
     if (!v.attrs.count("dim") || passes::becomes_column_statistic(g, v))

@@ -4,7 +4,9 @@
 //   - softmax / log_softmax and reductions along any axis but the last (row kernels only);
 //   - GEMMs of bf16/f16 operands that the Hopper mainloop (gemm_sm90.cuh, the only one taking
 //     2-byte operands) cannot run: an inner dim that is not a constant multiple of 8 (TMA row
-//     strides are multiples of 16 bytes), or a target other than sm_90a.
+//     strides are multiples of 16 bytes) where an operand is not written with padded rows (a
+//     declared tensor, a returned value, one that other kernels read too), or a target other
+//     than sm_90a.
 #pragma once
 
 #include "compiler/ir/graph.h"
@@ -30,8 +32,8 @@ std::optional<GpuUnsupported> gpu_unsupported(const ir::Graph &g, const std::str
 bool hopper_gemms(const ir::Graph &g, const std::string &arch, Precision precision);
 
 // Why GEMM `mm` of bf16/f16 operands cannot run for `arch` (empty: any), or nullopt.
-// `padded_operands`: both operands are transposed copies whose rows the kernels writing them
-// pad to 16 bytes (select::TransposeSpec), so any inner dim will do.
+// `padded_operands`: both operands are matrices whose rows the kernels writing them pad to 16
+// bytes (select::Selection::row_multiples), so any inner dim will do.
 std::optional<std::string> half_gemm_unsupported(const ir::Graph &g, const ir::Value &mm,
                                                  const std::string &arch, bool padded_operands);
 

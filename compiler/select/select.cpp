@@ -94,10 +94,12 @@ public:
         s.kernels.emplace_back(ColumnSpec{true, true, 0});
         break;
       case KernelKind::Transpose:
-        s.kernels.emplace_back(TransposeSpec{row_multiple(k.anchor)});
+        s.kernels.emplace_back(TransposeSpec{});
         break;
       }
     }
+    for (ValueId v : padded_)
+      s.row_multiples[v] = 16 / static_cast<int>(dtype_bytes(g_[v].type.dtype));
     return s;
   }
 
@@ -127,19 +129,22 @@ private:
     return true;
   }
 
-  // The transposed copies whose rows are padded (padded_): each is not returned and is read only
-  // as an operand of Hopper candidates whose other operand is such a copy too, so every GEMM
-  // that reads one runs on the Hopper mainloop whatever its inner dim. A fixpoint: a copy
-  // leaves the set when a GEMM reading it has an operand outside it.
+  // The matrices that a kernel writes with rows padded to 16 bytes (padded_), so that every
+  // GEMM reading one runs on the Hopper mainloop whatever its inner dim: transposed copies, and
+  // the half-precision matrices an elementwise kernel or a GEMM's epilogue stores whose inner dim
+  // is not a constant multiple of 8 (the others' rows are 16-byte multiples already). Each is not
+  // returned and is read only as an operand of Hopper candidates whose other operand is such a
+  // matrix too, so no other reader needs the padded pitch. A fixpoint: a matrix leaves the set
+  // when a kernel reading it is no such GEMM or the GEMM has an operand outside it.
   void find_padded() {
     std::map<ValueId, std::vector<const Kernel *>> readers;
     for (const Kernel &k : p_.kernels)
       for (ValueId r : k.reads)
         readers[r].push_back(&k);
     for (const Kernel &k : p_.kernels)
-      if (k.kind == KernelKind::Transpose &&
-          std::find(g_.outputs.begin(), g_.outputs.end(), k.anchor) == g_.outputs.end())
-        padded_.insert(k.anchor);
+      if (const ValueId v = padded_candidate(k);
+          v >= 0 && std::find(g_.outputs.begin(), g_.outputs.end(), v) == g_.outputs.end())
+        padded_.insert(v);
     for (bool changed = true; changed;) {
       changed = false;
       for (auto it = padded_.begin(); it != padded_.end();) {
@@ -155,14 +160,27 @@ private:
     }
   }
 
-  int row_multiple(ValueId v) const {
-    return padded_.count(v) ? 16 / static_cast<int>(dtype_bytes(g_[v].type.dtype)) : 1;
+  // The matrix kernel `k` could write with padded rows (its emitter honours a row pitch), or -1:
+  // a transposed copy; an elementwise kernel's value (without column partials) or a GEMM's
+  // epilogue value (without row passes) of 2-byte elements whose rows are no 16-byte multiple.
+  ValueId padded_candidate(const Kernel &k) const {
+    if (k.kind == KernelKind::Transpose)
+      return k.anchor;
+    ValueId v = -1;
+    if (k.kind == KernelKind::Elementwise && k.stats_of < 0 && !k.stores.empty())
+      v = k.anchor;
+    else if (k.kind == KernelKind::Gemm && k.row_stages.empty() && !k.stores.empty())
+      v = k.stores.at(0);
+    if (v < 0 || g_[v].type.rank() != 2 || g_[v].type.dtype == ir::DType::F32)
+      return -1;
+    const Dim &cols = g_[v].type.shape[1];
+    return cols.is_symbolic() || cols.value % 8 != 0 ? v : -1;
   }
 
   // The Hopper mainloop takes the Hopper candidates whose operands' rows are 16-byte multiples
   // for TMA: an inner extent that is a constant multiple of 4 (tf32) or 8 (bf16/f16), or padded
-  // copies. GEMMs of bf16/f16 operands run on it only: gpu_unsupported reports those it cannot
-  // take at their location, so one reaching here unfit is a caller's mistake.
+  // rows (padded_). GEMMs of bf16/f16 operands run on it only: gpu_unsupported reports those it
+  // cannot take at their location, so one reaching here unfit is a caller's mistake.
   bool use_sm90(const Value &mm) const {
     const bool padded = padded_.count(mm.args[0]) && padded_.count(mm.args[1]);
     if (g_[mm.args[0]].type.dtype != ir::DType::F32) {
@@ -207,8 +225,6 @@ private:
     spec.b = mm.args[1];
     spec.trans_b = mm.op == OpKind::Linear;
     spec.trans_a = mm.op == OpKind::MatmulTN;
-    spec.a_row_multiple = row_multiple(spec.a);
-    spec.b_row_multiple = row_multiple(spec.b);
     const bool rows = !k.row_stages.empty();
     spec.out = rows ? k.rows_of : k.stores.at(0);
     spec.signature = signature(k, mm);
@@ -264,9 +280,7 @@ private:
       epilogue_rows(k, mm, spec);
     describe_split(spec);
     choose_epilogue_apply(k, spec);
-    if (spec.a_row_multiple > 1)
-      spec.tile.config += "; its operands are transposed copies whose rows their kernels pad to "
-                          "16 bytes, which TMA reads at any inner dim";
+    describe_padding(spec);
     return spec;
   }
 
@@ -300,6 +314,26 @@ private:
       spec.rows = {kf::row_team_lanes(static_cast<int>(g_[k.rows_of].type.shape.back().value)),
                    false};
     }
+  }
+
+  // Where the operands' rows are padded (padded_), which kernels write them so, in the config.
+  void describe_padding(GemmSpec &spec) const {
+    if (!padded_.count(spec.a))
+      return;
+    auto written = [&](ValueId v) {
+      const auto w = std::find_if(p_.kernels.begin(), p_.kernels.end(), [&](const Kernel &p) {
+        return std::count(p.stores.begin(), p.stores.end(), v) != 0;
+      });
+      return fmt::format("{} ({}{})", names_[static_cast<size_t>(v)],
+                         w->kind == KernelKind::Transpose ? "a transposed copy by " : "by ",
+                         w->name);
+    };
+    const std::string why = fmt::format("; its operands {} and {} are written with rows padded "
+                                        "to 16 bytes, which TMA reads at any inner dim",
+                                        written(spec.a), written(spec.b));
+    spec.tile.config += why;
+    for (GemmTile &v : spec.by_rows)
+      v.config += why;
   }
 
   // Split-K, the part of the configuration the bound dims decide, in each tile's config.

@@ -56,11 +56,10 @@ struct GemmSpec {
   std::string signature;
   std::map<int, int> max_splits_by_class; // tuned split-K caps by rows_class
   std::vector<std::string> split_whys;
-  ir::ValueId a = -1, b = -1, out = -1;       // operands and the epilogue's value
-  bool trans_b = true;                        // Linear: B is [N, K]
-  bool trans_a = false;                       // matmul_tn: A is [K, M], read column-major (SIMT)
-  int a_row_multiple = 1, b_row_multiple = 1; // operands' padded rows (TransposeSpec's)
-  RowSpec rows = {0, false}; // where the epilogue runs row passes: its team's lanes
+  ir::ValueId a = -1, b = -1, out = -1; // operands and the epilogue's value
+  bool trans_b = true;                  // Linear: B is [N, K]
+  bool trans_a = false;                 // matmul_tn: A is [K, M], read column-major (SIMT)
+  RowSpec rows = {0, false};            // where the epilogue runs row passes: its team's lanes
   // The epilogue applies its functor in a rolled loop over accumulators staged in shared memory
   // (Hopper tiles: gemm_epilogue.cuh's Apply::Rolled), not inlined once per accumulator.
   bool rolled_epilogue = false;
@@ -75,11 +74,7 @@ struct ElementwiseSpec {
 
 struct ColPartialsSpec {};
 
-struct TransposeSpec {
-  // Rows written padded to a multiple of this many elements: a copy only Hopper GEMMs read,
-  // whose TMA loads need 16-byte row pitches whatever the batch (Program::row_multiples).
-  int row_multiple = 1;
-};
+struct TransposeSpec {};
 
 struct ColumnSpec {
   bool merges = false;  // merges column-statistics partials (a team per feature)
@@ -92,9 +87,12 @@ using KernelSpec =
 
 // A plan's specs, one per kernel in plan order, and for each value whose column statistics a
 // kernel writes, the rows per partial tile of its writer (the tile height the merge reads).
+// Also the matrices whose rows their writers pad to a multiple of so many elements (16 bytes):
+// read only by Hopper GEMMs, whose TMA loads need 16-byte row pitches whatever the inner dim.
 struct Selection {
   std::vector<KernelSpec> kernels;
   std::map<ir::ValueId, int> partial_rows;
+  std::map<ir::ValueId, int> row_multiples;
 };
 
 // "128x256x1": rows x columns x blocks per SM.

@@ -210,7 +210,17 @@ TEST_CASE("api: precision bf16 runs matmul through its weight transposed once pe
   CHECK(matmul.plan_text().find("(transpose)") != std::string::npos);
   CHECK(matmul.cuda_source().find("kf::transpose_tile(") != std::string::npos);
   CHECK(matmul.cuda_source().find("kf::Sm90Gemm<kf::sm90::Operand::Bf16") != std::string::npos);
-  CHECK_THROWS_WITH_AS(compile(6, "4, 6", "linear(x, w)"),
-                       doctest::Contains("needs the inner dim a constant multiple of 8"),
+  // K = 6: the rounded copies of x and w are written by kernels, with rows padded to 16 bytes.
+  const Pipeline odd = compile(6, "4, 6", "linear(x, w)");
+  CHECK(odd.cuda_source().find("kf::map_elements<1>(d_N, 6, 8, ") != std::string::npos);
+  CHECK(odd.cuda_source().find("kf::map_elements<1>(4, 6, 8, ") != std::string::npos);
+  CHECK(odd.cuda_source().find("kf::Sm90Gemm<kf::sm90::Operand::Bf16") != std::string::npos);
+  // A declared bf16 tensor is read in place: its rows must be 16-byte multiples.
+  CHECK_THROWS_WITH_AS(Pipeline::from_string("pipeline g {\n  dim N\n  input  x: bf16[N, 6]\n  "
+                                             "param  w: bf16[4, 6]\n  return linear(x, w)\n}\n",
+                                             "g.kf", o),
+                       doctest::Contains("g.kf:5:10: error: linear of bf16 operands runs on the "
+                                         "Hopper GEMM, which needs the inner dim a constant "
+                                         "multiple of 8"),
                        dsl::DiagnosticError);
 }

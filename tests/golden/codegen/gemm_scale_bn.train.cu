@@ -118,5 +118,5 @@ struct k2_elementwise_element {
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
 k2_elementwise(const float *__restrict__ p_bn_bias, const float *__restrict__ p_t1, const float *__restrict__ p_t3, const float *__restrict__ p_t22, float *__restrict__ p_t23, int d_N) {
   kf::wait_prior_grid();
-  kf::map_elements<4>(d_N, 8192, k2_elementwise_element{p_bn_bias, p_t1, p_t3, p_t22, p_t23, d_N});
+  kf::map_elements<4>(d_N, 8192, 8192, k2_elementwise_element{p_bn_bias, p_t1, p_t3, p_t22, p_t23, d_N});
 }

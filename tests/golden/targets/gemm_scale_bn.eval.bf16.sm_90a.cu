@@ -26,7 +26,7 @@ struct k0_elementwise_element {
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
 k0_elementwise(const float *__restrict__ p_x, kf::bf16 *__restrict__ p_t1, int d_N) {
   kf::wait_prior_grid();
-  kf::map_elements<8>(d_N, 8192, k0_elementwise_element{p_x, p_t1, d_N});
+  kf::map_elements<8>(d_N, 8192, 8192, k0_elementwise_element{p_x, p_t1, d_N});
 }
 
 // k1_elementwise: linear@13 (elementwise); autocast_bf16
@@ -49,7 +49,7 @@ struct k1_elementwise_element {
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
 k1_elementwise(const float *__restrict__ p_weight, kf::bf16 *__restrict__ p_t2, int d_N) {
   kf::wait_prior_grid();
-  kf::map_elements<8>(8192, 8192, k1_elementwise_element{p_weight, p_t2, d_N});
+  kf::map_elements<8>(8192, 8192, 8192, k1_elementwise_element{p_weight, p_t2, d_N});
 }
 
 // k2_gemm: linear@13, mul@14, batchnorm@15 (gemm); autocast_bf16, fold_affine, gemm_epilogue, lower_batchnorm

@@ -27,7 +27,7 @@ struct k0_elementwise_element {
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
 k0_elementwise(const float *__restrict__ p_x, kf::bf16 *__restrict__ p_t1, int d_N) {
   kf::wait_prior_grid();
-  kf::map_elements<8>(d_N, 8192, k0_elementwise_element{p_x, p_t1, d_N});
+  kf::map_elements<8>(d_N, 8192, 8192, k0_elementwise_element{p_x, p_t1, d_N});
 }
 
 // k1_elementwise: linear@13 (elementwise); autocast_bf16
@@ -50,7 +50,7 @@ struct k1_elementwise_element {
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
 k1_elementwise(const float *__restrict__ p_weight, kf::bf16 *__restrict__ p_t2, int d_N) {
   kf::wait_prior_grid();
-  kf::map_elements<8>(8192, 8192, k1_elementwise_element{p_weight, p_t2, d_N});
+  kf::map_elements<8>(8192, 8192, 8192, k1_elementwise_element{p_weight, p_t2, d_N});
 }
 
 // k2_gemm: linear@13 (gemm); autocast_bf16, gemm_epilogue, stats_epilogue
@@ -157,5 +157,5 @@ struct k4_elementwise_element {
 extern "C" __global__ void __launch_bounds__(kf::ELEMENTWISE_THREADS)
 k4_elementwise(const float *__restrict__ p_bn_bias, const float *__restrict__ p_t4, const float *__restrict__ p_t6, const float *__restrict__ p_t25, float *__restrict__ p_t26, int d_N) {
   kf::wait_prior_grid();
-  kf::map_elements<4>(d_N, 8192, k4_elementwise_element{p_bn_bias, p_t4, p_t6, p_t25, p_t26, d_N});
+  kf::map_elements<4>(d_N, 8192, 8192, k4_elementwise_element{p_bn_bias, p_t4, p_t6, p_t25, p_t26, d_N});
 }
