@@ -1,5 +1,6 @@
-// Transposed copies: out[col * ld_out + row] = in[row * n + col] for an [m, n] row-major matrix
-// `in` (float, kf::bf16 or kf::f16), ld_out >= m the output's leading dimension. Each block moves
+// Transposed copies: out[col * ld_out + row] = in[row * ld_in + col] for an [m, n] row-major
+// matrix `in` (float, kf::bf16 or kf::f16); ld_in >= n and ld_out >= m the leading dimensions
+// (rows padded for the GEMMs reading either). Each block moves
 // a TRANSPOSE_TILE x TRANSPOSE_TILE tile through shared memory, so that the loads run along the
 // rows of `in` and the stores along the rows of `out`, both coalesced; the tile's row pitch is
 // one element longer than the tile, so the column reads hit distinct banks. Launch: block =
@@ -19,8 +20,8 @@ inline constexpr int TRANSPOSE_THREADS = 256; // TRANSPOSE_TILE columns x 8 rows
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 template <class T>
-__device__ void transpose_tile(const T *__restrict__ in, T *__restrict__ out, int m, int n,
-                               long long ld_out) {
+__device__ void transpose_tile(const T *__restrict__ in, long long ld_in, T *__restrict__ out,
+                               long long ld_out, int m, int n) {
   constexpr int kStep = TRANSPOSE_THREADS / TRANSPOSE_TILE;
   __shared__ T tile[TRANSPOSE_TILE][TRANSPOSE_TILE + 1];
   const int lane = static_cast<int>(threadIdx.x) % TRANSPOSE_TILE;
@@ -29,7 +30,7 @@ __device__ void transpose_tile(const T *__restrict__ in, T *__restrict__ out, in
   const int col0 = static_cast<int>(blockIdx.x) * TRANSPOSE_TILE;
   for (int i = first; i < TRANSPOSE_TILE; i += kStep)
     if (row0 + i < m && col0 + lane < n)
-      tile[i][lane] = in[static_cast<long long>(row0 + i) * n + col0 + lane];
+      tile[i][lane] = in[static_cast<long long>(row0 + i) * ld_in + col0 + lane];
   __syncthreads();
   for (int i = first; i < TRANSPOSE_TILE; i += kStep)
     if (col0 + i < n && row0 + lane < m)

@@ -93,13 +93,15 @@ std::string emit_col_partials(EmitContext &cx, const Kernel &k, const KernelWrit
   launch.cols = t.shape[1];
   std::string m = KernelWriter::extent(launch.rows), n = KernelWriter::extent(launch.cols);
   launch.geometry = select::col_partials_geometry(launch.rows, launch.cols);
+  // The matrix's rows may be padded for the GEMMs that read it besides (Selection::row_multiples).
   return fmt::format(
       "struct {0}_identity {{\n  __device__ float operator()(int, float x) const {{ return x; "
       "}}\n}};\n"
       "extern \"C\" __global__ void __launch_bounds__(kf::COL_STATS_THREADS)\n{0}({1}) {{\n"
-      "  kf::wait_prior_grid();\n  kf::col_partials({2}, {3}, {4}, {3}, {0}_identity{{}}, {5}, "
+      "  kf::wait_prior_grid();\n  kf::col_partials({2}, {3}, {4}, {6}, {0}_identity{{}}, {5}, "
       "{4}_pmean, {4}_pm2);\n}}\n",
-      k.name, w.param_list(), m, n, w.ptr(k.stats_of), kf::COL_STATS_TILE_ROWS);
+      k.name, w.param_list(), m, n, w.ptr(k.stats_of), kf::COL_STATS_TILE_ROWS,
+      cx.leading_dim(k.stats_of, launch.cols));
 }
 
 std::string emit_column(EmitContext &cx, const Kernel &k, const KernelWriter &w,

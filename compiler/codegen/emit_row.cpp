@@ -81,8 +81,12 @@ void RowPasses::check_last_axis() const {
 
 std::string RowPasses::dst(ValueId st) const {
   return staged_ ? fmt::format("{} + static_cast<long long>(row) * {}", w_.ptr(st),
-                               KernelWriter::extent(g_[st].type.shape.back()))
+                               cx_.leading_dim(st, g_[st].type.shape.back()))
                  : w_.ptr(st);
+}
+
+std::string RowPasses::dst_ld(ValueId st) const {
+  return staged_ ? ld_ : cx_.leading_dim(st, g_[st].type.shape.back());
 }
 
 void RowPasses::row_result(ValueId st) {
@@ -163,7 +167,7 @@ void RowPasses::softmax(size_t i, ValueId st, const std::string &pre, std::strin
   const std::string post = post_functor(i, st, "y", out, defs);
   body_ += fmt::format("  kf::row_softmax<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
                        threads_, op.op == OpKind::LogSoftmax ? "true" : "false", row_arg_, n_, src_,
-                       ld_, dst(out), ld_, pre, post, smem_, team_);
+                       ld_, dst(out), dst_ld(out), pre, post, smem_, team_);
 }
 
 void RowPasses::reduce(size_t, ValueId st, const std::string &pre, std::string &) {
@@ -275,7 +279,7 @@ void RowPasses::norm_grad(size_t i, ValueId st, const std::string &pre, std::str
                   threads_, row_arg_, n_, static_cast<int64_t>(op.attr("groups")), src_, ld_,
                   operand_row(op.args[1]),
                   op.args.size() > 2 ? w_.ptr(op.args[2]) : "static_cast<const float *>(nullptr)",
-                  dst(out), ld_, float_literal(op.attr("eps")), pre, post, team_);
+                  dst(out), dst_ld(out), float_literal(op.attr("eps")), pre, post, team_);
 }
 
 namespace {
@@ -322,13 +326,13 @@ void RowPasses::loss_grad(size_t, ValueId st, const std::string &pre, std::strin
       "  kf::row_cross_entropy_grad<{}>({}, {}, {}, {}, {}, {}LL, {}, {}, {}, {}, {}{});\n",
       threads_, row_arg_, n_, src_, ld_, target_of_row(w_, op),
       static_cast<int64_t>(op.attr("ignore_index")), float_literal(op.attr("label_smoothing")),
-      w_.load(op.args[2], per_row ? "row" : "0"), dst(st), ld_, pre, team_);
+      w_.load(op.args[2], per_row ? "row" : "0"), dst(st), dst_ld(st), pre, team_);
 }
 
 void RowPasses::map(size_t, ValueId st, const std::string &pre, std::string &) {
   cx_.includes.insert("row_map.cuh");
   body_ += fmt::format("  kf::row_map<{}>({}, {}, {}, {}, {}, {}, {}{});\n", threads_, row_arg_, n_,
-                       src_, ld_, dst(st), ld_, pre, team_);
+                       src_, ld_, dst(st), dst_ld(st), pre, team_);
 }
 
 void RowPasses::norm(size_t i, ValueId st, const std::string &pre, std::string &defs) {
@@ -346,13 +350,13 @@ void RowPasses::norm(size_t i, ValueId st, const std::string &pre, std::string &
     body_ += fmt::format("  kf::row_group_norm<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
                          "{}{});\n",
                          threads_, row_arg_, n_, static_cast<int64_t>(op.attr("groups")), src_, ld_,
-                         dst(out), ld_, eps, pre, post, smem_, team_);
+                         dst(out), dst_ld(out), eps, pre, post, smem_, team_);
     return;
   }
   cx_.includes.insert("row_norm.cuh");
   body_ += fmt::format("  kf::row_norm<{}, {}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}{});\n",
                        threads_, op.op == OpKind::RmsNorm ? "true" : "false", row_arg_, n_, src_,
-                       ld_, dst(out), ld_, eps, pre, post, smem_, team_);
+                       ld_, dst(out), dst_ld(out), eps, pre, post, smem_, team_);
 }
 
 std::string emit_row(EmitContext &cx, const Kernel &k, const KernelWriter &w,

@@ -17,13 +17,15 @@ std::string emit_transpose(EmitContext &cx, const plan::Kernel &k, const KernelW
   launch.cols = t.shape.back();
   launch.geometry = select::transpose_geometry(launch.rows, launch.cols);
   const std::string m = KernelWriter::extent(launch.rows);
-  // The output's rows are the input's columns, each padded where the selection says.
-  const std::string ld = cx.leading_dim(k.anchor, launch.rows);
+  // The output's rows are the input's columns, each padded where the selection says; the
+  // input's rows may be padded too, for the GEMMs that read it besides.
+  const std::string ld_in = cx.leading_dim(in, launch.cols),
+                    ld_out = cx.leading_dim(k.anchor, launch.rows);
   return fmt::format("extern \"C\" __global__ void __launch_bounds__(kf::TRANSPOSE_THREADS)\n"
                      "{}({}) {{\n  kf::wait_prior_grid();\n  kf::transpose_tile({}, {}, {}, {}, "
-                     "{});\n}}\n",
-                     k.name, w.param_list(), w.ptr(in), w.ptr(k.anchor), m,
-                     KernelWriter::extent(launch.cols), ld);
+                     "{}, {});\n}}\n",
+                     k.name, w.param_list(), w.ptr(in), ld_in, w.ptr(k.anchor), ld_out, m,
+                     KernelWriter::extent(launch.cols));
 }
 
 } // namespace kfuse::codegen

@@ -1,6 +1,7 @@
 #include "compiler/codegen/gpu_support.h"
 
 #include "compiler/codegen/class_codegen.h"
+#include "compiler/ir/op_class.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/views.h"
 #include "compiler/passes/passes.h"
@@ -14,45 +15,36 @@ using namespace ir;
 
 namespace {
 
+// Whether users of values of class `cls` read them at the pitch of their rows: GEMMs as
+// operands (a tensor map), transposes (a transpose kernel) and, where the value's kernel does not
+// write the column partials itself (an elementwise kernel does), column sums (a column-partials
+// kernel).
+bool reads_at_pitch(const Graph &g, OpClass cls, const Value &user, size_t arg) {
+  if (op_info(user.op).cls == OpClass::Gemm)
+    return arg < 2;
+  if (user.op == OpKind::Transpose)
+    return true;
+  return !class_traits(cls).computed_inline() && passes::becomes_column_statistic(g, user);
+}
+
 // Whether a kernel writes `v` with rows padded to 16 bytes for the GEMMs reading it
-// (select::Selection::row_multiples): a transposed copy, or a value of a pointwise op or a GEMM
-// (an elementwise kernel's or a GEMM epilogue's) that is not returned and that only GEMMs read,
-// as operands. Select decides, and says where not (a pointwise op the planner fuses into a row
-// kernel's passes).
+// (select::padded_rows): a transposed copy, or a value of a pointwise op, a GEMM or a row op (an
+// elementwise kernel's, a GEMM epilogue's or a row kernel's pass's) that is not returned and that
+// only GEMMs (as operands), transposes and column sums read. Select decides, and says where not.
 bool written_padded(const Graph &g, ValueId v) {
   const Value &x = g[v];
   if (!x.is_op())
     return false;
   if (x.op == OpKind::Transpose)
     return true;
-  switch (op_info(x.op).cls) {
-  case OpClass::Gemm:
-  case OpClass::Binary:
-  case OpClass::Unary:
-  case OpClass::Random:
-  case OpClass::ColAffine:
-    break;
-  case OpClass::Norm:
-  case OpClass::Row:
-  case OpClass::RowNorm:
-  case OpClass::Reduce:
-  case OpClass::Pool:
-  case OpClass::PoolGrad:
-  case OpClass::NormGrad:
-  case OpClass::Loss:
-  case OpClass::LossGrad:
-  case OpClass::View:
-  case OpClass::ColReduce:
-  case OpClass::Transpose:
-  case OpClass::Effect:
-  case OpClass::Constant:
+  const OpClass cls = op_info(x.op).cls;
+  if (cls != OpClass::Gemm && !writes_rows_at_pitch(cls))
     return false;
-  }
   if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end())
     return false;
   for (const Value &user : g.values)
     for (size_t i = 0; i < user.args.size(); ++i)
-      if (user.args[i] == v && !(op_info(user.op).cls == OpClass::Gemm && i < 2))
+      if (user.args[i] == v && !reads_at_pitch(g, cls, user, i))
         return false;
   return true;
 }
@@ -62,6 +54,33 @@ bool padded_operands(const Graph &g, const Value &mm) {
 }
 
 } // namespace
+
+bool writes_rows_at_pitch(OpClass cls) {
+  switch (cls) {
+  case OpClass::Binary:
+  case OpClass::Unary:
+  case OpClass::Random:
+  case OpClass::ColAffine:
+  case OpClass::Row:
+  case OpClass::RowNorm:
+  case OpClass::NormGrad:
+  case OpClass::LossGrad:
+    return true;
+  case OpClass::Gemm:
+  case OpClass::Norm:
+  case OpClass::Reduce:
+  case OpClass::Pool:
+  case OpClass::PoolGrad:
+  case OpClass::Loss:
+  case OpClass::View:
+  case OpClass::ColReduce:
+  case OpClass::Transpose:
+  case OpClass::Effect:
+  case OpClass::Constant:
+    return false;
+  }
+  return false;
+}
 
 bool hopper_gemms(const Graph &g, const std::string &arch, Precision precision) {
   for (const Value &v : g.values)
@@ -79,8 +98,9 @@ std::optional<std::string> half_gemm_unsupported(const Graph &g, const Value &mm
   if (!padded_operands && (k.is_symbolic() || k.value % 8 != 0))
     return fmt::format("linear of {} operands runs on the Hopper GEMM, which needs the inner "
                        "dim a constant multiple of 8 (16-byte rows for TMA); got {} (pad the "
-                       "tensor's rows to a multiple of 8 where it is a declared tensor, or "
-                       "one that kernels other than GEMMs also read)",
+                       "tensor's rows to a multiple of 8 where it is a declared tensor, a "
+                       "returned one, or one that kernels other than GEMMs, transposes and "
+                       "column sums also read)",
                        dtype, a.str());
   if (!arch.empty() && arch != "sm_90a")
     return fmt::format("linear of {} operands runs on the Hopper GEMM, which needs --arch "

@@ -58,7 +58,10 @@ private:
   int partial_offset(ir::ValueId st, int &floats) const;
   // Reduction st merged from the partials (a row kernel of row_partials_epilogue).
   void merge(ir::ValueId st);
+  // Where a pass writes stored value st's row, and at which leading dimension: st's own, its
+  // rows padded where the selection pads them (EmitContext::leading_dim).
   std::string dst(ir::ValueId st) const;
+  std::string dst_ld(ir::ValueId st) const;
   // Row `row` of matrix operand v, which the kernel reads from memory (not its rows_of).
   std::string operand_row(ir::ValueId v) const;
   // A per-row value from this row's results only.

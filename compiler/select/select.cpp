@@ -4,6 +4,7 @@
 #include "compiler/codegen/kernel_writer.h"
 #include "compiler/ir/printer.h"
 #include "compiler/select/geometry.h"
+#include "compiler/select/padded_rows.h"
 #include "templates/col_stats.cuh"
 #include "templates/elementwise.cuh"
 #include "templates/row_kernel.cuh"
@@ -58,7 +59,7 @@ public:
            const codegen::GemmTunings &tunings)
       : p_(p), g_(p.graph), names_(printed_names(p.graph)), math_(math), arch_(arch),
         tunings_(tunings) {
-    find_padded();
+    padded_ = padded_rows(p_, [this](const Value &mm) { return hopper_candidate(mm); });
   }
 
   Selection run() {
@@ -116,65 +117,6 @@ private:
       return false;
     return g_[mm.args[0]].type.dtype != ir::DType::F32 ||
            (arch_ == "sm_90a" && (math_ == GemmMath::Tf32 || math_ == GemmMath::Tf32x3));
-  }
-
-  // Whether kernel `k` reads `v` only as an operand of its GEMM.
-  bool reads_as_operand_only(const Kernel &k, ValueId v) const {
-    if (k.kind != KernelKind::Gemm)
-      return false;
-    for (ValueId id : k.computes)
-      for (size_t i = 0; i < g_[id].args.size(); ++i)
-        if (g_[id].args[i] == v && !(id == k.anchor && i < 2))
-          return false;
-    return true;
-  }
-
-  // The matrices that a kernel writes with rows padded to 16 bytes (padded_), so that every
-  // GEMM reading one runs on the Hopper mainloop whatever its inner dim: transposed copies, and
-  // the half-precision matrices an elementwise kernel or a GEMM's epilogue stores whose inner dim
-  // is not a constant multiple of 8 (the others' rows are 16-byte multiples already). Each is not
-  // returned and is read only as an operand of Hopper candidates whose other operand is such a
-  // matrix too, so no other reader needs the padded pitch. A fixpoint: a matrix leaves the set
-  // when a kernel reading it is no such GEMM or the GEMM has an operand outside it.
-  void find_padded() {
-    std::map<ValueId, std::vector<const Kernel *>> readers;
-    for (const Kernel &k : p_.kernels)
-      for (ValueId r : k.reads)
-        readers[r].push_back(&k);
-    for (const Kernel &k : p_.kernels)
-      if (const ValueId v = padded_candidate(k);
-          v >= 0 && std::find(g_.outputs.begin(), g_.outputs.end(), v) == g_.outputs.end())
-        padded_.insert(v);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (auto it = padded_.begin(); it != padded_.end();) {
-        bool keep = true;
-        for (const Kernel *r : readers[*it]) {
-          const Value &mm = g_[r->anchor];
-          keep = keep && reads_as_operand_only(*r, *it) && hopper_candidate(mm) &&
-                 padded_.count(mm.args[0]) && padded_.count(mm.args[1]);
-        }
-        changed = changed || !keep;
-        it = keep ? std::next(it) : padded_.erase(it);
-      }
-    }
-  }
-
-  // The matrix kernel `k` could write with padded rows (its emitter honours a row pitch), or -1:
-  // a transposed copy; an elementwise kernel's value (without column partials) or a GEMM's
-  // epilogue value (without row passes) of 2-byte elements whose rows are no 16-byte multiple.
-  ValueId padded_candidate(const Kernel &k) const {
-    if (k.kind == KernelKind::Transpose)
-      return k.anchor;
-    ValueId v = -1;
-    if (k.kind == KernelKind::Elementwise && k.stats_of < 0 && !k.stores.empty())
-      v = k.anchor;
-    else if (k.kind == KernelKind::Gemm && k.row_stages.empty() && !k.stores.empty())
-      v = k.stores.at(0);
-    if (v < 0 || g_[v].type.rank() != 2 || g_[v].type.dtype == ir::DType::F32)
-      return -1;
-    const Dim &cols = g_[v].type.shape[1];
-    return cols.is_symbolic() || cols.value % 8 != 0 ? v : -1;
   }
 
   // The Hopper mainloop takes the Hopper candidates whose operands' rows are 16-byte multiples
@@ -318,19 +260,7 @@ private:
 
   // Where the operands' rows are padded (padded_), which kernels write them so, in the config.
   void describe_padding(GemmSpec &spec) const {
-    if (!padded_.count(spec.a))
-      return;
-    auto written = [&](ValueId v) {
-      const auto w = std::find_if(p_.kernels.begin(), p_.kernels.end(), [&](const Kernel &p) {
-        return std::count(p.stores.begin(), p.stores.end(), v) != 0;
-      });
-      return fmt::format("{} ({}{})", names_[static_cast<size_t>(v)],
-                         w->kind == KernelKind::Transpose ? "a transposed copy by " : "by ",
-                         w->name);
-    };
-    const std::string why = fmt::format("; its operands {} and {} are written with rows padded "
-                                        "to 16 bytes, which TMA reads at any inner dim",
-                                        written(spec.a), written(spec.b));
+    const std::string why = padding_text(p_, names_, padded_, spec.a, spec.b);
     spec.tile.config += why;
     for (GemmTile &v : spec.by_rows)
       v.config += why;
@@ -571,7 +501,7 @@ private:
   GemmMath math_;
   std::string arch_;
   const codegen::GemmTunings &tunings_;
-  std::set<ValueId> padded_;             // find_padded
+  std::set<ValueId> padded_;             // padded_rows
   std::map<ValueId, int> partial_tiles_; // row partials' matrix -> column slices of its GEMM
 };
 
