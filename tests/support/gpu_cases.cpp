@@ -109,12 +109,13 @@ void expect_match(const std::string &text, const std::string &file, Mode mode,
 }
 
 size_t expect_gradients_match(const std::string &text, const std::string &file, Mode mode,
-                              int64_t n, uint64_t seed, int steps) {
+                              int64_t n, uint64_t seed, int steps, Precision precision) {
   rt::CheckRequest req;
   req.kf_text = text;
   req.file_name = file;
   req.options.mode = mode;
   req.options.backward = true;
+  req.options.precision = precision;
   req.dims = {{"N", n}};
   req.seed = seed;
   req.steps = steps;
@@ -124,8 +125,8 @@ size_t expect_gradients_match(const std::string &text, const std::string &file, 
   Pipeline pipeline = rt::PipelineAccess::compile_training(build_training(t));
   req.backward = {&t.backward.graph, t.sources.grad_inputs, t.sources.saved};
   const rt::CheckResult r = rt::check_against_reference(pipeline, t.forward.graph, req);
-  const double bound = std::max(rt::error_bound(Precision::FP32, t.forward.graph),
-                                rt::error_bound(Precision::FP32, t.backward.graph));
+  const double bound = std::max(rt::error_bound(precision, t.forward.graph),
+                                rt::error_bound(precision, t.backward.graph));
   size_t gradients = 0;
   for (const rt::CheckEntry &e : r.entries) {
     INFO(file, " ", ir::mode_name(mode == Mode::Train ? ir::Mode::Train : ir::Mode::Eval), " N=", n,

@@ -44,7 +44,8 @@ void expect_match(const std::string &text, const std::string &file, Mode mode,
 // `kfuse run --backward` does: every output, state and gradient within the pipeline's bound, and
 // a gradient checked for each the pipeline returns. Returns how many gradients were checked.
 size_t expect_gradients_match(const std::string &text, const std::string &file, Mode mode,
-                              int64_t n, uint64_t seed, int steps = 1);
+                              int64_t n, uint64_t seed, int steps = 1,
+                              Precision precision = Precision::FP32);
 
 // Examples in both modes, with one row and with 33 (a partial tile).
 void expect_examples(std::initializer_list<const char *> files, uint64_t seed);
