@@ -71,8 +71,9 @@ def test_bad_options_and_files_are_kfuse_errors(examples):
         kfuse.Pipeline(examples / "gemm_scale_bn.kf", mode="training")
     with pytest.raises(kfuse.Error, match="precision must be 'fp32', '3xtf32', 'tf32' or 'bf16', got 'fp16'"):
         kfuse.Pipeline(examples / "gemm_scale_bn.kf", precision="fp16")
+    # Declared bf16 tensors are read in place (f32 ones at bf16 are rounded into padded copies).
     with pytest.raises(kfuse.Error, match="needs the inner dim a constant multiple of 8"):
-        kfuse.Pipeline(text="pipeline m {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[4, 6]\n"
+        kfuse.Pipeline(text="pipeline m {\n  dim N\n  input x: bf16[N, 6]\n  param w: bf16[4, 6]\n"
                        "  return linear(x, w)\n}\n", file_name="m.kf", precision="bf16", arch="sm_90a")
     with pytest.raises(kfuse.Error, match="no_such.kf"):
         kfuse.Pipeline(examples / "no_such.kf")
