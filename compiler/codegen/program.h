@@ -150,8 +150,8 @@ struct Program {
   std::string file_name; // "<pipeline>.cu"
   std::string source;    // #include "name.cuh" lines; the runtime supplies the headers
   std::vector<KernelLaunch> launches;
-  // Stored values whose rows are padded to a multiple of this many elements (matrices only
-  // Hopper GEMMs read: select::Selection::row_multiples).
+  // Stored values whose rows are padded to a multiple of this many elements (operands of
+  // Hopper GEMMs: select::Selection::row_multiples).
   std::map<ir::ValueId, int> row_multiples;
 };
 

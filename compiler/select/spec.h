@@ -88,7 +88,8 @@ using KernelSpec =
 // A plan's specs, one per kernel in plan order, and for each value whose column statistics a
 // kernel writes, the rows per partial tile of its writer (the tile height the merge reads).
 // Also the matrices whose rows their writers pad to a multiple of so many elements (16 bytes):
-// read only by Hopper GEMMs, whose TMA loads need 16-byte row pitches whatever the inner dim.
+// operands of Hopper GEMMs, whose TMA loads need 16-byte row pitches whatever the inner dim,
+// read otherwise only by transposes and column partials, which take the pitch (padded_rows).
 struct Selection {
   std::vector<KernelSpec> kernels;
   std::map<ir::ValueId, int> partial_rows;
