@@ -55,11 +55,18 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
   if (!to_cuda)
     return l;
   const plan::Plan kernels = select::kernel_view(l.plan);
-  select::Selection specs = select::select_kernels(kernels, options.target);
+  auto select_with = [&](const codegen::GemmTunings &tuned) {
+    try {
+      return select::select_kernels(kernels, options.target, tuned);
+    } catch (const select::UnsupportedGemm &e) {
+      diags.error(kernels.graph[e.value].loc, e.reason);
+    }
+  };
+  select::Selection specs = select_with({});
   if (options.tunings)
     if (const codegen::GemmTunings tuned = options.tunings(select::gemm_keys(kernels, specs));
         !tuned.empty())
-      specs = select::select_kernels(kernels, options.target, tuned);
+      specs = select_with(tuned);
   l.program = codegen::emit(kernels, specs, options.target.arch);
   if (dump.wants("cuda"))
     dump.emit("cuda", ".cu", l.program.source);

@@ -122,8 +122,10 @@ private:
   // The Hopper mainloop takes the Hopper candidates whose operands' rows are 16-byte multiples
   // for TMA: an inner extent that is a constant multiple of 4 (tf32) or 8 (bf16/f16), or padded
   // rows (padded_). GEMMs of bf16/f16 operands run on it only: gpu_unsupported reports those it
-  // cannot take at their location, so one reaching here unfit is a caller's mistake.
-  bool use_sm90(const Value &mm) const {
+  // cannot take at their location before planning, and UnsupportedGemm those that the planner's
+  // rewrites left reading a declared tensor.
+  bool use_sm90(ValueId id) const {
+    const Value &mm = g_[id];
     const bool padded = padded_.count(mm.args[0]) && padded_.count(mm.args[1]);
     if (g_[mm.args[0]].type.dtype != ir::DType::F32) {
       if (mm.op != OpKind::Linear)
@@ -133,7 +135,7 @@ private:
             "such GEMM a linear: passes::k_major_operands)",
             g_.name, mm.loc.line, op_info(mm.op).name, dtype_name(g_[mm.args[0]].type.dtype)));
       if (auto why = codegen::half_gemm_unsupported(g_, mm, arch_, padded))
-        throw CodegenError(fmt::format("pipeline '{}': line {}: {}", g_.name, mm.loc.line, *why));
+        throw UnsupportedGemm(g_, id, *why);
       return true;
     }
     const Dim &inner = g_[mm.args[0]].type.shape[1];
@@ -174,7 +176,7 @@ private:
       spec.max_splits_by_class = t->max_splits;
       spec.split_whys = t->split_whys;
     }
-    const bool sm90 = use_sm90(mm);
+    const bool sm90 = use_sm90(k.anchor);
     const ir::DType operands = g_[spec.a].type.dtype;
     const bool split_tf32 = math_ == GemmMath::Tf32x3 && operands == ir::DType::F32;
     // Row partials are folded from the accumulators: the GEMM keeps its own tile and stores.

@@ -10,6 +10,7 @@
 #include "compiler/select/spec.h"
 #include "compiler/target.h"
 
+#include <fmt/format.h>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,20 @@ namespace kfuse::select {
 
 // The plan as its kernels see it: every tensor as its [rows, F] matrix (ir::matrix_view).
 plan::Plan kernel_view(const plan::Plan &p);
+
+// A GEMM of bf16/f16 operands the Hopper mainloop cannot run (codegen::half_gemm_unsupported),
+// found once the plan fixed which kernels write its operands: the planner's rewrites may have
+// removed the op whose kernel would have padded one (a dropout in eval mode). lower() reports it
+// at the GEMM's location.
+struct UnsupportedGemm : codegen::CodegenError {
+  // what(): "pipeline 'P': line L: " and the reason, for callers without the source.
+  UnsupportedGemm(const ir::Graph &g, ir::ValueId gemm, const std::string &why)
+      : codegen::CodegenError(
+            fmt::format("pipeline '{}': line {}: {}", g.name, g[gemm].loc.line, why)),
+        value(gemm), reason(why) {}
+  ir::ValueId value;
+  std::string reason;
+};
 
 // `p` is a kernel_view: it sees every tensor as [rows, F] (ir::matrix_view). `tunings` replace the
 // heuristics' tile and split-K caps of the GEMM kernels they name; a tuned tile a kernel cannot

@@ -130,3 +130,20 @@ TEST_CASE("lower: rows another kernel reads packed, or the caller gets, are not 
                        doctest::Contains("s.kf:6:10: error: linear of bf16 operands"),
                        dsl::DiagnosticError);
 }
+
+TEST_CASE("lower: a dropout that eval mode removes leaves its GEMM reading the declared tensor: "
+          "an error at the GEMM's location, as in any mode where no kernel writes the operand") {
+  // In train mode the dropout's kernel writes the operand with padded rows; in eval mode the
+  // planner removes the dropout, and the GEMM would read x's packed rows.
+  const std::string text = "pipeline d {\n  dim N\n  input x: bf16[N, 10]\n"
+                           "  param w: bf16[10, 16]\n  return matmul(dropout(x, p=0.1), w)\n}\n";
+  LowerOptions o = bf16_on_hopper();
+  o.target.precision = Precision::FP32;
+  CHECK_NOTHROW(lower(dsl::SourceFile("d.kf", text), o));
+  o.mode = ir::Mode::Eval;
+  CHECK_THROWS_WITH_AS(lower(dsl::SourceFile("d.kf", text), o),
+                       doctest::Contains("d.kf:5:10: error: linear of bf16 operands runs on the "
+                                         "Hopper GEMM, which needs the inner dim a constant "
+                                         "multiple of 8"),
+                       dsl::DiagnosticError);
+}
