@@ -75,9 +75,9 @@
 // ... and runs their passes. NoRows: none.
 //
 // Row partials (row_partials_epilogue, any n): no staging. Rows has PARTIALS = true, Partials
-// (row_partials.cuh's RowPartials of its reductions), add(float *p, int row, int col0, int c,
-// float x), which adds the value x of column col0 + c (as stored: rounded to Out where C is
-// written) to partial p, and out(int row, int slice), where the partial of the row's column
+// (row_partials.cuh's RowPartials of its reductions), add(float *p, int row, int col, float x),
+// which adds the value x of column col (as stored: rounded to Out where C is written) to
+// partial p, and out(int row, int slice), where the partial of the row's column
 // slice (ROW_PARTIAL_COLS columns) goes. A row and a slice at a time, each thread folds its
 // accumulators of the slice into the partial in column order, the lanes holding the row's
 // columns merge theirs by a butterfly (lower lanes' first) and, where several warps hold a row
@@ -723,7 +723,7 @@ private:
           load_matrix_elements(functor, row, n0 + c, in);
           const float y = functor.apply(Cached ? cache[c] : functor.column(n0 + c), row, n0 + c,
                                         Fragment::at(acc, i, j), in);
-          rows.add(p, row, n0, c, C != nullptr ? to_float(from_float<Out>(y)) : y);
+          rows.add(p, row, n0 + c, C != nullptr ? to_float(from_float<Out>(y)) : y);
         }
         merge_lanes<P, F, SPAN>(p, lane);
         if (!leader)

@@ -108,12 +108,8 @@ void RowPasses::pass(size_t i, ValueId st, bool row_op, std::string &defs) {
     smem_filled_ = true;
   }
   type_ = fmt::format("{}_pass{}", k_.name, i);
-  // A tile's row: the prologue's column is the tile's first plus the element's.
-  const bool tile = partial_tiles_ > 0;
-  members_ = w_.member_declarations("  ") + "  int row;\n" + (tile ? "  int col0;\n" : "");
+  members_ = w_.member_declarations("  ") + "  int row;\n";
   init_ = {"row"};
-  if (tile)
-    init_.push_back("col0");
   for (ValueId r : row_values_) {
     members_ += fmt::format("  float {};\n", w_.var(r));
     init_.push_back(w_.var(r));
@@ -123,12 +119,10 @@ void RowPasses::pass(size_t i, ValueId st, bool row_op, std::string &defs) {
   const ValueId input = row_op ? op.args[0] : st;
   std::set<ValueId> given(row_values_.begin(), row_values_.end());
   given.insert(k_.rows_of);
-  defs += fmt::format("struct {} {{\n{}  __device__ float operator()(int {}, float x) const "
-                      "{{\n{}{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
-                      type_, members_, tile ? "c" : "col",
-                      tile ? cx_.indent + std::string("const int col = col0 + c;\n") : "",
-                      cx_.indent, w_.var(k_.rows_of), w_.tree_statements(cx_.indent, input, given),
-                      cx_.indent, w_.var(input));
+  defs += fmt::format("struct {} {{\n{}  __device__ float operator()(int col, float x) const "
+                      "{{\n{}const float {} = x;\n{}{}return {};\n  }}\n}};\n",
+                      type_, members_, cx_.indent, w_.var(k_.rows_of),
+                      w_.tree_statements(cx_.indent, input, given), cx_.indent, w_.var(input));
   call(i, st, type_ + w_.member_initializer(init_), defs);
 }
 
@@ -172,11 +166,11 @@ void RowPasses::softmax(size_t i, ValueId st, const std::string &pre, std::strin
 
 void RowPasses::reduce(size_t, ValueId st, const std::string &pre, std::string &) {
   const Value &op = g_[st];
-  if (partial_tiles_ > 0) { // a GEMM epilogue's value x of column col0 + c: added to p
+  if (partial_tiles_ > 0) { // a GEMM epilogue's value x of column col: added to p
     cx_.includes.insert("row_partials.cuh");
     int floats = 0;
     const int offset = partial_offset(st, floats);
-    body_ += fmt::format("  kf::partial_add<kf::Reduce::{}>(p + {}, {}(c, x));\n",
+    body_ += fmt::format("  kf::partial_add<kf::Reduce::{}>(p + {}, {}(col, x));\n",
                          op_info(op.op).reducer, offset, pre);
     return;
   }
@@ -389,7 +383,7 @@ std::string emit_gemm_rows(EmitContext &cx, const Kernel &k, const KernelWriter 
                        "  static constexpr bool ENABLED = true;\n"
                        "  static constexpr bool PARTIALS = true;\n"
                        "  using Partials = kf::RowPartials<{3}>;\n"
-                       "  __device__ void add(float *p, int row, int col0, int c, float x) const "
+                       "  __device__ void add(float *p, int row, int col, float x) const "
                        "{{\n{4}  }}\n"
                        "  __device__ float *out(int row, int tile) const {{\n"
                        "    return {2}_rowpart + (static_cast<long long>(row) * {5} + tile) * "

@@ -21,8 +21,8 @@ namespace kfuse::codegen {
 // values computed from those results alone (row_result) are computed in the body and written by
 // the team's first thread.
 // With `partial_tiles` column slices (row_partials_epilogue), a GEMM's epilogue adds the value x
-// of a tile's column col0 + c to partial p of each reduction (the prologue reads column
-// col0 + c; gemm_epilogue.cuh's Row partials); a row kernel merges each reduction from those
+// of column col to partial p of each reduction (gemm_epilogue.cuh's Row partials); a row kernel
+// merges each reduction from those
 // partials instead of reading the row (row_partials.cuh), then computes the per-row values
 // after them.
 class RowPasses {

@@ -126,50 +126,45 @@ int Partitioner::partials_gemm_for(size_t r, const std::map<ValueId, size_t> &st
   return static_cast<int>(g);
 }
 
+// The values of row kernel `row` that the trees at `roots` compute, not walking into `stop`.
+std::set<ValueId> Partitioner::row_trees(const Kernel &row, std::vector<ValueId> roots,
+                                         const std::set<ValueId> &stop) const {
+  const std::set<ValueId> in_row(row.computes.begin(), row.computes.end());
+  std::set<ValueId> trees;
+  while (!roots.empty()) {
+    const ValueId cur = roots.back();
+    roots.pop_back();
+    if (!in_row.count(cur) || stop.count(cur) || !trees.insert(cur).second)
+      continue;
+    roots.insert(roots.end(), val(cur).args.begin(), val(cur).args.end());
+  }
+  return trees;
+}
+
 // The values of row kernel `row` that its reductions' operands compute: they move to the GEMM's
 // epilogue (row_partials_epilogue).
 std::set<ValueId> Partitioner::reductions_prologue(const Kernel &row) const {
-  const std::set<ValueId> in_row(row.computes.begin(), row.computes.end());
-  std::set<ValueId> prologue;
-  std::vector<ValueId> todo;
+  std::vector<ValueId> operands;
   for (ValueId st : row.row_stages)
     if (is_row_op(val(st)))
-      todo.push_back(val(st).args[0]);
-  while (!todo.empty()) {
-    const ValueId cur = todo.back();
-    todo.pop_back();
-    if (!in_row.count(cur) || !prologue.insert(cur).second)
-      continue;
-    todo.insert(todo.end(), val(cur).args.begin(), val(cur).args.end());
-  }
-  return prologue;
+      operands.push_back(val(st).args[0]);
+  return row_trees(row, operands, {});
 }
 
 // The row kernel's reductions become partials the GEMM's epilogue writes over the value it
 // computes: the reductions' inputs (the row kernel's prologue) move to the GEMM kernel; the row
 // kernel keeps the reductions, merged from the partials, and the per-row values after them.
 void Partitioner::split_row_kernel(Kernel &gemm, Kernel &row) {
-  const std::set<ValueId> in_row(row.computes.begin(), row.computes.end());
   const std::set<ValueId> prologue = reductions_prologue(row);
-  std::set<ValueId> reductions, finalize;
+  std::set<ValueId> reductions;
+  std::vector<ValueId> after; // the per-row values of the results
   for (ValueId st : row.row_stages)
     if (is_row_op(val(st)))
       reductions.insert(st);
-  for (ValueId st : row.row_stages) {
-    if (reductions.count(st)) {
-      finalize.insert(st);
-      continue;
-    }
-    // The values of `row` the tree at st computes, not walking into the reductions.
-    std::vector<ValueId> todo = {st};
-    while (!todo.empty()) {
-      const ValueId cur = todo.back();
-      todo.pop_back();
-      if (!in_row.count(cur) || reductions.count(cur) || !finalize.insert(cur).second)
-        continue;
-      todo.insert(todo.end(), val(cur).args.begin(), val(cur).args.end());
-    }
-  }
+    else
+      after.push_back(st);
+  std::set<ValueId> finalize = row_trees(row, after, reductions);
+  finalize.insert(reductions.begin(), reductions.end());
   gemm.rows_of = row.rows_of;
   gemm.row_partials = true;
   gemm.row_stages.clear();

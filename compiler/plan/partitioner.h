@@ -146,6 +146,8 @@ private:
   void row_partials_into_gemm_epilogues();
   int partials_gemm_for(size_t r, const std::map<ir::ValueId, size_t> &storer,
                         std::string &why) const;
+  std::set<ir::ValueId> row_trees(const Kernel &row, std::vector<ir::ValueId> roots,
+                                  const std::set<ir::ValueId> &stop) const;
   std::set<ir::ValueId> reductions_prologue(const Kernel &row) const;
   void split_row_kernel(Kernel &gemm, Kernel &row);
 

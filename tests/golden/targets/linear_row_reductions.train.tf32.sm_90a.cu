@@ -30,9 +30,7 @@ struct k0_gemm_pass0 {
   const float *p_bias;
   int d_N;
   int row;
-  int col0;
-  __device__ float operator()(int c, float x) const {
-    const int col = col0 + c;
+  __device__ float operator()(int col, float x) const {
     const float v_t1 = x;
     const float v_t2 = float(1);
     const float v_h = v_t1 * v_t2 + kf::load(p_bias + col);
@@ -45,9 +43,7 @@ struct k0_gemm_pass1 {
   const float *p_bias;
   int d_N;
   int row;
-  int col0;
-  __device__ float operator()(int c, float x) const {
-    const int col = col0 + c;
+  __device__ float operator()(int col, float x) const {
     const float v_t1 = x;
     const float v_t2 = float(1);
     const float v_h = v_t1 * v_t2 + kf::load(p_bias + col);
@@ -61,9 +57,7 @@ struct k0_gemm_pass2 {
   const float *p_bias;
   int d_N;
   int row;
-  int col0;
-  __device__ float operator()(int c, float x) const {
-    const int col = col0 + c;
+  __device__ float operator()(int col, float x) const {
     const float v_t1 = x;
     const float v_t2 = float(1);
     const float v_h = v_t1 * v_t2 + kf::load(p_bias + col);
@@ -79,9 +73,7 @@ struct k0_gemm_pass3 {
   const float *p_bias;
   int d_N;
   int row;
-  int col0;
-  __device__ float operator()(int c, float x) const {
-    const int col = col0 + c;
+  __device__ float operator()(int col, float x) const {
     const float v_t1 = x;
     const float v_t2 = float(1);
     const float v_h = v_t1 * v_t2 + kf::load(p_bias + col);
@@ -98,11 +90,11 @@ struct k0_gemm_rows {
   static constexpr bool ENABLED = true;
   static constexpr bool PARTIALS = true;
   using Partials = kf::RowPartials<kf::Reduce::Sum, kf::Reduce::Max, kf::Reduce::Sum, kf::Reduce::Mean>;
-  __device__ void add(float *p, int row, int col0, int c, float x) const {
-    kf::partial_add<kf::Reduce::Sum>(p + 0, k0_gemm_pass0{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
-    kf::partial_add<kf::Reduce::Max>(p + 1, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
-    kf::partial_add<kf::Reduce::Sum>(p + 2, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
-    kf::partial_add<kf::Reduce::Mean>(p + 3, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row, col0}(c, x));
+  __device__ void add(float *p, int row, int col, float x) const {
+    kf::partial_add<kf::Reduce::Sum>(p + 0, k0_gemm_pass0{p_x, p_weight, p_bias, d_N, row}(col, x));
+    kf::partial_add<kf::Reduce::Max>(p + 1, k0_gemm_pass1{p_x, p_weight, p_bias, d_N, row}(col, x));
+    kf::partial_add<kf::Reduce::Sum>(p + 2, k0_gemm_pass2{p_x, p_weight, p_bias, d_N, row}(col, x));
+    kf::partial_add<kf::Reduce::Mean>(p + 3, k0_gemm_pass3{p_x, p_weight, p_bias, d_N, row}(col, x));
   }
   __device__ float *out(int row, int tile) const {
     return p_t1_rowpart + (static_cast<long long>(row) * 32 + tile) * Partials::FLOATS;
