@@ -78,8 +78,8 @@
 // (row_partials.cuh's RowPartials of its reductions), add(float *p, int row, int col, float x),
 // which adds the value x of column col (as stored: rounded to Out where C is written) to
 // partial p, and out(int row, int slice), where the partial of the row's column
-// slice (ROW_PARTIAL_COLS columns) goes. A row and a slice at a time, each thread folds its
-// accumulators of the slice into the partial in column order, the lanes holding the row's
+// slice (ROW_PARTIAL_COLS columns) goes. Each thread folds its accumulators into one partial per
+// row and slice in registers, a column at a time, in column order; the lanes holding the row's
 // columns merge theirs by a butterfly (lower lanes' first) and, where several warps hold a row
 // (col_group()), those merge in order through [BM][slices][groups][FLOATS] floats of
 // epilogue_tile_bytes' scratch. Deterministic, without atomics. Then C, where written, is
@@ -688,9 +688,11 @@ private:
     }
   }
 
-  // The tile's row partials from the accumulators (Row partials, above), a row and a column
-  // slice at a time (one partial in registers beside the accumulators). Rows past m are folded
-  // at m - 1 and not written; columns past n are skipped, and slices past n not written.
+  // The tile's row partials from the accumulators (Row partials, above): every partial of the
+  // thread's rows and slices folded in registers first, a column at a time (its Column and
+  // per-column loads once for all the rows, no store between them), then merged and written.
+  // Rows past m are folded at m - 1 and not written; columns past n are skipped, and slices
+  // past n not written.
   template <bool Cached, class Fragment, class Acc>
   __device__ void row_partials(const Fragment &f, GemmShape s, TileCoord tc, const Acc &acc,
                                const Column *cache, float *scratch) const {
@@ -707,25 +709,16 @@ private:
     const bool leader = (lane & (SPAN - 1)) == 0;
     if constexpr (COL_GROUPS > 1)
       Fragment::sync(); // the store and split-K's flag may use the scratch
+    float p[Fragment::ROWS][SLICES][F];
+    if (n0 + Fragment::BN <= s.n) // a whole tile: no column checks
+      fold_row_partials<Cached, true>(f, s, m0, n0, acc, cache, p);
+    else
+      fold_row_partials<Cached, false>(f, s, m0, n0, acc, cache, p);
 #pragma unroll
     for (int i = 0; i < Fragment::ROWS; ++i) {
-      const int row = min(m0 + f.row(i), s.m - 1);
 #pragma unroll
       for (int slice = 0; slice < SLICES; ++slice) {
-        float p[F];
-        P::init(p);
-#pragma unroll
-        for (int j = 0; j < Fragment::COLS; ++j) {
-          const int c = f.col(j);
-          if (f.slice_of(j, ROW_PARTIAL_COLS) != slice || n0 + c >= s.n)
-            continue;
-          float in[INPUTS];
-          load_matrix_elements(functor, row, n0 + c, in);
-          const float y = functor.apply(Cached ? cache[c] : functor.column(n0 + c), row, n0 + c,
-                                        Fragment::at(acc, i, j), in);
-          rows.add(p, row, n0 + c, C != nullptr ? to_float(from_float<Out>(y)) : y);
-        }
-        merge_lanes<P, F, SPAN>(p, lane);
+        merge_lanes<P, F, SPAN>(p[i][slice], lane);
         if (!leader)
           continue;
         const int global_slice = tc.n * SLICES + slice;
@@ -737,7 +730,7 @@ private:
         if (to != nullptr)
 #pragma unroll
           for (int e = 0; e < F; ++e)
-            to[e] = p[e];
+            to[e] = p[i][slice][e];
       }
     }
     if constexpr (COL_GROUPS > 1) {
@@ -746,19 +739,54 @@ private:
       const int slices = min(SLICES, (s.n - n0 + ROW_PARTIAL_COLS - 1) / ROW_PARTIAL_COLS);
       for (int r = f.thread; r < tile_rows * slices; r += Fragment::THREADS) {
         const int row = r / slices, slice = r % slices;
-        float p[F];
+        float merged[F];
         const float *from = scratch + (row * SLICES + slice) * COL_GROUPS * F;
 #pragma unroll
         for (int e = 0; e < F; ++e)
-          p[e] = from[e];
+          merged[e] = from[e];
         for (int group = 1; group < COL_GROUPS; ++group)
-          P::merge(p, from + group * F);
+          P::merge(merged, from + group * F);
         float *out = rows.out(m0 + row, tc.n * SLICES + slice);
 #pragma unroll
         for (int e = 0; e < F; ++e)
-          out[e] = p[e];
+          out[e] = merged[e];
       }
       Fragment::sync(); // the next tile's use of the scratch waits for these reads
+    }
+  }
+
+  // The thread's partial p[i][slice] of each of its rows i and column slices, its columns folded
+  // in column order. Full: every column of the tile is below n.
+  template <bool Cached, bool Full, class Fragment, class Acc, int R, int S, int F>
+  __device__ void fold_row_partials(const Fragment &f, GemmShape s, int m0, int n0, const Acc &acc,
+                                    const Column *cache, float (&p)[R][S][F]) const {
+    using P = typename Rows::Partials;
+    int row[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      row[i] = min(m0 + f.row(i), s.m - 1);
+#pragma unroll
+      for (int slice = 0; slice < S; ++slice)
+        P::init(p[i][slice]);
+    }
+#pragma unroll
+    for (int j = 0; j < Fragment::COLS; ++j) {
+      const int c = f.col(j);
+      if (!Full && n0 + c >= s.n)
+        continue;
+      const Column column = Cached ? cache[c] : functor.column(n0 + c);
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        float in[INPUTS];
+        load_matrix_elements(functor, row[i], n0 + c, in);
+        const float y = functor.apply(column, row[i], n0 + c, Fragment::at(acc, i, j), in);
+        const float x = C != nullptr ? to_float(from_float<Out>(y)) : y;
+        // A static index into p; the test is a constant where slice_of(j) is (Sm90Fragment).
+#pragma unroll
+        for (int slice = 0; slice < S; ++slice)
+          if (f.slice_of(j, ROW_PARTIAL_COLS) == slice)
+            rows.add(p[i][slice], row[i], n0 + c, x);
+      }
     }
   }
 
