@@ -109,9 +109,9 @@ std::vector<int64_t> concrete_shape(const TensorType &t, const DimBindings &dims
 }
 
 Interpreter::Interpreter(const Graph &g, Mode mode, DimBindings dims, const TensorMap &tensors,
-                         RngState rng)
-    : g_(g), mode_(mode), rng_(rng), dims_(std::move(dims)), declared_(g.values.size(), nullptr),
-      values_(g.values.size()), done_(g.values.size(), false) {
+                         RngState rng, Rounding rounding)
+    : g_(g), mode_(mode), rng_(rng), rounding_(rounding), dims_(std::move(dims)),
+      declared_(g.values.size(), nullptr), values_(g.values.size()), done_(g.values.size(), false) {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const Value &v = g_.values[i];
     if (v.is_op())
@@ -177,15 +177,17 @@ void Interpreter::record_update(ValueId op, ValueId state, HostTensor t) {
     throw InterpretError(fmt::format("state '{}' is updated by both {} and {}; a run updates a "
                                      "state at most once",
                                      s.name, describe(g_, it->second), describe(g_, op)));
-  for (double &x : t.data)
-    x = round_to(s.type.dtype, x);
+  if (rounding_ == Rounding::Declared)
+    for (double &x : t.data)
+      x = round_to(s.type.dtype, x);
   updates_[s.name] = std::move(t);
 }
 
 HostTensor Interpreter::output(ValueId id) const {
   HostTensor t = value(id);
-  for (double &x : t.data)
-    x = round_to(g_[id].type.dtype, x);
+  if (rounding_ == Rounding::Declared)
+    for (double &x : t.data)
+      x = round_to(g_[id].type.dtype, x);
   return t;
 }
 
@@ -216,6 +218,11 @@ void Interpreter::eval(ValueId id) {
   if (inferred != v.type)
     throw InterpretError(fmt::format("{} is recorded as {} but its arguments give {}",
                                      describe(g_, id), v.type.str(), inferred.str()));
+  if (rounding_ == Rounding::None && v.op == OpKind::Cast && v.type.dtype != DType::I64) {
+    values_[static_cast<size_t>(id)] = *args[0];
+    done_[static_cast<size_t>(id)] = true;
+    return;
+  }
   // By class, so that a new op of an existing class needs nothing here.
   const OpRun run{g_, id, v, std::move(args), mode_, rng_, dims_, *this};
   values_[static_cast<size_t>(id)] = class_traits(op_info(v.op).cls).fp64(run);
@@ -227,8 +234,8 @@ void OpRun::update(ValueId state, HostTensor t) const {
 }
 
 std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &dims,
-                                  TensorMap &tensors, RngState rng) {
-  Interpreter in(g, mode, dims, tensors, rng);
+                                  TensorMap &tensors, RngState rng, Rounding rounding) {
+  Interpreter in(g, mode, dims, tensors, rng, rounding);
   in.eval_all();
   std::vector<HostTensor> outputs;
   for (ValueId id : g.outputs)

@@ -45,6 +45,11 @@ struct InterpretError : kfuse::Error {
 
 struct OpRun;
 
+// Declared: a cast rounds to its element type, outputs and state updates to theirs, as a GPU run
+// stores them. None: casts to a floating type, outputs and state updates keep every fp64 bit
+// (the exact values, against which a check measures what the declared rounding costs).
+enum class Rounding { Declared, None };
+
 class Interpreter {
 public:
   // `tensors` must hold every input, param and state of `g` with its concrete shape
@@ -53,7 +58,7 @@ public:
   // must outlive the interpreter and stay unchanged while it is used.
   // `rng`: where train-mode dropouts draw (templates/dropout.cuh).
   Interpreter(const Graph &g, Mode mode, DimBindings dims, const TensorMap &tensors,
-              RngState rng = {});
+              RngState rng = {}, Rounding rounding = Rounding::Declared);
 
   // Computes one value; its arguments must have been computed already.
   void eval(ValueId id);
@@ -77,8 +82,8 @@ public:
 
 private:
   // A temporary map would leave the interpreter reading freed tensors.
-  Interpreter(const Graph &g, Mode mode, DimBindings dims, TensorMap &&tensors,
-              RngState rng = {}) = delete;
+  Interpreter(const Graph &g, Mode mode, DimBindings dims, TensorMap &&tensors, RngState rng = {},
+              Rounding rounding = Rounding::Declared) = delete;
   const HostTensor &tensor(ValueId id) const; // a declaration's or a computed op's value
   // Records `t` as the new value of `state`, written by `op`; a second op updating the same
   // state is an error, since every update is computed from entry values.
@@ -88,6 +93,7 @@ private:
   const Graph &g_;
   Mode mode_;
   RngState rng_;
+  Rounding rounding_;
   DimBindings dims_;
   std::vector<const HostTensor *> declared_; // into the caller's map; null for ops
   std::vector<HostTensor> values_;           // op results; empty for declarations
@@ -100,7 +106,8 @@ private:
 // Runs the whole graph: returns the outputs in order (Interpreter::output) and writes state
 // updates into `tensors`.
 std::vector<HostTensor> interpret(const Graph &g, Mode mode, const DimBindings &dims,
-                                  TensorMap &tensors, RngState rng = {});
+                                  TensorMap &tensors, RngState rng = {},
+                                  Rounding rounding = Rounding::Declared);
 
 // Random tensors for every input, param and state of `g`: standard normal values, except
 // running variances (states used as batchnorm's running_var), uniform in [0.5, 1.5], and

@@ -12,6 +12,7 @@
 #include "tests/support/temp_cache.h"
 #include "tools/check/reference_check.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <doctest/doctest.h>
 #include <filesystem>
@@ -376,6 +377,43 @@ TEST_CASE("api: a pipeline with a bf16 or f16 tensor is judged by the bf16 bound
   CHECK(bound("  input x: f32[N, 4]\n  param s: bf16[1]\n", "mul(x, s)") == 2e-2);
   CHECK(bound("  input x: f16[N, 4]\n", "relu(x)") == 2e-2);
   CHECK(rt::error_bound(Precision::TF32) == 5e-3);
+}
+
+TEST_CASE("check: a gradient that is its casts' rounding noise is judged against the exact "
+          "values") {
+  // Column sums of a centred matrix cast to bf16: zero in exact arithmetic, so the reference's
+  // result is the casts' rounding noise, far past the bound relative to itself.
+  dsl::SourceFile src("noise.kf", "pipeline noise {\n  dim N\n  input x: f32[N, 8]\n"
+                                  "  d = sub(x, mean(x, dim=0, keepdim=true))\n"
+                                  "  return sum(cast(d, dtype=bf16), dim=0)\n}\n");
+  dsl::Diagnostics diags(src);
+  const ir::Graph g = dsl::parse_kf(src, diags);
+  const ir::DimBindings dims{{"N", 300}};
+  ir::TensorMap tensors = ir::random_tensors(g, dims, 3);
+  const std::vector<double> declared = ir::interpret(g, ir::Mode::Eval, dims, tensors)[0].data;
+  const std::vector<double> exact =
+      ir::interpret(g, ir::Mode::Eval, dims, tensors, {}, ir::Rounding::None)[0].data;
+  for (double e : exact)
+    CHECK(std::fabs(e) < 1e-12);
+  const double reference = ir::relative_error(declared, exact);
+  CHECK(reference > 1e-4); // the rounding noise: about 2^-9 per term, over 300 rows
+
+  // A result as noisy as the reference passes, one 1.5x farther from the exact values does not,
+  // and nothing non-finite passes.
+  rt::CheckEntry e;
+  e.relative = 1.0; // against the reference's noise: far over any bound
+  e.reference_relative = reference;
+  e.exact_relative = 1.2 * reference;
+  CHECK(e.within(2e-2));
+  e.exact_relative = 1.6 * reference;
+  CHECK_FALSE(e.within(2e-2));
+  e.relative = 1e-3;
+  CHECK(e.within(2e-2));
+  e.finite = false;
+  CHECK_FALSE(e.within(2e-2));
+  rt::CheckEntry forward; // not measured against the exact values: the bound alone
+  forward.relative = 3e-2;
+  CHECK_FALSE(forward.within(2e-2));
 }
 
 TEST_CASE("nvrtc: tensor-core precisions compile every example's GEMM on the sm90 mainloop") {

@@ -18,11 +18,23 @@ struct CheckEntry {
   // Elements zero in one of the GPU result and the reference but not in the other: a dropout
   // whose mask differs from the interpreter's shows here.
   int64_t zero_mismatches = 0;
+  // A gradient's (--backward): the relative errors of the GPU result and of the reference
+  // against the interpreter's exact values (ir::Rounding::None), the latter being what the
+  // graph's own casts to bf16 or f16 cost; negative where not measured.
+  double exact_relative = -1, reference_relative = -1;
+
+  // Finite, and within `bound` of the reference or no more than 1.5x as far from the exact
+  // values as the reference: a gradient that is a sum of rounded terms cancelling to almost
+  // nothing (a bias before train-mode batchnorm) is that rounding's noise, the GPU's and the
+  // reference's alike.
+  bool within(double bound) const {
+    return finite && (relative <= bound ||
+                      (reference_relative >= 0 && exact_relative <= 1.5 * reference_relative));
+  }
 };
 
 struct CheckResult {
   std::vector<CheckEntry> entries;
-  double worst = 0; // the largest relative error; infinity when something is not finite
   std::vector<std::string> files; // the .npy files written (save_dir, or inputs_dir alone)
 };
 
