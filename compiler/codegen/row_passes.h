@@ -22,9 +22,8 @@ namespace kfuse::codegen {
 // the team's first thread.
 // With `partial_tiles` column slices (row_partials_epilogue), a GEMM's epilogue adds the value x
 // of column col to partial p of each reduction (gemm_epilogue.cuh's Row partials); a row kernel
-// merges each reduction from those
-// partials instead of reading the row (row_partials.cuh), then computes the per-row values
-// after them.
+// merges each reduction from those partials instead of reading the row (row_partials.cuh), then
+// computes the per-row values after them.
 class RowPasses {
 public:
   RowPasses(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w, int threads, bool staged,

@@ -125,16 +125,16 @@ int cmd_run(int argc, char **argv) {
               req.reference ? "" : "; no reference: finiteness only");
   bool ok = true;
   for (const rt::CheckEntry &e : r.entries) {
+    const bool within = e.within(bound);
     const std::string status =
         !e.finite             ? "NOT FINITE"
         : e.relative <= bound ? "ok"
-        : e.within(bound)
-            ? fmt::format("ok: {:.3e} from the exact values, the reference {:.3e} (its casts' "
-                          "rounding)",
-                          e.exact_relative, e.reference_relative)
-            : "OVER BOUND";
+        : within ? fmt::format("ok: {:.3e} from the exact values, the reference {:.3e} (its casts' "
+                               "rounding)",
+                               e.exact_relative, e.reference_relative)
+                 : "OVER BOUND";
     std::printf("%-16s %12.3e %14.3e  %s\n", e.name.c_str(), e.max_abs, e.relative, status.c_str());
-    ok = ok && e.within(bound);
+    ok = ok && within;
   }
   for (const std::string &f : r.files)
     std::printf("wrote %s\n", f.c_str());
