@@ -60,6 +60,9 @@ struct PipelineAccess {
   static Pipeline compile_training(exec::Training training);
   // The backward of such a pipeline (its plan, source and compile report); throws for another.
   static const Pipeline &backward(const Pipeline &p);
+  // The values the last run of such a pipeline saved for its backward, in the order of
+  // exec::Training's sources.saved (memory the pipeline owns; the next run overwrites it).
+  static std::vector<Tensor> saved(const Pipeline &p);
   static const exec::Executable &executable(const Pipeline &p);
   // Every later run (and backward() of a training pipeline) hands its bare-product GEMM kernels
   // (exec::Kernel::bare_gemm) to `hook` instead of launching them; an empty hook launches them

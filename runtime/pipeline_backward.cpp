@@ -105,6 +105,14 @@ const Pipeline &rt::PipelineAccess::backward(const Pipeline &p) {
   return p.impl().training_or_throw("its backward").backward;
 }
 
+std::vector<Tensor> rt::PipelineAccess::saved(const Pipeline &p) {
+  const Pipeline::Impl &im = p.impl();
+  if (!im.training_or_throw("its saved values").ran)
+    throw Error(fmt::format("{}: no run has saved values yet", im.where));
+  return {im.all_outputs.begin() + static_cast<std::ptrdiff_t>(im.own_outputs),
+          im.all_outputs.end()};
+}
+
 Pipeline::Impl::Training &Pipeline::Impl::training_or_throw(const char *what) const {
   if (!training)
     throw Error(

@@ -73,6 +73,18 @@ size_t elements(const std::vector<int64_t> &shape) {
   return n;
 }
 
+// A contiguous tensor the pipeline owns (a saved value), as doubles.
+std::vector<double> download(const Tensor &t) {
+  const size_t n = elements(t.shape);
+  std::vector<uint8_t> bytes(n * static_cast<size_t>(exec::dtype_bytes(t.dtype)));
+  Driver &driver = Driver::get();
+  if (!bytes.empty())
+    driver.check(
+        driver.cuMemcpyDtoH(bytes.data(), reinterpret_cast<CUdeviceptr>(t.data), bytes.size()),
+        "cuMemcpyDtoH (a saved value)");
+  return decode_elements(bytes.data(), n, t.dtype);
+}
+
 CheckEntry compare(const std::string &name, const std::vector<double> &gpu,
                    const std::vector<double> &ref) {
   CheckEntry e;
@@ -231,8 +243,9 @@ private:
   }
 
   // The pipeline's backward after the last step on random output gradients, and the backward
-  // graph interpreted on the same gradients, the reference's saved values and the tensors the
-  // step read; every gradient poisoned first. Without a reference, finiteness only.
+  // graph interpreted on the same gradients, the saved values (the reference's, and the GPU's)
+  // and the tensors the step read; every gradient poisoned first. Without a reference, finiteness
+  // only.
   void check_backward() {
     const Graph &bg = *req_.backward.graph;
     TensorMap reference = random_tensors(bg, dims_, req_.seed + 1);
@@ -258,24 +271,30 @@ private:
     pipeline_.backward(grad_refs.data(), grad_refs.size(), result_refs.data(), result_refs.size(),
                        stream.handle());
     stream.synchronize();
-    std::vector<HostTensor> expected, exact;
+    std::vector<HostTensor> expected, given_saved, exact;
     if (req_.reference) {
-      // The saved values in the backward's declared shapes (the same elements).
-      for (size_t i = 0; i < req_.backward.saved.size(); ++i)
-        reference.at(req_.backward.saved[i]).data =
-            ref_outs_.at(g_.outputs.size() - req_.backward.saved.size() + i).data;
       for (const Value &v : bg.values)
         if (!v.is_op() && at_entry_.count(v.name))
           reference[v.name] = at_entry_.at(v.name);
+      // The saved values in the backward's declared shapes (the same elements): the reference
+      // forward's, then those the GPU's forward saved, as the backward read them.
+      const size_t first_saved = g_.outputs.size() - req_.backward.saved.size();
+      for (size_t i = 0; i < req_.backward.saved.size(); ++i)
+        reference.at(req_.backward.saved[i]).data = ref_outs_.at(first_saved + i).data;
       expected = interpret(bg, mode_, dims_, reference, last_rng_);
+      const std::vector<Tensor> saved = PipelineAccess::saved(pipeline_);
+      for (size_t i = 0; i < req_.backward.saved.size(); ++i)
+        reference.at(req_.backward.saved[i]).data = download(saved.at(i));
+      given_saved = interpret(bg, mode_, dims_, reference, last_rng_);
       exact = interpret(bg, mode_, dims_, reference, last_rng_, Rounding::None);
     }
     for (size_t i = 0; i < names.size(); ++i) {
       std::vector<double> gpu = download(results[i], elements(results[i].shape));
       CheckEntry e = compare("grad " + names[i], gpu, req_.reference ? expected[i].data : gpu);
       if (req_.reference && e.finite) {
+        e.given_saved_relative = relative_error(gpu, given_saved[i].data);
         e.exact_relative = relative_error(gpu, exact[i].data);
-        e.reference_relative = relative_error(expected[i].data, exact[i].data);
+        e.reference_relative = relative_error(given_saved[i].data, exact[i].data);
       }
       result_.entries.push_back(std::move(e));
     }
