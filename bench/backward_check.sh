@@ -6,6 +6,8 @@
 #
 #   bash bench/backward_check.sh BUILD_DIR [LOG_DIR]
 #
+# JOBS (default 8) cases run at a time: the fp64 reference of each is CPU work.
+#
 # Runs from the repository root. PRECISION (default fp32) is passed to `kfuse run`; the dims are
 # small, so the fp64 reference stays quick: N=130 (two row tiles of the 128-row GEMM tiles and
 # their partials, the second partial), B=2 and T=65 for the [B, T, F] examples. An example the
@@ -13,21 +15,22 @@
 # Prints one line per case (status, seconds, example, mode, and a failure's error), then the
 # counts; exits 1 when any case fails.
 set -uo pipefail
-# A failure's first error line, else its last line.
-why() { grep -m1 'error:' "$1" || tail -1 "$1"; }
+# A failure's first error or failed check, else its last line.
+why() { grep -m1 'error:\|OVER BOUND\|NOT FINITE' "$1" || tail -1 "$1"; }
 build=${1:?usage: bash bench/backward_check.sh BUILD_DIR [LOG_DIR]}
 kfuse="$(cd "$build" && pwd)/kfuse"
 logs=${2:-$(mktemp -d /tmp/kfuse-backward.XXXXXX)}
 precision=${PRECISION:-fp32}
+jobs=${JOBS:-8}
 mkdir -p "$logs" || exit 1
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 [[ -x "$kfuse" ]] || { echo "backward_check.sh: no kfuse binary in $build" >&2; exit 1; }
 
-passed=0 failed=0 refused=0
-for kf in examples/*.kf; do
+# One case: example, mode; its status line goes to LOGS/NAME.MODE.status.
+run_case() {
+  local kf=$1 mode=$2 name dims=() start log
   name=$(basename "$kf" .kf)
   # Every dim the example declares, bound small.
-  dims=()
   for d in $(sed -n 's/^ *dim //p' "$kf" | tr ',' ' '); do
     case "$d" in
     B) dims+=(--dim B=2) ;;
@@ -35,20 +38,25 @@ for kf in examples/*.kf; do
     *) dims+=(--dim "$d=130") ;;
     esac
   done
-  for mode in train eval; do
-    log="$logs/$name.$mode.log"
-    start=$SECONDS
-    if "$kfuse" run "$kf" --backward --mode "$mode" --precision "$precision" "${dims[@]}" >"$log" 2>&1; then
-      printf 'ok\t%4ds\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode"
-      passed=$((passed + 1))
-    elif grep -q "not supported on the GPU\|needs the inner dim a constant multiple" "$log"; then
-      printf 'refused\t%4ds\t%s\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode" "$(why "$log")"
-      refused=$((refused + 1))
-    else
-      printf 'FAIL\t%4ds\t%s\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode" "$(why "$log")"
-      failed=$((failed + 1))
-    fi
-  done
-done
+  log="$logs/$name.$mode.log"
+  start=$SECONDS
+  if "$kfuse" run "$kf" --backward --mode "$mode" --precision "$precision" "${dims[@]}" >"$log" 2>&1; then
+    printf 'ok\t%4ds\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode"
+  elif grep -q "not supported on the GPU\|needs the inner dim a constant multiple" "$log"; then
+    printf 'refused\t%4ds\t%s\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode" "$(why "$log")"
+  else
+    printf 'FAIL\t%4ds\t%s\t%s\t%s\n' $((SECONDS - start)) "$name" "$mode" "$(why "$log")"
+  fi >"$logs/$name.$mode.status"
+}
+export -f run_case why
+export kfuse logs precision
+for kf in examples/*.kf; do
+  echo "$kf train"
+  echo "$kf eval"
+done | xargs -P "$jobs" -L1 bash -c 'run_case "$0" "$1"'
+cat $(ls "$logs"/*.status | sort)
+passed=$(cat "$logs"/*.status | grep -c '^ok')
+failed=$(cat "$logs"/*.status | grep -c '^FAIL')
+refused=$(cat "$logs"/*.status | grep -c '^refused')
 echo "backward_check ($precision): $passed passed, $failed failed, $refused refused; logs in $logs"
 [[ $failed -eq 0 ]]
