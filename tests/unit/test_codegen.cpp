@@ -379,8 +379,8 @@ TEST_CASE("api: a pipeline with a bf16 or f16 tensor is judged by the bf16 bound
   CHECK(rt::error_bound(Precision::TF32) == 5e-3);
 }
 
-TEST_CASE("check: a gradient that is its casts' rounding noise is judged against the exact "
-          "values") {
+TEST_CASE("check: a gradient passes on the GPU's saved values, or as its casts' rounding noise "
+          "against the exact values") {
   // Column sums of a centred matrix cast to bf16: zero in exact arithmetic, so the reference's
   // result is the casts' rounding noise, far past the bound relative to itself.
   dsl::SourceFile src("noise.kf", "pipeline noise {\n  dim N\n  input x: f32[N, 8]\n"
@@ -407,6 +407,13 @@ TEST_CASE("check: a gradient that is its casts' rounding noise is judged against
   CHECK(e.within(2e-2));
   e.exact_relative = 1.6 * reference;
   CHECK_FALSE(e.within(2e-2));
+  // Off end to end but within the bound on the values the GPU's forward saved: the backward is
+  // accurate on its own inputs.
+  e.given_saved_relative = 3e-2;
+  CHECK_FALSE(e.within(2e-2));
+  e.given_saved_relative = 1e-2;
+  CHECK(e.within(2e-2));
+  e.given_saved_relative = -1;
   e.relative = 1e-3;
   CHECK(e.within(2e-2));
   e.finite = false;
