@@ -155,8 +155,9 @@ std::string Partitioner::not_inline_because(ValueId id) const {
       continue;
     if (!is_row_op(user) || user.args[0] != id)
       return fmt::format("read by {}, which takes it from memory", site(u));
-    if (matrix_leaves(id).size() != 1)
-      return fmt::format("the input of {}, whose prologue loads one stored matrix", site(u));
+    if (matrix_leaves(id).empty())
+      return fmt::format("the input of {}, whose rows no stored matrix of its shape holds",
+                         site(u));
   }
   return "";
 }

@@ -84,12 +84,29 @@ int Partitioner::epilogue_gemm_for(size_t r, const std::map<ValueId, size_t> &st
   for (ValueId v : row.reads) // everything the row kernel reads is there when the GEMM runs
     if (auto s = storer.find(v); v != rows && s != storer.end() && s->second > g)
       return -1;
+  if (loads_other_matrix(row))
+    return -1;
   // A pass reading the product from memory besides its staged rows (groupnorm_backward(h, h))
   // would read what the epilogue is storing.
   for (ValueId st : row.row_stages)
     if (is_row_op(val(st)) && std::count(val(st).args.begin() + 1, val(st).args.end(), rows))
       return -1;
   return static_cast<int>(g);
+}
+
+// Whether a pass of row kernel `row` loads a matrix of its rows' shape besides its rows element
+// by element (a row op's input or an elementwise stage reading one): the GEMM's epilogue stages
+// only the product's rows. A row op's own operands after its rows (groupnorm_backward's x) are
+// read from memory by its template, which the epilogue does too.
+bool Partitioner::loads_other_matrix(const Kernel &row) const {
+  std::set<ValueId> operands; // read by a row op's template, not by a functor
+  for (ValueId st : row.row_stages)
+    if (is_row_op(val(st)))
+      operands.insert(val(st).args.begin() + 1, val(st).args.end());
+  return std::any_of(row.reads.begin(), row.reads.end(), [&](ValueId v) {
+    return v != row.rows_of && !operands.count(v) &&
+           val(v).type.shape == val(row.rows_of).type.shape;
+  });
 }
 
 // The row kernel's passes, values, reads and provenance join the GEMM kernel's.

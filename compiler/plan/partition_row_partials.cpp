@@ -90,6 +90,8 @@ int Partitioner::partials_gemm_for(size_t r, const std::map<ValueId, size_t> &st
   for (ValueId v : row.reads) // everything the stages read is there when the GEMM runs
     if (auto s = storer.find(v); v != rows && s != storer.end() && s->second > g)
       return -1;
+  if (loads_other_matrix(row))
+    return -1;
   const std::set<ValueId> stages(row.row_stages.begin(), row.row_stages.end());
   for (ValueId st : row.row_stages) {
     const Value &v = val(st);

@@ -17,8 +17,8 @@ bool Partitioner::along_rows(ValueId id) const {
   return !v.attrs.count("dim") || v.attr("dim") == -1 || v.attr("dim") == rank - 1;
 }
 
-// The stored matrix whose rows row op `id` reads: its input, or the one stored matrix its
-// inline input loads (not_inline_because() keeps it at one).
+// The stored matrix whose rows row op `id` reads: its input, or the first stored matrix its
+// inline input loads (the prologue loads any others element by element).
 ValueId Partitioner::row_source(ValueId id) const {
   ValueId in = val(id).args[0];
   return stored_[static_cast<size_t>(in)] ? in : *matrix_leaves(in).begin();
@@ -101,17 +101,19 @@ bool Partitioner::place_row_tail(ValueId id) {
 }
 
 // The row kernel that computes stored elementwise value `id` as one more pass, or -1:
-//   row_epilogue  a matrix whose inline tree loads the kernel's rows and no other matrix
-//                 ([N, 1] results of the kernel's reductions broadcast along the row);
+//   row_epilogue  a matrix whose inline tree loads the kernel's rows, and other matrices of
+//                 their shape element by element ([N, 1] results of the kernel's reductions
+//                 broadcast along the row);
 //   row_result    a per-row value ([N, 1] or [N]) computed from the kernel's per-row results
 //                 and scalars only, written once per row.
 int Partitioner::row_kernel_joining(ValueId id, std::string &rule) const {
   const TensorType &t = val(id).type;
   std::set<ValueId> full = is_column_value(t) ? std::set<ValueId>{} : matrix_leaves(id);
-  if (full.size() == 1 && row_kernel_of_.count(*full.begin())) {
-    rule = "row_epilogue";
-    return row_kernel_for(*full.begin(), id);
-  }
+  for (ValueId rows : full)
+    if (row_kernel_of_.count(rows)) {
+      rule = "row_epilogue";
+      return row_kernel_for(rows, id);
+    }
   int k = -1;
   bool scalar_only = true;
   std::set<ValueId> all = leaves(id, [&](ValueId a) {

@@ -137,6 +137,7 @@ private:
   // Row kernels in GEMM epilogues (partition_gemm_rows.cpp).
   void rows_into_gemm_epilogues();
   int epilogue_gemm_for(size_t r, const std::map<ir::ValueId, size_t> &storer) const;
+  bool loads_other_matrix(const Kernel &row) const;
   void index_kernels(std::map<ir::ValueId, size_t> &storer,
                      std::map<ir::ValueId, int> &readers) const;
   static void merge_row_kernel(Kernel &gemm, Kernel row);

@@ -226,6 +226,27 @@ TEST_CASE("backward plans: a row op reads its second matrix from an earlier kern
   CHECK(std::count(r.kernels[0].rules.begin(), r.kernels[0].rules.end(), "gemm_row_epilogue"));
 }
 
+TEST_CASE("backward plans: softmax's gradient is one row kernel reading both of its matrices") {
+  // y * (g - Σ g·y): the row kernel's prologue loads y beside its rows (g) element by element,
+  // so neither g·y nor the result's inputs go through memory.
+  const ir::Graph g = parse_text("pipeline p {\n  dim N\n  input g: f32[N, 100]\n"
+                                 "  input y: f32[N, 100]\n"
+                                 "  s = sum(mul(g, y), dim=1, keepdim=true)\n"
+                                 "  return mul(y, sub(g, s))\n}\n");
+  const plan::Plan p = plan::make_plan(g, ir::Mode::Train);
+  INFO(plan::print_plan_text(p, {}));
+  REQUIRE(p.kernels.size() == 1);
+  CHECK(p.kernels[0].kind == plan::KernelKind::Row);
+  CHECK(p.kernels[0].row_stages.size() == 2);
+  CHECK(p.kernels[0].reads.size() == 2);
+  CHECK(p.intermediates.empty());
+  LowerOptions o;
+  o.mode = ir::Mode::Train;
+  o.target = Target{"sm_90a", Precision::FP32};
+  const Lowered l = lower(dsl::SourceFile("softmax_grad.kf", ir::print_kf(g)), o);
+  CHECK(l.program.source.find("kf::load(p_y + ") != std::string::npos);
+}
+
 TEST_CASE("backward plans: groupnorm_backward computes the elementwise ops after it in its pass") {
   const ir::Graph g =
       parse_text("pipeline p {\n  dim N\n  input g: f32[N, 64]\n"
