@@ -50,13 +50,15 @@ run_case() {
 }
 export -f run_case why
 export kfuse logs precision
+rm -f "$logs"/*.status # a reused LOG_DIR's earlier verdicts
 for kf in examples/*.kf; do
   echo "$kf train"
   echo "$kf eval"
 done | xargs -P "$jobs" -L1 bash -c 'run_case "$0" "$1"'
-cat $(ls "$logs"/*.status | sort)
-passed=$(cat "$logs"/*.status | grep -c '^ok')
-failed=$(cat "$logs"/*.status | grep -c '^FAIL')
-refused=$(cat "$logs"/*.status | grep -c '^refused')
+verdicts=$(cat "$logs"/*.status)
+echo "$verdicts"
+passed=$(grep -c '^ok' <<<"$verdicts")
+failed=$(grep -c '^FAIL' <<<"$verdicts")
+refused=$(grep -c '^refused' <<<"$verdicts")
 echo "backward_check ($precision): $passed passed, $failed failed, $refused refused; logs in $logs"
 [[ $failed -eq 0 ]]

@@ -126,12 +126,12 @@ int cmd_run(int argc, char **argv) {
   bool ok = true;
   for (const rt::CheckEntry &e : r.entries) {
     const bool within = e.within(bound);
-    const bool given_saved = e.given_saved_relative >= 0 && e.given_saved_relative <= bound;
     const std::string status =
         !e.finite             ? "NOT FINITE"
         : e.relative <= bound ? "ok"
-        : given_saved         ? fmt::format("ok: {:.3e} on the values the GPU's forward saved",
-                                            e.given_saved_relative)
+        : e.within_given_saved(bound)
+            ? fmt::format("ok: {:.3e} on the values the GPU's forward saved",
+                          e.given_saved_relative)
         : e.reference_relative < 0
             ? "OVER BOUND"
             : fmt::format("{}: {:.3e} on the values the GPU's forward saved, {:.3e} from the "
