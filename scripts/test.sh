@@ -2,8 +2,8 @@
 # Builds kfuse and runs every test: unit, golden, planner proof-by-interpretation, NVRTC
 # compiles of every example, the cache, the install test, a bounded parser fuzz run, and the
 # GPU tests (label gpu; they report "skipped" where there is no GPU); then builds the Python
-# package with pip into a virtual environment (build/venv) and runs its tests (tests/python;
-# the GPU ones skip without torch and a GPU). Then the same unit tests under AddressSanitizer +
+# package with pip into a virtual environment (build/venv), with PyTorch, and runs its tests
+# (tests/python; the GPU ones skip without a GPU). Then the same unit tests under AddressSanitizer +
 # UndefinedBehaviorSanitizer (build-asan, KFUSE_SANITIZE=ON) and a bounded run of the planner
 # fuzzer (build-fuzz, also ASan + UBSan). CI runs this on 2 cores.
 #
@@ -19,7 +19,7 @@ cmake --build build
 ctest --test-dir build --output-on-failure -j2
 
 [ -x build/venv/bin/python ] || python3 -m venv build/venv
-build/venv/bin/pip install -q --disable-pip-version-check nanobind scikit-build-core numpy pytest
+build/venv/bin/pip install -q --disable-pip-version-check nanobind scikit-build-core numpy pytest torch
 build/venv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
 build/venv/bin/python -m pytest -q tests/python
 
