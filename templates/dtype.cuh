@@ -94,6 +94,14 @@ __device__ __forceinline__ float round_to_f32(float x) { return x; }
 __device__ __forceinline__ float round_to_bf16(float x) { return to_float(from_float<bf16>(x)); }
 __device__ __forceinline__ float round_to_f16(float x) { return to_float(from_float<f16>(x)); }
 
+// x rounded to tf32 (nearest, ties away from zero) as an fp32 number whose low 13 mantissa bits
+// are zero, which the tensor cores then read exactly; NaN stays NaN. sm_80 and later.
+__device__ __forceinline__ float round_to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return __uint_as_float(r & 0xffffe000u); // ptxas may leave the low bits unspecified
+}
+
 // Whether four elements from p can move as one access (16 bytes of float, 8 of bf16/f16).
 template <class T> __device__ __forceinline__ bool vec4_aligned(const T *p) {
   return (reinterpret_cast<unsigned long long>(p) & (4 * sizeof(T) - 1)) == 0;

@@ -5,8 +5,10 @@
 // rows of `in` and the stores along the rows of `out`, both coalesced; the tile's row pitch is
 // one element longer than the tile, so the column reads hit distinct banks. Launch: block =
 // TRANSPOSE_THREADS, grid = (ceil(n / TRANSPOSE_TILE), ceil(m / TRANSPOSE_TILE)), no dynamic
-// shared memory; any m, n (the edge tiles are guarded); 64-bit addresses. Also valid host C++,
-// so the code generator takes the geometry constants from the same source.
+// shared memory; any m, n (the edge tiles are guarded); 64-bit addresses. ROUND_TF32 (float
+// only): each element is stored rounded to tf32 (round_to_tf32), for a copy that only tf32
+// GEMMs read as an operand: the tensor cores would truncate it. Also valid host C++, so the code
+// generator takes the geometry constants from the same source.
 #pragma once
 
 #include "dtype.cuh"
@@ -19,7 +21,7 @@ inline constexpr int TRANSPOSE_THREADS = 256; // TRANSPOSE_TILE columns x 8 rows
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
-template <class T>
+template <bool ROUND_TF32 = false, class T>
 __device__ void transpose_tile(const T *__restrict__ in, long long ld_in, T *__restrict__ out,
                                long long ld_out, int m, int n) {
   constexpr int kStep = TRANSPOSE_THREADS / TRANSPOSE_TILE;
@@ -32,9 +34,14 @@ __device__ void transpose_tile(const T *__restrict__ in, long long ld_in, T *__r
     if (row0 + i < m && col0 + lane < n)
       tile[i][lane] = in[static_cast<long long>(row0 + i) * ld_in + col0 + lane];
   __syncthreads();
+  static_assert(!ROUND_TF32 || sizeof(T) == 4, "tf32 rounds fp32 elements");
   for (int i = first; i < TRANSPOSE_TILE; i += kStep)
-    if (col0 + i < n && row0 + lane < m)
-      out[static_cast<long long>(col0 + i) * ld_out + row0 + lane] = tile[lane][i];
+    if (col0 + i < n && row0 + lane < m) {
+      if constexpr (ROUND_TF32)
+        out[static_cast<long long>(col0 + i) * ld_out + row0 + lane] = round_to_tf32(tile[lane][i]);
+      else
+        out[static_cast<long long>(col0 + i) * ld_out + row0 + lane] = tile[lane][i];
+    }
 }
 
 #endif

@@ -57,8 +57,9 @@ std::string emit_col_partials(EmitContext &cx, const plan::Kernel &k, const Kern
                               KernelLaunch &launch);
 std::string emit_column(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
                         const select::ColumnSpec &spec, KernelLaunch &launch);
-// A transpose kernel, its output's rows padded where Selection::row_multiples says.
+// A transpose kernel, its output's rows padded where Selection::row_multiples says, its
+// elements rounded to tf32 where the spec says.
 std::string emit_transpose(EmitContext &cx, const plan::Kernel &k, const KernelWriter &w,
-                           KernelLaunch &launch);
+                           const select::TransposeSpec &spec, KernelLaunch &launch);
 
 } // namespace kfuse::codegen

@@ -39,9 +39,9 @@ std::string emit_kernel(EmitContext &cx, const Kernel &k, const KernelWriter &w,
     cx.includes.insert("elementwise.cuh");
     return emit_elementwise(cx, k, w, *s, launch);
   }
-  if (std::holds_alternative<select::TransposeSpec>(spec)) {
+  if (const auto *s = std::get_if<select::TransposeSpec>(&spec)) {
     cx.includes.insert("transpose.cuh");
-    return emit_transpose(cx, k, w, launch);
+    return emit_transpose(cx, k, w, *s, launch);
   }
   cx.includes.insert("col_stats.cuh");
   if (std::holds_alternative<select::ColPartialsSpec>(spec))

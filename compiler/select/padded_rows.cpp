@@ -57,17 +57,6 @@ bool needs_padding(const Graph &g, const Kernel &writer, ValueId v) {
   return t.shape[1].is_symbolic() || t.shape[1].value % 8 != 0;
 }
 
-// Whether kernel `k` reads `v` only as an operand of its GEMM.
-bool reads_as_operand_only(const Graph &g, const Kernel &k, ValueId v) {
-  if (k.kind != KernelKind::Gemm)
-    return false;
-  for (ValueId id : k.computes)
-    for (size_t i = 0; i < g[id].args.size(); ++i)
-      if (g[id].args[i] == v && !(id == k.anchor && i < 2))
-        return false;
-  return true;
-}
-
 std::string kernel_names(const std::vector<const Kernel *> &ks) {
   std::string s;
   for (size_t i = 0; i < ks.size(); ++i)
@@ -84,6 +73,16 @@ std::map<ValueId, std::vector<const Kernel *>> readers_of(const plan::Plan &p) {
 }
 
 } // namespace
+
+bool reads_as_operand_only(const Graph &g, const Kernel &k, ValueId v) {
+  if (k.kind != KernelKind::Gemm)
+    return false;
+  for (ValueId id : k.computes)
+    for (size_t i = 0; i < g[id].args.size(); ++i)
+      if (g[id].args[i] == v && !(id == k.anchor && i < 2))
+        return false;
+  return true;
+}
 
 // A fixpoint: a matrix leaves the set when a kernel reading it does not take the pitch, or a
 // GEMM reading it has an operand outside the set, or no GEMM reads it any more.

@@ -22,6 +22,9 @@ namespace kfuse::select {
 std::set<ir::ValueId> padded_rows(const plan::Plan &p,
                                   const std::function<bool(const ir::Value &)> &hopper_candidate);
 
+// Whether kernel `k` reads `v` only as an operand of its GEMM.
+bool reads_as_operand_only(const ir::Graph &g, const plan::Kernel &k, ir::ValueId v);
+
 // For the GEMM configs: which kernels write GEMM operands `a` and `b` (in `padded`) with padded
 // rows, and which other kernels read them at that pitch.
 std::string padding_text(const plan::Plan &p, const std::vector<std::string> &names,

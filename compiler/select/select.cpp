@@ -101,6 +101,9 @@ public:
     }
     for (ValueId v : padded_)
       s.row_multiples[v] = 16 / static_cast<int>(dtype_bytes(g_[v].type.dtype));
+    for (size_t i = 0; i < p_.kernels.size(); ++i)
+      if (p_.kernels[i].kind == KernelKind::Transpose)
+        round_tf32(s, p_.kernels[i]);
     return s;
   }
 
@@ -108,6 +111,44 @@ private:
   const codegen::GemmTuning *tuning(const Kernel &k) const {
     auto it = tunings_.find(k.name);
     return it == tunings_.end() ? nullptr : &it->second;
+  }
+
+  // Transpose `t` rounds its copy to tf32 where only tf32 GEMMs read it; their configs say so.
+  void round_tf32(Selection &s, const Kernel &t) const {
+    const ValueId v = t.anchor;
+    if (!tf32_operand_only(s, v))
+      return;
+    std::get<TransposeSpec>(s.kernels[static_cast<size_t>(&t - p_.kernels.data())]).round_tf32 =
+        true;
+    for (size_t i = 0; i < p_.kernels.size(); ++i)
+      if (std::count(p_.kernels[i].reads.begin(), p_.kernels[i].reads.end(), v))
+        std::get<GemmSpec>(s.kernels[i]).tile.config +=
+            fmt::format("; {} rounds its operand {} to tf32 (nearest), which the tensor cores "
+                        "would truncate",
+                        t.name, names_.at(static_cast<size_t>(v)));
+  }
+
+  // Whether only GEMMs on tf32 operands read `v`, each as an operand only, and the caller does
+  // not: then its writer may round it to tf32 (TransposeSpec::round_tf32).
+  bool tf32_operand_only(const Selection &s, ValueId v) const {
+    if (std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end())
+      return false;
+    bool read = false;
+    for (size_t i = 0; i < p_.kernels.size(); ++i) {
+      const Kernel &k = p_.kernels[i];
+      if (std::find(k.reads.begin(), k.reads.end(), v) == k.reads.end())
+        continue;
+      if (!reads_as_operand_only(g_, k, v))
+        return false;
+      const GemmSpec &spec = std::get<GemmSpec>(s.kernels[i]);
+      auto tf32 = [](const GemmTile &t) {
+        return t.mainloop != Mainloop::Simt && t.operand == Operand::Tf32;
+      };
+      if (!tf32(spec.tile) || !std::all_of(spec.by_rows.begin(), spec.by_rows.end(), tf32))
+        return false;
+      read = true;
+    }
+    return read;
   }
 
   // A GEMM the Hopper mainloop would take if its operands' rows allow TMA: a linear of bf16/f16

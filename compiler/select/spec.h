@@ -74,7 +74,12 @@ struct ElementwiseSpec {
 
 struct ColPartialsSpec {};
 
-struct TransposeSpec {};
+struct TransposeSpec {
+  // Stores the copy rounded to tf32: only GEMMs on tf32 operands read it, as an operand, and the
+  // Hopper tensor cores truncate an fp32 operand where cuBLAS rounds it to nearest; truncation's
+  // bias adds up over a long K, such as a weight gradient's batch.
+  bool round_tf32 = false;
+};
 
 struct ColumnSpec {
   bool merges = false;  // merges column-statistics partials (a team per feature)
