@@ -379,6 +379,24 @@ TEST_CASE("api: a pipeline with a bf16 or f16 tensor is judged by the bf16 bound
   CHECK(rt::error_bound(Precision::TF32) == 5e-3);
 }
 
+TEST_CASE("check: a gradient summed over the batch passes within the bound of its terms' "
+          "magnitudes") {
+  // A bias before train-mode batchnorm: zero, so the GPU's value is its sum's rounding, far
+  // from the reference relative to itself and to its value on the GPU's saved values.
+  rt::CheckEntry e;
+  e.relative = 1.4e8;
+  e.given_saved_relative = 45.0;
+  e.summed_relative = 1e-4;
+  CHECK(e.within(5e-3));
+  e.summed_relative = 1e-2;
+  CHECK_FALSE(e.within(5e-3));
+  e.summed_relative = -1; // not a sum over the batch
+  CHECK_FALSE(e.within(5e-3));
+  e.summed_relative = 1e-4;
+  e.finite = false;
+  CHECK_FALSE(e.within(5e-3));
+}
+
 TEST_CASE("check: a gradient passes on the GPU's saved values, or as its casts' rounding noise "
           "against the exact values") {
   // Column sums of a centred matrix cast to bf16: zero in exact arithmetic, so the reference's

@@ -44,6 +44,36 @@ double error_bound(Precision p, const ir::Graph &g) {
 
 namespace {
 
+// For each output of `bg` that sums over the batch (sum(x, dim=0): a bias's or a per-feature
+// parameter's gradient), the sum of |x|: the magnitude a rounded sum's error scales with. A sum
+// whose terms cancel (a bias's gradient before train-mode batchnorm is zero) is their rounding
+// and nothing else, GPU and reference alike. `bg` with those sums as its only outputs, and for
+// each output of `bg`, the index of its magnitude among them or -1.
+std::pair<Graph, std::vector<int>> summed_magnitudes(const Graph &bg) {
+  GraphBuilder b(bg);
+  std::vector<ValueId> sums;
+  std::vector<int> index;
+  for (ValueId o : bg.outputs) {
+    const bool sum = bg[o].is_op() && bg[o].op == OpKind::Sum && bg[o].attr("dim") == 0;
+    index.push_back(sum ? static_cast<int>(sums.size()) : -1);
+    if (sum)
+      sums.push_back(b.op(OpKind::Sum, {b.op(OpKind::Abs, {bg[o].args[0]})}, bg[o].attrs));
+  }
+  Graph g = b.finish();
+  g.outputs = std::move(sums);
+  return {std::move(g), std::move(index)};
+}
+
+// ||a - b|| (b empty: ||a||).
+double distance(const std::vector<double> &a, const std::vector<double> &b = {}) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = a[i] - (b.empty() ? 0.0 : b[i]);
+    s += d * d;
+  }
+  return std::sqrt(s);
+}
+
 // Device copy of a host tensor in its element type; the host values are rounded to what the
 // device holds (the reference then uses the rounded values, so both sides see the same inputs).
 struct DeviceTensor {
@@ -271,7 +301,8 @@ private:
     pipeline_.backward(grad_refs.data(), grad_refs.size(), result_refs.data(), result_refs.size(),
                        stream.handle());
     stream.synchronize();
-    std::vector<HostTensor> expected, given_saved, exact;
+    std::vector<HostTensor> expected, given_saved, exact, magnitudes;
+    auto [magnitude_graph, magnitude_of] = summed_magnitudes(bg);
     if (req_.reference) {
       for (const Value &v : bg.values)
         if (!v.is_op() && at_entry_.count(v.name))
@@ -287,6 +318,8 @@ private:
         reference.at(req_.backward.saved[i]).data = download(saved.at(i));
       given_saved = interpret(bg, mode_, dims_, reference, last_rng_);
       exact = interpret(bg, mode_, dims_, reference, last_rng_, Rounding::None);
+      if (!magnitude_graph.outputs.empty())
+        magnitudes = interpret(magnitude_graph, mode_, dims_, reference, last_rng_);
     }
     for (size_t i = 0; i < names.size(); ++i) {
       std::vector<double> gpu = download(results[i], elements(results[i].shape));
@@ -295,6 +328,10 @@ private:
         e.given_saved_relative = relative_error(gpu, given_saved[i].data);
         e.exact_relative = relative_error(gpu, exact[i].data);
         e.reference_relative = relative_error(given_saved[i].data, exact[i].data);
+        const int m = magnitude_of[i];
+        const double scale = m < 0 ? 0 : distance(magnitudes[static_cast<size_t>(m)].data);
+        if (scale > 0)
+          e.summed_relative = distance(gpu, given_saved[i].data) / scale;
       }
       result_.entries.push_back(std::move(e));
     }

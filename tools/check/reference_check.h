@@ -25,16 +25,23 @@ struct CheckEntry {
   // against the interpreter's exact values (ir::Rounding::None), the latter being what the
   // graph's own casts to bf16 or f16 cost.
   double given_saved_relative = -1, exact_relative = -1, reference_relative = -1;
+  // A gradient that sums over the batch: its distance from the reference given the GPU's saved
+  // values, relative to the sum of its terms' magnitudes (negative where not measured).
+  double summed_relative = -1;
 
   // Finite, and within `bound` of the reference end to end or given the GPU's saved values (a
   // gradient that cancels, such as a softmax's scale's, amplifies the forward's rounding in what
   // it reads, which the forward's own check judges), or no more than 1.5x as far from the
-  // exact values as the reference: a gradient that is a sum of rounded terms cancelling to
-  // almost nothing (a bias before train-mode batchnorm) is that rounding's noise, the GPU's and
-  // the reference's alike.
+  // exact values as the reference, or a sum over the batch within `bound` of its terms'
+  // magnitudes: a gradient that is a sum of rounded terms cancelling to almost nothing (a bias
+  // before train-mode batchnorm) is that rounding's noise, the GPU's and the reference's alike.
   bool within(double bound) const {
     return finite && (relative <= bound || within_given_saved(bound) ||
-                      (reference_relative >= 0 && exact_relative <= 1.5 * reference_relative));
+                      (reference_relative >= 0 && exact_relative <= 1.5 * reference_relative) ||
+                      within_summed(bound));
+  }
+  bool within_summed(double bound) const {
+    return summed_relative >= 0 && summed_relative <= bound;
   }
   bool within_given_saved(double bound) const {
     return given_saved_relative >= 0 && given_saved_relative <= bound;

@@ -132,6 +132,10 @@ int cmd_run(int argc, char **argv) {
         : e.within_given_saved(bound)
             ? fmt::format("ok: {:.3e} on the values the GPU's forward saved",
                           e.given_saved_relative)
+        : e.within_summed(bound)
+            ? fmt::format("ok: {:.3e} of its terms' magnitudes on the values the GPU's forward "
+                          "saved (a sum that cancels)",
+                          e.summed_relative)
         : e.reference_relative < 0
             ? "OVER BOUND"
             : fmt::format("{}: {:.3e} on the values the GPU's forward saved, {:.3e} from the "
