@@ -141,17 +141,31 @@ exec::Request rt::PipelineAccess::request(const Options &options, bool fuse) {
   return r;
 }
 
-// Compiles the executable's source with NVRTC (through the disk cache), dumps PTX and SASS where
-// KFUSE_DUMP asks, and reports every kernel's resources in launch order (not ptxas's).
-void Pipeline::Impl::compile_module(const std::string &arch) {
-  Impl &im = *this;
+namespace {
+
+rt::CompileRequest compile_request(const exec::Executable &e) {
   rt::CompileRequest req;
-  req.source = im.executable.source;
-  req.file_name = im.executable.file_name;
-  req.arch = arch;
+  req.source = e.source;
+  req.file_name = e.file_name;
+  req.arch = e.target.arch;
   req.headers = codegen::embedded_templates();
+  return req;
+}
+
+} // namespace
+
+rt::CompiledModule rt::PipelineAccess::compile_source(const exec::Executable &executable) {
   rt::DiskCache cache = rt::DiskCache::from_environment();
-  im.compiled = rt::compile(req, &cache);
+  return rt::compile(compile_request(executable), &cache);
+}
+
+// Compiles the executable's source with NVRTC (through the disk cache) unless `done` holds
+// that compile already, dumps PTX and SASS where KFUSE_DUMP asks, and reports every kernel's
+// resources in launch order (not ptxas's).
+void Pipeline::Impl::compile_module(std::optional<rt::CompiledModule> done) {
+  Impl &im = *this;
+  const rt::CompileRequest req = compile_request(im.executable);
+  im.compiled = done ? std::move(*done) : rt::PipelineAccess::compile_source(im.executable);
   const Dump dump(im.executable.interface.name,
                   im.executable.mode == Mode::Train ? "train" : "eval");
   if (dump.wants("ptx"))
@@ -175,6 +189,15 @@ void Pipeline::Impl::compile_module(const std::string &arch) {
 }
 
 Pipeline rt::PipelineAccess::compile(exec::Executable executable) {
+  return compile_with(std::move(executable), std::nullopt);
+}
+
+Pipeline rt::PipelineAccess::compile(exec::Executable executable, CompiledModule module) {
+  return compile_with(std::move(executable), std::move(module));
+}
+
+Pipeline rt::PipelineAccess::compile_with(exec::Executable executable,
+                                          std::optional<CompiledModule> module) {
   auto impl = std::make_unique<Pipeline::Impl>();
   impl->executable = std::move(executable);
   const Target &target = impl->executable.target;
@@ -193,7 +216,7 @@ Pipeline rt::PipelineAccess::compile(exec::Executable executable) {
     throw Error(fmt::format("{}: Options::max_split_k is {}; it must be 0 (the shape's choice) "
                             "or a positive cap",
                             impl->where, target.max_split_k));
-  impl->compile_module(target.arch);
+  impl->compile_module(std::move(module));
   rt::drop_spilling_variants(impl->executable, impl->report);
   impl->table = std::make_unique<rt::LaunchTable>(impl->executable, target.max_split_k);
   return Pipeline(std::move(impl));

@@ -8,10 +8,13 @@
 #include <cuda.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace kfuse::rt {
+
+struct CompiledModule; // runtime/nvrtc_compiler.h
 
 // The NVRTC target: `requested`, else the current GPU's, else sm_90a (compiling needs no GPU).
 std::string target_arch(const std::string &requested);
@@ -55,8 +58,14 @@ struct PipelineAccess {
   // Every Pipeline is made here: NVRTC (through the disk cache) on `executable`, for its target
   // (the compiler built it for request(options, ...)), so each front end lowers once.
   static Pipeline compile(exec::Executable executable);
+  // compile() where `module` is already NVRTC's result on `executable` (compile_source).
+  static Pipeline compile(exec::Executable executable, CompiledModule module);
+  // NVRTC on `executable`'s source for its target, through the disk cache: compile()'s first
+  // step, callable on any thread.
+  static CompiledModule compile_source(const exec::Executable &executable);
   // A pipeline compiled with Options::backward: its forward and its backward, both through
-  // compile() (runtime/pipeline_backward.cpp).
+  // compile(), NVRTC compiling the backward on a second thread meanwhile
+  // (runtime/pipeline_backward.cpp).
   static Pipeline compile_training(exec::Training training);
   // The backward of such a pipeline (its plan, source and compile report); throws for another.
   static const Pipeline &backward(const Pipeline &p);
@@ -71,6 +80,9 @@ struct PipelineAccess {
   // Every GEMM kernel of `p` in launch order, with S at the dims of its last run (kfuse bench
   // reports them beside the fused pipeline's time).
   static std::vector<GemmLaunch> gemm_launches(const Pipeline &p);
+
+private:
+  static Pipeline compile_with(exec::Executable executable, std::optional<CompiledModule> module);
 };
 
 } // namespace kfuse::rt

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <future>
 
 namespace kfuse {
 
@@ -56,6 +57,10 @@ Error mismatch(const std::string &where, const std::string &what, const Tensor &
 
 Pipeline rt::PipelineAccess::compile_training(exec::Training training) {
   const exec::Interface forward = training.forward.interface;
+  // NVRTC compiles the backward's source on a second thread while the forward's compiles here:
+  // the two programs are independent, and NVRTC compiles programs concurrently.
+  std::future<CompiledModule> backward_module = std::async(
+      std::launch::async, [&backward = training.backward] { return compile_source(backward); });
   Pipeline p = compile(std::move(training.forward));
   Pipeline::Impl &im = *p.impl_;
   im.own_outputs = training.outputs;
@@ -63,7 +68,8 @@ Pipeline rt::PipelineAccess::compile_training(exec::Training training) {
     im.output_names.at(im.own_outputs + i) = training.saved[i];
   im.all_outputs.resize(im.output_names.size());
 
-  auto t = std::make_unique<Pipeline::Impl::Training>(compile(std::move(training.backward)));
+  auto t = std::make_unique<Pipeline::Impl::Training>(
+      compile(std::move(training.backward), backward_module.get()));
   Pipeline::Impl &bw = *t->backward.impl_;
   t->gradients = training.gradients;
   for (const std::string &name : t->gradients)

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -87,8 +88,9 @@ struct Pipeline::Impl {
   int steady_runs = 0;
   rt::RunGraph run_graph;
 
-  // NVRTC on the executable's source for `arch`; fills `compiled` and `report`.
-  void compile_module(const std::string &arch);
+  // NVRTC on the executable's source (PipelineAccess::compile_source) unless `done` holds its
+  // result already; fills `compiled` and `report`.
+  void compile_module(std::optional<rt::CompiledModule> done);
   // Output i's declared type; throws kfuse::Error where there is no output i.
   const exec::TensorType &output_type(size_t i) const;
 
