@@ -164,19 +164,18 @@ rt::CompiledModule rt::PipelineAccess::compile_source(const exec::Executable &ex
 // resources in launch order (not ptxas's).
 void Pipeline::Impl::compile_module(std::optional<rt::CompiledModule> done) {
   Impl &im = *this;
-  const rt::CompileRequest req = compile_request(im.executable);
   im.compiled = done ? std::move(*done) : rt::PipelineAccess::compile_source(im.executable);
   const Dump dump(im.executable.interface.name,
                   im.executable.mode == Mode::Train ? "train" : "eval");
   if (dump.wants("ptx"))
-    dump.emit("ptx", ".ptx", rt::compile_ptx(req));
+    dump.emit("ptx", ".ptx", rt::compile_ptx(compile_request(im.executable)));
   if (dump.wants("sass"))
     dump.emit("sass", ".sass", rt::disassemble_sass(im.compiled.cubin, rt::sass_tool_dirs()));
 
   CompileReport &r = im.report;
   r.milliseconds = im.compiled.compile_ms;
   r.cache_hit = im.compiled.cache_hit;
-  r.arch = req.arch;
+  r.arch = im.executable.target.arch;
   r.cache_key = im.compiled.key;
   for (const exec::Kernel &launch : im.executable.kernels)
     for (size_t v = 0; v <= launch.variants.size(); ++v) {

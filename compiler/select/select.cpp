@@ -103,7 +103,7 @@ public:
       s.row_multiples[v] = 16 / static_cast<int>(dtype_bytes(g_[v].type.dtype));
     for (size_t i = 0; i < p_.kernels.size(); ++i)
       if (p_.kernels[i].kind == KernelKind::Transpose)
-        round_tf32(s, p_.kernels[i]);
+        round_tf32(s, i);
     return s;
   }
 
@@ -113,13 +113,14 @@ private:
     return it == tunings_.end() ? nullptr : &it->second;
   }
 
-  // Transpose `t` rounds its copy to tf32 where only tf32 GEMMs read it; their configs say so.
-  void round_tf32(Selection &s, const Kernel &t) const {
+  // Transpose kernel `transpose` rounds its copy to tf32 where only tf32 GEMMs read it; their
+  // configs say so.
+  void round_tf32(Selection &s, size_t transpose) const {
+    const Kernel &t = p_.kernels[transpose];
     const ValueId v = t.anchor;
     if (!tf32_operand_only(s, v))
       return;
-    std::get<TransposeSpec>(s.kernels[static_cast<size_t>(&t - p_.kernels.data())]).round_tf32 =
-        true;
+    std::get<TransposeSpec>(s.kernels[transpose]).round_tf32 = true;
     for (size_t i = 0; i < p_.kernels.size(); ++i)
       if (std::count(p_.kernels[i].reads.begin(), p_.kernels[i].reads.end(), v))
         std::get<GemmSpec>(s.kernels[i]).tile.config +=
