@@ -257,4 +257,8 @@ TEST_CASE("bench report: fused and unfused outputs agree within twice the precis
   CHECK_FALSE(r.agreement->agrees());
   CHECK(contains(report_text(r), "||diff||/||unfused|| 0.568 (BEYOND 2e-05: the two runs disagree, "
                                  "one of them computes a wrong result)\n"));
+  // --backward: the report says the gradients compared are both backwards' on the same inputs.
+  r.agreement = Agreement{1e-6, 2e-7, 2e-5, true};
+  CHECK(contains(report_text(r), "(within 2e-05); the unfused gradients on the values the fused "
+                                 "forward saved\n"));
 }

@@ -165,12 +165,15 @@ std::string report_summary(const BenchReport &r) {
                      over_unfused ? fmt::format("{:.3f}x the time", *over_unfused) : "n/a");
   if (r.agreement)
     out += fmt::format("fused vs unfused output:   max |diff| {:.3g}, ||diff||/||unfused|| {:.3g} "
-                       "({} {:.3g}{})\n",
+                       "({} {:.3g}{}){}\n",
                        r.agreement->max_abs, r.agreement->rel,
                        r.agreement->agrees() ? "within" : "BEYOND", r.agreement->bound,
                        r.agreement->agrees() ? ""
                                              : ": the two runs disagree, one of them computes a "
-                                               "wrong result");
+                                               "wrong result",
+                       r.agreement->gradients_given_saved
+                           ? "; the unfused gradients on the values the fused forward saved"
+                           : "");
   return out;
 }
 

@@ -40,6 +40,8 @@ struct Contender {
 // precision's error bound of the exact result, so they agree within twice that (`bound`).
 struct Agreement {
   double max_abs = 0, rel = 0, bound = 0;
+  // --backward: the unfused gradients are its backward's on the fused forward's saved values.
+  bool gradients_given_saved = false;
   bool agrees() const { return rel <= bound; }
 };
 

@@ -9,7 +9,8 @@
 // fused chain chases. A contender that cannot run says why; no number is ever made up.
 // --backward: every timed run is a training step, the forward that saves then the backward on
 // random output gradients (Options::backward), fused and unfused alike; cuBLAS runs the GEMMs of
-// both graphs (for a linear: the forward's, dX and dW); the agreement covers the gradients too.
+// both graphs (for a linear: the forward's, dX and dW); the agreement covers the gradients too,
+// the unfused backward's taken again on the values the fused forward saved.
 // docs/FORMATS.md describes the printed table and the --json schema.
 #include "compiler/build_executable.h"
 #include "compiler/dsl/parser.h"
@@ -208,8 +209,11 @@ public:
     time_contenders(r);
     if (r.fused.timing)
       r.fused.gemm_launches = rt::PipelineAccess::gemm_launches(*fused_);
-    if (r.fused.timing && r.unfused.timing)
+    if (r.fused.timing && r.unfused.timing) {
+      const bool same_saved = s_.training && unfused_backward_on_fused_saved();
       r.agreement = agreement();
+      r.agreement->gradients_given_saved = same_saved;
+    }
   }
 
 private:
@@ -367,6 +371,41 @@ private:
       for (Contender *c : timed)
         c->error = std::string("timing the contenders together failed: ") + e.what();
     }
+  }
+
+  // --backward: the unfused backward once more, on the values the fused forward saved, so that
+  // the gradients compared are the two backwards' on the same inputs. The forwards' own
+  // rounding (the outputs' comparison judges it) can otherwise move a gradient past the bound
+  // where a relu's mask flips or a sum cancels. False where the two saved no such values.
+  bool unfused_backward_on_fused_saved() {
+    const std::vector<Tensor> from = rt::PipelineAccess::saved(*fused_),
+                              to = rt::PipelineAccess::saved(*unfused_);
+    if (from.size() != to.size())
+      return false;
+    for (size_t i = 0; i < from.size(); ++i)
+      if (from[i].shape != to[i].shape || from[i].dtype != to[i].dtype ||
+          from[i].row_stride != to[i].row_stride)
+        return false;
+    rt::Driver &driver = rt::Driver::get();
+    for (size_t i = 0; i < from.size(); ++i) {
+      int64_t elements = 1;
+      for (int64_t d : from[i].shape)
+        elements *= d;
+      if (from[i].row_stride > 0 && !from[i].shape.empty() && from[i].shape.back() > 0)
+        elements = elements / from[i].shape.back() * from[i].row_stride;
+      driver.check(
+          driver.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(to[i].data),
+                                   reinterpret_cast<CUdeviceptr>(from[i].data),
+                                   static_cast<size_t>(elements) * exec::dtype_bytes(from[i].dtype),
+                                   stream_.handle()),
+          "cuMemcpyDtoDAsync (the fused forward's saved values)");
+    }
+    const std::vector<Tensor> grads = tensors_of(grad_outputs_),
+                              gradients = tensors_of(unfused_gradients_);
+    unfused_->backward(grads.data(), grads.size(), gradients.data(), gradients.size(),
+                       stream_.handle());
+    stream_.synchronize();
+    return true;
   }
 
   // Fused and unfused compute the same function of the same inputs (train-mode outputs do not
