@@ -290,7 +290,21 @@ def _unsqueeze(drafter, node, args):
 
 
 def _reshape(drafter, node, args):
+    source = args["input"]
+    if isinstance(source, torch.fx.Node) and drafter.node_meta(source).dim() == 0 and drafter.node_meta(node).numel() == 1:
+        return drafter.operand(source)  # a reduced loss: kfuse's is [1] already, PyTorch's a scalar
     return drafter.statement(node, "reshape", {"x": args["input"]}, {"shape": drafter.extents(node)})
+
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # at::Reduction
+
+
+def _cross_entropy(drafter, node, args):
+    if args["weight"] is not None:
+        raise _Unspellable("weight=: kfuse's cross_entropy weighs every class alike")
+    return drafter.statement(node, "cross_entropy", {"logits": args["input"], "target": args["target"]},
+                             {"ignore_index": args["ignore_index"], "reduction": _REDUCTIONS[args["reduction"]],
+                              "label_smoothing": args["label_smoothing"]})
 
 
 def _full(drafter, node, args):
@@ -372,6 +386,7 @@ _SPELLINGS = {
     aten.detach.default: _copy_or_cast,
     aten.lift_fresh_copy.default: _copy_or_cast,  # a tensor forward makes: refused as the constant it copies
     aten.full.default: _full,
+    aten.cross_entropy_loss.default: _cross_entropy,
 }
 
 
@@ -491,7 +506,7 @@ class _Drafter:
         inputs = [n for n in self.placeholders if self.specs[n].kind == InputKind.USER_INPUT]
         for node in inputs:
             self.kinds[node] = "input"
-            self.values[node] = self._placeholder(node, self.fresh(node.name), f"input '{node.name}'")
+            self.values[node] = self._placeholder(node, self.fresh(node.name), f"input '{node.name}'", index=True)
         for node, names in zip(inputs, dim_names):
             for axis, size in enumerate(self.node_meta(node).shape):
                 symbol = size.node.expr if isinstance(size, torch.SymInt) else None
@@ -513,16 +528,19 @@ class _Drafter:
         self.taken.add(given)
         return given
 
-    def _placeholder(self, node, name, what):
+    def _placeholder(self, node, name, what, index=False):
+        """An input (index: it may be int64 class indices, as a loss's target) or a parameter."""
         value = _Value(name)
         meta = node.meta.get("val")
-        if not isinstance(meta, torch.Tensor) or meta.dtype not in _DTYPES or not 1 <= meta.dim() <= 4:
+        indices = index and isinstance(meta, torch.Tensor) and meta.dtype == torch.int64 and meta.dim() == 1
+        if not indices and (not isinstance(meta, torch.Tensor) or meta.dtype not in _DTYPES or not 1 <= meta.dim() <= 4):
             shown = f"{meta.dtype} {list(meta.shape)}" if isinstance(meta, torch.Tensor) else type(meta).__name__
-            value.failure = (node, f"{what} is {shown}; kfuse's tensors are f32, bf16 or f16 of rank 1 to 4")
+            value.failure = (node, f"{what} is {shown}; kfuse's tensors are f32, bf16 or f16 of rank 1 to 4"
+                             + (", or int64 class indices of rank 1" if index else ""))
         elif not re.fullmatch(r"[A-Za-z_]\w*", name, flags=re.ASCII) or name in _KEYWORDS:
             value.failure = (node, f"{what} would be named '{name}', which is no .kf name")
         else:
-            value.dtype = _DTYPES[meta.dtype]
+            value.dtype = "i64" if indices else _DTYPES[meta.dtype]
         return value
 
     def declarations(self, live):

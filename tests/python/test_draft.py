@@ -24,8 +24,7 @@ from torch.nn import functional as F  # noqa: E402
 from conftest import REPO, rel  # noqa: E402
 from test_torch_op import interpreted  # noqa: E402
 
-# kfuse.torch.draft spells no loss (nor an int64 input) yet: the cross_entropy example is left out.
-EXAMPLES = sorted(kf for kf in (REPO / "examples").glob("*.kf") if kf.stem != "linear_cross_entropy")
+EXAMPLES = sorted((REPO / "examples").glob("*.kf"))
 DIMS = {"N": 4, "B": 2, "T": 3}
 F32_TOLERANCE = 1e-6  # an f32 rounding of float64 results
 HALF_TOLERANCE = 2e-2
@@ -119,15 +118,16 @@ def assert_runs_as_the_module(module, text, inputs, tolerance, rng=None, modes=(
                                if kfuse.draft.kf_name(k) in reference.state_dict()})
     expected, reference = copy.deepcopy(module).double(), reference.double()
     expected.kfuse_rng = reference.kfuse_rng = rng  # dropout: the interpreter's masks at (0, 0)
+    exact = [t.double() if t.is_floating_point() else t for t in inputs]  # a loss's int64 target stays
     try:
         for mode in modes:
             for m in (fused, expected, reference):
                 m.train(mode)
             with torch.no_grad():
                 torch.manual_seed(2)
-                want = expected(*(t.double() for t in inputs))
+                want = expected(*exact)
                 torch.manual_seed(2)
-                got = {"Fused": fused(*inputs), "Reference": reference(*(t.double() for t in inputs))}
+                got = {"Fused": fused(*inputs), "Reference": reference(*exact)}
             want = want if isinstance(want, tuple) else (want,)
             for who, y in got.items():
                 y = y if isinstance(y, tuple) else (y,)
@@ -389,3 +389,28 @@ def test_every_spelling_names_an_op_of_kfuses_table_with_its_operands_and_attrib
             schema = {a.name if a.name != "self" else "input" for a in target._schema.arguments}
             assert set(spelling.operands.values()) | set(spelling.attrs.values()) | set(spelling.fixed) <= schema, \
                 target
+
+
+class Classifier(nn.Module):
+    """A linear head and its loss, as a language model's last step: int64 targets."""
+
+    def __init__(self, class_weights=None):
+        super().__init__()
+        self.head = nn.Linear(FEATURES, 8)
+        self.class_weights = class_weights
+
+    def forward(self, x, target):
+        return F.cross_entropy(self.head(x), target, weight=self.class_weights, reduction="sum",
+                               ignore_index=3, label_smoothing=0.2)
+
+
+def test_a_loss_over_int64_targets_drafts_and_class_weights_are_refused():
+    module = Classifier()
+    x, target = torch.randn(6, FEATURES), torch.tensor([0, 3, 7, 1, 3, 5])
+    text = kfuse.torch.draft(module, (x, target), dynamic_shapes=({0: Dim("N")}, {0: Dim("N")}))
+    assert "  input  target: i64[N]\n" in text
+    assert "cross_entropy(" in text and 'reduction="sum"' in text and "ignore_index=3" in text
+    assert_runs_as_the_module(module, text, (x, target), F32_TOLERANCE)
+    with pytest.raises(kfuse.Error, match=r"aten.cross_entropy_loss.default at .*: weight=: kfuse's "
+                                          "cross_entropy weighs every class alike"):
+        kfuse.torch.draft(Classifier(torch.ones(8)), (x, target))
