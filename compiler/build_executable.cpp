@@ -435,13 +435,15 @@ LowerOptions lower_options(const exec::Request &request) {
   lo.target = request.target;
   lo.fuse = request.fuse;
   lo.tunings = request.tunings;
+  lo.frozen = request.frozen;
   return lo;
 }
 
-TrainingSources training_sources(const dsl::SourceFile &src, ir::Mode mode) {
+TrainingSources training_sources(const dsl::SourceFile &src, ir::Mode mode,
+                                 const std::set<std::string> &frozen) {
   dsl::Diagnostics diags(src);
   const ir::Graph forward = dsl::parse_kf(src, diags);
-  const ir::GradResult r = ir::grad(forward, mode);
+  const ir::GradResult r = ir::grad(forward, mode, frozen);
   // The printed graphs name their file after `src`: a message about either says whose it is.
   const std::string where = fmt::format("{} ({} mode", src.name(), ir::mode_name(mode));
   return {dsl::SourceFile(where + ", forward that saves)", ir::print_kf(ir::forward_with_saves(r))),
@@ -453,7 +455,7 @@ TrainingSources training_sources(const dsl::SourceFile &src, ir::Mode mode) {
 }
 
 LoweredTraining lower_training(const dsl::SourceFile &src, const LowerOptions &options) {
-  TrainingSources sources = training_sources(src, options.mode);
+  TrainingSources sources = training_sources(src, options.mode, options.frozen);
   Lowered forward = lower(sources.forward, options);
   Lowered backward = lower(sources.backward, options);
   return {std::move(sources), std::move(forward), std::move(backward)};

@@ -10,14 +10,16 @@ namespace kfuse {
 // Reverse mode (compiler/ir/grad.h) as two .kf texts that lower() takes as any other: the
 // forward of `src` that also returns what the backward reads (its further outputs, `saved` in
 // order), and the backward (inputs: `grad_inputs`, one per forward output, `saved`, and the
-// forward's declarations it reads; outputs: the gradients of `gradients`, in order). Throws
+// forward's declarations it reads; outputs: the gradients of `gradients`, in order), none for
+// the inputs and params named in `frozen` (ir::grad). Throws
 // dsl::DiagnosticError for a .kf error, ir::GradError for an op without a gradient rule.
 struct TrainingSources {
   dsl::SourceFile forward, backward;
   size_t outputs = 0; // the forward's own
   std::vector<std::string> grad_inputs, saved, gradients;
 };
-TrainingSources training_sources(const dsl::SourceFile &src, ir::Mode mode);
+TrainingSources training_sources(const dsl::SourceFile &src, ir::Mode mode,
+                                 const std::set<std::string> &frozen);
 
 // Both lowered with `options` (in its mode), and their executables (lowered to CUDA).
 struct LoweredTraining {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -238,6 +239,8 @@ struct Request {
   bool fuse = true; // false: the unfused baseline benchmarks compare against
   // The tuned configurations to make the GEMM kernels with; empty: the heuristics'.
   std::function<codegen::GemmTunings(const std::vector<TunableGemm> &)> tunings = {};
+  // compile_training: the inputs and params whose gradients are not wanted (Options::frozen).
+  std::set<std::string> frozen = {};
 };
 
 // The text of a .kf file; throws as the parser's reading does (a missing, unreadable or

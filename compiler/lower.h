@@ -21,6 +21,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
+#include <string>
 
 namespace kfuse {
 
@@ -38,6 +40,8 @@ struct LowerOptions {
   // Given the GEMM kernels the heuristics selected, the tuned configurations to select instead
   // (runtime/tuning_store.h looks them up); empty, or none returned: the heuristics' choices.
   std::function<codegen::GemmTunings(const std::vector<exec::TunableGemm> &)> tunings = {};
+  // lower_training: the inputs and params whose gradients are not wanted (ir::grad's frozen).
+  std::set<std::string> frozen = {};
   // Called with the IR after every pass (`kfuse plan --dump-after-each-pass`).
   std::function<void(const passes::Pass &, const ir::Graph &)> after_pass = {};
 };

@@ -132,7 +132,7 @@ exec::Request rt::PipelineAccess::request(const Options &options, bool fuse) {
                             options.batch_stats_ranks));
   const Target target{rt::target_arch(options.arch), options.precision, options.max_split_k,
                       options.batch_stats_ranks};
-  exec::Request r{options.mode, target, fuse, {}};
+  exec::Request r{options.mode, target, fuse, {}, {options.frozen.begin(), options.frozen.end()}};
   // Tuned configurations are per device: without one there is nothing to look up.
   if (fuse && options.use_tuned && rt::Driver::get().available())
     r.tunings = [](const std::vector<exec::TunableGemm> &gemms) {

@@ -98,12 +98,22 @@ std::optional<TensorType> declarable(const TensorType &t) {
 
 class Reverse {
 public:
-  Reverse(const Graph &f, Mode mode)
+  Reverse(const Graph &f, Mode mode, const std::set<std::string> &frozen)
       : forward_(f), f_(forward_.graph()), mode_(mode), b_(f.name + "_backward", f.dims),
-        in_backward_(f.values.size(), -1), varies_(varying_values(f)) {
+        in_backward_(f.values.size(), -1), varies_(varying_values(f)), frozen_(frozen) {
     for (const Value &v : f.values)
       if (!v.is_op())
         names_.insert(v.name);
+    for (const std::string &name : frozen) {
+      const ValueId id = f.find(name);
+      if (id < 0 || (f[id].kind != ValueKind::Input && f[id].kind != ValueKind::Param))
+        throw GradError(
+            fmt::format("grad: frozen '{}' is no input or param of pipeline '{}'", name, f.name));
+      if (!is_float(f[id].type.dtype))
+        throw GradError(fmt::format("grad: frozen '{}' of pipeline '{}' is {}, which has no "
+                                    "gradient to freeze",
+                                    name, f.name, f[id].type.str()));
+    }
   }
 
   GradResult run() {
@@ -118,15 +128,16 @@ public:
       backward_of(static_cast<ValueId>(i));
     for (size_t i = 0; i < f_.values.size(); ++i) {
       auto it = grads_.find(static_cast<ValueId>(i));
-      if (f_.values[i].is_op() || !varies_[i] || it == grads_.end())
+      if (f_.values[i].is_op() || !varies_[i] || it == grads_.end() ||
+          frozen_.count(f_.values[i].name))
         continue;
       r_.gradients.emplace_back(static_cast<ValueId>(i), b_.graph().outputs.size());
       b_.add_output(it->second);
     }
     if (b_.graph().outputs.empty())
       throw GradError(fmt::format("grad: no output of pipeline '{}' depends on an input or a "
-                                  "param through differentiable ops",
-                                  f_.name));
+                                  "param{} through differentiable ops",
+                                  f_.name, frozen_.empty() ? "" : " that is not frozen"));
     r_.backward = declarations_first_and_live(b_.finish());
     r_.forward = f_;
     keep_read_saves();
@@ -248,6 +259,7 @@ private:
   GraphBuilder b_;
   std::vector<ValueId> in_backward_;
   std::vector<bool> varies_;
+  const std::set<std::string> &frozen_;
   std::map<ValueId, ValueId> grads_;
   std::map<std::pair<OpKind, std::vector<ValueId>>, ValueId> forward_ops_;
   std::set<std::string> names_;
@@ -256,7 +268,9 @@ private:
 
 } // namespace
 
-GradResult grad(const Graph &forward, Mode mode) { return Reverse(forward, mode).run(); }
+GradResult grad(const Graph &forward, Mode mode, const std::set<std::string> &frozen) {
+  return Reverse(forward, mode, frozen).run();
+}
 
 std::vector<std::string> gradient_names(const GradResult &r) {
   std::vector<std::string> names(r.gradients.size());

@@ -18,6 +18,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/ir/vjp.h"
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,8 +43,11 @@ struct GradResult {
 // recomputes it from its operands (false).
 bool save_for_backward(const Graph &forward, ValueId id);
 
-// Throws GradError naming an op whose gradient is needed and that has no rule.
-GradResult grad(const Graph &forward, Mode mode);
+// Throws GradError naming an op whose gradient is needed and that has no rule. `frozen` names
+// inputs and params whose gradients are not wanted (frozen parameters, inputs that need none):
+// the backward computes none of what only they need, and the forward saves nothing for it. A
+// name that is no float input or param of the forward throws GradError naming it.
+GradResult grad(const Graph &forward, Mode mode, const std::set<std::string> &frozen = {});
 
 // The name of the forward input or param each backward output is the gradient of, in output
 // order (declaration order).

@@ -69,6 +69,12 @@ struct Options {
   // all-gather), its parameter gradients being the rank's own, as nn.SyncBatchNorm's before
   // DDP averages them. Not with tune_at_start.
   bool backward = false;
+  // With backward: inputs and params whose gradients backward() does not write (frozen
+  // parameters, inputs that need none; gradients() leaves them out). The backward computes
+  // nothing only they need and the forward saves nothing for them: the dX GEMM of a linear whose
+  // input needs no gradient is not run. A name that is no f32/bf16/f16 input or param of the
+  // pipeline is refused.
+  std::vector<std::string> frozen;
 };
 
 // The all-gather of a pipeline compiled with Options::batch_stats_ranks = n: gathers `count`

@@ -335,16 +335,21 @@ def program(file=None, *, text=None, file_name="<text>"):
     return _kfuse.program(*_source("kfuse.program", file, text, file_name))
 
 
-def grad(file=None, *, text=None, file_name="<text>", mode):
+def grad(file=None, *, text=None, file_name="<text>", mode, frozen=()):
     """The reverse mode of a .kf pipeline in `mode` ("train" or "eval"), as `kfuse grad` prints
     it (docs/DSL.md, "Gradients"): a dict with "backward" (the backward pipeline's .kf text),
     "forward" (the .kf text of the forward that also returns what the backward reads),
     "grad_inputs" (the backward's gradient inputs, one per forward output), "saved" (the
     backward's inputs bound to the forward's further outputs, in their order) and "gradients"
-    (for each backward output, the name of the input or param it is the gradient of). Needs no
-    GPU; an op without a gradient rule raises kfuse.Error naming it."""
+    (for each backward output, the name of the input or param it is the gradient of).
+    `frozen` names inputs and params whose gradients are not wanted: the backward computes
+    nothing only they need, and the forward saves nothing for them. Needs no GPU; an op without
+    a gradient rule, or a frozen name that is no float input or param, raises kfuse.Error."""
     where = "kfuse.grad"
-    return _kfuse.grad(*_source(where, file, text, file_name), _text(where, "mode", mode))
+    names = list(frozen) if isinstance(frozen, collections.abc.Iterable) and not isinstance(frozen, str) else None
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise Error(f"{where}: frozen must be a sequence of input and param names, got {frozen!r}")
+    return _kfuse.grad(*_source(where, file, text, file_name), _text(where, "mode", mode), names)
 
 
 def ops():

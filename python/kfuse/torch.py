@@ -74,15 +74,19 @@ class Fused(nn.Module):
         self._ops = {mode: pipeline_op(kf_file, mode, text=text, file_name=file_name, arch=arch,
                                        process_group=self.process_group)
                      for mode in ("train", "eval")}
-        # The differentiable pair per mode, registered now too where the .kf has a backward
-        # (else a call that autograd records raises why it has none).
-        self._training = {}
-        for mode, op in self._ops.items():
-            try:
-                self._training[mode] = training_ops(op)
-            except kfuse.Error:
-                pass  # training_ops keeps the error and raises it again for a recorded call
         self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
+        # The differentiable pairs per mode, registered now too where the .kf has a backward
+        # (else a call that autograd records raises why it has none), so that torch.compile
+        # finds them: one computing every gradient, and one with the parameters frozen now
+        # frozen and the inputs too (a model's first layer: its input needs no gradient).
+        self._training = {}
+        frozen_params = self._frozen([], [getattr(o, a) for o, a in self._owners.values()])
+        for mode, op in self._ops.items():
+            for frozen in (frozenset(), frozen_params | self._float_names(op.inputs)):
+                try:
+                    self._training[(mode, frozen)] = training_ops(op, frozen)
+                except kfuse.Error:
+                    pass  # training_ops keeps the error and raises it again for a recorded call
         self._batchnorm_counters = [
             owner for owner, attribute in self._owners.values()
             if attribute == "running_mean" and getattr(owner, "num_batches_tracked", None) is not None]
@@ -183,13 +187,32 @@ class Fused(nn.Module):
         """The call through the saving forward, whose backward gives the gradients of the
         inputs and parameters that require grad; train mode's updated running statistics are
         written back here, once."""
-        ops = self._training.get(mode) or training_ops(self._ops[mode])  # raises why it has none
+        frozen = self._frozen(inputs, tensors)
+        ops = self._training.get((mode, frozen))
+        if ops is None and torch.compiler.is_compiling():
+            # No op is registered while Dynamo traces: the pair that computes every gradient
+            # (autograd keeps those that are asked for).
+            ops = self._training.get((mode, frozenset()))
+        if ops is None:
+            ops = self._training[(mode, frozen)] = training_ops(self._ops[mode], frozen)  # raises why it has none
         outs, states = ops(*inputs, *tensors, precision=precision)
         with torch.no_grad():
             by_name = dict(zip((v["name"] for v in ops.forward.params), tensors))
             for v, updated in zip(ops.saving.updated, states):
                 by_name[v["name"]].copy_(updated)
         return outs[0] if len(outs) == 1 else outs
+
+    @staticmethod
+    def _float_names(declared):
+        return frozenset(v["name"] for v in declared if v["kind"] in ("input", "param") and v["dtype"] != "i64")
+
+    def _frozen(self, inputs, tensors):
+        """The float inputs and params of the .kf whose tensors do not require grad: their
+        gradients are not computed (kfuse.grad's frozen)."""
+        op = self._ops["train"]
+        declared = zip(op.inputs[:len(inputs)] + op.params, [*inputs, *tensors])
+        return frozenset(v["name"] for v, t in declared
+                         if v["kind"] in ("input", "param") and v["dtype"] != "i64" and not t.requires_grad)
 
     def _resolve(self, params):
         """kf param/state name -> (submodule, attribute) of the module's parameter or buffer."""

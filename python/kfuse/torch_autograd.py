@@ -11,10 +11,17 @@ its reverse mode (kfuse.grad, docs/DSL.md "Gradients").
 - `<name>_backward`: the backward pipeline, run in the forward's mode and precision at the
   forward's (seed, offset), so that its dropouts draw the forward's masks.
 
+A pair is made for the inputs and params that require grad: those that do not are frozen
+(kfuse.grad's frozen), so their gradients are not computed and nothing is saved for them (a
+linear whose input needs no gradient runs no dX GEMM). A pair freezing some is named
+`<name>_f<digest of the frozen names>_saving` / `_backward`.
+
 The first has the second as its autograd formula (torch.library.register_autograd): the
 gradients of the inputs and params that require grad, None for state and for the rest, so
 autograd accumulates them into .grad and torch.compile(fullgraph=True) traces both ops.
 """
+
+import hashlib
 
 import torch
 
@@ -23,19 +30,21 @@ from kfuse.torch_op import _LIBRARY, _OPS, PipelineOp, _extent
 
 __all__ = ["TrainingOps", "training_ops"]
 
-_TRAINING = {}  # forward op's name -> TrainingOps, or the kfuse.Error reverse mode raised
+_TRAINING = {}  # (forward op's name, frozen names) -> TrainingOps, or the kfuse.Error it raised
 
 
-def training_ops(forward):
-    """The TrainingOps of PipelineOp `forward`'s .kf and mode, registered on first use; a .kf
-    that reverse mode cannot differentiate raises kfuse.Error naming the op without a rule."""
-    made = _TRAINING.get(forward.name)
+def training_ops(forward, frozen=frozenset()):
+    """The TrainingOps of PipelineOp `forward`'s .kf and mode with the inputs and params named
+    in `frozen` getting no gradient, registered on first use; a .kf that reverse mode cannot
+    differentiate raises kfuse.Error naming the op without a rule."""
+    key = (forward.name, frozenset(frozen))
+    made = _TRAINING.get(key)
     if made is None:
         try:
-            made = TrainingOps(forward)
+            made = TrainingOps(forward, key[1])
         except kfuse.Error as e:
             made = e
-        _TRAINING[forward.name] = made
+        _TRAINING[key] = made
     if isinstance(made, kfuse.Error):
         raise kfuse.Error(f"kfuse.torch: {forward.kf_file} has no backward in {forward.mode} mode: {made}")
     return made
@@ -45,10 +54,14 @@ class TrainingOps:
     """The saving forward and the backward of one .kf in one mode, as torch.ops.kfuse ops, the
     first differentiable through the second."""
 
-    def __init__(self, forward):
-        self.forward = forward
+    def __init__(self, forward, frozen=frozenset()):
+        self.forward, self.frozen = forward, frozenset(frozen)
         where = f"{forward.kf_file}, {forward.mode} mode"
-        reverse = kfuse.grad(text=forward._text, file_name=forward.kf_file, mode=forward.mode)
+        reverse = kfuse.grad(text=forward._text, file_name=forward.kf_file, mode=forward.mode,
+                             frozen=sorted(self.frozen))
+        name = forward.name
+        if self.frozen:
+            name += "_f" + hashlib.sha256("\0".join(sorted(self.frozen)).encode()).hexdigest()[:10]
         program = kfuse.program(text=reverse["forward"], file_name=where)
         # Only a train-mode dropout draws; the pair of ops then carries where it drew.
         draws = forward.mode == "train" and any(v.get("class") == "random pointwise" for v in program["values"])
@@ -59,12 +72,12 @@ class TrainingOps:
         # Messages about either graph name the printed graph they cite, as the C++ API does.
         named = f"{forward.kf_file} ({forward.mode} mode, "
         self.saving = PipelineOp(named + "forward that saves)", reverse["forward"], forward.mode, forward.arch,
-                                 f"{forward.name}_saving", group, functional=True, rng="out" if draws else None,
+                                 f"{name}_saving", group, functional=True, rng="out" if draws else None,
                                  latest=forward._latest)
         self.backward = PipelineOp(named + "backward)", reverse["backward"], forward.mode, forward.arch,
-                                   f"{forward.name}_backward", group, rng="in" if draws else None)
+                                   f"{name}_backward", group, rng="in" if draws else None)
         for role, op in (("saving", self.saving), ("backward", self.backward)):
-            _OPS[(forward.name, role)] = op
+            _OPS[(name, role)] = op
         self.grad_inputs, self.saved, self.gradients = reverse["grad_inputs"], reverse["saved"], reverse["gradients"]
         self._names = [v["name"] for v in forward.inputs + forward.params]
         self._declared = {v["name"]: v for v in self.backward.inputs + self.backward.params}

@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 
 #include <string>
+#include <vector>
 
 namespace kfuse::python {
 
@@ -15,7 +16,9 @@ namespace kfuse::python {
 // "grad_inputs": the backward's gradient inputs (one per forward output, in output order),
 // "saved": the backward's inputs the forward's further outputs bind (in their order),
 // "gradients": for each backward output, the forward input or param it is the gradient of}.
-// A missing rule throws GradError (a kfuse::Error) naming the op.
-nanobind::dict grad_dict(const ir::Graph &forward, const std::string &mode);
+// `frozen`: inputs and params whose gradients are not wanted (ir::grad). A missing rule throws
+// GradError (a kfuse::Error) naming the op.
+nanobind::dict grad_dict(const ir::Graph &forward, const std::string &mode,
+                         const std::vector<std::string> &frozen);
 
 } // namespace kfuse::python

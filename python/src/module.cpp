@@ -181,10 +181,12 @@ NB_MODULE(_kfuse, m) {
   m.def(
       "grad",
       [](const std::optional<std::string> &path, const std::string &text,
-         const std::string &file_name, const std::string &mode) {
-        return kfuse::python::grad_dict(parse(path, text, file_name), mode);
+         const std::string &file_name, const std::string &mode,
+         const std::vector<std::string> &frozen) {
+        return kfuse::python::grad_dict(parse(path, text, file_name), mode, frozen);
       },
       nb::arg("path").none(), nb::arg("text"), nb::arg("file_name"), nb::arg("mode"),
+      nb::arg("frozen"),
       "The backward of a .kf file (path) or text in a mode (python/src/grad.h).");
   m.def("ops", &kfuse::python::op_table, "kfuse's op table (python/src/program.h).");
   m.def(

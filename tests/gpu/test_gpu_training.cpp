@@ -21,6 +21,15 @@ TEST_CASE("gpu training: gemm_bn_scale_softmax's gradients match the reference i
                          72);
 }
 
+TEST_CASE("gpu training: with inputs and params frozen the others' gradients match the reference") {
+  const std::string text = testing::bn_scale_softmax(37, 53);
+  const size_t all = expect_gradients_match(text, "bn_scale_softmax.kf", Mode::Train, 29, 76);
+  CHECK(expect_gradients_match(text, "bn_scale_softmax.kf", Mode::Train, 29, 76, 1, Precision::FP32,
+                               {"x"}) == all - 1);
+  CHECK(expect_gradients_match(text, "bn_scale_softmax.kf", Mode::Train, 45, 77, 2, Precision::TF32,
+                               {"x", "weight"}) == all - 2);
+}
+
 TEST_CASE("gpu training: the backward of a dropout draws the forward run's mask") {
   expect_gradients_match(testing::example("gpt2_mlp_dropout.kf"), "gpt2_mlp_dropout.kf",
                          Mode::Train, 37, 73, 3);

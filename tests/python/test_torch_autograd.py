@@ -90,9 +90,15 @@ def fused_pair(kf, interpreter, mode="train"):
     ref = kfuse.torch.Reference(kf)
     ref.reset_parameters(torch.Generator().manual_seed(0))
     fused = kfuse.torch.Fused(copy.deepcopy(ref), kf).train(mode == "train")
-    for m in ("train", "eval"):
-        interpreter.register(fused._ops[m], fused._training[m].saving, fused._training[m].backward)
+    interpreter.register(*fused._ops.values())
+    for ops in fused._training.values():
+        interpreter.register(ops.saving, ops.backward)
     return fused, copy.deepcopy(ref).double().train(mode == "train")
+
+
+def all_gradients(fused, mode="train"):
+    """The pair of training ops of `fused` in `mode` that computes every gradient."""
+    return fused._training[(mode, frozenset())]
 
 
 def inputs_of(ref, seed=1):
@@ -150,7 +156,7 @@ def test_gradients_of_inputs_and_every_param_are_pytorchs(kf, mode, interpreter)
     for name, t in exact.named_buffers():  # the running statistics, updated once
         assert rel(fused.module.get_buffer(name), t) <= TOLERANCE, name
     names = [call[0] for call in interpreter.calls]
-    assert names == [fused._training[mode].saving.name, fused._training[mode].backward.name]
+    assert names == [all_gradients(fused, mode).saving.name, all_gradients(fused, mode).backward.name]
     if kf is DROPOUT and mode == "train":  # the backward draws where the forward did
         assert interpreter.calls[0][2] == interpreter.calls[1][2] == (0, 0)
 
@@ -198,14 +204,21 @@ def test_grad_accumulates_over_two_backward_calls(interpreter):
         assert rel(t.grad, 2 * e.grad) <= TOLERANCE
 
 
-def test_a_frozen_param_gets_no_gradient(interpreter):
+def test_a_frozen_param_gets_no_gradient_and_none_is_computed(interpreter):
     fused, exact = fused_pair(BATCHNORM, interpreter)
     for m in (fused.module, exact):
         m.bn_weight.requires_grad_(False)
+    # The pair that freezes both: registered on first use, with the interpreter's kernels here.
+    frozen = training_ops(fused._ops["train"], frozenset({"bn_weight", "x"}))
+    interpreter.register(frozen.saving, frozen.backward)
     inputs = [x.detach() for x in inputs_of(exact)]  # an input that does not require grad either
     exact_inputs = step(fused, exact, inputs)
     assert inputs[0].grad is None and exact_inputs[0].grad is not None
     assert_grads_match(fused, exact, [], [], "bn_weight frozen")
+    assert [call[0] for call in interpreter.calls] == [frozen.saving.name, frozen.backward.name]
+    # Its backward computes neither gradient: no dX GEMM (a matmul by the weight) is left.
+    assert frozen.gradients == [g for g in all_gradients(fused).gradients if g not in ("bn_weight", "x")]
+    assert all_gradients(fused).backward._text.count("matmul(") == frozen.backward._text.count("matmul(") + 1
 
 
 def test_precision_of_the_backward_is_the_forwards_and_bf16_params_get_f32_gradients(interpreter):
@@ -245,7 +258,7 @@ def test_gradcheck_of_the_saving_op_through_its_backward(interpreter):
 
 def test_opcheck_passes_for_the_saving_and_backward_ops(interpreter):
     fused, exact = fused_pair(BATCHNORM, interpreter)
-    ops = fused._training["train"]
+    ops = all_gradients(fused)
     x = inputs_of(exact)[0].detach()
     tensors = [x] + [fused.module.get_parameter(v["name"]).detach().clone().requires_grad_(True)
                      if v["kind"] == "param" else fused.module.get_buffer(v["name"]).clone()
@@ -304,7 +317,7 @@ def test_compiled_training_step_keeps_both_ops_in_one_graph(interpreter):
     for name, t in fused.module.named_buffers():
         assert rel(t, twin.head.get_buffer(name)) <= 1e-4, name
     assert len(graphs["forward"]) == 1 and len(graphs["backward"]) == 1
-    ops = fused._training["train"]
+    ops = all_gradients(fused)
     for kind, op in (("forward", ops.saving), ("backward", ops.backward)):
         targets = [str(n.target) for n in graphs[kind][0].graph.nodes if n.op == "call_function"]
         assert any(op.name in t for t in targets), (kind, targets)
@@ -333,7 +346,7 @@ def test_a_recorded_call_with_a_process_group_has_the_modules_gradients(tmp_path
         ref = kfuse.torch.Reference(BATCHNORM)
         ref.reset_parameters(torch.Generator().manual_seed(0))
         fused = kfuse.torch.Fused(copy.deepcopy(ref), BATCHNORM, process_group=dist.group.WORLD)
-        ops = fused._training["train"]
+        ops = all_gradients(fused)
         assert ops.saving.process_group is dist.group.WORLD and ops.backward.process_group is dist.group.WORLD
         interpreter.register(fused._ops["train"], ops.saving, ops.backward)
         exact = copy.deepcopy(ref).double()
@@ -380,3 +393,4 @@ def test_a_backward_that_reads_a_state_reads_it_as_the_forward_did(tmp_path, int
     for got, leaf in zip((x, m.bn_weight, m.bn_bias), leaves):
         assert close(got.grad, leaf.grad), f"rel err {rel(got.grad, leaf.grad):.2e}"
     assert rel(m.running_mean, running[0]) <= TOLERANCE and rel(m.running_var, running[1]) <= TOLERANCE
+

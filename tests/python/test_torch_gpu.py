@@ -215,8 +215,11 @@ def test_inference_mode_out_and_current_stream():
 def test_a_call_records_autograd_only_where_something_requires_grad():
     original, fused, features = make_pair("gemm_scale_bn")
     x = torch.randn(N, features, device="cuda")
-    y = fused(x)  # the parameters require grad: through the saving forward op
-    assert y.requires_grad and fused._training["train"].saving.name in type(y.grad_fn).__name__
+    y = fused(x)  # the parameters require grad: through the saving forward op, x frozen
+    ops = fused._training[("train", frozenset({"x"}))]
+    assert y.requires_grad and ops.saving.name in type(y.grad_fn).__name__
+    y.backward(torch.ones_like(y))  # no gradient of x computed, none expected
+    assert x.grad is None and all(p.grad is not None for p in fused.module.parameters())
     for p in fused.module.parameters():
         p.requires_grad_(False)
     assert not fused(x).requires_grad  # frozen parameters: the forward alone

@@ -93,7 +93,7 @@ def _rank(rank, world, port, directory):
         report["ranks_agree"] = all(torch.equal(g, gathered[0]) for g in gathered)
         report["batches_tracked"] = int(fused.module.bn.num_batches_tracked.item())
         report["exchanges"] = fused._ops["train"].pipeline("fp32", x.device).all_gathers_per_run
-        report["backward_exchanges"] = fused._training["train"].backward.pipeline("fp32", x.device).all_gathers_per_run
+        report["backward_exchanges"] = fused._training[("train", frozenset())].backward.pipeline("fp32", x.device).all_gathers_per_run
         with open(os.path.join(directory, f"rank{rank}.json"), "w") as f:
             json.dump(report, f)
     finally:

@@ -109,13 +109,15 @@ void expect_match(const std::string &text, const std::string &file, Mode mode,
 }
 
 size_t expect_gradients_match(const std::string &text, const std::string &file, Mode mode,
-                              int64_t n, uint64_t seed, int steps, Precision precision) {
+                              int64_t n, uint64_t seed, int steps, Precision precision,
+                              const std::vector<std::string> &frozen) {
   rt::CheckRequest req;
   req.kf_text = text;
   req.file_name = file;
   req.options.mode = mode;
   req.options.backward = true;
   req.options.precision = precision;
+  req.options.frozen = frozen;
   req.dims = {{"N", n}};
   req.seed = seed;
   req.steps = steps;

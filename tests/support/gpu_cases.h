@@ -43,9 +43,11 @@ void expect_match(const std::string &text, const std::string &file, Mode mode,
 // `text` compiled with its backward (Options::backward) and checked forward then backward, as
 // `kfuse run --backward` does: every output, state and gradient within the pipeline's bound, and
 // a gradient checked for each the pipeline returns. Returns how many gradients were checked.
+// `frozen`: Options::frozen.
 size_t expect_gradients_match(const std::string &text, const std::string &file, Mode mode,
                               int64_t n, uint64_t seed, int steps = 1,
-                              Precision precision = Precision::FP32);
+                              Precision precision = Precision::FP32,
+                              const std::vector<std::string> &frozen = {});
 
 // Examples in both modes, with one row and with 33 (a partial tile).
 void expect_examples(std::initializer_list<const char *> files, uint64_t seed);

@@ -137,7 +137,7 @@ TensorMap backward_tensors(const ir::Graph &backward, const TrainingSources &s,
 
 void check_two_ranks_against_one(const Case &c) {
   INFO(c.name);
-  const TrainingSources s = training_sources(dsl::SourceFile(c.name, c.text), ir::Mode::Train);
+  const TrainingSources s = training_sources(dsl::SourceFile(c.name, c.text), ir::Mode::Train, {});
   const ir::Graph forward = parsed(s.forward), backward = parsed(s.backward);
   const int ranks = static_cast<int>(c.rank_extents.size());
   ir::DimBindings whole_dims = c.fixed;
@@ -213,7 +213,7 @@ TEST_CASE("exchange stats backward: two ranks' gradients on parts of a batch are
 TEST_CASE("exchange stats backward: the plan exchanges the means of batchnorm's input gradient, "
           "not the parameter gradients' sums") {
   const TrainingSources s =
-      training_sources(dsl::SourceFile("two_norms.kf", kTwoNorms), ir::Mode::Train);
+      training_sources(dsl::SourceFile("two_norms.kf", kTwoNorms), ir::Mode::Train, {});
   const plan::Plan p = plan::make_plan(parsed(s.backward), ir::Mode::Train, {}, true, 2);
   INFO(plan::print_plan_text(p, {}));
   int exchanged = 0, summaries = 0, local = 0;
@@ -242,7 +242,7 @@ TEST_CASE("exchange stats backward: the plan exchanges the means of batchnorm's 
 TEST_CASE("exchange stats backward: a plan run by another number of ranks than it exchanges "
           "across is refused") {
   const TrainingSources s =
-      training_sources(dsl::SourceFile("two_norms.kf", kTwoNorms), ir::Mode::Train);
+      training_sources(dsl::SourceFile("two_norms.kf", kTwoNorms), ir::Mode::Train, {});
   const ir::Graph forward = parsed(s.forward);
   const plan::Plan p = plan::make_plan(forward, ir::Mode::Train, {}, true, 2);
   std::vector<TensorMap> tensors = {ir::random_tensors(forward, {{"N", 4}}, 1)};

@@ -290,6 +290,41 @@ TEST_CASE("grad: the backward's inputs, outputs and saved values") {
   CHECK(again.values.size() == r.backward.values.size());
 }
 
+TEST_CASE("grad: frozen inputs and params get no gradient, and nothing only they need is made") {
+  const std::string text = "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w1: f32[5, 6]\n"
+                           "  param w2: f32[4, 5]\n  state rm: f32[5]\n  state rv: f32[5]\n"
+                           "  h = batchnorm(linear(x, w1), rm, rv)\n  return linear(h, w2)\n}\n";
+  const ir::Graph f = parse(text);
+  const auto matmuls = [](const ir::Graph &g) {
+    return std::count_if(g.values.begin(), g.values.end(), [](const ir::Value &v) {
+      return v.is_op() && (v.op == ir::OpKind::Matmul || v.op == ir::OpKind::Linear);
+    });
+  };
+  const ir::GradResult all = ir::grad(f, Mode::Train);
+  CHECK(ir::gradient_names(all) == std::vector<std::string>{"x", "w1", "w2"});
+  // x frozen: no dX GEMM.
+  const ir::GradResult no_x = ir::grad(f, Mode::Train, {"x"});
+  ir::verify(no_x.backward);
+  CHECK(ir::gradient_names(no_x) == std::vector<std::string>{"w1", "w2"});
+  CHECK(matmuls(no_x.backward) == matmuls(all.backward) - 1);
+  // x and w1 frozen: the gradient stops at h; the backward is dW2's GEMM alone, and the forward
+  // saves h only (not the batch statistics the batchnorm's backward would read).
+  const ir::GradResult only_w2 = ir::grad(f, Mode::Train, {"x", "w1"});
+  CHECK(ir::gradient_names(only_w2) == std::vector<std::string>{"w2"});
+  CHECK(matmuls(only_w2.backward) == 1); // dW2 = dYᵀ h
+  REQUIRE(only_w2.saved.size() == 1);
+  CHECK(f[only_w2.saved[0]].name == "h");
+  CHECK(all.saved.size() > only_w2.saved.size()); // the batch statistics are saved for dX/dW1
+  CHECK_THROWS_WITH_AS(ir::grad(f, Mode::Train, {"y"}),
+                       "grad: frozen 'y' is no input or param of pipeline 'p'", ir::GradError);
+  CHECK_THROWS_WITH_AS(ir::grad(f, Mode::Train, {"rm"}),
+                       "grad: frozen 'rm' is no input or param of pipeline 'p'", ir::GradError);
+  CHECK_THROWS_WITH_AS(ir::grad(f, Mode::Train, {"x", "w1", "w2"}),
+                       "grad: no output of pipeline 'p' depends on an input or a param that is "
+                       "not frozen through differentiable ops",
+                       ir::GradError);
+}
+
 TEST_CASE("grad: second derivatives of the max pool and groupnorm are refused by name") {
   ir::Graph f = parse("pipeline p {\n  dim N\n  input g: f32[N, 3]\n  input x: f32[N, 6]\n"
                       "  return max_pool1d_backward(g, x, kernel_size=2, stride=2)\n}\n");

@@ -34,6 +34,29 @@ TEST_CASE("cli backward: plan --backward plans the forward that saves and the ba
   CHECK(json.out.find("\"gemm_scale_bn_backward\"") != std::string::npos);
 }
 
+TEST_CASE("cli backward: --frozen leaves gradients out, and what only they need") {
+  ToolRun r = run_kfuse("plan examples/gemm_scale_bn.kf --backward --mode eval --frozen x,bn_bias");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("\n# backward (eval mode): reads grad_out0, saved_h; the gradients of "
+                   "weight, bias, scale, bn_weight\n") != std::string::npos);
+  const size_t backward = r.out.find("plan gemm_scale_bn_backward");
+  // dW's GEMM is left, dX's (the product with the weight) is not.
+  CHECK(r.out.find("= matmul_tn(", backward) != std::string::npos);
+  CHECK(r.out.find("= matmul(", backward) == std::string::npos);
+  ToolRun all = run_kfuse("plan examples/gemm_scale_bn.kf --backward --mode eval");
+  CHECK(all.out.find("= matmul(", all.out.find("plan gemm_scale_bn_backward")) !=
+        std::string::npos);
+
+  ToolRun unknown = run_kfuse("plan examples/gemm_scale_bn.kf --backward --frozen y");
+  CHECK(unknown.exit_code == 1);
+  CHECK(unknown.err.find("grad: frozen 'y' is no input or param of pipeline 'gemm_scale_bn'") !=
+        std::string::npos);
+  ToolRun alone = run_kfuse("plan examples/gemm_scale_bn.kf --frozen x");
+  CHECK(alone.exit_code == 2);
+  CHECK(alone.err.find("--frozen names inputs and params the backward computes no gradient for; "
+                       "it needs --backward") != std::string::npos);
+}
+
 TEST_CASE("cli backward: emit --backward writes both translation units") {
   ToolRun both = run_kfuse("emit examples/gemm_scale_bn.kf --backward");
   REQUIRE(both.exit_code == 0);

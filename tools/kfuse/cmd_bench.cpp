@@ -1,6 +1,6 @@
 // kfuse bench F.kf --dim N=... [--mode train|eval] [--precision fp32|3xtf32|tf32|bf16]
 //                  [--json FILE] [--iters 100] [--warmup 10] [--seed S] [--arch sm_90a]
-//                  [--max-split-k S (1: split-K off)] [--no-tuned] [--backward]
+//                  [--max-split-k S (1: split-K off)] [--no-tuned] [--backward [--frozen NAME,...]]
 //
 // Times three contenders in one process, on one stream, over the same device tensors, the same
 // way (runtime/gpu_timer.h): fused, the pipeline as planned; unfused (LowerOptions::fuse false:
@@ -81,10 +81,10 @@ struct BenchSetup {
 };
 
 BenchSetup bench_setup(int argc, char **argv) {
-  CommandLine cl = parse_command_line(
-      argc, argv,
-      {"mode", "precision", "arch", "json", "iters", "warmup", "seed", "dim", "max-split-k"},
-      {"no-tuned", "backward"});
+  CommandLine cl = parse_command_line(argc, argv,
+                                      {"mode", "precision", "arch", "json", "iters", "warmup",
+                                       "seed", "dim", "max-split-k", "frozen"},
+                                      {"no-tuned", "backward"});
   BenchSetup s;
   s.options = pipeline_options(cl);
   s.iters = parse_count(cl, "iters", kRecommendedIters, 1);

@@ -44,8 +44,9 @@ void print_report(const Pipeline &p) {
 } // namespace
 
 int cmd_compile(int argc, char **argv) {
-  CommandLine cl = parse_command_line(
-      argc, argv, {"mode", "precision", "arch", "batch-stats-ranks"}, {"no-tuned", "backward"});
+  CommandLine cl =
+      parse_command_line(argc, argv, {"mode", "precision", "arch", "batch-stats-ranks", "frozen"},
+                         {"no-tuned", "backward"});
   Pipeline p = Pipeline::from_file(cl.file(), pipeline_options(cl));
   print_report(p); // with --backward, the forward that saves what the backward reads
   if (cl.flag("backward"))

@@ -1,5 +1,5 @@
 // kfuse emit F.kf [--mode train|eval] [-o out.cu] [--standalone] [--no-tuned] [--batch-stats-ranks
-// R] [--backward]
+// R] [--backward [--frozen NAME,...]]
 // --backward: the translation units of the forward that saves what the backward reads and of the
 // backward, one after the other (each compiles alone); with -o out.cu, the backward's goes to
 // out.backward.cu.
@@ -28,9 +28,9 @@ std::string backward_path(const std::string &path) {
 } // namespace
 
 int cmd_emit(int argc, char **argv) {
-  CommandLine cl =
-      parse_command_line(argc, argv, {"mode", "output", "precision", "arch", "batch-stats-ranks"},
-                         {"standalone", "no-tuned", "backward"});
+  CommandLine cl = parse_command_line(
+      argc, argv, {"mode", "output", "precision", "arch", "batch-stats-ranks", "frozen"},
+      {"standalone", "no-tuned", "backward"});
   const Options options = pipeline_options(cl);
   const LowerOptions lo = lower_options(rt::PipelineAccess::request(options, /*fuse=*/true));
   const dsl::SourceFile src = dsl::SourceFile::read(cl.file());

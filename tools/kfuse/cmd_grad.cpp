@@ -16,7 +16,8 @@
 namespace kfuse::tool {
 namespace {
 
-constexpr const char *kUsage = "usage: kfuse grad FILE.kf [--mode train|eval]\n";
+constexpr const char *kUsage =
+    "usage: kfuse grad FILE.kf [--mode train|eval] [--frozen NAME,...]\n";
 
 std::string header(const ir::Graph &f, const ir::GradResult &r, ir::Mode mode) {
   std::string out =
@@ -41,7 +42,7 @@ std::string header(const ir::Graph &f, const ir::GradResult &r, ir::Mode mode) {
 
 int cmd_grad(int argc, char **argv) {
   try {
-    CommandLine cl = parse_command_line(argc, argv, {"mode"}, {"help"});
+    CommandLine cl = parse_command_line(argc, argv, {"mode", "frozen"}, {"help"});
     if (cl.flag("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -50,7 +51,8 @@ int cmd_grad(int argc, char **argv) {
     const dsl::SourceFile src = dsl::SourceFile::read(cl.file());
     dsl::Diagnostics diags(src);
     const ir::Graph f = dsl::parse_kf(src, diags);
-    const ir::GradResult r = ir::grad(f, mode);
+    const std::vector<std::string> frozen = frozen_names(cl);
+    const ir::GradResult r = ir::grad(f, mode, {frozen.begin(), frozen.end()});
     write_stdout(header(f, r, mode) + ir::print_kf(r.backward));
     return 0;
   } catch (const dsl::DiagnosticError &e) {

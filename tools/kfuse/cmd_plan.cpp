@@ -168,7 +168,7 @@ std::string plan_output(const dsl::SourceFile &src, const LowerOptions &options,
 // writes; --json: one object holding both.
 std::string training_plans(const dsl::SourceFile &src, const LowerOptions &options,
                            const Options &pipeline, const CommandLine &cl) {
-  const TrainingSources t = training_sources(src, options.mode);
+  const TrainingSources t = training_sources(src, options.mode, options.frozen);
   const std::string forward = plan_output(t.forward, options, pipeline, cl);
   const std::string backward = plan_output(t.backward, options, pipeline, cl);
   if (cl.flag("json"))
@@ -189,9 +189,9 @@ std::string training_plans(const dsl::SourceFile &src, const LowerOptions &optio
 } // namespace
 
 int cmd_plan(int argc, char **argv) {
-  CommandLine cl =
-      parse_command_line(argc, argv, {"mode", "dim", "precision", "arch", "batch-stats-ranks"},
-                         {"json", "dump-after-each-pass", "prove", "no-tuned", "backward"});
+  CommandLine cl = parse_command_line(
+      argc, argv, {"mode", "dim", "precision", "arch", "batch-stats-ranks", "frozen"},
+      {"json", "dump-after-each-pass", "prove", "no-tuned", "backward"});
   const bool prove_plan = cl.flag("prove");
   if (prove_plan &&
       (cl.options.count("mode") || cl.flag("json") || cl.flag("dump-after-each-pass")))

@@ -1,6 +1,6 @@
 // kfuse run F.kf --dim N=... [--mode] [--precision] [--seed S] [--steps K] [--save DIR]
 //               [--no-reference] [--max-split-k S (1: split-K off)] [--no-tuned] [--dropout-seed S]
-//               [--backward]
+//               [--backward [--frozen NAME,...]]
 // Random inputs in each tensor's declared type, checked against the fp64 reference interpreter;
 // exits 1 when an error is over the bound (the precision's; 2e-2 where a tensor is bf16/f16) or a
 // result is not finite. --no-reference skips the CPU reference (hours at the founding sizes).
@@ -75,7 +75,7 @@ void require_host_memory(const ir::Graph &g, const ir::Graph *backward,
 int cmd_run(int argc, char **argv) {
   CommandLine cl = parse_command_line(argc, argv,
                                       {"mode", "precision", "arch", "seed", "steps", "save", "dim",
-                                       "inputs", "max-split-k", "dropout-seed"},
+                                       "inputs", "max-split-k", "dropout-seed", "frozen"},
                                       {"no-reference", "reference", "no-tuned", "backward"});
   if (cl.flag("reference") && cl.flag("no-reference"))
     throw UsageError("--reference and --no-reference contradict each other");

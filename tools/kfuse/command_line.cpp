@@ -151,7 +151,29 @@ Options pipeline_options(const CommandLine &cl) {
   o.use_tuned = !cl.flag("no-tuned");
   o.batch_stats_ranks = parse_count(cl, "batch-stats-ranks", 0, 0);
   o.backward = cl.flag("backward");
+  o.frozen = frozen_names(cl);
+  if (!o.frozen.empty() && !o.backward)
+    throw UsageError("--frozen names inputs and params the backward computes no gradient for; it "
+                     "needs --backward");
   return o;
+}
+
+std::vector<std::string> frozen_names(const CommandLine &cl) {
+  std::vector<std::string> names;
+  if (!cl.options.count("frozen"))
+    return names;
+  const std::string text = cl.option("frozen", "");
+  for (size_t start = 0;;) {
+    const size_t comma = text.find(',', start);
+    std::string name = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (name.empty())
+      throw UsageError("--frozen takes input and param names separated by commas, got '" + text +
+                       "'");
+    names.push_back(std::move(name));
+    if (comma == std::string::npos)
+      return names;
+    start = comma + 1;
+  }
 }
 
 ir::Mode ir_mode(Mode m) { return m == Mode::Train ? ir::Mode::Train : ir::Mode::Eval; }

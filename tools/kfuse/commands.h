@@ -26,8 +26,11 @@ ir::Mode parse_mode(const std::string &text);
 // --max-split-k (default 0: split-K as the shape and SM count choose; 1: never), --no-tuned
 // (the heuristics' GEMM configurations even where `kfuse tune` stored others),
 // --batch-stats-ranks (default 0; R: batch statistics exchanged across R ranks, where allowed),
-// --backward (Options::backward, where the command takes it).
+// --backward (Options::backward, where the command takes it), --frozen NAME,NAME (with
+// --backward: Options::frozen).
 Options pipeline_options(const CommandLine &cl);
+// --frozen's names (none where it is absent); an empty name throws UsageError.
+std::vector<std::string> frozen_names(const CommandLine &cl);
 ir::Mode ir_mode(Mode m);
 
 } // namespace kfuse::tool
