@@ -102,6 +102,11 @@ class TrainingOps:
         output = output if isinstance(output, tuple) else (output,)
         outputs = len(self.forward.outputs)
         ctx.mark_non_differentiable(*output[outputs:])
+        # The saved values and states have no gradient: autograd would otherwise make a tensor
+        # of zeros for each of them on every backward. An output the loss does not read gets
+        # its zeros in _backward.
+        ctx.set_materialize_grads(False)
+        ctx.outputs = [(o.shape, o.dtype, o.device) for o in output[:outputs]]
         by_name = dict(zip(self._names, tensors))
         # The backward reads a state as the forward did, at entry; Fused writes the updated
         # state into it after this call.
@@ -117,7 +122,8 @@ class TrainingOps:
         saved = list(ctx.saved_tensors)
         rng = [saved.pop()] if self.saving.rng == "out" else []
         by_name = dict(zip(self._read + self.saved, saved))
-        by_name.update(zip(self.grad_inputs, grads))
+        by_name.update((name, torch.zeros(meta[0], dtype=meta[1], device=meta[2]) if g is None else g)
+                       for name, g, meta in zip(self.grad_inputs, grads, ctx.outputs))
         arguments = [self._as_declared(name, by_name[name], ctx.dims)
                      for name in (v["name"] for v in self.backward.inputs + self.backward.params)]
         results = self.backward.op(*arguments, *rng, ctx.precision)

@@ -394,3 +394,24 @@ def test_a_backward_that_reads_a_state_reads_it_as_the_forward_did(tmp_path, int
         assert close(got.grad, leaf.grad), f"rel err {rel(got.grad, leaf.grad):.2e}"
     assert rel(m.running_mean, running[0]) <= TOLERANCE and rel(m.running_var, running[1]) <= TOLERANCE
 
+
+TWO_OUTPUTS = """pipeline two_outputs {
+  dim N
+  input  x: f32[N, 5]
+  param  weight: f32[4, 5]
+  h = linear(x, weight)
+  return tanh(h), h
+}
+"""
+
+
+def test_an_output_the_loss_does_not_read_gets_a_zero_gradient(interpreter, tmp_path):
+    kf = tmp_path / "two_outputs.kf"
+    kf.write_text(TWO_OUTPUTS)
+    fused, exact = fused_pair(kf, interpreter)
+    inputs = inputs_of(exact)
+    exact_inputs = [t.detach().double().requires_grad_(True) for t in inputs]
+    weights = torch.randn(N, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    (fused(*inputs)[0].double() * weights).sum().backward()  # the second output unread
+    (exact(*exact_inputs)[0] * weights).sum().backward()
+    assert_grads_match(fused, exact, inputs, exact_inputs, "first output only")
