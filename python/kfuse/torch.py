@@ -77,8 +77,8 @@ class Fused(nn.Module):
         self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
         # The differentiable pairs per mode, registered now too where the .kf has a backward
         # (else a call that autograd records raises why it has none), so that torch.compile
-        # finds them: one computing every gradient, and one with the parameters frozen now
-        # frozen and the inputs too (a model's first layer: its input needs no gradient).
+        # finds them: one computing every gradient, and one freezing the inputs (a model's
+        # first layer: its input needs no gradient) and the parameters that require none now.
         self._training = {}
         frozen_params = self._frozen([], [getattr(o, a) for o, a in self._owners.values()])
         for mode, op in self._ops.items():
