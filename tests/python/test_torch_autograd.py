@@ -415,3 +415,31 @@ def test_an_output_the_loss_does_not_read_gets_a_zero_gradient(interpreter, tmp_
     (fused(*inputs)[0].double() * weights).sum().backward()  # the second output unread
     (exact(*exact_inputs)[0] * weights).sum().backward()
     assert_grads_match(fused, exact, inputs, exact_inputs, "first output only")
+
+
+def test_a_compiled_first_layer_runs_the_pair_that_freezes_its_input(interpreter):
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    fused, exact = fused_pair(BATCHNORM, interpreter)
+    graphs = {"forward": [], "backward": []}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append(gm)
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fused, fullgraph=True,
+                             backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")))
+    x = inputs_of(exact)[0].detach()  # data: no gradient wanted
+    weights = torch.randn(N, 1024, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    (compiled(x).double() * weights).sum().backward()
+    (exact(x.double()) * weights).sum().backward()
+    assert_grads_match(fused, exact, [], [], "compiled, x frozen")
+    # Registered when Fused was made: the compiled graphs call it, not the all-gradients pair.
+    frozen = fused._training[("train", frozenset({"x"}))]
+    for kind, op in (("forward", frozen.saving), ("backward", frozen.backward)):
+        targets = [str(n.target) for n in graphs[kind][0].graph.nodes if n.op == "call_function"]
+        assert any(op.name in t for t in targets), (kind, targets)
