@@ -148,3 +148,11 @@ def test_grad_gives_the_backward_and_the_forward_that_saves_for_it_as_kf(example
         kfuse.grad(layernorm, mode="test")
     with pytest.raises(kfuse.Error, match="kfuse.grad: mode must be a str, got int"):
         kfuse.grad(layernorm, mode=1)
+    # Frozen: those gradients left out, and the forward saves nothing only they need.
+    frozen = kfuse.grad(layernorm, mode="train", frozen=["x", "dense_weight"])
+    assert frozen["gradients"] == ["dense_bias", "ln_weight", "ln_bias"]
+    assert frozen["backward"].count("matmul") < reverse["backward"].count("matmul")
+    with pytest.raises(kfuse.Error, match="grad: frozen 'y' is no input or param of pipeline"):
+        kfuse.grad(layernorm, mode="train", frozen=["y"])
+    with pytest.raises(kfuse.Error, match="kfuse.grad: frozen must be a sequence of input and param names, got 'x'"):
+        kfuse.grad(layernorm, mode="train", frozen="x")
