@@ -291,7 +291,8 @@ def _unsqueeze(drafter, node, args):
 
 def _reshape(drafter, node, args):
     source = args["input"]
-    if isinstance(source, torch.fx.Node) and drafter.node_meta(source).dim() == 0 and drafter.node_meta(node).numel() == 1:
+    scalar = isinstance(source, torch.fx.Node) and drafter.node_meta(source).dim() == 0
+    if scalar and drafter.node_meta(node).numel() == 1:
         return drafter.operand(source)  # a reduced loss: kfuse's is [1] already, PyTorch's a scalar
     return drafter.statement(node, "reshape", {"x": args["input"]}, {"shape": drafter.extents(node)})
 
@@ -532,8 +533,9 @@ class _Drafter:
         """An input (index: it may be int64 class indices, as a loss's target) or a parameter."""
         value = _Value(name)
         meta = node.meta.get("val")
-        indices = index and isinstance(meta, torch.Tensor) and meta.dtype == torch.int64 and meta.dim() == 1
-        if not indices and (not isinstance(meta, torch.Tensor) or meta.dtype not in _DTYPES or not 1 <= meta.dim() <= 4):
+        tensor = isinstance(meta, torch.Tensor)
+        indices = index and tensor and meta.dtype == torch.int64 and meta.dim() == 1
+        if not indices and (not tensor or meta.dtype not in _DTYPES or not 1 <= meta.dim() <= 4):
             shown = f"{meta.dtype} {list(meta.shape)}" if isinstance(meta, torch.Tensor) else type(meta).__name__
             value.failure = (node, f"{what} is {shown}; kfuse's tensors are f32, bf16 or f16 of rank 1 to 4"
                              + (", or int64 class indices of rank 1" if index else ""))
