@@ -68,8 +68,10 @@ Pipeline rt::PipelineAccess::compile_training(exec::Training training) {
     im.output_names.at(im.own_outputs + i) = training.saved[i];
   im.all_outputs.resize(im.output_names.size());
 
+  // The second thread reads training.backward until get() returns: only then is it moved from.
+  CompiledModule compiled_backward = backward_module.get();
   auto t = std::make_unique<Pipeline::Impl::Training>(
-      compile(std::move(training.backward), backward_module.get()));
+      compile(std::move(training.backward), std::move(compiled_backward)));
   Pipeline::Impl &bw = *t->backward.impl_;
   t->gradients = training.gradients;
   for (const std::string &name : t->gradients)
