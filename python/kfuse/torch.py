@@ -75,14 +75,21 @@ class Fused(nn.Module):
                                        process_group=self.process_group)
                      for mode in ("train", "eval")}
         self._owners = self._resolve(self._ops["train"].params)  # kf name -> (submodule, attribute)
+        # (position among the inputs and params, name) of those that get gradients: the float
+        # inputs and params, not states nor i64 class indices. The same in both modes.
+        declared = self._ops["train"].inputs + self._ops["train"].params
+        self._freezable = [(i, v["name"]) for i, v in enumerate(declared)
+                           if v["kind"] in ("input", "param") and v["dtype"] != "i64"]
         # The differentiable pairs per mode, registered now too where the .kf has a backward
         # (else a call that autograd records raises why it has none), so that torch.compile
         # finds them: one computing every gradient, and one freezing the inputs (a model's
         # first layer: its input needs no gradient) and the parameters that require none now.
         self._training = {}
-        frozen_params = self._frozen([], [getattr(o, a) for o, a in self._owners.values()])
+        requires_grad = [False] * len(self._ops["train"].inputs) + [
+            getattr(o, a).requires_grad for o, a in self._owners.values()]
+        first_layer = frozenset(name for i, name in self._freezable if not requires_grad[i])
         for mode, op in self._ops.items():
-            for frozen in (frozenset(), frozen_params | self._float_names(op.inputs)):
+            for frozen in (frozenset(), first_layer):
                 try:
                     self._training[(mode, frozen)] = training_ops(op, frozen)
                 except kfuse.Error:
@@ -202,17 +209,11 @@ class Fused(nn.Module):
                 by_name[v["name"]].copy_(updated)
         return outs[0] if len(outs) == 1 else outs
 
-    @staticmethod
-    def _float_names(declared):
-        return frozenset(v["name"] for v in declared if v["kind"] in ("input", "param") and v["dtype"] != "i64")
-
     def _frozen(self, inputs, tensors):
         """The float inputs and params of the .kf whose tensors do not require grad: their
         gradients are not computed (kfuse.grad's frozen)."""
-        op = self._ops["train"]
-        declared = zip(op.inputs[:len(inputs)] + op.params, [*inputs, *tensors])
-        return frozenset(v["name"] for v, t in declared
-                         if v["kind"] in ("input", "param") and v["dtype"] != "i64" and not t.requires_grad)
+        given = [*inputs, *tensors]
+        return frozenset(name for i, name in self._freezable if not given[i].requires_grad)
 
     def _resolve(self, params):
         """kf param/state name -> (submodule, attribute) of the module's parameter or buffer."""

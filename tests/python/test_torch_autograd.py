@@ -284,15 +284,12 @@ class Model(torch.nn.Module):
         return self.head(torch.relu(self.first(x)))
 
 
-def test_compiled_training_step_keeps_both_ops_in_one_graph(interpreter):
+def compiled_keeping_graphs(module):
+    """(torch.compile(module, fullgraph=True) through AOTAutograd, {"forward": [...],
+    "backward": [...]}: the FX graphs it compiled)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
-    fused, exact = fused_pair(BATCHNORM, interpreter)
-    torch.manual_seed(0)
-    model = Model(fused)
-    twin = Model(copy.deepcopy(exact).float())
-    twin.first.load_state_dict(model.first.state_dict())
     graphs = {"forward": [], "backward": []}
 
     def keep(kind):
@@ -302,8 +299,24 @@ def test_compiled_training_step_keeps_both_ops_in_one_graph(interpreter):
         return compiler
 
     torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True,
-                             backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")))
+    backend = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    return torch.compile(module, fullgraph=True, backend=backend), graphs
+
+
+def assert_graphs_call(graphs, ops):
+    """The first forward graph calls ops.saving and the first backward graph ops.backward."""
+    for kind, op in (("forward", ops.saving), ("backward", ops.backward)):
+        targets = [str(n.target) for n in graphs[kind][0].graph.nodes if n.op == "call_function"]
+        assert any(op.name in t for t in targets), (kind, targets)
+
+
+def test_compiled_training_step_keeps_both_ops_in_one_graph(interpreter):
+    fused, exact = fused_pair(BATCHNORM, interpreter)
+    torch.manual_seed(0)
+    model = Model(fused)
+    twin = Model(copy.deepcopy(exact).float())
+    twin.first.load_state_dict(model.first.state_dict())
+    compiled, graphs = compiled_keeping_graphs(model)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin)]
     for i in range(2):
         x = torch.randn(N, 512, generator=torch.Generator().manual_seed(i))
@@ -317,10 +330,7 @@ def test_compiled_training_step_keeps_both_ops_in_one_graph(interpreter):
     for name, t in fused.module.named_buffers():
         assert rel(t, twin.head.get_buffer(name)) <= 1e-4, name
     assert len(graphs["forward"]) == 1 and len(graphs["backward"]) == 1
-    ops = all_gradients(fused)
-    for kind, op in (("forward", ops.saving), ("backward", ops.backward)):
-        targets = [str(n.target) for n in graphs[kind][0].graph.nodes if n.op == "call_function"]
-        assert any(op.name in t for t in targets), (kind, targets)
+    assert_graphs_call(graphs, all_gradients(fused))
 
 
 def test_a_chain_without_a_gradient_rule_refuses_a_recorded_call_naming_the_op(tmp_path, interpreter):
@@ -418,28 +428,12 @@ def test_an_output_the_loss_does_not_read_gets_a_zero_gradient(interpreter, tmp_
 
 
 def test_a_compiled_first_layer_runs_the_pair_that_freezes_its_input(interpreter):
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
     fused, exact = fused_pair(BATCHNORM, interpreter)
-    graphs = {"forward": [], "backward": []}
-
-    def keep(kind):
-        def compiler(gm, example_inputs):
-            graphs[kind].append(gm)
-            return make_boxed_func(gm.forward)
-        return compiler
-
-    torch._dynamo.reset()
-    compiled = torch.compile(fused, fullgraph=True,
-                             backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")))
+    compiled, graphs = compiled_keeping_graphs(fused)
     x = inputs_of(exact)[0].detach()  # data: no gradient wanted
     weights = torch.randn(N, 1024, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     (compiled(x).double() * weights).sum().backward()
     (exact(x.double()) * weights).sum().backward()
     assert_grads_match(fused, exact, [], [], "compiled, x frozen")
     # Registered when Fused was made: the compiled graphs call it, not the all-gradients pair.
-    frozen = fused._training[("train", frozenset({"x"}))]
-    for kind, op in (("forward", frozen.saving), ("backward", frozen.backward)):
-        targets = [str(n.target) for n in graphs[kind][0].graph.nodes if n.op == "call_function"]
-        assert any(op.name in t for t in targets), (kind, targets)
+    assert_graphs_call(graphs, fused._training[("train", frozenset({"x"}))])

@@ -383,16 +383,13 @@ private:
     if (from.size() != to.size())
       return false;
     for (size_t i = 0; i < from.size(); ++i)
-      if (from[i].shape != to[i].shape || from[i].dtype != to[i].dtype ||
-          from[i].row_stride != to[i].row_stride)
+      if (from[i].shape != to[i].shape || from[i].dtype != to[i].dtype)
         return false;
     rt::Driver &driver = rt::Driver::get();
     for (size_t i = 0; i < from.size(); ++i) {
-      int64_t elements = 1;
+      int64_t elements = 1; // saved values are contiguous (Pipeline::Impl::place_saved)
       for (int64_t d : from[i].shape)
         elements *= d;
-      if (from[i].row_stride > 0 && !from[i].shape.empty() && from[i].shape.back() > 0)
-        elements = elements / from[i].shape.back() * from[i].row_stride;
       driver.check(
           driver.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(to[i].data),
                                    reinterpret_cast<CUdeviceptr>(from[i].data),
