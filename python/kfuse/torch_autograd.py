@@ -18,7 +18,9 @@ linear whose input needs no gradient runs no dX GEMM). A pair freezing some is n
 
 The first has the second as its autograd formula (torch.library.register_autograd): the
 gradients of the inputs and params that require grad, None for state and for the rest, so
-autograd accumulates them into .grad and torch.compile(fullgraph=True) traces both ops.
+autograd accumulates them into .grad and torch.compile(fullgraph=True) traces both ops. An eager
+call on CUDA tensors runs the same implementation and formula through a torch.autograd.Function,
+without the dispatcher's layers around a Python op (host time on every step).
 """
 
 import hashlib
@@ -83,6 +85,12 @@ class TrainingOps:
         self._declared = {v["name"]: v for v in self.backward.inputs + self.backward.params}
         # The forward's declarations the backward reads, saved with the forward's further outputs.
         self._read = [name for name in self._names if name in self._declared]
+        # Whether the backward declares a value in another rank than the forward gives it (a
+        # [B*T, F] output declared [B, T, F]): only then does a call keep its dims to reshape it.
+        given = {v["name"]: v["shape"] for v in forward.inputs + forward.params}
+        given.update((name, v["shape"]) for name, v in zip(self.grad_inputs, forward.outputs))
+        given.update((name, v["shape"]) for name, v in zip(self.saved, self.saving.outputs[len(forward.outputs):]))
+        self._reshapes = any(len(given.get(name, ())) != len(v["shape"]) for name, v in self._declared.items())
         torch.library.register_autograd(self.saving.qualname, self._backward, setup_context=self._setup_context,
                                         lib=_LIBRARY)
 
@@ -92,7 +100,10 @@ class TrainingOps:
     def __call__(self, *tensors, precision):
         """The forward's outputs and the updated state (train mode) of a call recorded by
         autograd: the saved values and the rng stay in the graph, for the backward."""
-        results = self.saving.op(*tensors, precision)
+        if _direct(tensors):  # the same formulas, without the dispatcher's layers around a Python op
+            results = _Recorded.apply(self, precision, *tensors)
+        else:
+            results = self.saving.op(*tensors, precision)
         results = results if isinstance(results, tuple) else (results,)
         outputs = len(self.forward.outputs)
         return results[:outputs], results[outputs + len(self.saved): outputs + len(self.saved) + len(self.saving.updated)]
@@ -116,9 +127,13 @@ class TrainingOps:
         ctx.save_for_backward(*(by_name[name] for name in self._read), *output[outputs:outputs + len(self.saved)],
                               *(output[-1:] if self.saving.rng == "out" else ()))
         ctx.precision = precision
-        ctx.dims = self.forward._dims(tensors)
+        ctx.dims = self.forward._dims(tensors) if self._reshapes else None
 
     def _backward(self, ctx, *grads):
+        return (*self._gradients(ctx, grads, ctx.needs_input_grad[:len(self._names)]), None)
+
+    def _gradients(self, ctx, grads, needed):
+        """The gradients of the forward's inputs and params, None where `needed` says none."""
         saved = list(ctx.saved_tensors)
         rng = [saved.pop()] if self.saving.rng == "out" else []
         by_name = dict(zip(self._read + self.saved, saved))
@@ -126,11 +141,16 @@ class TrainingOps:
                        for name, g, meta in zip(self.grad_inputs, grads, ctx.outputs))
         arguments = [self._as_declared(name, by_name[name], ctx.dims)
                      for name in (v["name"] for v in self.backward.inputs + self.backward.params)]
-        results = self.backward.op(*arguments, *rng, ctx.precision)
+        if torch.is_grad_enabled() and not _traced(arguments):
+            # Autograd would give the backward op's results no gradient, silently.
+            raise kfuse.Error(f"kfuse.torch: the backward of {self.forward.kf_file} ({self.forward.mode} mode) is "
+                              "being recorded (create_graph=True, a second derivative): kfuse computes first "
+                              "derivatives only")
+        results = (self.backward._run if _direct(arguments) else self.backward.op)(*arguments, *rng, ctx.precision)
         results = results if isinstance(results, tuple) else (results,)
-        wanted = dict(zip(self._names, ctx.needs_input_grad))
+        wanted = dict(zip(self._names, needed))
         computed = {name: g for name, g in zip(self.gradients, results) if wanted[name]}
-        return (*(computed.get(name) for name in self._names), None)
+        return [computed.get(name) for name in self._names]
 
     def _as_declared(self, name, t, dims):
         """`t` in the backward's declared shape: a value of [B*T, F] is declared [B, T, F]."""
@@ -138,3 +158,37 @@ class TrainingOps:
         if t.dim() == len(shape):
             return t
         return t.reshape([_extent(e, dims) for e in shape])
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a tracer's subclass
+
+
+def _traced(tensors):
+    """Whether a call on `tensors` is being traced (torch.compile, torch.export, make_fx,
+    torch.func): then only the registered ops may run."""
+    return torch.compiler.is_compiling() or any(type(t) not in _PLAIN for t in tensors)
+
+
+def _direct(tensors):
+    """Whether a call on `tensors` may run the ops' implementation directly: an eager call on
+    CUDA tensors (other devices take the implementations registered for them)."""
+    return not _traced(tensors) and all(t.is_cuda for t in tensors)
+
+
+class _Recorded(torch.autograd.Function):
+    """An eager call of the saving forward as the registered op and its autograd formula run
+    it: the same _run, setup_context and backward."""
+
+    @staticmethod
+    def forward(ops, precision, *tensors):
+        return ops.saving._run(*tensors, precision)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ops, precision, *tensors = inputs
+        ctx.ops = ops
+        ops._setup_context(ctx, (*tensors, precision), output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None, *ctx.ops._gradients(ctx, grads, ctx.needs_input_grad[2:]))

@@ -204,6 +204,17 @@ def test_grad_accumulates_over_two_backward_calls(interpreter):
         assert rel(t.grad, 2 * e.grad) <= TOLERANCE
 
 
+def test_a_recorded_backward_is_refused_not_left_without_a_second_derivative(interpreter):
+    fused, exact = fused_pair(LAYERNORM, interpreter)
+    x = inputs_of(exact)[0]
+    out = fused(x)
+    with pytest.raises(kfuse.Error, match="create_graph=True, a second derivative"):
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+    # Without recording, the same backward runs.
+    (g,) = torch.autograd.grad(fused(x).sum(), x)
+    assert g.shape == x.shape
+
+
 def test_a_frozen_param_gets_no_gradient_and_none_is_computed(interpreter):
     fused, exact = fused_pair(BATCHNORM, interpreter)
     for m in (fused.module, exact):
