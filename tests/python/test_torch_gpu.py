@@ -217,7 +217,7 @@ def test_a_call_records_autograd_only_where_something_requires_grad():
     x = torch.randn(N, features, device="cuda")
     y = fused(x)  # the parameters require grad: through the saving forward op, x frozen
     ops = fused._training[("train", frozenset({"x"}))]
-    assert y.requires_grad and ops.saving.name in type(y.grad_fn).__name__
+    assert y.requires_grad and y.grad_fn.ops is ops  # the eager call's autograd.Function keeps its pair
     y.backward(torch.ones_like(y))  # no gradient of x computed, none expected
     assert x.grad is None and all(p.grad is not None for p in fused.module.parameters())
     for p in fused.module.parameters():
