@@ -314,9 +314,17 @@ void Pipeline::bind(const std::string &name, const Tensor &t) {
   std::map<std::string, int64_t> dims;
   std::map<std::string, std::string> bound_by;
   unify(im.where, name, type, t.shape, dims, bound_by);
+  // The tensor already bound, bound again (a weight updated in place): its checks hold and the
+  // launch table points at it; only its per-bind kernels run again.
+  auto was = im.bound.find(name);
+  const bool same = was != im.bound.end() && was->second.data == t.data &&
+                    was->second.shape == t.shape && was->second.dtype == t.dtype &&
+                    was->second.row_stride == t.row_stride;
   im.bound[name] = t;
-  im.on_device.erase(name);
-  im.recheck = true;
+  if (!same) {
+    im.on_device.erase(name);
+    im.recheck = true;
+  }
   im.per_bind_stale = true;
   if (im.training) // the backward binds it again, running its own per-bind kernels again
     for (size_t p = 0; p < im.training->params.size(); ++p)

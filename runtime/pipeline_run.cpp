@@ -242,6 +242,17 @@ void Pipeline::Impl::adopt(const Tensor *inputs, size_t input_count, const Tenso
     keep_layout();
 }
 
+bool Pipeline::prepare_params(CUstream stream) {
+  Impl &im = impl();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  if (im.recheck || !im.per_bind_stale)
+    return false;
+  im.load_module(rt::Driver::get().make_current());
+  im.table->enqueue_per_bind(im.functions, stream);
+  im.per_bind_stale = false;
+  return true;
+}
+
 void Pipeline::run(const Tensor *inputs, size_t input_count, const Tensor *outputs,
                    size_t output_count, CUstream stream) {
   Impl &im = impl();

@@ -167,7 +167,8 @@ public:
   // only run once per bind, at the first run (and backward()) after it: precision BF16's
   // rounding of weights to bf16, and on sm_90a the transposed copy of a weight that a GEMM
   // multiplies by as [in, out] (matmul, and every backward's dX = dY W). A weight updated in
-  // place must be bound again for runs to see the update.
+  // place must be bound again for runs to see the update; binding the tensor that is bound
+  // (same pointer, shape, dtype and stride) only runs those kernels again, checking nothing anew.
   void bind(const std::string &name, const Tensor &t);
   // Runs every kernel on `stream` (asynchronously). Dims are inferred from the tensors'
   // shapes; each input, output and bound tensor is checked: shape, dtype, stride, that it is
@@ -185,6 +186,13 @@ public:
   // anew (new data, updated params).
   void run(const Tensor *inputs, size_t input_count, const Tensor *outputs, size_t output_count,
            CUstream stream = nullptr);
+  // Runs now, on `stream` (the runs' stream), the kernels that read params for those bound since
+  // the last run, which would otherwise run at the next one: a caller that binds updated weights
+  // before it needs the run starts them early (kfuse.torch.Fused, the backward's transposed
+  // weights during the forward). Runs nothing and returns false where the next run must check
+  // first: before a first run, or after binding a tensor other than the one bound (pointer,
+  // shape, dtype or stride).
+  bool prepare_params(CUstream stream = nullptr);
 
   // Bytes of workspace (intermediates, partial statistics, split-K's partial tiles) a run at
   // `dims` needs, e.g. workspace_size(dims({{"x", x_shape}})); every dim must be bound. 0: the

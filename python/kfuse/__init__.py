@@ -214,6 +214,19 @@ class Pipeline:
             self._core.bind(name, capsule)
             self._bound[name] = (t, capsule)
 
+    def prepare_params(self, stream=None):
+        """Runs now, on `stream` (default: the current stream of the bound tensors' device), the
+        kernels that read params (precision bf16's rounded weights, a weight transposed for the
+        Hopper GEMM) for those bound since the last call, which would otherwise run at the next
+        one. Returns whether they ran: not before a first call, nor after binding a tensor other
+        than the one bound (pointer, shape, dtype or stride), which the next call checks first."""
+        if not self._bound:
+            return False
+        t = next(iter(self._bound.values()))[0]
+        if not _on_cuda(t):
+            return False
+        return self._core.prepare_params(_run_stream(t, stream)[0], t.__dlpack_device__()[1])
+
     def __call__(self, *args, out=None, stream=None, **named):
         """Runs the pipeline on its inputs (positional in declaration order, or by name) and
         returns its output (a tuple where it has several): `out` (one tensor or a sequence)

@@ -335,6 +335,15 @@ NB_MODULE(_kfuse, m) {
       .def_prop_ro("all_gathers_per_run",
                    [](const PyPipeline &p) { return p.core.all_gathers_per_run(); })
       .def(
+          "prepare_params",
+          [](PyPipeline &p, uintptr_t stream, int device) {
+            nb::gil_scoped_release release;
+            kfuse::python::DeviceScope scope(device);
+            return p.core.prepare_params(reinterpret_cast<CUstream>(stream));
+          },
+          nb::arg("stream"), nb::arg("device"),
+          "Runs the kernels of params bound again now (Pipeline::prepare_params).")
+      .def(
           "set_rng",
           [](PyPipeline &p, uint64_t seed, uint64_t offset) { p.core.set_rng(seed, offset); },
           nb::arg("seed"), nb::arg("offset"), "The dropout stream (Pipeline::set_rng).")

@@ -94,15 +94,25 @@ TEST_CASE("gpu: precision bf16 rounds weights once per bind: results follow a bi
     CHECK(run(p) == first);
 
   weight.upload(w2.data(), w2.size() * sizeof(float));
-  CHECK(run(p) == first); // changed in place, not bound again: the weights rounded at the bind
+  CHECK(run(p) == first);     // changed in place, not bound again: the weights rounded at the bind
+  CHECK(!p.prepare_params()); // nothing bound since the last run
   p.bind("weight", on(weight, {24, 16}));
+  CHECK(p.prepare_params()); // the bound tensor again: rounded now, not at the run
+  CHECK(!p.prepare_params());
   const std::vector<float> second = run(p);
   CHECK(second != first);
 
   Pipeline fresh = Pipeline::from_string(kLinear, "lin.kf", o);
   fresh.bind("weight", on(weight, {24, 16}));
   fresh.bind("bias", on(bias, {24}));
-  CHECK(run(fresh) == second); // what a pipeline bound to the new weights computes
+  CHECK(!fresh.prepare_params()); // before a first run, which checks the tensors first
+  CHECK(run(fresh) == second);    // what a pipeline bound to the new weights computes
+  // Another tensor bound: its kernels wait for the run, which checks it first.
+  rt::DeviceBuffer weight2(24 * 16 * sizeof(float));
+  weight2.upload(w1.data(), w1.size() * sizeof(float));
+  fresh.bind("weight", on(weight2, {24, 16}));
+  CHECK(!fresh.prepare_params());
+  CHECK(run(fresh) == first);
   // The bias is read every run (fp32, in the epilogue): no bind needed for it.
   const std::vector<float> bs2 = values(24, 0.3f, 4);
   bias.upload(bs2.data(), bs2.size() * sizeof(float));

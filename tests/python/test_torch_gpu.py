@@ -277,6 +277,26 @@ def test_bf16_precision_matches_float64_and_follows_in_place_weight_updates():
                 w.mul_(-0.5)
 
 
+def test_prepare_params_rounds_a_weight_bound_again_before_the_call():
+    # The scale multiplies the logits so the bf16 rounding of the weight shows in the softmax.
+    p = kfuse.Pipeline(text=SMALL, file_name="small.kf", mode="eval", precision="bf16")
+    w, scale = torch.randn(5, 6, device="cuda"), torch.full((1,), 4.0, device="cuda")
+    x = torch.randn(3, 6, device="cuda")
+    p.bind(weight=w, scale=scale)
+    assert not p.prepare_params()  # before a first call, which checks the tensors first
+    first = p(x)
+    w.mul_(-0.5)
+    assert not p.prepare_params()  # nothing bound since: the call rounded the weight once
+    torch.testing.assert_close(p(x), first, rtol=0, atol=0)
+    p.bind(weight=w)
+    assert p.prepare_params()
+    assert not p.prepare_params()
+    fresh = kfuse.Pipeline(text=SMALL, file_name="small.kf", mode="eval", precision="bf16")
+    fresh.bind(weight=w, scale=scale)
+    torch.testing.assert_close(p(x), fresh(x), rtol=0, atol=0)
+    assert not torch.equal(p(x), first)
+
+
 def test_padded_rows_and_other_devices_tensors_are_refused_clearly():
     p = kfuse.Pipeline(text=SMALL, file_name="small.kf", mode="eval")
     p.bind(weight=torch.ones(5, 6, device="cuda"), scale=torch.ones(1, device="cuda"))
