@@ -308,18 +308,33 @@ class PipelineOp:
             outs.append(torch.tensor([n - 2**64 if n >= 2**63 else n for n in drawn], dtype=torch.int64))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _run_pipeline(self, precision, inputs, params, rng):
-        key = (precision, inputs[0].device)
+    def _bind(self, key, named):
+        """Binds the {name: tensor} params changed since they were bound to the pipeline at
+        `key`; returns it."""
         pipeline = self.pipeline(*key)
         bound = self._bound[key]
-        for v, t in zip(self.params, params):
+        for name, t in named:
             # Bound once and read in place. Kernels of params only run once per bind (precision
             # bf16's rounded weights, a weight transposed for the Hopper GEMM): a tensor changed
             # in place (an optimizer step; torch counts them in _version) is bound again.
             seen = (t.data_ptr(), tuple(t.shape), t._version)
-            if bound.get(v["name"]) != seen:
-                pipeline.bind(**{v["name"]: t.detach()})  # shares the storage: updates land in t
-                bound[v["name"]] = seen
+            if bound.get(name) != seen:
+                pipeline.bind(**{name: t.detach()})  # shares the storage: updates land in t
+                bound[name] = seen
+        return pipeline
+
+    def prepare_params(self, precision, named):
+        """Binds the {name: tensor} params (some of this op's) of a coming call at `precision`
+        and starts the kernels that read them now, on the current stream, where the op has run
+        at that precision on their device; the call then finds them done."""
+        device = next(iter(named.values())).device
+        key = (self.resolve_precision(precision)[0], device)
+        if key in self._pipelines:
+            self._bind(key, named.items()).prepare_params()
+
+    def _run_pipeline(self, precision, inputs, params, rng):
+        key = (precision, inputs[0].device)
+        pipeline = self._bind(key, ((v["name"], t) for v, t in zip(self.params, params)))
         if rng is not None:
             pipeline.set_rng(*rng)
         drawn = pipeline.rng_state
