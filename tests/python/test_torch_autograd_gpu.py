@@ -1,7 +1,7 @@
 """kfuse.torch.Fused trained on the GPU: for every example that reverse mode differentiates, the
 gradients of its inputs and every parameter against PyTorch's autograd of its Reference in
 float64, train and eval; bf16 precision with f32 master weights; a 10-class bf16 head; SGD
-steps and a compiled training step. A backward pipeline that does not plan or compile fails its test naming the
+steps and a compiled training step; two layers of one .kf, which share its pipelines. A backward pipeline that does not plan or compile fails its test naming the
 example and kfuse's reason, or is an expected failure where the reason is a known gap. Skipped without torch or a CUDA device."""
 import copy
 import math
@@ -181,3 +181,68 @@ def test_sgd_steps_and_a_compiled_training_step_match_pytorch():
     state = pair.exact.state_dict()
     for name, t in pair.fused.module.state_dict().items():
         assert rel(t, state[name]) <= 1e-4, f"{name} after 3 steps: rel err {rel(t, state[name]):.2e}"
+
+
+BLOCK = """pipeline block {
+  dim N
+  input  x: f32[N, 64]
+  param  linear_weight: f32[64, 64]
+  param  linear_bias: f32[64]
+  param  bn_weight: f32[64]
+  param  bn_bias: f32[64]
+  state  bn_running_mean: f32[64]
+  state  bn_running_var: f32[64]
+  h = linear(x, linear_weight, linear_bias)
+  return batchnorm(h, bn_weight, bn_bias, bn_running_mean, bn_running_var, eps=1e-5, momentum=0.1)
+}
+"""
+
+
+def test_two_layers_of_one_kf_share_its_pipelines_and_train_as_pytorch():
+    # Both layers run the same ops and pipelines, each binding its own weights: a backward must
+    # not read the other layer's transposed or rounded weight (made ahead after each forward).
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.bn = torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64)
+
+    torch.manual_seed(0)
+    blocks = [Block().cuda() for _ in range(2)]
+    exact = [copy.deepcopy(b).double() for b in blocks]
+    fused = torch.nn.Sequential(*(kfuse.torch.Fused(b, text=BLOCK, file_name="block.kf", precision="bf16")
+                                  for b in blocks)).train()
+    assert fused[0]._ops["train"] is fused[1]._ops["train"]
+
+    def reference(x):
+        for b in exact:
+            x = torch.nn.functional.batch_norm(b.linear(x), b.bn.running_mean, b.bn.running_var, b.bn.weight,
+                                               b.bn.bias, training=True, momentum=0.1, eps=1e-5)
+        return x
+
+    optimizers = [torch.optim.SGD([p for b in bs for p in b.parameters()], lr=0.1, momentum=0.9)
+                  for bs in (blocks, exact)]
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    for step in range(3):
+        x = torch.randn(96, 64, device="cuda", generator=generator)
+        weights = torch.randn(96, 64, device="cuda", dtype=torch.float64, generator=generator)
+        leaves = [x.clone().requires_grad_(True), x.double().requires_grad_(True)]
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        (fused(leaves[0]).double() * weights).sum().backward()
+        (reference(leaves[1]) * weights).sum().backward()
+        assert rel(leaves[0].grad, leaves[1].grad) <= BF16_BOUND, f"step {step}: x's gradient"
+        for i, (b, e) in enumerate(zip(blocks, exact)):
+            for name, p in b.named_parameters():
+                # A bias before a train-mode batchnorm (each linear's, and the first layer's
+                # batchnorm's before the second's) has a gradient of zero: rounding noise, measured
+                # against the layer's weight gradient.
+                g = e.get_parameter(name).grad
+                scale = max(g.norm(), e.linear.weight.grad.norm())
+                err = ((p.grad.double() - g).norm() / scale).item()
+                assert err <= BF16_BOUND, f"step {step}: layer {i} {name}'s gradient, rel err {err:.2e}"
+        for optimizer in optimizers:
+            optimizer.step()
+    # The running variances (the running means follow those biases, which SGD moved by their
+    # rounding noise alone).
+    for i, (b, e) in enumerate(zip(blocks, exact)):
+        assert rel(b.bn.running_var, e.bn.running_var) <= BF16_BOUND, f"layer {i}'s running_var"
