@@ -317,9 +317,8 @@ void Pipeline::bind(const std::string &name, const Tensor &t) {
   // The tensor already bound, bound again (a weight updated in place): its checks hold and the
   // launch table points at it; only its per-bind kernels run again.
   auto was = im.bound.find(name);
-  const bool same = was != im.bound.end() && was->second.data == t.data &&
-                    was->second.shape == t.shape && was->second.dtype == t.dtype &&
-                    was->second.row_stride == t.row_stride;
+  const bool same =
+      was != im.bound.end() && was->second.data == t.data && rt::same_layout(was->second, t);
   im.bound[name] = t;
   if (!same) {
     im.on_device.erase(name);

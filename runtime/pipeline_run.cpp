@@ -22,14 +22,10 @@ constexpr uintptr_t kWorkspaceAlignment = 256;
 // How the tensors of a run differ from the last checked run's.
 enum class Change { None, Pointers, Tensors };
 
-bool same_layout(const Tensor &a, const Tensor &b) {
-  return a.dtype == b.dtype && a.row_stride == b.row_stride && a.shape == b.shape;
-}
-
 Change change(const Tensor *given, const std::vector<Tensor> &seen) {
   Change c = Change::None;
   for (size_t i = 0; i < seen.size(); ++i) {
-    if (!same_layout(given[i], seen[i]))
+    if (!rt::same_layout(given[i], seen[i]))
       return Change::Tensors;
     if (given[i].data != seen[i].data)
       c = Change::Pointers;

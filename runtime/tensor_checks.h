@@ -13,6 +13,12 @@
 
 namespace kfuse::rt {
 
+// Whether two tensors have the same dtype, shape and row stride (a run's checks of one hold
+// for the other, at its own pointer).
+inline bool same_layout(const Tensor &a, const Tensor &b) {
+  return a.dtype == b.dtype && a.row_stride == b.row_stride && a.shape == b.shape;
+}
+
 // A null or misaligned pointer, a dtype other than the declared one, an invalid DType value,
 // or rows that are not contiguous. `declared` is the .kf type (its dtype is compared).
 void check_layout(const std::string &where, const std::string &tensor,

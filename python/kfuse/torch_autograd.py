@@ -85,10 +85,12 @@ class TrainingOps:
         self._declared = {v["name"]: v for v in self.backward.inputs + self.backward.params}
         # The forward's declarations the backward reads, saved with the forward's further outputs.
         self._read = [name for name in self._names if name in self._declared]
-        # The backward's params that it reads as the forward's call gave them (not state, which
-        # it reads as a copy): bound ahead of the backward (prepare_params).
-        self._ahead = [v["name"] for v in forward.params if v["kind"] == "param" and
-                       any(w["name"] == v["name"] for w in self.backward.params)]
+        # (position among the forward's arguments, name) of the backward's params that it reads
+        # as the forward's call gave them (not state, which it reads as a copy): bound ahead of
+        # the backward (prepare_params).
+        backward_params = {v["name"] for v in self.backward.params}
+        self._ahead = [(len(forward.inputs) + i, v["name"]) for i, v in enumerate(forward.params)
+                       if v["kind"] == "param" and v["name"] in backward_params]
         # Whether the backward declares a value in another rank than the forward gives it (a
         # [B*T, F] output declared [B, T, F]): only then does a call keep its dims to reshape it.
         given = {v["name"]: v["shape"] for v in forward.inputs + forward.params}
@@ -108,8 +110,7 @@ class TrainingOps:
             results = _Recorded.apply(self, precision, *tensors)
             # The backward's transposed weights are made now, while autograd's host work runs.
             if self._ahead:
-                by_name = dict(zip(self._names, tensors))
-                self.backward.prepare_params(precision, {name: by_name[name] for name in self._ahead})
+                self.backward.prepare_params(precision, {name: tensors[i] for i, name in self._ahead})
         else:
             results = self.saving.op(*tensors, precision)
         results = results if isinstance(results, tuple) else (results,)
