@@ -17,8 +17,9 @@ namespace kfuse::ir {
 // forward and a read in the backward of the whole tensor, and these kernels are bound by memory
 // bandwidth: recomputed, as views are (free). Every other op costs more to recompute than its
 // result costs to store and load — a GEMM 2·N·K·M FLOPs, a normalization, reduction, row op or
-// transpose a whole pass over its operands — and is saved. Dropout is saved too: the backward's
-// own dropout draws the forward's stream, and a graph draws each stream once.
+// transpose a whole pass over its operands — and is saved (but batchnorm, whose statistics its
+// own rule reads: Reverse::batchnorm_from_statistics). Dropout is saved too: the backward's own
+// dropout draws the forward's stream, and a graph draws each stream once.
 bool save_for_backward(const Graph &forward, ValueId id) {
   const Value &v = forward[id];
   if (!v.is_op())
@@ -31,15 +32,15 @@ bool save_for_backward(const Graph &forward, ValueId id) {
 
 namespace {
 
-// Forward values that depend on an input or a param: only they get gradients. An i64 input
-// holds class indices, which are not differentiable: it has none.
-std::vector<bool> varying_values(const Graph &f) {
+// Forward values that depend on an input or a param (but those in `frozen`): only they get
+// gradients. An i64 input holds class indices, which are not differentiable: it has none.
+std::vector<bool> varying_values(const Graph &f, const std::set<std::string> &frozen = {}) {
   std::vector<bool> varies(f.values.size(), false);
   for (size_t i = 0; i < f.values.size(); ++i) {
     const Value &v = f.values[i];
     if (!v.is_op())
-      varies[i] =
-          (v.kind == ValueKind::Input || v.kind == ValueKind::Param) && is_float(v.type.dtype);
+      varies[i] = (v.kind == ValueKind::Input || v.kind == ValueKind::Param) &&
+                  is_float(v.type.dtype) && !frozen.count(v.name);
     else if (!v.is_effect())
       for (ValueId a : v.args)
         varies[i] = varies[i] || varies[static_cast<size_t>(a)];
@@ -100,7 +101,8 @@ class Reverse {
 public:
   Reverse(const Graph &f, Mode mode, const std::set<std::string> &frozen)
       : forward_(f), f_(forward_.graph()), mode_(mode), b_(f.name + "_backward", f.dims),
-        in_backward_(f.values.size(), -1), varies_(varying_values(f)), frozen_(frozen) {
+        in_backward_(f.values.size(), -1), varies_(varying_values(f)),
+        wanted_(varying_values(f, frozen)), frozen_(frozen) {
     for (const Value &v : f.values)
       if (!v.is_op())
         names_.insert(v.name);
@@ -180,25 +182,61 @@ private:
 
   // Forward value `id` in the backward graph: declared, saved or recomputed.
   ValueId value(ValueId id) {
-    ValueId &at = in_backward_[static_cast<size_t>(id)];
-    if (at >= 0)
-      return at;
-    const Value &v = f_[id];
-    if (!v.is_op()) {
-      at = b_.declare(v.kind, v.name, v.type, v.loc);
-    } else if (save_for_backward(f_, id)) {
+    const size_t i = static_cast<size_t>(id);
+    if (in_backward_[i] < 0)
+      in_backward_[i] = first_use(id); // assigned after: first_use may grow in_backward_
+    return in_backward_[i];
+  }
+
+  ValueId first_use(ValueId id) {
+    if (ValueId y = batchnorm_from_statistics(id); y >= 0)
+      return y;
+    const Value v = f_[id]; // a copy: recomputing an argument may grow the forward graph
+    if (!v.is_op())
+      return b_.declare(v.kind, v.name, v.type, v.loc);
+    if (save_for_backward(f_, id)) {
       std::string name = unique("saved_" + (v.name.empty() ? fmt::format("v{}", id) : v.name));
       r_.saved.push_back(id);
       r_.saved_names.push_back(name);
-      at = declare_input(name, id);
-    } else {
-      std::vector<ValueId> args;
-      for (ValueId a : v.args)
-        args.push_back(value(a));
-      // `at` is still valid: in_backward_ has one entry per forward value from the start.
-      at = b_.op(v.op, args, v.attrs, v.name, v.loc);
+      return declare_input(name, id);
     }
-    return at;
+    std::vector<ValueId> args;
+    for (ValueId a : v.args)
+      args.push_back(value(a));
+    return b_.op(v.op, args, v.attrs, v.name, v.loc);
+  }
+
+  // A batchnorm's result as the column affine of its input and statistics where its own rule
+  // reads them (x̂ for the gradient of its input in train mode, of its weight in both modes; the
+  // train-mode batch statistics the forward computes anyway): a few FLOPs in the backward kernel
+  // that reads it, not a saved tensor of the input's size besides the input. -1 elsewhere.
+  // Mirrors the rule's x̂ (vjp.cpp), so both read the same values.
+  ValueId batchnorm_from_statistics(ValueId id) {
+    if (!f_[id].is_op() || f_[id].op != OpKind::BatchNorm)
+      return -1;
+    const Value v = f_[id]; // a copy: forward_op grows the forward graph
+    const bool affine = v.args.size() == 5;
+    const auto wanted = [&](size_t arg) { return wanted_[static_cast<size_t>(v.args[arg])]; };
+    if (!((mode_ == Mode::Train && wanted(0)) || (affine && wanted(1))))
+      return -1;
+    ValueId mean, var;
+    if (mode_ == Mode::Train) {
+      mean = value(forward_op(OpKind::ColMean, {v.args[0]}));
+      var = value(forward_op(OpKind::ColVar, {v.args[0]}));
+    } else {
+      mean = value(v.args[affine ? 3 : 1]);
+      var = value(v.args[affine ? 4 : 2]);
+    }
+    ValueId eps = b_.op(OpKind::Constant, {},
+                        {{"value", AttrValue(v.attr("eps"))}, {"dtype", AttrValue(0, "f32")}});
+    ValueId rstd = b_.op(OpKind::Rsqrt, {b_.op(OpKind::Add, {var, eps})});
+    ValueId y = b_.op(OpKind::Mul, {b_.op(OpKind::Sub, {value(v.args[0]), mean}), rstd});
+    if (affine)
+      y = b_.op(OpKind::Add, {b_.op(OpKind::Mul, {y, value(v.args[1])}), value(v.args[2])});
+    if (b_.graph()[y].type.dtype != v.type.dtype)
+      y = b_.op(OpKind::Cast, {y},
+                {{"dtype", AttrValue(0, std::string(dtype_name(v.type.dtype)))}});
+    return y;
   }
 
   // A value the forward computes for the backward (VjpContext::forward_op), once per op and
@@ -209,6 +247,7 @@ private:
       it->second = forward_.op(k, std::move(args));
       in_backward_.push_back(-1);
       varies_.push_back(false);
+      wanted_.push_back(false);
     }
     return it->second;
   }
@@ -259,6 +298,7 @@ private:
   GraphBuilder b_;
   std::vector<ValueId> in_backward_;
   std::vector<bool> varies_;
+  std::vector<bool> wanted_; // values whose gradient an output's gradient needs: not frozen
   const std::set<std::string> &frozen_;
   std::map<ValueId, ValueId> grads_;
   std::map<std::pair<OpKind, std::vector<ValueId>>, ValueId> forward_ops_;

@@ -139,6 +139,35 @@ TEST_CASE("grad: batchnorm in train mode (through the batch statistics) and in e
   CHECK(parse(plain)[r.gradients[0].first].name == "x");
 }
 
+TEST_CASE("grad: a batchnorm's result is recomputed from the input and statistics its rule reads") {
+  // The softmax's rule reads the batchnorm's result, the batchnorm's rule its input: the
+  // forward saves the input (and in train mode the batch statistics), not the result too.
+  const std::string text =
+      "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[6, 6]\n"
+      "  param g: f32[6]\n  param b: f32[6]\n  state rm: f32[6]\n  state rv: f32[6]\n"
+      "  h = linear(x, w)\n  y = batchnorm(h, g, b, rm, rv)\n  return mul(y, softmax(y, "
+      "dim=1))\n}\n";
+  const ir::Graph f = parse(text);
+  const auto saved_names = [](const ir::GradResult &r) {
+    std::vector<std::string> names;
+    for (ir::ValueId id : r.saved) {
+      const ir::Value &v = r.forward[id];
+      if (v.type.rank() == 2)
+        names.push_back(v.name.empty() ? std::string(ir::op_info(v.op).name) : v.name);
+    }
+    return names;
+  };
+  for (Mode mode : {Mode::Train, Mode::Eval}) {
+    CAPTURE(mode);
+    expect_gradients(text, mode);
+    CHECK(saved_names(ir::grad(f, mode)) == std::vector<std::string>{"h", "softmax"});
+  }
+  // Where the batchnorm's rule reads neither (its input, weight and the GEMM before them
+  // frozen), its result is saved: recomputing it would save its input instead.
+  CHECK(saved_names(ir::grad(f, Mode::Train, {"x", "w", "g"})) ==
+        std::vector<std::string>{"y", "softmax"});
+}
+
 TEST_CASE("grad: row ops and feature normalizations, odd widths and rank 3") {
   for (const char *body :
        {"  return softmax(x, dim=1)", "  return softmax(x, dim=0)",
