@@ -206,7 +206,8 @@ class Fused(nn.Module):
         with torch.no_grad():
             by_name = dict(zip((v["name"] for v in ops.forward.params), tensors))
             for v, updated in zip(ops.saving.updated, states):
-                by_name[v["name"]].copy_(updated)
+                if updated is not by_name[v["name"]]:  # updated in place where the call ran eagerly
+                    by_name[v["name"]].copy_(updated)
         return outs[0] if len(outs) == 1 else outs
 
     def _frozen(self, inputs, tensors):

@@ -20,7 +20,9 @@ The first has the second as its autograd formula (torch.library.register_autogra
 gradients of the inputs and params that require grad, None for state and for the rest, so
 autograd accumulates them into .grad and torch.compile(fullgraph=True) traces both ops. An eager
 call on CUDA tensors runs the same implementation and formula through a torch.autograd.Function,
-without the dispatcher's layers around a Python op (host time on every step).
+without the dispatcher's layers around a Python op (host time on every step), and updates the
+state in place where the backward does not read it (a new copy every step would be a new tensor
+for the pipeline to bind and check).
 """
 
 import hashlib
@@ -97,6 +99,11 @@ class TrainingOps:
         given.update((name, v["shape"]) for name, v in zip(self.grad_inputs, forward.outputs))
         given.update((name, v["shape"]) for name, v in zip(self.saved, self.saving.outputs[len(forward.outputs):]))
         self._reshapes = any(len(given.get(name, ())) != len(v["shape"]) for name, v in self._declared.items())
+        # An eager call updates the caller's state in place (no copies to make, bind and check
+        # every step) unless the backward reads a state as the forward found it.
+        self._in_place = not any(v["name"] in self._read for v in self.saving.updated)
+        position = {v["name"]: len(forward.inputs) + i for i, v in enumerate(forward.params)}
+        self._updated = [position[v["name"]] for v in self.saving.updated]
         torch.library.register_autograd(self.saving.qualname, self._backward, setup_context=self._setup_context,
                                         lib=_LIBRARY)
 
@@ -106,15 +113,18 @@ class TrainingOps:
     def __call__(self, *tensors, precision):
         """The forward's outputs and the updated state (train mode) of a call recorded by
         autograd: the saved values and the rng stay in the graph, for the backward."""
+        outputs = len(self.forward.outputs)
         if _direct(tensors):  # the same formulas, without the dispatcher's layers around a Python op
             results = _Recorded.apply(self, precision, *tensors)
             # The backward's transposed weights are made now, while autograd's host work runs.
             if self._ahead:
                 self.backward.prepare_params(precision, {name: tensors[i] for i, name in self._ahead})
+            if self._in_place:  # the state given is the state updated
+                results = results if isinstance(results, tuple) else (results,)
+                return results[:outputs], [tensors[i] for i in self._updated]
         else:
             results = self.saving.op(*tensors, precision)
         results = results if isinstance(results, tuple) else (results,)
-        outputs = len(self.forward.outputs)
         return results[:outputs], results[outputs + len(self.saved): outputs + len(self.saved) + len(self.saving.updated)]
 
     def _setup_context(self, ctx, inputs, output):
@@ -190,7 +200,7 @@ class _Recorded(torch.autograd.Function):
 
     @staticmethod
     def forward(ops, precision, *tensors):
-        return ops.saving._run(*tensors, precision)
+        return ops.saving._run(*tensors, precision, in_place=ops._in_place)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -284,25 +284,28 @@ class PipelineOp:
             self._bound[key] = {}
         return self._pipelines[key]
 
-    def _run(self, *arguments):
-        return self.run_with(self._run_pipeline, *arguments)
+    def _run(self, *arguments, in_place=False):
+        return self.run_with(self._run_pipeline, *arguments, in_place=in_place)
 
-    def run_with(self, execute, *arguments):
+    def run_with(self, execute, *arguments, in_place=False):
         """The op's semantics for `arguments`, its pipeline run by
         execute(precision, inputs, params, rng) -> (outputs, (seed, offset) drawn at): it updates
         the state among `params` in place and draws at `rng` where that is not None (the tests
-        give it kfuse's reference interpreter)."""
+        give it kfuse's reference interpreter). `in_place`: a functional op's call that updates
+        the caller's state in place and returns none (an eager call, where nothing traces the
+        op: a new state copy each call would be a new tensor to bind and check every call)."""
         inputs, params, rng, precision = self._split(arguments)
         precision, why = self.resolve_precision(precision)
         if rng is not None:
             self._check_rng(rng)
             rng = tuple(int(n) % 2**64 for n in rng.tolist())  # int64 holds a uint64's bits
-        if self.functional:  # the caller's state stays as it is; the copies are updated
+        functional = self.functional and not in_place
+        if functional:  # the caller's state stays as it is; the copies are updated
             params = [t.detach().clone() if v in self.updated else t for v, t in zip(self.params, params)]
         outs, drawn = execute(precision, inputs, params, rng)
         self._latest[0] = (precision, why)
         outs = list(outs) if isinstance(outs, tuple) else [outs]
-        if self.functional:
+        if functional:
             outs += [t for v, t in zip(self.params, params) if v in self.updated]
         if self.rng == "out":
             outs.append(torch.tensor([n - 2**64 if n >= 2**63 else n for n in drawn], dtype=torch.int64))

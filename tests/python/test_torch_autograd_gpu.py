@@ -222,6 +222,7 @@ def test_two_layers_of_one_kf_share_its_pipelines_and_train_as_pytorch():
     optimizers = [torch.optim.SGD([p for b in bs for p in b.parameters()], lr=0.1, momentum=0.9)
                   for bs in (blocks, exact)]
     generator = torch.Generator(device="cuda").manual_seed(1)
+    versions = [b.bn.running_var._version for b in blocks]
     for step in range(3):
         x = torch.randn(96, 64, device="cuda", generator=generator)
         weights = torch.randn(96, 64, device="cuda", dtype=torch.float64, generator=generator)
@@ -246,3 +247,6 @@ def test_two_layers_of_one_kf_share_its_pipelines_and_train_as_pytorch():
     # rounding noise alone).
     for i, (b, e) in enumerate(zip(blocks, exact)):
         assert rel(b.bn.running_var, e.bn.running_var) <= BF16_BOUND, f"layer {i}'s running_var"
+    # An eager call updates each layer's statistics in place: nothing copied back (a copy_ would
+    # count in _version).
+    assert [b.bn.running_var._version for b in blocks] == versions
