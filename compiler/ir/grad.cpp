@@ -236,6 +236,7 @@ private:
     if (b_.graph()[y].type.dtype != v.type.dtype)
       y = b_.op(OpKind::Cast, {y},
                 {{"dtype", AttrValue(0, std::string(dtype_name(v.type.dtype)))}});
+    r_.recomputed.push_back(id);
     return y;
   }
 

@@ -35,6 +35,9 @@ struct GradResult {
   // The forward values the backward reads as inputs, and the names of those inputs.
   std::vector<ValueId> saved;
   std::vector<std::string> saved_names;
+  // Forward values the cost rule would save that the backward rebuilds from what is saved
+  // instead (a batchnorm's result from its input and statistics).
+  std::vector<ValueId> recomputed;
   // (forward input or param, index of its gradient among the backward's outputs).
   std::vector<std::pair<ValueId, size_t>> gradients;
 };

@@ -417,6 +417,12 @@ TEST_CASE("cli: kfuse grad prints the backward graph, what the forward saves, an
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("kfuse grad: error: grad: 't1' (%5, max_pool1d_backward) has no "
                    "vector-Jacobian product: the gradient of max_pool1d's gradient") == 0);
+  // A batchnorm the softmax's rule reads is rebuilt from its saved input and statistics.
+  r = testing::run_kfuse("grad examples/gemm_bn_scale_softmax.kf");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("# Recomputed by the backward from what is saved, not saved:\n"
+                   "#   'h' (%9, batchnorm)\n# Outputs:") != std::string::npos);
+  CHECK(r.out.find("batchnorm)\n#   saved") == std::string::npos);
   r = testing::run_kfuse("grad examples/gemm_scale_bn.kf --mode test");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--mode must be train or eval, got 'test'") != std::string::npos);

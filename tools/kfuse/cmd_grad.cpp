@@ -1,7 +1,8 @@
 // kfuse grad F.kf [--mode train|eval]: the backward graph of the pipeline (compiler/ir/grad.h) as
-// .kf, after a header that says what the forward saves for it and which output is whose
-// gradient. `kfuse plan|emit|compile|run|bench --backward` plan, compile and run it beside the
-// forward that saves. Exit codes as `kfuse check`.
+// .kf, after a header that says what the forward saves for it (and what the backward rebuilds
+// from that instead of a save) and which output is whose gradient. `kfuse
+// plan|emit|compile|run|bench --backward` plan, compile and run it beside the forward that saves.
+// Exit codes as `kfuse check`.
 #include "compiler/dsl/diagnostics.h"
 #include "compiler/dsl/parser.h"
 #include "compiler/ir/grad.h"
@@ -32,6 +33,11 @@ std::string header(const ir::Graph &f, const ir::GradResult &r, ir::Mode mode) {
     out += " none";
   for (size_t i = 0; i < r.saved.size(); ++i)
     out += fmt::format("\n#   {} = {}", r.saved_names[i], ir::describe(r.forward, r.saved[i]));
+  if (!r.recomputed.empty()) {
+    out += "\n# Recomputed by the backward from what is saved, not saved:";
+    for (ir::ValueId id : r.recomputed)
+      out += fmt::format("\n#   {}", ir::describe(r.forward, id));
+  }
   out += "\n# Outputs:";
   for (const auto &[id, index] : r.gradients)
     out += fmt::format("\n#   {}: the gradient of {}", index, ir::describe(f, id));
