@@ -210,34 +210,23 @@ private:
   // reads them (x̂ for the gradient of its input in train mode, of its weight in both modes; the
   // train-mode batch statistics the forward computes anyway): a few FLOPs in the backward kernel
   // that reads it, not a saved tensor of the input's size besides the input. -1 elsewhere.
-  // Mirrors the rule's x̂ (vjp.cpp), so both read the same values.
   ValueId batchnorm_from_statistics(ValueId id) {
-    if (!f_[id].is_op() || f_[id].op != OpKind::BatchNorm)
+    const Value &v = f_[id];
+    if (!v.is_op() || v.op != OpKind::BatchNorm)
       return -1;
-    const Value v = f_[id]; // a copy: forward_op grows the forward graph
-    const bool affine = v.args.size() == 5;
     const auto wanted = [&](size_t arg) { return wanted_[static_cast<size_t>(v.args[arg])]; };
-    if (!((mode_ == Mode::Train && wanted(0)) || (affine && wanted(1))))
+    if (!((mode_ == Mode::Train && wanted(0)) || (v.args.size() == 5 && wanted(1))))
       return -1;
-    ValueId mean, var;
-    if (mode_ == Mode::Train) {
-      mean = value(forward_op(OpKind::ColMean, {v.args[0]}));
-      var = value(forward_op(OpKind::ColVar, {v.args[0]}));
-    } else {
-      mean = value(v.args[affine ? 3 : 1]);
-      var = value(v.args[affine ? 4 : 2]);
-    }
-    ValueId eps = b_.op(OpKind::Constant, {},
-                        {{"value", AttrValue(v.attr("eps"))}, {"dtype", AttrValue(0, "f32")}});
-    ValueId rstd = b_.op(OpKind::Rsqrt, {b_.op(OpKind::Add, {var, eps})});
-    ValueId y = b_.op(OpKind::Mul, {b_.op(OpKind::Sub, {value(v.args[0]), mean}), rstd});
-    if (affine)
-      y = b_.op(OpKind::Add, {b_.op(OpKind::Mul, {y, value(v.args[1])}), value(v.args[2])});
-    if (b_.graph()[y].type.dtype != v.type.dtype)
-      y = b_.op(OpKind::Cast, {y},
-                {{"dtype", AttrValue(0, std::string(dtype_name(v.type.dtype)))}});
+    ValueId y = vjp::batchnorm_result(context(id, kNoGradient));
     r_.recomputed.push_back(id);
     return y;
+  }
+
+  // The context a rule of forward op `id` builds in, `grad` its result's gradient.
+  VjpContext context(ValueId id, ValueId grad) {
+    return VjpContext(
+        b_, f_, id, mode_, grad, [this](ValueId a) { return value(a); },
+        [this](OpKind k, std::vector<ValueId> a) { return forward_op(k, std::move(a)); });
   }
 
   // A value the forward computes for the backward (VjpContext::forward_op), once per op and
@@ -260,9 +249,7 @@ private:
     // Copies: a rule may add values to the forward graph (forward_op).
     const OpKind op = f_[id].op;
     const std::vector<ValueId> args = f_[id].args;
-    VjpContext c(
-        b_, f_, id, mode_, it->second, [this](ValueId a) { return value(a); },
-        [this](OpKind k, std::vector<ValueId> a) { return forward_op(k, std::move(a)); });
+    const VjpContext c = context(id, it->second);
     std::vector<ValueId> dargs = vjp_rule(op)(c);
     if (dargs.size() != args.size())
       throw std::logic_error(fmt::format("grad: the rule of {} gave {} gradients for {} arguments",

@@ -144,6 +144,33 @@ std::vector<ValueId> matmul(const VjpContext &c) {
           c.op(OpKind::Matmul, {c.op(OpKind::Transpose, {c.matrix(a)}), c.matrix(g)})};
 }
 
+} // namespace
+
+BatchnormNormalized batchnorm_normalized(const VjpContext &c) {
+  const bool affine = c.arg_count() == 5;
+  ValueId x = c.arg(0);
+  // Train mode: the batch statistics the forward normalized with, which it computes anyway.
+  const bool train = c.mode() == Mode::Train;
+  ValueId mean = train ? c.forward_op(OpKind::ColMean, {0}) : c.arg(affine ? 3 : 1);
+  ValueId var = train ? c.forward_op(OpKind::ColVar, {0}) : c.arg(affine ? 4 : 2);
+  ValueId rstd = c.op(OpKind::Rsqrt, {c.add(var, c.number(c.attr("eps")))});
+  return {c.mul(c.sub(x, mean), rstd), rstd};
+}
+
+ValueId batchnorm_result(const VjpContext &c) {
+  ValueId y = batchnorm_normalized(c).xhat;
+  if (c.arg_count() == 5) {
+    y = c.mul(y, c.arg(1)); // before arg(2): the backward declares them in this order
+    y = c.add(y, c.arg(2));
+  }
+  const DType want = c.op().type.dtype;
+  if (c.type(y).dtype != want)
+    y = c.op(OpKind::Cast, {y}, {{"dtype", AttrValue(0, std::string(dtype_name(want)))}});
+  return y;
+}
+
+namespace {
+
 // Train mode: the exact backward through the batch mean and biased variance,
 //   dx = rstd (gx - mean(gx) - x̂ mean(gx x̂)),  gx = g * weight,
 // the statistics recomputed from x by the column statistics of the table. Eval mode: the affine
@@ -151,13 +178,9 @@ std::vector<ValueId> matmul(const VjpContext &c) {
 // statistics (states) get none.
 std::vector<ValueId> batchnorm(const VjpContext &c) {
   bool affine = c.arg_count() == 5;
-  ValueId g = c.grad(), x = c.arg(0);
+  ValueId g = c.grad();
   bool train = c.mode() == Mode::Train;
-  // Train mode: the batch statistics the forward normalized with, which it computes anyway.
-  ValueId mean = train ? c.forward_op(OpKind::ColMean, {0}) : c.arg(affine ? 3 : 1);
-  ValueId var = train ? c.forward_op(OpKind::ColVar, {0}) : c.arg(affine ? 4 : 2);
-  ValueId rstd = c.op(OpKind::Rsqrt, {c.add(var, c.number(c.attr("eps")))});
-  ValueId xhat = c.mul(c.sub(x, mean), rstd);
+  const auto [xhat, rstd] = batchnorm_normalized(c);
   ValueId gx = affine ? c.mul(g, c.arg(1)) : g;
   ValueId dx = c.mul(gx, rstd);
   if (train) {

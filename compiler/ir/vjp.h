@@ -104,6 +104,16 @@ using VjpFn = std::vector<ValueId> (*)(const VjpContext &c);
 VjpFn vjp_rule(OpKind k);
 
 namespace vjp {
+// A batchnorm's x̂ = (x - mean) rstd with the statistics its rule reads (train mode: the batch
+// statistics the forward computes, VjpContext::forward_op; eval mode: the running ones), and rstd.
+struct BatchnormNormalized {
+  ValueId xhat, rstd;
+};
+BatchnormNormalized batchnorm_normalized(const VjpContext &c);
+// The batchnorm's result rebuilt from them (x̂ weight + bias, in its type): ir::grad recomputes
+// it where the rule reads them anyway.
+ValueId batchnorm_result(const VjpContext &c);
+
 // The pointwise rules (compiler/ir/vjp_pointwise.cpp), named after their ops.
 std::vector<ValueId> add(const VjpContext &c);
 std::vector<ValueId> sub(const VjpContext &c);

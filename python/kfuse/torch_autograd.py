@@ -90,8 +90,9 @@ class TrainingOps:
         # (position among the forward's arguments, name) of the backward's params that it reads
         # as the forward's call gave them (not state, which it reads as a copy): bound ahead of
         # the backward (prepare_params).
+        position = {v["name"]: len(forward.inputs) + i for i, v in enumerate(forward.params)}
         backward_params = {v["name"] for v in self.backward.params}
-        self._ahead = [(len(forward.inputs) + i, v["name"]) for i, v in enumerate(forward.params)
+        self._ahead = [(position[v["name"]], v["name"]) for v in forward.params
                        if v["kind"] == "param" and v["name"] in backward_params]
         # Whether the backward declares a value in another rank than the forward gives it (a
         # [B*T, F] output declared [B, T, F]): only then does a call keep its dims to reshape it.
@@ -102,7 +103,6 @@ class TrainingOps:
         # An eager call updates the caller's state in place (no copies to make, bind and check
         # every step) unless the backward reads a state as the forward found it.
         self._in_place = not any(v["name"] in self._read for v in self.saving.updated)
-        position = {v["name"]: len(forward.inputs) + i for i, v in enumerate(forward.params)}
         self._updated = [position[v["name"]] for v in self.saving.updated]
         torch.library.register_autograd(self.saving.qualname, self._backward, setup_context=self._setup_context,
                                         lib=_LIBRARY)
@@ -113,18 +113,18 @@ class TrainingOps:
     def __call__(self, *tensors, precision):
         """The forward's outputs and the updated state (train mode) of a call recorded by
         autograd: the saved values and the rng stay in the graph, for the backward."""
-        outputs = len(self.forward.outputs)
-        if _direct(tensors):  # the same formulas, without the dispatcher's layers around a Python op
+        direct = _direct(tensors)
+        if direct:  # the same formulas, without the dispatcher's layers around a Python op
             results = _Recorded.apply(self, precision, *tensors)
             # The backward's transposed weights are made now, while autograd's host work runs.
             if self._ahead:
                 self.backward.prepare_params(precision, {name: tensors[i] for i, name in self._ahead})
-            if self._in_place:  # the state given is the state updated
-                results = results if isinstance(results, tuple) else (results,)
-                return results[:outputs], [tensors[i] for i in self._updated]
         else:
             results = self.saving.op(*tensors, precision)
         results = results if isinstance(results, tuple) else (results,)
+        outputs = len(self.forward.outputs)
+        if direct and self._in_place:  # the state given is the state updated
+            return results[:outputs], [tensors[i] for i in self._updated]
         return results[:outputs], results[outputs + len(self.saved): outputs + len(self.saved) + len(self.saving.updated)]
 
     def _setup_context(self, ctx, inputs, output):
