@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -209,7 +210,8 @@ private:
   // A batchnorm's result as the column affine of its input and statistics where its own rule
   // reads them (x̂ for the gradient of its input in train mode, of its weight in both modes; the
   // train-mode batch statistics the forward computes anyway): a few FLOPs in the backward kernel
-  // that reads it, not a saved tensor of the input's size besides the input. -1 elsewhere.
+  // that reads it, not a saved tensor of the input's size besides the input. -1 elsewhere, and
+  // where compared_downstream: there the backward must read the forward's own values.
   ValueId batchnorm_from_statistics(ValueId id) {
     const Value &v = f_[id];
     if (!v.is_op() || v.op != OpKind::BatchNorm)
@@ -217,9 +219,42 @@ private:
     const auto wanted = [&](size_t arg) { return wanted_[static_cast<size_t>(v.args[arg])]; };
     if (!((mode_ == Mode::Train && wanted(0)) || (v.args.size() == 5 && wanted(1))))
       return -1;
+    if (compared_downstream(id))
+      return -1;
     ValueId y = vjp::batchnorm_result(context(id, kNoGradient));
     r_.recomputed.push_back(id);
     return y;
+  }
+
+  // Whether an extremum or a comparison (its rule, or its recomputation) reads a value the
+  // backward recomputes from `id` (through ops computed inline). The recomputed batchnorm result
+  // differs from the forward's in its last bits (another order of operations, another kernel),
+  // and such an op compares exactly: max's rule compares its argument with the saved maximum,
+  // x - max(x) is 0 at the maximum only in the forward's own values.
+  bool compared_downstream(ValueId id) const {
+    std::vector<bool> reaches(f_.values.size(), false);
+    reaches[static_cast<size_t>(id)] = true;
+    for (size_t i = static_cast<size_t>(id) + 1; i < f_.values.size(); ++i) {
+      const Value &v = f_.values[i];
+      if (!v.is_op() || std::none_of(v.args.begin(), v.args.end(),
+                                     [&](ValueId a) { return reaches[static_cast<size_t>(a)]; }))
+        continue;
+      switch (v.op) {
+      case OpKind::Max:
+      case OpKind::Min:
+      case OpKind::Amax:
+      case OpKind::Amin:
+      case OpKind::MaxPool1d:
+      case OpKind::Maximum:
+      case OpKind::Minimum:
+      case OpKind::Greater:
+      case OpKind::GreaterEqual:
+        return true;
+      default:
+        reaches[i] = !save_for_backward(f_, static_cast<ValueId>(i));
+      }
+    }
+    return false;
   }
 
   // The context a rule of forward op `id` builds in, `grad` its result's gradient.

@@ -168,6 +168,41 @@ TEST_CASE("grad: a batchnorm's result is recomputed from the input and statistic
         std::vector<std::string>{"y", "softmax"});
 }
 
+TEST_CASE("grad: a batchnorm's result that an extremum or a comparison reaches through recomputed "
+          "ops is saved, not recomputed") {
+  // max's rule compares its argument with the saved maximum, and x - max(x) is exactly 0 at the
+  // maximum: a result recomputed in another order than the forward's would compare unequal
+  // there (no element of a slice hitting its maximum, a mask the forward did not take). Saved,
+  // the backward reads the forward's own values.
+  for (const char *tail : {"  return amax(relu(y), dim=1)", "  return max(y, dim=0)",
+                           "  m = max(y, dim=1, keepdim=true)\n  d = sub(y, m)\n"
+                           "  return mul(ge(d, mul(d, 0.5)), g)",
+                           "  return maximum(y, mul(y, 0.5))"}) {
+    CAPTURE(tail);
+    const std::string text =
+        std::string("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param g: f32[6]\n"
+                    "  param b: f32[6]\n  state rm: f32[6]\n  state rv: f32[6]\n"
+                    "  y = batchnorm(x, g, b, rm, rv)\n") +
+        tail + "\n}\n";
+    const ir::Graph f = parse(text);
+    for (Mode mode : {Mode::Train, Mode::Eval}) {
+      CAPTURE(mode);
+      const ir::GradResult r = ir::grad(f, mode);
+      CHECK(r.recomputed.empty());
+      expect_gradients(text, mode);
+    }
+  }
+  // An extremum of a saved value (the softmax's output) compares the forward's own values: the
+  // result is recomputed for the product's rule.
+  const std::string through_softmax =
+      "pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param g: f32[6]\n"
+      "  param b: f32[6]\n  state rm: f32[6]\n  state rv: f32[6]\n"
+      "  y = batchnorm(x, g, b, rm, rv)\n"
+      "  return mul(y, amax(softmax(y, dim=1), dim=1, keepdim=true))\n}\n";
+  CHECK(ir::grad(parse(through_softmax), Mode::Train).recomputed.size() == 1);
+  expect_gradients(through_softmax, Mode::Train);
+}
+
 TEST_CASE("grad: row ops and feature normalizations, odd widths and rank 3") {
   for (const char *body :
        {"  return softmax(x, dim=1)", "  return softmax(x, dim=0)",
