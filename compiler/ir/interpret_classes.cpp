@@ -82,16 +82,28 @@ HostTensor transposed(const HostTensor &x) {
 }
 
 // a[N,K] @ b[K,M] in i-k-j order: the inner loop runs along rows of b and of the output,
-// both contiguous.
+// both contiguous. Four rows of b at a time: each output element is loaded and stored once per
+// four products, not once per product (the loop was bound by those stores).
 HostTensor matmul(const HostTensor &a, const HostTensor &b) {
   int64_t n = a.shape[0], k = a.shape[1], m = b.shape[1];
   HostTensor out = zeros({n, m});
   for (int64_t r0 = 0; r0 < n; r0 += kGemmRowBlock) {
     int64_t r1 = std::min(n, r0 + kGemmRowBlock);
-    for (int64_t p = 0; p < k; ++p) {
+    int64_t p = 0;
+    for (; p + 4 <= k; p += 4) {
+      const double *b0 = &b.data[p * m], *b1 = b0 + m, *b2 = b1 + m, *b3 = b2 + m;
+      for (int64_t i = r0; i < r1; ++i) {
+        const double *ai = &a.data[i * k + p];
+        const double s0 = ai[0], s1 = ai[1], s2 = ai[2], s3 = ai[3];
+        double *oi = &out.data[i * m];
+        for (int64_t j = 0; j < m; ++j)
+          oi[j] += (s0 * b0[j] + s1 * b1[j]) + (s2 * b2[j] + s3 * b3[j]);
+      }
+    }
+    for (; p < k; ++p) {
       const double *bp = &b.data[p * m];
       for (int64_t i = r0; i < r1; ++i) {
-        double s = a.data[i * k + p];
+        const double s = a.data[i * k + p];
         double *oi = &out.data[i * m];
         for (int64_t j = 0; j < m; ++j)
           oi[j] += s * bp[j];
