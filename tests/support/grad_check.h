@@ -27,10 +27,10 @@ struct GradReport {
   ir::GradResult result;
 };
 
-// max(0, ||analytic - fd|| - noise sqrt(n)) / ||fd||: the relative error beyond what the finite
-// differences' own rounding (`noise` per element) can explain, so that a gradient that is zero
-// in exact arithmetic (a bias before a centring normalization) passes where its difference
-// quotient holds only rounding.
+// max(0, ||analytic - fd|| - noise sqrt(n)) / ||fd||: the relative error beyond what rounding
+// (`noise` per element: the finite differences' and the backward's own) can explain, so that a
+// gradient that is zero in exact arithmetic (a bias before a centring normalization) passes
+// where both its difference quotient and its backward hold only rounding.
 double gradient_error(const std::vector<double> &analytic, const std::vector<double> &fd,
                       double noise);
 
@@ -38,7 +38,8 @@ double gradient_error(const std::vector<double> &analytic, const std::vector<dou
 // gradient inputs): the backward graph's gradient of each input and param against central
 // differences (Richardson-extrapolated from steps h and h/2, h = step max(1, |x|)) at up to
 // `per_tensor` elements of each, every run in `mode` drawing the same random stream (dropout
-// keeps its mask). Throws what grad, the verifier or the interpreter throw.
+// keeps its mask). The backward's rounding is estimated as how far its gradients move when every
+// f32 element moves by 2^-36 of itself. Throws what grad, the verifier or the interpreter throw.
 GradReport check_gradients(const ir::Graph &forward, ir::Mode mode, const ir::DimBindings &dims,
                            uint64_t seed, size_t per_tensor = 24, double step = kStep);
 

@@ -109,6 +109,32 @@ TEST_CASE("grad: pointwise binary ops with broadcasting against finite differenc
   CHECK(r.result.gradients.size() == 1); // x only: b reaches the output through gt alone
 }
 
+TEST_CASE("grad check: a gradient zero in exact arithmetic whose backward holds only amplified "
+          "rounding passes") {
+  // p2 is broadcast over a one-column batchnorm: the column is constant, the loss does not move
+  // with p2 at all, and the backward's rounding is amplified by 1/sqrt(eps) three times (the
+  // batchnorm and two rmsnorms of zeros). The check allows that rounding where the finite
+  // differences are zero, and only there (a wrong rule errs where they are not).
+  const std::string text = "pipeline zero_gradient {\n  dim N\n  input i0: f32[N, 3]\n"
+                           "  param p2: f32[1]\n  state s5: f32[1]\n  state s6: f32[1]\n"
+                           "  param p9: f32[1]\n  state s13: f32[1]\n  state s14: f32[1]\n"
+                           "  v1 = avg_pool1d(i0, kernel_size=2)\n"
+                           "  v4 = maximum(v1, unsqueeze(p2, dim=-2))\n"
+                           "  v7 = batchnorm(v4, s5, s6, eps=3e-05, momentum=0.3)\n"
+                           "  v8 = rmsnorm(v7, eps=1.19209e-07)\n"
+                           "  v10 = rmsnorm(v8, p9, eps=3.57628e-07)\n"
+                           "  v12 = minimum(v10, mean(v10, dim=-1, keepdim=true))\n"
+                           "  return batchnorm(v12, s13, s14, eps=1e-05, momentum=0.1)\n}\n";
+  ir::Graph f = parse(text);
+  testing::GradReport r = testing::check_gradients(f, Mode::Train, {{"N", 3}}, 91203800, 8);
+  const auto p2 = std::find_if(r.result.gradients.begin(), r.result.gradients.end(),
+                               [&](const auto &g) { return f[g.first].name == "p2"; });
+  REQUIRE(p2 != r.result.gradients.end());
+  for (double d : r.differences.at(size_t(p2 - r.result.gradients.begin())))
+    CHECK(d == 0);
+  CHECK(r.error <= kBound);
+}
+
 TEST_CASE("grad: GEMMs, rank 3 included") {
   expect_gradients("pipeline p {\n  dim N\n  input x: f32[N, 6]\n  param w: f32[4, 6]\n"
                    "  param b: f32[4]\n  return linear(x, w, b)\n}\n",
