@@ -28,11 +28,12 @@ struct GradReport {
 };
 
 // max(0, ||analytic - fd|| - noise sqrt(n)) / ||fd||: the relative error beyond what rounding
-// (`noise` per element: the finite differences' and the backward's own) can explain, so that a
-// gradient that is zero in exact arithmetic (a bias before a centring normalization) passes
-// where both its difference quotient and its backward hold only rounding.
+// can explain, `noise` per element the finite differences' own, plus `backward_noise` (the
+// backward's own) where ||fd|| <= noise sqrt(n); so that a gradient that is zero in exact
+// arithmetic (a bias before a centring normalization) passes where both its difference quotient
+// and its backward hold only rounding.
 double gradient_error(const std::vector<double> &analytic, const std::vector<double> &fd,
-                      double noise);
+                      double noise, double backward_noise = 0);
 
 // For the loss Σ_o <w_o, out_o> over the forward's outputs with random weights w_o (the backward's
 // gradient inputs): the backward graph's gradient of each input and param against central
