@@ -218,7 +218,8 @@ void Interpreter::eval(ValueId id) {
   if (inferred != v.type)
     throw InterpretError(fmt::format("{} is recorded as {} but its arguments give {}",
                                      describe(g_, id), v.type.str(), inferred.str()));
-  if (rounding_ == Rounding::None && v.op == OpKind::Cast && v.type.dtype != DType::I64) {
+  if (rounding_ == Rounding::None &&
+      ((v.op == OpKind::Cast && v.type.dtype != DType::I64) || v.op == OpKind::RoundTf32)) {
     values_[static_cast<size_t>(id)] = *args[0];
     done_[static_cast<size_t>(id)] = true;
     return;

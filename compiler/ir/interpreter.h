@@ -45,8 +45,9 @@ struct InterpretError : kfuse::Error {
 
 struct OpRun;
 
-// Declared: a cast rounds to its element type, outputs and state updates to theirs, as a GPU run
-// stores them. None: casts to a floating type, outputs and state updates keep every fp64 bit
+// Declared: a cast rounds to its element type (round_tf32 to tf32), outputs and state updates to
+// theirs, as a GPU run stores them. None: casts to a floating type, round_tf32, outputs and
+// state updates keep every fp64 bit
 // (the exact values, against which a check measures what the declared rounding costs).
 enum class Rounding { Declared, None };
 

@@ -405,6 +405,15 @@ constexpr OpInfo kOps[] = {
      nullptr,
      {},
      "x.to(dtype)"},
+    // What precision tf32 makes of a GEMM's f32 weight on the Hopper mainloop, once per bind
+    // (compiler/passes/round_tf32.cpp): the tensor cores would truncate it.
+    internal_pointwise(
+        OpKind::RoundTf32, OpClass::Unary, "round_tf32", pw::round_tf32, "kf::round_to_tf32({0})",
+        0,
+        "`x` rounded to tf32 (10 explicit mantissa bits), nearest, ties away from zero, as "
+        "cuBLAS rounds its tf32 operands; NaN and inf unchanged",
+        "torch.where(torch.isfinite(x), ((x.float().view(torch.int32) + 4096) & -8192)"
+        ".view(torch.float32), x.float()).to(x.dtype)"),
     // The derivatives of piecewise ops (relu, clamp, maximum, ...) and the reductions' masks
     // select with these (compiler/ir/vjp.h); 1 or 0 in the type of the operands, 0 where
     // either is NaN, as PyTorch's comparisons are false there.

@@ -103,6 +103,7 @@ enum class OpKind : uint8_t {
   ColAffine,
   BnUpdate,
   Cast,
+  RoundTf32,
   Greater,
   GreaterEqual,
   Erf,

@@ -3,6 +3,8 @@
 #include "compiler/ir/types.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 namespace kfuse::ir {
 
@@ -93,6 +95,19 @@ double square(double x, double, const double *) { return x * x; }
 double reciprocal(double x, double, const double *) { return 1.0 / x; }
 // As a kernel rounds: to fp32 first, then to the type (round_to); to f32 it is x itself.
 double cast(double x, double, const double *a) { return round_to(static_cast<DType>(a[0]), x); }
+// As cvt.rna.tf32.f32 rounds the fp32 value: 10 explicit mantissa bits, nearest, ties away from
+// zero (half an ulp added to the magnitude's bits, then the 13 below cut); NaN and inf stay.
+double round_tf32(double x, double, const double *) {
+  const float f = static_cast<float>(x);
+  if (!std::isfinite(f))
+    return f;
+  uint32_t bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits = (bits + 0x1000u) & 0xffffe000u;
+  float r = 0;
+  std::memcpy(&r, &bits, sizeof r);
+  return r;
+}
 
 } // namespace pointwise
 } // namespace kfuse::ir

@@ -45,6 +45,7 @@ double rsqrt(double x, double y, const double *a);
 double square(double x, double y, const double *a);
 double reciprocal(double x, double y, const double *a);
 double cast(double x, double y, const double *a); // a: dtype (its DType value)
+double round_tf32(double x, double y, const double *a);
 
 // torch.nn.SELU's constants.
 inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;

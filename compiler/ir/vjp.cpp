@@ -481,6 +481,7 @@ constexpr VjpEntry kRules[] = {
     {OpKind::ColAffine, col_affine},
     {OpKind::BnUpdate, effect},
     {OpKind::Cast, cast},
+    {OpKind::RoundTf32, round_tf32},
     {OpKind::Greater, comparison},
     {OpKind::GreaterEqual, comparison},
     {OpKind::Erf, erf},

@@ -147,6 +147,7 @@ std::vector<ValueId> rsqrt(const VjpContext &c);
 std::vector<ValueId> square(const VjpContext &c);
 std::vector<ValueId> reciprocal(const VjpContext &c);
 std::vector<ValueId> cast(const VjpContext &c);
+std::vector<ValueId> round_tf32(const VjpContext &c);
 std::vector<ValueId> comparison(const VjpContext &c);
 std::vector<ValueId> erf(const VjpContext &c);
 } // namespace vjp

@@ -222,6 +222,10 @@ std::vector<ValueId> cast(const VjpContext &c) {
   return {c.op(OpKind::Cast, {c.grad()}, {{"dtype", AttrValue(0, std::string(dtype_name(to)))}})};
 }
 
+// The gradient as it is: PyTorch's tf32 GEMMs round their operands and differentiate as if
+// they did not, as a cast's backward does.
+std::vector<ValueId> round_tf32(const VjpContext &c) { return {c.grad()}; }
+
 // Piecewise constant: no gradient, as PyTorch's comparisons.
 std::vector<ValueId> comparison(const VjpContext &) { return {kNoGradient, kNoGradient}; }
 

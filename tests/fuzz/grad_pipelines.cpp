@@ -8,16 +8,16 @@
 // --replay checks the pipeline of seed SEED, or the one in FILE (a finding cut down) with the
 // tensors of that seed.
 //
-// Pipelines are f32 throughout (a rounding to bf16/f16 is a step a difference quotient cannot
-// follow: a pipeline with a cast to one is skipped) without special literals. Every op the
-// generator draws has a rule (compiler/ir/vjp.h), the pools and groupnorm included; a pipeline
-// whose backward graph grad refuses (a GradError: a saved value no declaration can hold, an op
-// without a rule) or that the interpreter refuses at the chosen size is counted as skipped, by
-// reason. max_pool1d's rule gives a tied window's gradient to its first maximum as PyTorch does,
-// where a difference quotient splits it; random inputs tie only where one value is broadcast
-// (it moves as one) or an op saturates (relu's zeros: its own derivative is 0 there), and there
-// the two agree. Rounding can also make a tie the exact function does not have (a logsumexp of
-// huge values equal to its largest element, compared with it by maximum: seed 94364025); there
+// Pipelines are f32 throughout (a rounding to bf16/f16/tf32 is a step a difference quotient
+// cannot follow: a pipeline with a cast to one or a round_tf32 is skipped) without special
+// literals. Every op the generator draws has a rule (compiler/ir/vjp.h), the pools and groupnorm
+// included; a pipeline whose backward graph grad refuses (a GradError: a saved value no declaration
+// can hold, an op without a rule) or that the interpreter refuses at the chosen size is counted as
+// skipped, by reason. max_pool1d's rule gives a tied window's gradient to its first maximum as
+// PyTorch does, where a difference quotient splits it; random inputs tie only where one value is
+// broadcast (it moves as one) or an op saturates (relu's zeros: its own derivative is 0 there), and
+// there the two agree. Rounding can also make a tie the exact function does not have (a logsumexp
+// of huge values equal to its largest element, compared with it by maximum: seed 94364025); there
 // the rule's half-and-half split and the difference quotient differ by the other elements' tiny
 // weights, which is no rule's error. Exit status 1 when any check failed; each failure prints
 // its seed, the pipeline and the command that replays it.
@@ -113,8 +113,9 @@ Outcome check(uint64_t seed, const std::string &text, const char *self,
   dsl::Diagnostics diags(src);
   ir::Graph g = dsl::parse_kf(src, diags);
   for (const ir::Value &v : g.values)
-    if (v.type.rank() > 0 && v.type.dtype != ir::DType::F32) { // a cast to bf16 / f16
-      ++skips["a rounding to bf16 or f16: a step function to finite differences"];
+    if ((v.type.rank() > 0 && v.type.dtype != ir::DType::F32) || // a cast to bf16 / f16
+        (v.is_op() && v.op == ir::OpKind::RoundTf32)) {
+      ++skips["a rounding to bf16, f16 or tf32: a step function to finite differences"];
       return Outcome::Skipped;
     }
   ir::DimBindings dims = ir::view_consistent_dims(g, 3);
