@@ -2,14 +2,16 @@
 // B [n, k] row-major, a plain store; tf32 / bf16 / f16 operands, and 3xtf32 against SGEMM.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Itemplates bench/gemm_sweep.cu \
-//        -o gemm_sweep -lcuda -lcublas && ./gemm_sweep [check|sweep|configs|splitk|3xtf32|all]
+//        -o gemm_sweep -lcuda -lcublas && ./gemm_sweep
+//        [check|sweep|configs|splitk|3xtf32|tf32n128|all]
 //
 // check: odd shapes, and split-K twice for the same bits, against an fp64 reference of the
 // operands as the tensor cores read them, output NaN-poisoned first, bound 2e-5 (fp32
 // accumulation), and the statistics partials. sweep: interleaved with cuBLAS, median of 50, L2
 // flushed, M in {1024, 4096, 16384} x N = K in {1024, 4096, 8192}. configs: every tile, and
 // 128 x 1024 x 512 at S = 1, 2, 4, 8. splitk: S on 8-64 tiles, short and long K
-// (runtime/launch_geometry.cpp's rule). 3xtf32: 1024 x 8192 x 8192 alone, for ncu.
+// (runtime/launch_geometry.cpp's rule). 3xtf32, tf32n128: 1024 x 8192 x 8192 alone on 3xtf32's
+// tile or tf32's 128 x 128 one, for ncu.
 #include "gemm_harness.cuh"
 #include "gemm_sm90.cuh"
 
@@ -61,11 +63,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       kf::GemmEpilogue<Identity>{Identity{}, c, s.n, pmean, pm2, partials, counters});
 }
 
-// tf32 as the tensor cores read fp32 data: the low 13 mantissa bits ignored.
-__global__ void truncate_tf32(float *p, size_t n) {
+// x rounded to tf32, nearest, ties away from zero (inputs here are finite): what kfuse's
+// per-bind rounding makes of a weight (B), and what the mainloop makes of A in registers.
+__global__ void round_tf32(float *p, size_t n) {
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < n)
-    p[i] = __uint_as_float(__float_as_uint(p[i]) & 0xffffe000u);
+    p[i] = __uint_as_float((__float_as_uint(p[i]) + 0x1000u) & 0xffffe000u);
 }
 
 template <kf::sm90::Operand Op> struct Types;
@@ -137,6 +140,9 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int spli
   fill(b, static_cast<size_t>(n) * k, rng, 1.0f / std::sqrt(static_cast<float>(k)));
   CHECK_CUDA(cudaMemset(c, 0xff, sizeof(float) * m * n)); // NaN
   CHECK_CUDA(cudaMemset(pmean, 0xff, sizeof(float) * tm * n));
+  if (Cfg::OPERAND == kf::sm90::Operand::Tf32) // B comes rounded, as kfuse's weights do
+    round_tf32<<<(n * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(b),
+                                                                  static_cast<size_t>(n) * k);
   auto ma = encode<Cfg>(a, m, k, Cfg::BM), mb = encode<Cfg>(b, n, k, Cfg::BN);
   launch<Cfg>(ma, mb, m, n, k, c, pmean, pm2, splits);
   CHECK_CUDA(cudaGetLastError());
@@ -151,12 +157,9 @@ template <class Cfg> bool check(int m, int n, int k, std::mt19937 &rng, int spli
     CHECK_CUDA(cudaMemcpy(second.data(), c, second.size() * 4, cudaMemcpyDeviceToHost));
     repeats = std::memcmp(first.data(), second.data(), first.size() * 4) == 0;
   }
-  if (Cfg::OPERAND == kf::sm90::Operand::Tf32) {
-    truncate_tf32<<<(m * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(a),
-                                                                     static_cast<size_t>(m) * k);
-    truncate_tf32<<<(n * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(b),
-                                                                     static_cast<size_t>(n) * k);
-  }
+  if (Cfg::OPERAND == kf::sm90::Operand::Tf32) // A as the mainloop rounds it
+    round_tf32<<<(m * static_cast<size_t>(k) + 255) / 256, 256>>>(reinterpret_cast<float *>(a),
+                                                                  static_cast<size_t>(m) * k);
   reference<<<dim3((n + 127) / 128, m), 128>>>(m, n, k, a, b, ref);
   CHECK_CUDA(cudaDeviceSynchronize());
   const OutputCheck r = check_output(c, ref, pmean, pm2, m, n, Cfg::BM);
@@ -302,11 +305,14 @@ int main(int argc, char **argv) {
         sweep<Tf32x3>(s[0], s[1], s[2], h, timer, splits);
       }
   }
-  if (mode == "3xtf32") { // one case, for profilers
+  if (mode == "3xtf32" || mode == "tf32n128") { // one case, for profilers
     cublasHandle_t h;
     cublasCreate(&h);
     Timer timer;
-    sweep<Tf32x3>(1024, 8192, 8192, h, timer);
+    if (mode == "3xtf32")
+      sweep<Tf32x3>(1024, 8192, 8192, h, timer);
+    else
+      sweep<Tf32n128>(1024, 8192, 8192, h, timer);
   }
   if (mode == "sweep" || mode == "all") {
     cublasHandle_t h;

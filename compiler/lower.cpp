@@ -22,7 +22,8 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
     dump.emit("0-parsed", ".kf", ir::print_kf(l.graph));
   int step = 0;
   // Rewrites the target asks for before planning: precision bf16 rounds the GEMMs' operands
-  // (the graph that then defines the pipeline), the Hopper mainloop reads K-major operands.
+  // (the graph that then defines the pipeline), the Hopper mainloop reads K-major operands, and
+  // at tf32 its weights come rounded.
   auto apply = [&](const passes::Pass &pass) {
     l.graph = pass.run(l.graph, options.mode);
     if (options.after_pass)
@@ -34,6 +35,8 @@ Lowered lower(const dsl::SourceFile &src, const LowerOptions &options) {
     apply({"autocast_bf16", passes::autocast_bf16});
   if (codegen::hopper_gemms(l.graph, options.target.arch, options.target.precision))
     apply({"k_major_operands", passes::k_major_operands});
+  if (options.target.precision == Precision::TF32 && options.target.arch == "sm_90a")
+    apply({"round_tf32", passes::round_tf32});
   const bool to_cuda = options.until == LowerOptions::Until::Cuda;
   const bool check = options.until == LowerOptions::Until::Check;
   if (auto unsupported = codegen::gpu_unsupported(l.graph, options.target.arch);

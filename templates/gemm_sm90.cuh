@@ -7,12 +7,13 @@
 // A [m, k] and B [n, k] (a Linear weight), both row-major and so K-major as tf32 wgmma requires,
 // read through tensor maps (see Sm90Gemm's traits); C is [m, n] row-major (ldc) and aliases
 // neither A, B nor any epilogue input. Operands: Tf32 (the tensor cores ignore the low 13
-// mantissa bits), Bf16, F16, and Tf32x3: x = big + small (big = x rounded to tf32, small exact in
-// fp32), acc += a_small*b_big + a_big*b_small + a_big*b_big, three wgmma per k-step, small terms
-// first. A splitter warpgroup writes B's parts to the stage (big in place, small into a second B
-// tile); each consumer splits its rows of A in registers and gives wgmma A from registers. Each
-// stage's products go into a zeroed partial sum added to the accumulator in fp32, as the tensor
-// cores' truncating accumulation would bias a long K.
+// mantissa bits, so each consumer rounds its rows of A to tf32 in registers and gives wgmma A
+// from registers; B comes rounded), Bf16, F16, and Tf32x3: x = big + small (big = x rounded to
+// tf32, small exact in fp32), acc += a_small*b_big + a_big*b_small + a_big*b_big, three wgmma per
+// k-step, small terms first. A splitter warpgroup writes B's parts to the stage (big in place,
+// small into a second B tile); each consumer splits its rows of A in registers and gives wgmma A
+// from registers. Each stage's products go into a zeroed partial sum added to the accumulator in
+// fp32, as the tensor cores' truncating accumulation would bias a long K.
 //
 // Launch (Sm90Gemm<Op, BN, BM, MIN_BLOCKS> holds every number): block = THREADS (128 per
 // warpgroup); grid = min(work units, MIN_BLOCKS * SMs) persistent blocks (tile_scheduler.cuh's
@@ -54,6 +55,12 @@ struct Sm90Gemm {
   static constexpr int MIN_BLOCKS = MinBlocks; // blocks resident per SM (__launch_bounds__)
   static constexpr bool STAGED_ROWS = StagedRows;
   static constexpr bool SPLIT = Op == sm90::Operand::Tf32x3;
+  // tf32: consumers round A in registers (wgmma from registers) where the tensor cores would
+  // truncate it.
+  static constexpr bool ROUND_A = Op == sm90::Operand::Tf32;
+  // Rounding consumers issue their wgmma in groups of this many k-steps, two register sets of
+  // A in turn: at 256 columns a whole k-block's two sets would not fit beside the accumulators.
+  static constexpr int GROUP_STEPS = BN == 256 ? 2 : 4;
   // The wgmma operand type: 3xTF32 multiplies tf32 parts.
   static constexpr sm90::Operand MMA = SPLIT ? sm90::Operand::Tf32 : Op;
   static constexpr int ELEMENT_BYTES = MMA == sm90::Operand::Tf32 ? 4 : 2;
@@ -303,7 +310,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
       };
       if constexpr (Config::SPLIT) {
         // 3xTF32: the splitter has written B's parts. This thread's A elements of a k-step kk
-        // (WgmmaTf32RegA128's fragment) sit in the 128-byte-swizzled A tile at row r (its 16-byte
+        // (WgmmaTf32RegA's fragment) sit in the 128-byte-swizzled A tile at row r (its 16-byte
         // chunk c at chunk c ^ (r % 8), r % 8 = g here) and chunks 2 kk, 2 kk + 1: the 32 lanes
         // of a load hit 32 distinct banks. Each stage's products go into a zeroed partial sum
         // added to acc in fp32 (see the header).
@@ -332,9 +339,9 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < Config::K_STEPS; ++kk) {
-            WgmmaTf32RegA128::mma(part, a_small[kk], db + 2 * kk, kk > 0);
-            WgmmaTf32RegA128::mma(part, a_big[kk], lb + 2 * kk, 1);
-            WgmmaTf32RegA128::mma(part, a_big[kk], db + 2 * kk, 1);
+            WgmmaTf32RegA<128>::mma(part, a_small[kk], db + 2 * kk, kk > 0);
+            WgmmaTf32RegA<128>::mma(part, a_big[kk], lb + 2 * kk, 1);
+            WgmmaTf32RegA<128>::mma(part, a_big[kk], db + 2 * kk, 1);
           }
           wgmma_commit();
           if (kb == kb_begin)
@@ -350,6 +357,74 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
             mbar_arrive(&empty[ring.stage]);
           ring.advance();
         }
+      } else if constexpr (Config::ROUND_A) {
+        // tf32: this warpgroup's rows of A go through registers, rounded to nearest (the
+        // tensor cores would truncate them; B comes rounded, compiler/passes/round_tf32.cpp).
+        // Lane l gives ldmatrix the row of matrix l / 8 (rows 8 * (l / 8 % 2) + l % 8 of its
+        // warp's 16, chunk 2 kk + l / 16), swizzled as TMA wrote it: 8 lanes read 8 distinct
+        // bank groups. The wgmma go in groups of GROUP_STEPS k-steps, each reading one of two
+        // register sets: a group's fragments load while the previous group runs. The groups
+        // come in pairs with no branch between them, which ptxas needs to see that no register
+        // an unfinished wgmma reads is written (else it serializes every wgmma).
+        constexpr int GS = Config::GROUP_STEPS, GROUPS = Config::K_STEPS / GS;
+        const unsigned a_row = 64 * half + 16 * (warp & 3) + 8 * ((lane >> 3) & 1) + (lane & 7);
+        const unsigned a_chunk = lane >> 4, a_swizzle = lane & 7;
+        unsigned set_x[GS][4], set_y[GS][4];
+        int previous = -1;
+        auto group = [&](int kb, int gi, unsigned(&a)[GS][4], unsigned(&other)[GS][4]) {
+          if (gi == 0)
+            mbar_wait(&full[ring.stage], ring.phase);
+          const unsigned char *tile = smem + ring.stage * Config::STAGE_BYTES;
+          const unsigned a_base = smem_u32(tile) + a_row * 128;
+#pragma unroll
+          for (int j = 0; j < GS; ++j) {
+            const int kk = gi * GS + j;
+            ldmatrix_x4(a[j], a_base + (((2 * kk + a_chunk) ^ a_swizzle) << 4));
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              a[j][e] = round_tf32(a[j][e]);
+          }
+          const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
+          wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < GS; ++j) {
+            const int kk = gi * GS + j;
+            WgmmaTf32RegA<BN>::mma(acc, a[j], db + 2 * kk, kb > kb_begin || kk > 0);
+          }
+          wgmma_commit();
+          if (kb == kb_begin && gi == 0)
+            fill_cache();
+          wgmma_wait<1>();
+          fence_registers(acc);
+          fence_registers(other); // the previous group's wgmma, which read it, completed
+          if (gi == 0) {          // ... and with it the previous k-block's
+            if (previous >= 0 && lane == 0)
+              mbar_arrive(&empty[previous]);
+            previous = ring.stage;
+          }
+          if (gi == GROUPS - 1)
+            ring.advance();
+        };
+        if constexpr (GROUPS == 2) {
+          for (int kb = kb_begin; kb < kb_end; ++kb) {
+            group(kb, 0, set_x, set_y);
+            group(kb, 1, set_y, set_x);
+          }
+        } else {
+          int kb = kb_begin;
+          for (; kb + 1 < kb_end; kb += 2) {
+            group(kb, 0, set_x, set_y);
+            group(kb + 1, 0, set_y, set_x);
+          }
+          if (kb < kb_end)
+            group(kb, 0, set_x, set_y);
+        }
+        wgmma_wait<0>();
+        fence_registers(acc);
+        fence_registers(set_x);
+        fence_registers(set_y);
+        if (previous >= 0 && lane == 0)
+          mbar_arrive(&empty[previous]);
       } else {
         int previous = -1;
         for (int kb = kb_begin; kb < kb_end; ++kb) {

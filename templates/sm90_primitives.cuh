@@ -257,10 +257,11 @@ template <> struct Wgmma<Operand::F16, 256> {
   }
 };
 
-// D[64 x 128] (+)= A * B, tf32 operands, A from registers (the wgmma m64k8 A fragment: a[0] at
+// D[64 x N] (+)= A * B, tf32 operands, A from registers (the wgmma m64k8 A fragment: a[0] at
 // row 16 * warp + g, column q; a[1] 8 rows below; a[2], a[3] 4 columns right of a[0], a[1];
 // g = lane / 4, q = lane % 4, warp in its warpgroup), B from shared memory, fp32 accumulators.
-struct WgmmaTf32RegA128 {
+template <int N> struct WgmmaTf32RegA;
+template <> struct WgmmaTf32RegA<128> {
   static __device__ __forceinline__ void mma(float (&d)[64], const unsigned (&a)[4],
                                              unsigned long long desc_b, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -271,6 +272,35 @@ struct WgmmaTf32RegA128 {
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
   }
 };
+template <> struct WgmmaTf32RegA<256> {
+  static __device__ __forceinline__ void mma(float (&d)[128], const unsigned (&a)[4],
+                                             unsigned long long desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " KF_WGMMA_D128_TEXT ", "
+                 "{%128, %129, %130, %131}, %132, p, 1, 1;\n"
+                 "}\n"
+                 : KF_WGMMA_D128
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+// Four 8 x 16-byte matrices of shared memory, one row address per lane (lanes 8i .. 8i + 7 give
+// matrix i's rows): r[i] is the 32-bit word lane % 4 of row lane / 4 of matrix i. On a tf32
+// tile, whose 16-byte chunks hold 4 values, that is the wgmma A fragment's element layout.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address)
+               : "memory");
+}
+
+// x (fp32 bits) rounded to tf32, nearest, ties away from zero, as cuBLAS rounds its tf32
+// operands; the tensor cores read the result's top 19 bits (its low 13 are unspecified).
+__device__ __forceinline__ unsigned round_tf32(unsigned x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
+  return r;
+}
 
 #endif // __CUDACC__ || __CUDACC_RTC__
 

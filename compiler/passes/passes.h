@@ -28,6 +28,9 @@ ir::Graph eliminate_dead(const ir::Graph &g, ir::Mode mode);
 // Not in the pipeline: it changes what is computed (precision bf16 rounds GEMM operands), so
 // lower() applies it to the parsed graph, which then defines the pipeline.
 ir::Graph autocast_bf16(const ir::Graph &g, ir::Mode mode);
+// Not in the pipeline, for the same reason: precision tf32 rounds the weights a GEMM on the
+// Hopper mainloop reads; lower() applies it after k_major_operands.
+ir::Graph round_tf32(const ir::Graph &g, ir::Mode mode);
 // Not in the pipeline: every GEMM as a linear of K-major operands, which the Hopper mainloop
 // reads; lower() applies it for targets whose GEMMs run on it (hopper_gemms).
 ir::Graph k_major_operands(const ir::Graph &g, ir::Mode mode);

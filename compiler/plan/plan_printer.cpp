@@ -179,25 +179,31 @@ int64_t bytes_moved(const Plan &p, const DimBindings &dims) {
 
 namespace {
 
-// Where each rounding to bf16/f16 (a cast: precision bf16's GEMM operands) runs: in a kernel of
-// its own once per bind (a weight) or every run (an input), or fused into the kernel that
-// computes its operand, which then stores the rounded value. Empty without casts.
+// Where each rounding of a GEMM operand (a cast to bf16/f16: precision bf16's; round_tf32:
+// precision tf32's weights) runs: in a kernel of its own once per bind (a weight) or every run
+// (an input), or fused into the kernel that computes its operand, which then stores the rounded
+// value. Empty without roundings.
 std::string roundings_text(const Plan &p, const std::vector<std::string> &names) {
   const Graph &g = p.graph;
+  auto rounding = [&](ValueId id) {
+    const Value &v = g[id];
+    return v.op == OpKind::RoundTf32 || (v.op == OpKind::Cast && v.type.dtype != DType::F32);
+  };
   std::string s;
   for (const Kernel &k : p.kernels)
     for (ValueId id : k.computes) {
-      const Value &v = g[id];
-      if (v.op != OpKind::Cast || v.type.dtype == DType::F32)
+      if (!rounding(id))
         continue;
+      const Value &v = g[id];
       bool alone = true;
       for (ValueId c : k.computes)
-        alone = alone && g[c].op == OpKind::Cast;
+        alone = alone && rounding(c);
       std::string where = k.per_bind ? "once per bind, " + k.name
                           : alone    ? "every run, " + k.name
                                      : "fused into " + k.name + ", which stores it";
-      s += fmt::format("  {} = {} of {}: {}\n", names[static_cast<size_t>(id)], v.type.str(),
-                       names[static_cast<size_t>(v.args[0])], where);
+      s += fmt::format("  {} = {} of {}{}: {}\n", names[static_cast<size_t>(id)], v.type.str(),
+                       names[static_cast<size_t>(v.args[0])],
+                       v.op == OpKind::RoundTf32 ? " rounded to tf32" : "", where);
     }
   return s.empty() ? s : "\nroundings\n" + s;
 }

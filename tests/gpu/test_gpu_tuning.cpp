@@ -41,10 +41,10 @@ TEST_CASE("tune: kfuse tune stores a config that later compiles load, and result
   INFO(r.out, r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("<- stored") != std::string::npos);
-  CHECK(r.out.find("k0_gemm (128x1024x512, N=128)") != std::string::npos);
+  CHECK(r.out.find("k1_gemm (128x1024x512, N=128)") != std::string::npos);
   const std::vector<rt::TuningEntry> entries = rt::TuningStore::from_environment().entries();
   REQUIRE(entries.size() == 1);
-  CHECK(entries[0].kernel == "k0_gemm");
+  CHECK(entries[0].kernel == "k1_gemm");
   CHECK(entries[0].device == rt::DeviceKey::current().text());
   // A tile only where another than the heuristics' won; always the split-K cap of N's class.
   REQUIRE(entries[0].splits.size() == 1);
@@ -55,13 +55,13 @@ TEST_CASE("tune: kfuse tune stores a config that later compiles load, and result
     CHECK(entries[0].tile->tile != "64x128x2");
 
   Pipeline tuned = Pipeline::from_file(testing::source_path(kExample), tf32(Mode::Eval));
-  CHECK(tuned.report().kernels.at(0).config.find("tuned on " + entries[0].device) !=
+  CHECK(tuned.report().kernels.at(1).config.find("tuned on " + entries[0].device) !=
         std::string::npos);
   Options heuristic = tf32(Mode::Eval);
   heuristic.use_tuned = false;
   CHECK(Pipeline::from_file(testing::source_path(kExample), heuristic)
             .report()
-            .kernels.at(0)
+            .kernels.at(1)
             .config.find("tuned on") == std::string::npos);
   testing::expect_match(testing::repo_file(kExample), kExample, Mode::Eval, 128, 7, 1,
                         Precision::TF32);
@@ -73,7 +73,7 @@ TEST_CASE("tune: a stored tile other than the heuristic's and a split-K cap run 
   for (Mode mode : {Mode::Train, Mode::Eval}) {
     const Lowered l = lower(dsl::SourceFile::read(testing::source_path(kExample)),
                             lower_options(rt::PipelineAccess::request(tf32(mode), true)));
-    const codegen::KernelLaunch &gemm = l.program.launches.at(0);
+    const codegen::KernelLaunch &gemm = l.program.launches.at(1);
     REQUIRE(gemm.tile == "64x128x2"); // the heuristic's for 1024 output features
     rt::TuningEntry e;
     e.pipeline = "gemm_scale_bn_512x1024";
@@ -86,7 +86,7 @@ TEST_CASE("tune: a stored tile other than the heuristic's and a split-K cap run 
   for (Mode mode : {Mode::Train, Mode::Eval}) {
     Pipeline p = Pipeline::from_file(testing::source_path(kExample), tf32(mode));
     CHECK(p.cuda_source().find("Sm90Gemm<kf::sm90::Operand::Tf32, 128>") != std::string::npos);
-    const std::string &config = p.report().kernels.at(0).config;
+    const std::string &config = p.report().kernels.at(1).config;
     INFO(config);
     CHECK(config.find("tf32 128x128x1 tile: tuned on " + device.text()) != std::string::npos);
     CHECK(config.find("for 65..128 rows split-K at most 2") != std::string::npos);
@@ -103,7 +103,7 @@ TEST_CASE("tune: Options::tune_at_start tunes before the compile, which then use
   o.tune_at_start = {{"N", 128}};
   Pipeline p = Pipeline::from_file(testing::source_path(kExample), o);
   REQUIRE(rt::TuningStore::from_environment().entries().size() == 1);
-  CHECK(p.report().kernels.at(0).config.find("tuned on " + rt::DeviceKey::current().text()) !=
+  CHECK(p.report().kernels.at(1).config.find("tuned on " + rt::DeviceKey::current().text()) !=
         std::string::npos);
   testing::expect_match(testing::repo_file(kExample), kExample, Mode::Train, 128, 5, 2,
                         Precision::TF32);

@@ -82,9 +82,11 @@ def test_every_generated_kf_checks_and_plans_at_every_batch(tmp_path):
                    sweep_grid.KFUSE_PRECISION[precision], "--arch", "sm_90a", "--no-tuned"]
             plan = subprocess.run(cmd, capture_output=True, text=True)
             assert plan.returncode == 0, (cmd, plan.stderr)
-            # Two kernels (GEMM with the folded affine, softmax row), the GEMM on a Hopper tile.
-            assert "(mode eval): 2 kernels" in plan.stdout
-            config = re.search(r"^  k0_gemm: (.*)$", plan.stdout, re.MULTILINE)
+            # Two kernels (GEMM with the folded affine, softmax row), the GEMM on a Hopper tile;
+            # at tf32 a third rounds the weight once per bind.
+            kernels = 3 if precision == "tf32" else 2
+            assert f"(mode eval): {kernels} kernels" in plan.stdout
+            config = re.search(r"^  k\d_gemm: (.*)$", plan.stdout, re.MULTILINE)
             assert config, plan.stdout
             assert config.group(1).startswith(precision + " "), config.group(1)
             assert re.search(r"\d+ x \d+ tile", config.group(1)), config.group(1)

@@ -279,9 +279,11 @@ TEST_CASE("cli: plan ends with each GEMM's config at the precision asked, and wh
   ToolRun r = run_kfuse("plan examples/gemm_scale_bn_512x1024.kf --precision tf32 --arch sm_90a "
                         "--no-tuned");
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("\nGEMM configs (tf32, sm_90a, --no-tuned: the heuristics'):\n  k0_gemm: tf32 "
+  CHECK(r.out.find("\nGEMM configs (tf32, sm_90a, --no-tuned: the heuristics'):\n  k1_gemm: tf32 "
                    "64 x 128 tile, 2 blocks per SM: 1024 output features (< 4096)") !=
         std::string::npos);
+  CHECK(r.out.find("\nroundings\n  t1 = f32[1024, 512] of weight rounded to tf32: once per bind, "
+                   "k0_elementwise\n") != std::string::npos);
   ToolRun bf16 = run_kfuse("plan examples/gemm_scale_bn.kf --precision bf16 --arch sm_90a");
   CHECK(bf16.exit_code == 0);
   CHECK(bf16.out.find("\nroundings\n  t1 = bf16[N, 8192] of x: every run, k0_elementwise\n  t2 = "

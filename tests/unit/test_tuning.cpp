@@ -153,7 +153,7 @@ TEST_CASE("tuning: a corrupt or unreadable entry is reported and ignored") {
 TEST_CASE("codegen: a tile override instantiates that tile, NVRTC compiles every candidate") {
   TempCache tmp;
   const Lowered heuristic = lowered("gemm_bn_scale_softmax", tf32_options());
-  const codegen::KernelLaunch &gemm = heuristic.program.launches.at(0);
+  const codegen::KernelLaunch &gemm = heuristic.program.launches.at(1);
   CHECK(gemm.tile == "128x256x1");
   CHECK(gemm.tiles.size() == 4);
   CHECK_FALSE(gemm.signature.empty());
@@ -166,17 +166,17 @@ TEST_CASE("codegen: a tile override instantiates that tile, NVRTC compiles every
     const codegen::Sm90Tile tile = codegen::kSm90Tiles[i];
     INFO(codegen::tile_name(tile));
     codegen::GemmTunings t;
-    t["k0_gemm"].tile = tile;
-    t["k0_gemm"].tile_why = "asked for";
+    t["k1_gemm"].tile = tile;
+    t["k1_gemm"].tile_why = "asked for";
     Lowered l = lowered("gemm_bn_scale_softmax", tf32_options(t));
-    const codegen::KernelLaunch &k0 = l.program.launches.at(0);
+    const codegen::KernelLaunch &k1 = l.program.launches.at(1);
     CHECK(l.program.source.find(instantiations[i]) != std::string::npos);
-    CHECK(k0.tile == codegen::tile_name(tile));
-    CHECK(k0.geometry.tile_rows == rows[i]);
-    CHECK(k0.geometry.tile_cols == cols[i]);
+    CHECK(k1.tile == codegen::tile_name(tile));
+    CHECK(k1.geometry.tile_rows == rows[i]);
+    CHECK(k1.geometry.tile_cols == cols[i]);
     // The signature leaves the tile out: the store finds the kernel whatever tile it took.
-    CHECK(k0.signature == gemm.signature);
-    CHECK(k0.config.find("asked for") != std::string::npos);
+    CHECK(k1.signature == gemm.signature);
+    CHECK(k1.config.find("asked for") != std::string::npos);
     Pipeline p = rt::PipelineAccess::compile(build_executable(l));
     for (const KernelReport &k : p.report().kernels) {
       CHECK(k.spill_stores == 0);
@@ -204,7 +204,7 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   std::vector<std::string> warnings;
   rt::TuningStore store(tmp.dir + "/tuning", [&](const std::string &w) { warnings.push_back(w); });
   const Lowered heuristic = lowered("gemm_bn_scale_softmax", tf32_options());
-  const std::string &signature = heuristic.program.launches.at(0).signature;
+  const std::string &signature = heuristic.program.launches.at(1).signature;
   const plan::Plan kernels = select::kernel_view(heuristic.plan);
   const std::vector<exec::TunableGemm> gemms = select::gemm_keys(
       kernels, select::select_kernels(kernels, Target{"sm_90a", Precision::TF32}));
@@ -213,7 +213,7 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   LowerOptions o = tf32_options();
   o.tunings = [&](const std::vector<exec::TunableGemm> &g) { return store.tunings(kH100, g); };
   Pipeline p = rt::PipelineAccess::compile(build_executable(lowered("gemm_bn_scale_softmax", o)));
-  const std::string &config = p.report().kernels.at(0).config;
+  const std::string &config = p.report().kernels.at(1).config;
   INFO(config);
   CHECK(config.find("tf32 64x256x1 tile: tuned on NVIDIA H100 80GB HBM3, 132 SMs, sm_90 at "
                     "N=1024 (0.2500 ms vs the heuristic's 0.3000 ms") != std::string::npos);
@@ -222,7 +222,7 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
 
   // The cap is data: at N in (512, 1024] S is at most 2, other classes keep the rule's S.
   const Lowered tuned = lowered("gemm_bn_scale_softmax", o);
-  const exec::Geometry geo = geometry_of(tuned.program.launches.at(0).geometry);
+  const exec::Geometry geo = geometry_of(tuned.program.launches.at(1).geometry);
   CHECK(geo.max_splits_by_class.at(10) == 2);
   CHECK(rt::split_count(geo, {{"N", 64}}, 132, 0) > 2);
   CHECK(rt::split_count(geo, {{"N", 1000}}, 13200, 0) == 2);
@@ -234,7 +234,7 @@ TEST_CASE("tuning: a stored configuration reaches the compile report and the lau
   REQUIRE(store.store(kH100, signature, bad));
   CHECK(store.tunings(kH100, gemms).empty());
   REQUIRE(warnings.size() == 1);
-  CHECK(warnings[0].find("ignoring the tile '32x32x1' tuned for k0_gemm") != std::string::npos);
+  CHECK(warnings[0].find("ignoring the tile '32x32x1' tuned for k1_gemm") != std::string::npos);
 }
 
 TEST_CASE("kfuse tune --show lists the stored entries and reports a corrupt one") {
