@@ -30,10 +30,11 @@ typedef struct CUstream_st *CUstream; // the same type as cudaStream_t
 namespace kfuse {
 
 enum class Mode { Train, Eval };
-// How GEMMs of f32 tensors multiply: fp32 (exact FMA), tf32, 3xtf32 (FP32x3), or BF16: their
-// operands rounded to bf16 (as torch.autocast), fp32 accumulation, f32 results; weights are
-// rounded once per bind() (docs/DSL.md, "Precision bf16"). GEMMs of bf16/f16 tensors multiply
-// in their type whatever the precision, accumulating in fp32.
+// How GEMMs of f32 tensors multiply: fp32 (exact FMA), tf32 (operands rounded to nearest, as
+// cuBLAS; on sm_90a weights are rounded once per bind(): docs/DSL.md, "Precision tf32"), 3xtf32
+// (FP32x3), or BF16: their operands rounded to bf16 (as torch.autocast), fp32 accumulation, f32
+// results; weights are rounded once per bind() (docs/DSL.md, "Precision bf16"). GEMMs of
+// bf16/f16 tensors multiply in their type whatever the precision, accumulating in fp32.
 enum class Precision { FP32, TF32, BF16, FP32x3 };
 
 struct Options {
@@ -165,7 +166,8 @@ public:
   // Binds a param or state; its shape is checked against the declaration (symbolic dims
   // are bound by it and checked against every other tensor at run). Kernels that read params
   // only run once per bind, at the first run (and backward()) after it: precision BF16's
-  // rounding of weights to bf16, and on sm_90a the transposed copy of a weight that a GEMM
+  // rounding of weights to bf16, on sm_90a precision TF32's rounding of a linear's weight to
+  // tf32, and on sm_90a the transposed copy of a weight that a GEMM
   // multiplies by as [in, out] (matmul, and every backward's dX = dY W). A weight updated in
   // place must be bound again for runs to see the update; binding the tensor that is bound
   // (same pointer, shape, dtype and stride) only runs those kernels again, checking nothing anew.

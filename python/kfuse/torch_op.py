@@ -318,8 +318,9 @@ class PipelineOp:
         bound = self._bound[key]
         for name, t in named:
             # Bound once and read in place. Kernels of params only run once per bind (precision
-            # bf16's rounded weights, a weight transposed for the Hopper GEMM): a tensor changed
-            # in place (an optimizer step; torch counts them in _version) is bound again.
+            # bf16's and tf32's rounded weights, a weight transposed for the Hopper GEMM): a
+            # tensor changed in place (an optimizer step; torch counts them in _version) is bound
+            # again.
             seen = (t.data_ptr(), tuple(t.shape), t._version)
             if bound.get(name) != seen:
                 pipeline.bind(**{name: t.detach()})  # shares the storage: updates land in t
