@@ -94,12 +94,18 @@ __device__ __forceinline__ float round_to_f32(float x) { return x; }
 __device__ __forceinline__ float round_to_bf16(float x) { return to_float(from_float<bf16>(x)); }
 __device__ __forceinline__ float round_to_f16(float x) { return to_float(from_float<f16>(x)); }
 
-// x rounded to tf32 (nearest, ties away from zero) as an fp32 number whose low 13 mantissa bits
-// are zero, which the tensor cores then read exactly; NaN stays NaN. sm_80 and later.
-__device__ __forceinline__ float round_to_tf32(float x) {
+// x rounded to tf32 (nearest, ties away from zero, as cuBLAS rounds its tf32 operands), as the
+// bits a tensor core reads: ptxas may lower cvt.rna to an integer add of the half ulp and leave
+// the low 13 bits unspecified, which the tensor cores ignore. sm_80 and later.
+__device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return __uint_as_float(r & 0xffffe000u); // ptxas may leave the low bits unspecified
+  return r;
+}
+// The same as an fp32 number whose low 13 mantissa bits are zero, which the tensor cores then
+// read exactly; NaN stays NaN.
+__device__ __forceinline__ float round_to_tf32(float x) {
+  return __uint_as_float(to_tf32(x) & 0xffffe000u);
 }
 
 // Whether four elements from p can move as one access (16 bytes of float, 8 of bf16/f16).

@@ -382,7 +382,7 @@ __device__ void gemm_sm90(const sm90::TensorMap &map_a, const sm90::TensorMap &m
             ldmatrix_x4(a[j], a_base + (((2 * kk + a_chunk) ^ a_swizzle) << 4));
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              a[j][e] = round_tf32(a[j][e]);
+              a[j][e] = to_tf32(__uint_as_float(a[j][e]));
           }
           const unsigned long long db = smem_descriptor(tile + Config::A_BYTES);
           wgmma_fence();

@@ -115,16 +115,6 @@ static_assert(GEMM_TC_LDK % 4 == 0, "rows of k-contiguous tiles must stay 16-byt
 
 namespace gemm_tc_detail {
 
-// x rounded to tf32 (nearest, ties away). The mma ignores the low 13 bits of its tf32 operands,
-// and ptxas may leave them unspecified in the cvt result (it lowers it to an integer add of the
-// half ulp), so a value that is also used as an fp32 number must go through to_tf32_exact.
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ unsigned to_tf32_exact(float x) { return to_tf32(x) & 0xffffe000u; }
-
 // 3xTF32 split of x: hi = tf32(x) (nearest, ties away), lo = x - hi (exact in fp32). The lowering
 // of cvt.rna adds a NaN/Inf select per use, which made the split (done per fragment element by
 // every warp that reads it) the issue bottleneck; here hi is the integer form of the same

@@ -294,14 +294,6 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem_addr
                : "memory");
 }
 
-// x (fp32 bits) rounded to tf32, nearest, ties away from zero, as cuBLAS rounds its tf32
-// operands; the tensor cores read the result's top 19 bits (its low 13 are unspecified).
-__device__ __forceinline__ unsigned round_tf32(unsigned x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
-  return r;
-}
-
 #endif // __CUDACC__ || __CUDACC_RTC__
 
 } // namespace kf::sm90
